@@ -1,0 +1,319 @@
+// Package dispatcher drives a planned job's chunks through a provider's
+// batch API: it submits with bounded concurrency under the provider's live
+// batch and enqueued-token limits, polls on a schedule kept in the tracker,
+// reads results, records every request's outcome, and regroups retryable
+// requests into chunks of the next attempt.
+//
+// Every provider side effect is bracketed by the tracker (DESIGN.md, crash
+// safety): the intent (uploading, creating) is committed before the call
+// and the outcome after it; a chunk found in an intent state at start is
+// reconciled against the provider's listings before anything is redone.
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// Options tune a dispatcher.
+type Options struct {
+	// Concurrency bounds provider calls in flight (uploads, creates, polls,
+	// downloads). Default 4.
+	Concurrency int
+	// PollInterval is the first wait before polling a new batch; waits grow
+	// by half each poll up to MaxPollInterval. Defaults 10s and 2m.
+	PollInterval, MaxPollInterval time.Duration
+	// Deadline, when set, stops submitting and polling at that time.
+	Deadline time.Time
+	// Once does every step that is ready now and returns without sleeping.
+	Once bool
+	Log  zerolog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+	// OnTick is called after each round with the chunks as they stand.
+	OnTick func(chunks []*sluice.Chunk)
+}
+
+// Outcome is how Run ended.
+type Outcome int
+
+const (
+	// Finished: every request is final; the job can be merged.
+	Finished Outcome = iota
+	// Stopped: deadline, --once or a stop signal left work running.
+	Stopped
+)
+
+// ErrFatal marks errors that stop the whole run (bad credentials, a
+// database that cannot be written).
+var ErrFatal = errors.New("fatal")
+
+// Dispatcher drives one job. It is used by one goroutine; the job's lock
+// must be held by the caller.
+type Dispatcher struct {
+	store sluice.Store
+	prov  sluice.Provider
+	job   *sluice.Job
+	opts  Options
+	log   zerolog.Logger
+
+	finishMu  sync.Mutex // serialises FinishChunk and new chunk ids
+	nextID    int64
+	queueFull map[string]bool // models whose provider queue reported full
+	mu        sync.Mutex      // guards queueFull
+}
+
+// New returns a dispatcher for job.
+func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options) *Dispatcher {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 10 * time.Second
+	}
+	if opts.MaxPollInterval < opts.PollInterval {
+		opts.MaxPollInterval = max(2*time.Minute, opts.PollInterval)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if job.MaxAttempts <= 0 {
+		job.MaxAttempts = 3
+	}
+	return &Dispatcher{store: store, prov: prov, job: job, opts: opts,
+		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}}
+}
+
+// Run drives the job until every request is final (Finished), or until the
+// deadline, --once, or stop says to leave the rest running (Stopped). stop
+// closing means: start nothing new, let calls in flight record their
+// outcome, return. Cancelling ctx abandons calls in flight; their chunks
+// stay in intent states and are reconciled on the next run.
+func (d *Dispatcher) Run(ctx context.Context, stop <-chan struct{}) (Outcome, error) {
+	chunks, err := d.store.Chunks(ctx, d.job.ID)
+	if err != nil {
+		return Stopped, err
+	}
+	for _, c := range chunks {
+		d.nextID = max(d.nextID, c.ID+1)
+	}
+	if err := d.reconcile(ctx, chunks); err != nil {
+		return Stopped, err
+	}
+	for round := 0; ; round++ {
+		chunks, err := d.store.Chunks(ctx, d.job.ID)
+		if err != nil {
+			return Stopped, err
+		}
+		if d.opts.OnTick != nil {
+			d.opts.OnTick(chunks)
+		}
+		if allTerminal(chunks) {
+			return Finished, nil
+		}
+		if d.stopping(stop) {
+			return Stopped, nil
+		}
+		progressed, err := d.round(ctx, stop, chunks)
+		if err != nil {
+			return Stopped, err
+		}
+		if d.opts.Once {
+			// Rounds repeat only while they move something (a batch ended
+			// and left retries, a submission); a cron run never sleeps.
+			if !progressed || round >= 5 {
+				chunks, err := d.store.Chunks(ctx, d.job.ID)
+				if err != nil {
+					return Stopped, err
+				}
+				if allTerminal(chunks) {
+					return Finished, nil
+				}
+				return Stopped, nil
+			}
+			continue
+		}
+		if progressed {
+			continue
+		}
+		if err := d.sleep(ctx, stop, chunks); err != nil {
+			return Stopped, err
+		}
+	}
+}
+
+func (d *Dispatcher) stopping(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+	}
+	return !d.opts.Deadline.IsZero() && !d.opts.Now().Before(d.opts.Deadline)
+}
+
+func allTerminal(chunks []*sluice.Chunk) bool {
+	for _, c := range chunks {
+		if !c.State.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+// round starts every submission the limits admit and every poll that is
+// due, waits for them, and reports whether anything moved.
+func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*sluice.Chunk) (bool, error) {
+	now := d.opts.Now()
+	lim := d.job.Limits
+	live := 0
+	liveTokens := map[string]int64{}
+	liveByModel := map[string]int{}
+	for _, c := range chunks {
+		if c.State.Live() {
+			live++
+			liveTokens[c.Model] += c.EstTokens
+			liveByModel[c.Model]++
+		}
+	}
+	var tasks []func(context.Context) (bool, error)
+	cancelled := d.job.State == sluice.JobCancelled
+	for _, c := range chunks {
+		c := c
+		switch c.State {
+		case sluice.ChunkPending, sluice.ChunkUploaded:
+			if cancelled {
+				tasks = append(tasks, func(ctx context.Context) (bool, error) { return true, d.abandon(ctx, c) })
+				continue
+			}
+			if c.NextPollAt.After(now) && !d.opts.Once {
+				continue // backing off after a refused submission
+			}
+			if lim.MaxLiveBatches > 0 && live >= lim.MaxLiveBatches {
+				continue
+			}
+			if d.isQueueFull(c.Model) {
+				if liveByModel[c.Model] > 0 {
+					continue // wait for our own batches of this model to drain
+				}
+				d.setQueueFull(c.Model, false)
+			}
+			if lim.MaxEnqueuedTokens > 0 && liveByModel[c.Model] > 0 && liveTokens[c.Model]+c.EstTokens > lim.MaxEnqueuedTokens {
+				continue
+			}
+			live++
+			liveTokens[c.Model] += c.EstTokens
+			liveByModel[c.Model]++
+			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.submit(ctx, c) })
+		case sluice.ChunkSubmitted:
+			if !d.opts.Once && c.NextPollAt.After(now) {
+				continue
+			}
+			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.poll(ctx, c) })
+		}
+	}
+	if len(tasks) == 0 {
+		return false, nil
+	}
+	var moved bool
+	var movedMu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(d.opts.Concurrency)
+	for _, t := range tasks {
+		if d.stopping(stop) {
+			break
+		}
+		g.Go(func() error {
+			m, err := t(gctx)
+			if m {
+				movedMu.Lock()
+				moved = true
+				movedMu.Unlock()
+			}
+			if err != nil && (errors.Is(err, ErrFatal) || ctx.Err() != nil) {
+				return err
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	if ctx.Err() != nil {
+		return moved, ctx.Err()
+	}
+	return moved, err
+}
+
+// sleep waits until the next poll or retry is due, stop, the deadline, or
+// ctx.
+func (d *Dispatcher) sleep(ctx context.Context, stop <-chan struct{}, chunks []*sluice.Chunk) error {
+	now := d.opts.Now()
+	wake := now.Add(d.opts.MaxPollInterval)
+	for _, c := range chunks {
+		if c.State.Terminal() || c.NextPollAt.IsZero() {
+			continue
+		}
+		if c.NextPollAt.Before(wake) {
+			wake = c.NextPollAt
+		}
+	}
+	if !d.opts.Deadline.IsZero() && d.opts.Deadline.Before(wake) {
+		wake = d.opts.Deadline
+	}
+	wait := wake.Sub(now)
+	if wait < 10*time.Millisecond {
+		wait = 10 * time.Millisecond
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+	case <-t.C:
+	}
+	return nil
+}
+
+// nextPoll is when a batch polled n times should be polled again: the
+// interval grows by half each poll up to the maximum, with ±20% jitter so
+// many batches do not poll in step.
+func (d *Dispatcher) nextPoll(n int) time.Time {
+	iv := float64(d.opts.PollInterval)
+	for i := 0; i < n && iv < float64(d.opts.MaxPollInterval); i++ {
+		iv *= 1.5
+	}
+	iv = min(iv, float64(d.opts.MaxPollInterval))
+	iv *= 0.8 + 0.4*rand.Float64()
+	return d.opts.Now().Add(time.Duration(iv))
+}
+
+func (d *Dispatcher) isQueueFull(model string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.queueFull[model]
+}
+
+func (d *Dispatcher) setQueueFull(model string, full bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.queueFull[model] = full
+}
+
+func (d *Dispatcher) chunkLog(c *sluice.Chunk) *zerolog.Logger {
+	l := d.log.With().Int64("chunk", c.ID).Int("attempt", c.Attempt).Str("model", c.Model)
+	if c.BatchID != "" {
+		l = l.Str("batch_id", c.BatchID)
+	}
+	lg := l.Logger()
+	return &lg
+}
+
+func fatal(err error) error { return fmt.Errorf("%w: %w", ErrFatal, err) }

@@ -1,0 +1,111 @@
+package dispatcher
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// regroup builds the chunks of the next attempt from requests of chunk c
+// (indexes into reqs): their wire items are copied byte for byte from c's
+// file and cut under the job's limits like the splitter's chunks.
+func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
+	src, err := os.Open(filepath.Join(d.job.Dir, c.Path))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer src.Close()
+	env := d.prov.Codec().Envelope()
+	lim := d.job.Limits
+	ext := filepath.Ext(c.Path)
+	var (
+		chunks []*sluice.Chunk
+		moved  []sluice.Request
+		cur    *sluice.Chunk
+		f      *os.File
+		w      *bufio.Writer
+		itemB  int64
+		buf    []byte
+	)
+	closeCur := func(bound string) error {
+		if cur == nil {
+			return nil
+		}
+		if _, err := w.Write(env.Footer); err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		cur.Bytes = env.Size(cur.Requests, itemB)
+		cur.Bound = bound
+		chunks = append(chunks, cur)
+		cur = nil
+		return nil
+	}
+	next := d.nextID
+	for _, i := range idx {
+		r := reqs[i]
+		if cap(buf) < r.Length {
+			buf = make([]byte, r.Length)
+		}
+		item := buf[:r.Length]
+		if _, err := src.ReadAt(item, r.Offset); err != nil {
+			return nil, nil, fmt.Errorf("read item of %q from %s: %w", r.CustomID, c.Path, err)
+		}
+		if cur != nil {
+			bound := ""
+			switch {
+			case lim.MaxBatchRequests > 0 && cur.Requests+1 > lim.MaxBatchRequests:
+				bound = "requests"
+			case lim.MaxBatchBytes > 0 && env.Size(cur.Requests+1, itemB+int64(len(item))) > lim.MaxBatchBytes:
+				bound = "bytes"
+			case lim.MaxBatchTokens > 0 && cur.EstTokens+r.Tokens > lim.MaxBatchTokens:
+				bound = "tokens"
+			}
+			if bound != "" {
+				if err := closeCur(bound); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		if cur == nil {
+			cur = &sluice.Chunk{Job: c.Job, ID: next, Attempt: c.Attempt + 1, URL: c.URL, Model: c.Model,
+				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d%s", next, c.Attempt+1, ext)), State: sluice.ChunkPending}
+			next++
+			if f, err = os.Create(filepath.Join(d.job.Dir, cur.Path)); err != nil {
+				return nil, nil, err
+			}
+			defer f.Close()
+			w = bufio.NewWriterSize(f, 1<<20)
+			itemB = 0
+			if _, err := w.Write(env.Header); err != nil {
+				return nil, nil, err
+			}
+		} else if _, err := w.Write(env.Sep); err != nil {
+			return nil, nil, err
+		}
+		off := int64(len(env.Header)) + itemB + int64(cur.Requests)*int64(len(env.Sep))
+		if _, err := w.Write(item); err != nil {
+			return nil, nil, err
+		}
+		r.Chunk, r.Index, r.Offset, r.Attempt = cur.ID, cur.Requests, off, c.Attempt+1
+		moved = append(moved, r)
+		cur.Requests++
+		cur.EstTokens += r.Tokens
+		itemB += int64(len(item))
+	}
+	if err := closeCur("end"); err != nil {
+		return nil, nil, err
+	}
+	return chunks, moved, nil
+}

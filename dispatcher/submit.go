@@ -1,0 +1,128 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// submit takes a pending or uploaded chunk to submitted: upload (when the
+// provider uses files), then create, each behind a committed intent.
+func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) {
+	log := d.chunkLog(c)
+	if c.State == sluice.ChunkPending && d.prov.UsesFiles() {
+		c.State, c.IntentAt = sluice.ChunkUploading, d.opts.Now()
+		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
+			return false, fatal(err)
+		}
+		fileID, err := d.prov.Upload(ctx, c.Ref(d.job.Dir))
+		if err != nil {
+			return true, d.refused(ctx, c, sluice.ChunkUploading, sluice.ChunkPending, "upload", err)
+		}
+		c.State, c.FileID, c.LastError = sluice.ChunkUploaded, fileID, ""
+		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkUploading); err != nil {
+			return false, fatal(err)
+		}
+		log.Info().Str("file_id", fileID).Int64("bytes", c.Bytes).Msg("chunk uploaded")
+	}
+	from := c.State
+	c.State, c.IntentAt = sluice.ChunkCreating, d.opts.Now()
+	if err := d.store.UpdateChunk(ctx, c, from); err != nil {
+		return false, fatal(err)
+	}
+	b, err := d.prov.Create(ctx, c.Ref(d.job.Dir), c.FileID)
+	if err != nil {
+		return true, d.refused(ctx, c, sluice.ChunkCreating, from, "create batch", err)
+	}
+	return true, d.submitted(ctx, c, b)
+}
+
+// submitted records a created batch.
+func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Batch) error {
+	c.State, c.BatchID, c.BatchStatus, c.LastError = sluice.ChunkSubmitted, b.ID, b.ProviderStatus, ""
+	c.SubmittedAt, c.Polls = d.opts.Now(), 0
+	c.NextPollAt = d.nextPoll(0)
+	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkCreating); err != nil {
+		return fatal(err)
+	}
+	d.chunkLog(c).Info().Int("requests", c.Requests).Int64("est_tokens", c.EstTokens).Msg("batch submitted")
+	return nil
+}
+
+// refused handles a failed upload or create. The intent is rolled back to
+// the state before it (nothing exists at the provider), except when ctx was
+// cancelled mid-call: then the call may have landed, and the intent stays
+// for the next run to reconcile. Bad credentials stop the run; a request
+// the provider refuses for good fails the chunk's attempt.
+func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back sluice.ChunkState, what string, err error) error {
+	log := d.chunkLog(c)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ae *sluice.APIError
+	if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
+		c.State, c.LastError = back, fmt.Sprintf("%s: %v", what, err)
+		if uerr := d.store.UpdateChunk(context.WithoutCancel(ctx), c, intent); uerr != nil {
+			return fatal(uerr)
+		}
+		return fatal(fmt.Errorf("%s chunk %d: %w", what, c.ID, err))
+	}
+	if errors.As(err, &ae) && !ae.Retryable() {
+		// The provider refuses this body for good: spend the attempt.
+		log.Error().Err(err).Msg(what + " refused")
+		c.State = intent
+		return d.failAttempt(ctx, c, intent, "invalid_request", fmt.Sprintf("%s refused: %v", what, err))
+	}
+	c.State, c.LastError = back, fmt.Sprintf("%s: %v", what, err)
+	c.Polls++
+	c.NextPollAt = d.nextPoll(c.Polls)
+	log.Warn().Err(err).Time("retry_at", c.NextPollAt).Msg(what + " failed; will retry")
+	if uerr := d.store.UpdateChunk(context.WithoutCancel(ctx), c, intent); uerr != nil {
+		return fatal(uerr)
+	}
+	return nil
+}
+
+// reconcile settles chunks a previous run left in an intent state: the
+// call may or may not have reached the provider. The provider's listings
+// decide; only when nothing matches is the step redone.
+func (d *Dispatcher) reconcile(ctx context.Context, chunks []*sluice.Chunk) error {
+	for _, c := range chunks {
+		if c.State != sluice.ChunkUploading && c.State != sluice.ChunkCreating {
+			continue
+		}
+		log := d.chunkLog(c)
+		from := c.State
+		fileID, batchID, err := d.prov.Find(ctx, c.Ref(d.job.Dir))
+		switch {
+		case errors.Is(err, sluice.ErrNoListing):
+			// Nothing to look at: redo the step. For Cloudflare the window
+			// between the call and recording its answer is one response read.
+			log.Warn().Msg("provider cannot list batches; a crash inside submit may have created a batch twice")
+		case err != nil:
+			return fmt.Errorf("reconcile chunk %d: %w", c.ID, err)
+		}
+		if fileID != "" && c.FileID == "" {
+			c.FileID = fileID
+		}
+		switch {
+		case batchID != "":
+			c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, batchID, "adopted"
+			c.SubmittedAt, c.NextPollAt = d.opts.Now(), d.opts.Now()
+			log.Info().Str("batch_id", batchID).Msg("reconciled: adopted the batch a previous run created")
+		case c.FileID != "" && d.prov.UsesFiles():
+			c.State = sluice.ChunkUploaded
+			log.Info().Str("file_id", c.FileID).Msg("reconciled: file found, batch not created")
+		default:
+			c.State = sluice.ChunkPending
+			log.Info().Msg("reconciled: nothing found at the provider; will submit again")
+		}
+		if err := d.store.UpdateChunk(ctx, c, from); err != nil {
+			return fatal(err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package sluice
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// Fingerprint identifies the content of an input file, so a later run can
+// tell whether the file changed under its job.
+type Fingerprint struct {
+	Size    int64     `json:"size"`
+	ModTime time.Time `json:"mtime"`
+	Hash    string    `json:"hash"` // hex digest of the bytes as read (compressed, if the file is)
+}
+
+// Job is one input file driven through one provider to one output file.
+type Job struct {
+	ID          string      `json:"id"`
+	Provider    string      `json:"provider"`
+	Input       string      `json:"input"` // absolute path
+	Fingerprint Fingerprint `json:"fingerprint"`
+	Model       string      `json:"model,omitempty"` // job-level model for lines without body.model
+	Limits      Limits      `json:"limits"`
+	Dir         string      `json:"dir"`    // the job's directory under the state dir
+	Output      string      `json:"output"` // where the merged output goes
+	State       JobState    `json:"state"`
+	Requests    int64       `json:"requests"` // valid requests in the input
+	Rejected    int64       `json:"rejected"` // invalid lines skipped (--skip-invalid)
+	MaxAttempts int         `json:"max_attempts"`
+	CreatedAt   time.Time   `json:"created_at"`
+	UpdatedAt   time.Time   `json:"updated_at"`
+}
+
+// Chunk is a group of requests sharing (url, model) that fits one provider
+// batch. Its file holds exactly the provider's wire body.
+type Chunk struct {
+	Job       string     `json:"job"`
+	ID        int64      `json:"id"`      // unique in the job, assigned in order
+	Attempt   int        `json:"attempt"` // 1 for planned chunks, n+1 for retries
+	URL       string     `json:"url"`
+	Model     string     `json:"model"`
+	Path      string     `json:"path"` // the chunk file, relative to the job dir
+	Requests  int        `json:"requests"`
+	Bytes     int64      `json:"bytes"` // wire bytes, envelope included
+	EstTokens int64      `json:"est_tokens"`
+	State     ChunkState `json:"state"`
+	FileID    string     `json:"file_id,omitempty"`
+	BatchID   string     `json:"batch_id,omitempty"`
+	// BatchStatus is the provider status last seen, verbatim.
+	BatchStatus string    `json:"batch_status,omitempty"`
+	NextPollAt  time.Time `json:"next_poll_at,omitempty"`
+	Polls       int       `json:"polls"`
+	SubmittedAt time.Time `json:"submitted_at,omitempty"`
+	EndedAt     time.Time `json:"ended_at,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
+	IntentAt    time.Time `json:"intent_at,omitempty"`
+	// InputTokens and OutputTokens are the provider's usage for this chunk.
+	InputTokens  int64 `json:"input_tokens,omitempty"`
+	OutputTokens int64 `json:"output_tokens,omitempty"`
+	// ResultsPath is the file of final results this chunk produced,
+	// relative to the job dir (see results.go).
+	ResultsPath string `json:"results_path,omitempty"`
+	// Bound names the limit that closed this chunk: "bytes", "requests",
+	// "tokens", or "end" when its group ran out of lines.
+	Bound string `json:"bound,omitempty"`
+}
+
+// Request is one input line's row in the tracker.
+type Request struct {
+	Ordinal  int64        // 0-based among valid lines, the output order
+	Line     int64        // 1-based line number in the input file
+	CustomID string       // unique in the job
+	Chunk    int64        // the chunk of its current attempt
+	Index    int          // position in that chunk (Cloudflare answers by index)
+	Offset   int64        // byte offset of its item in the chunk file
+	Length   int          // byte length of its item
+	Tokens   int64        // estimated input tokens
+	Attempt  int          // attempt of its current chunk
+	State    RequestState // pending, succeeded, failed
+}
+
+// BatchRef names the chunk a provider call is for. Providers put it in
+// upload filenames and batch metadata so a restart can find what a crashed
+// run created (see Reconcile in DESIGN.md).
+type BatchRef struct {
+	Job      string
+	Chunk    int64
+	Attempt  int
+	URL      string
+	Model    string
+	Path     string // absolute path of the chunk file (the wire body)
+	Requests int
+	Bytes    int64
+	// IntentAt is when the intent of the call was committed: providers whose
+	// batches carry no metadata (Anthropic) reconcile by time and size.
+	IntentAt time.Time
+}
+
+// PlanSink records a plan as the splitter makes it. The tracker implements
+// it; nothing is trusted until the plan is committed.
+type PlanSink interface {
+	// AddRequest records one request (buffered; written in large
+	// transactions).
+	AddRequest(r *Request) error
+	// AddChunk records a closed chunk whose file is written and synced.
+	AddChunk(c *Chunk) error
+	// FindCustomID reports the input line of an already recorded request
+	// with this custom_id, if any. The splitter calls it only when its
+	// in-memory filter says the id may have been seen.
+	FindCustomID(customID string) (line int64, found bool, err error)
+}
+
+// Ref returns the BatchRef of a chunk whose job directory is dir.
+func (c *Chunk) Ref(dir string) BatchRef {
+	return BatchRef{Job: c.Job, Chunk: c.ID, Attempt: c.Attempt, URL: c.URL, Model: c.Model,
+		Path: filepath.Join(dir, c.Path), Requests: c.Requests, Bytes: c.Bytes, IntentAt: c.IntentAt}
+}

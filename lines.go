@@ -1,0 +1,82 @@
+package sluice
+
+import "encoding/json"
+
+// InputLine is one line of the input file: the OpenAI batch input format.
+type InputLine struct {
+	CustomID string          `json:"custom_id"`
+	Method   string          `json:"method"`
+	URL      string          `json:"url"`
+	Body     json.RawMessage `json:"body"`
+}
+
+// OutputLine is one line of the merged output file: the OpenAI batch output
+// shape, whatever the provider.
+type OutputLine struct {
+	CustomID string     `json:"custom_id"`
+	Response *Response  `json:"response"`
+	Error    *LineError `json:"error"`
+}
+
+// Response is the endpoint's answer to one request.
+type Response struct {
+	StatusCode int             `json:"status_code"`
+	RequestID  string          `json:"request_id,omitempty"`
+	Body       json.RawMessage `json:"body"`
+}
+
+// LineError is a request-level failure that is not an HTTP answer of the
+// endpoint (expired, cancelled, missing from the provider's files, ...).
+type LineError struct {
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	Attempts int    `json:"attempts,omitempty"`
+}
+
+// Item is one validated input line as the splitter hands it to a Codec.
+// Body and Raw alias the splitter's buffers: a Codec must not keep them.
+type Item struct {
+	Line     int64  // 1-based line number in the input file
+	Ordinal  int64  // 0-based position among the valid requests
+	CustomID string // the line's custom_id
+	URL      string // the line's url
+	Model    string // body.model, or the model named by the url, or the job's model
+	Body     []byte // the raw JSON object of "body"
+	Raw      []byte // the whole raw line, without its newline
+	// ModelFromJob is true when the body has no model and Model came from the
+	// job's --model: a codec that needs the model in the body must add it.
+	ModelFromJob bool
+}
+
+// Envelope is the fixed framing of a chunk file on a provider's wire:
+// Header, then items separated by Sep, then Footer. OpenAI-style JSONL has
+// an empty header and footer and items that end in a newline.
+type Envelope struct {
+	Header, Sep, Footer []byte
+}
+
+// Size returns the wire size of a chunk of n items whose items total
+// itemBytes.
+func (e Envelope) Size(n int, itemBytes int64) int64 {
+	s := int64(len(e.Header)+len(e.Footer)) + itemBytes
+	if n > 1 {
+		s += int64(n-1) * int64(len(e.Sep))
+	}
+	return s
+}
+
+// Codec is a provider's wire format for chunk files. The splitter writes
+// chunk files with it, so a chunk file is byte for byte the body the
+// provider receives (the JSONL file for OpenAI, the {"requests":[...]}
+// body for Anthropic and Cloudflare).
+type Codec interface {
+	// Validate checks what the provider requires of one line beyond the
+	// common contract (an endpoint it accepts, the custom_id form, required
+	// body fields). It may fill it.Model from the url. The error's text is
+	// the reason shown to the user.
+	Validate(it *Item) error
+	// Envelope is the framing of a chunk file.
+	Envelope() Envelope
+	// AppendItem appends the wire form of one item to dst.
+	AppendItem(dst []byte, it *Item) ([]byte, error)
+}

@@ -1,0 +1,59 @@
+// Package migrations holds the tracker's schema as numbered SQL files,
+// embedded in the binary. Each file is applied in its own transaction, in
+// order, and recorded in the schema_version table; a gap or a duplicate
+// version is an error at start.
+package migrations
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// Migration is one numbered schema change.
+type Migration struct {
+	Version int
+	Name    string // file name
+	SQL     string
+}
+
+// All returns the embedded migrations in order.
+func All() ([]Migration, error) { return Load(files) }
+
+// Load reads NNNN_name.sql files from fsys and checks that their versions
+// run 1, 2, 3, ... without gaps or duplicates.
+func Load(fsys fs.FS) ([]Migration, error) {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	for _, n := range names {
+		num, _, ok := strings.Cut(n, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must be NNNN_description.sql", n)
+		}
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: v, Name: n, SQL: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	for i, m := range ms {
+		if i > 0 && m.Version == ms[i-1].Version {
+			return nil, fmt.Errorf("migrations %s and %s have the same version %d", ms[i-1].Name, m.Name, m.Version)
+		}
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("migration version %d is missing (next is %s)", i+1, m.Name)
+		}
+	}
+	return ms, nil
+}

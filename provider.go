@@ -1,0 +1,150 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Batch is what a provider says about one batch.
+type Batch struct {
+	ID             string
+	Status         BatchStatus
+	ProviderStatus string // the provider's own word, verbatim
+	OutputFileID   string
+	ErrorFileID    string
+	Errors         []BatchError // batch-level errors (validation, token_limit_exceeded)
+	Total          int
+	Completed      int
+	Failed         int
+	// ResultPath is set by providers whose final poll answer carries the
+	// results (Cloudflare): the file where Poll left them, for Fetch.
+	ResultPath string
+}
+
+// BatchError is one batch-level error as the provider reports it.
+type BatchError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Line    int    `json:"line,omitempty"`
+}
+
+// QueueFull reports whether the batch failed only because the provider's
+// enqueued-token queue was full: resubmit later, without spending an attempt.
+func (b *Batch) QueueFull() bool {
+	if b.Status != BatchFailed || len(b.Errors) == 0 {
+		return false
+	}
+	for _, e := range b.Errors {
+		if e.Code != "token_limit_exceeded" {
+			return false
+		}
+	}
+	return true
+}
+
+// Usage is token usage as the provider reports it.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// ResultKind says what a request's result means for the job.
+type ResultKind int
+
+const (
+	// ResultSucceeded: a 2xx answer from the endpoint.
+	ResultSucceeded ResultKind = iota
+	// ResultFailed: failed for good (4xx from the endpoint): final.
+	ResultFailed
+	// ResultRetryable: expired, cancelled, 429 or 5xx: try again in the next
+	// attempt while attempts remain.
+	ResultRetryable
+)
+
+func (k ResultKind) String() string {
+	switch k {
+	case ResultSucceeded:
+		return "succeeded"
+	case ResultFailed:
+		return "failed"
+	case ResultRetryable:
+		return "retryable"
+	}
+	return fmt.Sprintf("ResultKind(%d)", int(k))
+}
+
+// Result is one request's result, already in the canonical output shape.
+type Result struct {
+	CustomID string
+	Kind     ResultKind
+	Line     OutputLine
+	Usage    Usage
+}
+
+// Provider is one batch API. The dispatcher drives it; cmd/sluice wraps it
+// with retries and a rate limit. Every method that creates something at the
+// provider names it after ref (upload filename, batch metadata, external
+// reference) so that Find can adopt it after a crash.
+type Provider interface {
+	// Name is the provider's name as given to --provider.
+	Name() string
+	// Codec is the wire format of its chunk files.
+	Codec() Codec
+	// Limits are its default limits.
+	Limits() Limits
+	// UsesFiles reports whether a batch is created from an uploaded file
+	// (OpenAI family) rather than from the chunk body itself.
+	UsesFiles() bool
+	// Upload streams the chunk file to the provider and returns its file id.
+	Upload(ctx context.Context, ref BatchRef) (fileID string, err error)
+	// Create starts a batch: from fileID when UsesFiles, else by sending
+	// the chunk file as the body.
+	Create(ctx context.Context, ref BatchRef, fileID string) (Batch, error)
+	// Poll returns the batch's current state.
+	Poll(ctx context.Context, ref BatchRef, batchID string) (Batch, error)
+	// Fetch downloads the results of an ended batch into dir (each file
+	// written to a temp name and renamed) and returns their paths.
+	Fetch(ctx context.Context, ref BatchRef, b Batch, dir string) ([]string, error)
+	// Decode reads fetched result files and calls fn once per result line.
+	// lookup maps a position in the chunk to its custom_id, for providers
+	// that answer by position.
+	Decode(ctx context.Context, ref BatchRef, files []string, lookup func(index int) (string, bool), fn func(Result) error) error
+	// Cancel asks the provider to cancel the batch.
+	Cancel(ctx context.Context, batchID string) (Batch, error)
+	// Find looks, at the provider, for the file and the batch a previous run
+	// made for ref. Empty strings mean not found. Providers without listings
+	// return ErrNoListing.
+	Find(ctx context.Context, ref BatchRef) (fileID, batchID string, err error)
+	// Forget deletes provider-side files made for ref that are no longer
+	// needed (best effort; may be a no-op).
+	Forget(ctx context.Context, ref BatchRef, fileIDs ...string) error
+}
+
+var (
+	// ErrNoListing: the provider cannot list what was created, so a crashed
+	// create cannot be reconciled.
+	ErrNoListing = errors.New("provider has no listing to reconcile against")
+	// ErrNotFound: the provider does not know the id.
+	ErrNotFound = errors.New("not found at provider")
+)
+
+// APIError is a non-2xx answer of a provider's API.
+type APIError struct {
+	Status     int    // HTTP status
+	Code       string // provider's error code or type
+	Message    string
+	RetryAfter string // the Retry-After header, verbatim
+}
+
+func (e *APIError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Message)
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message)
+}
+
+// Retryable reports whether the call may succeed if repeated.
+func (e *APIError) Retryable() bool {
+	return e.Status == 408 || e.Status == 409 || e.Status == 429 || e.Status >= 500
+}

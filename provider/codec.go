@@ -1,0 +1,162 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// OpenAICodec writes chunk files as OpenAI batch input JSONL: the input line
+// itself, one per line, so the chunk file is exactly the uploaded file.
+type OpenAICodec struct {
+	endpoints map[string]bool
+	list      string
+}
+
+// NewOpenAICodec returns a codec accepting the given endpoints.
+func NewOpenAICodec(endpoints []string) OpenAICodec {
+	m := make(map[string]bool, len(endpoints))
+	for _, e := range endpoints {
+		m[e] = true
+	}
+	return OpenAICodec{endpoints: m, list: strings.Join(endpoints, ", ")}
+}
+
+func (c OpenAICodec) Validate(it *sluice.Item) error {
+	if !c.endpoints[it.URL] {
+		return fmt.Errorf("url %q is not a batch endpoint of this provider (accepted: %s)", it.URL, c.list)
+	}
+	return nil
+}
+
+func (OpenAICodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
+
+func (OpenAICodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	if !it.ModelFromJob {
+		dst = append(dst, it.Raw...)
+		return append(dst, '\n'), nil
+	}
+	body, err := withModel(it.Body, it.Model)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, `{"custom_id":`...)
+	dst = appendJSONString(dst, it.CustomID)
+	dst = append(dst, `,"method":"POST","url":`...)
+	dst = appendJSONString(dst, it.URL)
+	dst = append(dst, `,"body":`...)
+	dst = append(dst, body...)
+	return append(dst, "}\n"...), nil
+}
+
+// AnthropicCustomID is the form Anthropic requires of a custom_id.
+var AnthropicCustomID = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// AnthropicCodec writes chunk files as the body of a Message Batches create
+// call: {"requests":[{"custom_id":...,"params":{...}}, ...]}.
+type AnthropicCodec struct{}
+
+func (AnthropicCodec) Validate(it *sluice.Item) error {
+	if it.URL != "/v1/messages" {
+		return fmt.Errorf("url %q is not a batch endpoint of Anthropic (accepted: /v1/messages)", it.URL)
+	}
+	if !AnthropicCustomID.MatchString(it.CustomID) {
+		return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
+	}
+	mt := gjson.GetBytes(it.Body, "max_tokens")
+	if mt.Type != gjson.Number || mt.Int() < 1 {
+		return errors.New("body.max_tokens must be a number >= 1 for Anthropic")
+	}
+	if m := gjson.GetBytes(it.Body, "messages"); !m.IsArray() {
+		return errors.New("body.messages must be an array for Anthropic")
+	}
+	return nil
+}
+
+func (AnthropicCodec) Envelope() sluice.Envelope {
+	return sluice.Envelope{Header: []byte(`{"requests":[`), Sep: []byte(","), Footer: []byte("]}")}
+}
+
+func (AnthropicCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	body := it.Body
+	if it.ModelFromJob {
+		var err error
+		if body, err = withModel(body, it.Model); err != nil {
+			return dst, err
+		}
+	}
+	dst = append(dst, `{"custom_id":`...)
+	dst = appendJSONString(dst, it.CustomID)
+	dst = append(dst, `,"params":`...)
+	dst = append(dst, body...)
+	return append(dst, '}'), nil
+}
+
+// CloudflareCodec writes chunk files as the body of a Workers AI async batch
+// call: {"requests":[{...model input..., "external_reference": custom_id}]}.
+// The url names the model (/ai/run/@cf/...), or /ai/run takes it from
+// body.model (or the job's model), which is then left out of the item.
+type CloudflareCodec struct{}
+
+func (CloudflareCodec) Validate(it *sluice.Item) error {
+	switch {
+	case strings.HasPrefix(it.URL, "/ai/run/") && len(it.URL) > len("/ai/run/"):
+		it.Model = strings.TrimPrefix(it.URL, "/ai/run/")
+		it.ModelFromJob = false
+	case it.URL == "/ai/run":
+		if it.Model == "" {
+			return errors.New("url /ai/run needs body.model or --model")
+		}
+	default:
+		return fmt.Errorf("url %q is not a Workers AI endpoint (accepted: /ai/run/{model}, /ai/run)", it.URL)
+	}
+	if gjson.GetBytes(it.Body, "external_reference").Exists() {
+		return errors.New("body.external_reference is set, but sluice sends custom_id there")
+	}
+	return nil
+}
+
+func (CloudflareCodec) Envelope() sluice.Envelope {
+	return sluice.Envelope{Header: []byte(`{"requests":[`), Sep: []byte(","), Footer: []byte("]}")}
+}
+
+func (CloudflareCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	body := it.Body
+	if it.URL == "/ai/run" && !it.ModelFromJob {
+		var err error
+		if body, err = sjson.DeleteBytes(body, "model"); err != nil {
+			return dst, err
+		}
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) < 2 || body[len(body)-1] != '}' {
+		return dst, errors.New("body is not a JSON object")
+	}
+	inner := bytes.TrimSpace(body[1 : len(body)-1])
+	dst = append(dst, '{')
+	if len(inner) > 0 {
+		dst = append(dst, inner...)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"external_reference":`...)
+	dst = appendJSONString(dst, it.CustomID)
+	return append(dst, '}'), nil
+}
+
+// withModel returns body with "model" set to model.
+func withModel(body []byte, model string) ([]byte, error) {
+	return sjson.SetBytes(bytes.Clone(body), "model", model)
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s) // a string always marshals
+	return append(dst, b...)
+}

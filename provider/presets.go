@@ -1,0 +1,155 @@
+// Package provider holds what every provider client shares: the table of
+// provider presets (base URL, credentials, limits, endpoints) and the wire
+// codecs that turn a validated input line into the bytes of a chunk file.
+// The clients themselves live in the subpackages openai, anthropic and
+// cloudflare.
+package provider
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// Family is the shape of a provider's batch API.
+type Family string
+
+const (
+	FamilyOpenAI     Family = "openai"     // Files + Batches (OpenAI and compatible)
+	FamilyAnthropic  Family = "anthropic"  // Message Batches
+	FamilyCloudflare Family = "cloudflare" // Workers AI async batch
+)
+
+// Preset is everything sluice knows about one provider by default. Every
+// field can be overridden from the command line or the environment.
+type Preset struct {
+	Name    string
+	Family  Family
+	BaseURL string // following the official SDK's convention (OpenAI-compatible URLs include the version)
+	// BaseURLEnv names the environment variable that overrides BaseURL.
+	BaseURLEnv string
+	// KeyEnv names the environment variables holding the credential, first
+	// found wins. Keys are read from the environment only.
+	KeyEnv []string
+	// AccountEnv names the variable holding the account id (Cloudflare).
+	AccountEnv string
+	// AuthHeader is the header carrying the key: "Authorization" (Bearer),
+	// "api-key" (Azure) or "x-api-key" (Anthropic).
+	AuthHeader string
+	Limits     sluice.Limits
+	// Endpoints are the batch endpoints (input line urls) it accepts.
+	Endpoints []string
+	// CompletionWindow is sent on batch create (OpenAI family).
+	CompletionWindow string
+	// Notes is one line for --help and the README.
+	Notes string
+}
+
+// Presets is the table of known providers. Figures come from PROVIDERS.md;
+// values PROVIDERS.md marks unconfirmed are taken from the closest documented
+// provider and are overridable (--max-batch-bytes, --max-batch-requests, ...).
+var Presets = map[string]Preset{
+	"local": {
+		Name: "local", Family: FamilyOpenAI, BaseURL: "", AuthHeader: "Authorization",
+		Limits:           sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
+		Endpoints:        openAIEndpoints,
+		CompletionWindow: "24h",
+		Notes:            "the built-in emulator, in-process; no key needed",
+	},
+	"openai": {
+		Name: "openai", Family: FamilyOpenAI, BaseURL: "https://api.openai.com/v1", BaseURLEnv: "OPENAI_BASE_URL",
+		KeyEnv: []string{"OPENAI_API_KEY"}, AuthHeader: "Authorization",
+		Limits:           sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
+		Endpoints:        openAIEndpoints,
+		CompletionWindow: "24h",
+		Notes:            "200 MB / 50,000 requests per batch; enqueued-token limit per model",
+	},
+	"azure": {
+		Name: "azure", Family: FamilyOpenAI, BaseURL: "", BaseURLEnv: "AZURE_OPENAI_BASE_URL",
+		KeyEnv: []string{"AZURE_OPENAI_API_KEY"}, AuthHeader: "api-key",
+		Limits: sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 100_000, MaxLiveBatches: 500},
+		// Azure's docs use endpoints without /v1; whether /v1 also works is
+		// unconfirmed, so both are accepted and sent as written.
+		Endpoints:        []string{"/chat/completions", "/v1/chat/completions", "/embeddings", "/v1/embeddings", "/responses", "/v1/responses"},
+		CompletionWindow: "24h",
+		Notes:            "base URL https://RESOURCE.openai.azure.com/openai/v1; body.model is the Global-Batch deployment name",
+	},
+	"nebius": {
+		Name: "nebius", Family: FamilyOpenAI, BaseURL: "https://api.studio.nebius.com/v1", BaseURLEnv: "NEBIUS_BASE_URL",
+		KeyEnv: []string{"NEBIUS_API_KEY"}, AuthHeader: "Authorization",
+		Limits:           sluice.Limits{MaxBatchBytes: 10_000_000_000, MaxBatchRequests: 5_000_000, MaxLiveBatches: 500},
+		Endpoints:        []string{"/v1/chat/completions", "/v1/embeddings"},
+		CompletionWindow: "24h",
+		Notes:            "10 GB / 5,000,000 requests per file; 500 batches",
+	},
+	"groq": {
+		Name: "groq", Family: FamilyOpenAI, BaseURL: "https://api.groq.com/openai/v1", BaseURLEnv: "GROQ_BASE_URL",
+		KeyEnv: []string{"GROQ_API_KEY"}, AuthHeader: "Authorization",
+		// Requests per batch are unconfirmed: OpenAI's 50,000 is assumed.
+		Limits:           sluice.Limits{MaxBatchBytes: 100_000_000, MaxBatchRequests: 50_000},
+		Endpoints:        []string{"/v1/chat/completions"},
+		CompletionWindow: "24h",
+		Notes:            "100 MB per file; completion window 24h to 7d (--completion-window)",
+	},
+	"deepinfra": {
+		Name: "deepinfra", Family: FamilyOpenAI, BaseURL: "https://api.deepinfra.com/v1/openai", BaseURLEnv: "DEEPINFRA_BASE_URL",
+		KeyEnv: []string{"DEEPINFRA_API_KEY", "DEEPINFRA_TOKEN"}, AuthHeader: "Authorization",
+		// Size and count limits are unconfirmed: OpenAI's are assumed.
+		Limits:           sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
+		Endpoints:        []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"},
+		CompletionWindow: "24h",
+		Notes:            "limits unconfirmed: OpenAI's assumed",
+	},
+	"anthropic": {
+		Name: "anthropic", Family: FamilyAnthropic, BaseURL: "https://api.anthropic.com", BaseURLEnv: "ANTHROPIC_BASE_URL",
+		KeyEnv: []string{"ANTHROPIC_API_KEY"}, AuthHeader: "x-api-key",
+		Limits:    sluice.Limits{MaxBatchBytes: 256_000_000, MaxBatchRequests: 100_000},
+		Endpoints: []string{"/v1/messages"},
+		Notes:     "256 MB / 100,000 requests per batch; custom_id ^[a-zA-Z0-9_-]{1,64}$",
+	},
+	"cloudflare": {
+		Name: "cloudflare", Family: FamilyCloudflare, BaseURL: "https://api.cloudflare.com/client/v4", BaseURLEnv: "CLOUDFLARE_BASE_URL",
+		KeyEnv: []string{"CLOUDFLARE_API_TOKEN"}, AccountEnv: "CLOUDFLARE_ACCOUNT_ID", AuthHeader: "Authorization",
+		// "under 10 MB": the smaller reading, 10,000,000 bytes, minus one.
+		Limits:    sluice.Limits{MaxBatchBytes: 9_999_999},
+		Endpoints: []string{"/ai/run/{model}", "/ai/run"},
+		Notes:     "payload under 10 MB; no listing, so a crash inside submit cannot be reconciled",
+	},
+}
+
+var openAIEndpoints = []string{
+	"/v1/responses", "/v1/chat/completions", "/v1/embeddings", "/v1/completions",
+	"/v1/moderations", "/v1/images/generations", "/v1/images/edits", "/v1/videos",
+}
+
+// Lookup returns the preset of a provider name.
+func Lookup(name string) (Preset, error) {
+	p, ok := Presets[strings.ToLower(name)]
+	if !ok {
+		return Preset{}, fmt.Errorf("unknown provider %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return p, nil
+}
+
+// Names lists the known providers, sorted.
+func Names() []string {
+	var ns []string
+	for n := range Presets {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+// Codec returns the wire codec of a preset.
+func (p Preset) Codec() sluice.Codec {
+	switch p.Family {
+	case FamilyAnthropic:
+		return AnthropicCodec{}
+	case FamilyCloudflare:
+		return CloudflareCodec{}
+	}
+	return NewOpenAICodec(p.Endpoints)
+}

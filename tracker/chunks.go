@@ -1,0 +1,173 @@
+package tracker
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/sluice-batch/sluice"
+)
+
+var _ sluice.Store = (*DB)(nil)
+
+const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
+	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
+	input_tokens, output_tokens, results_path`
+
+func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
+	var c sluice.Chunk
+	var intent, next, sub, ended int64
+	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
+		&c.EstTokens, &c.Bound, &c.State, &c.FileID, &c.BatchID, &c.BatchStatus, &intent, &next, &c.Polls,
+		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath); err != nil {
+		return nil, err
+	}
+	c.IntentAt, c.NextPollAt, c.SubmittedAt, c.EndedAt = fromNS(intent), fromNS(next), fromNS(sub), fromNS(ended)
+	return &c, nil
+}
+
+// Chunks implements sluice.Store.
+func (d *DB) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = ? ORDER BY id`, job)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cs []*sluice.Chunk
+	for rows.Next() {
+		c, err := scanChunk(rows)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, rows.Err()
+}
+
+// UpdateChunk implements sluice.Store.
+func (d *DB) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
+	return d.tx(ctx, func(tx *sql.Tx) error { return updateChunk(ctx, tx, c, from) })
+}
+
+func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.ChunkState) error {
+	res, err := tx.ExecContext(ctx, `UPDATE chunks SET state = ?, file_id = ?, batch_id = ?, batch_status = ?,
+		intent_at = ?, next_poll_at = ?, polls = ?, submitted_at = ?, ended_at = ?, last_error = ?,
+		input_tokens = ?, output_tokens = ?, results_path = ? WHERE job_id = ? AND id = ? AND state = ?`,
+		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
+		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
+		c.Job, c.ID, from)
+	if err != nil {
+		return fmt.Errorf("chunk %d: %w", c.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("chunk %d: %s -> %s: %w", c.ID, from, c.State, ErrConflict)
+	}
+	return nil
+}
+
+// ChunkRequests implements sluice.Store.
+func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
+	rows, err := d.db.QueryContext(ctx, `SELECT ordinal, line, custom_id, chunk_id, idx, offset, length, tokens,
+		attempt, state FROM requests WHERE job_id = ? AND chunk_id = ? ORDER BY idx`, job, chunk)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var r sluice.Request
+	for rows.Next() {
+		if err := rows.Scan(&r.Ordinal, &r.Line, &r.CustomID, &r.Chunk, &r.Index, &r.Offset, &r.Length,
+			&r.Tokens, &r.Attempt, &r.State); err != nil {
+			return err
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// FinishChunk implements sluice.Store.
+func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
+	return d.tx(ctx, func(tx *sql.Tx) error {
+		if err := updateChunk(ctx, tx, f.Chunk, f.From); err != nil {
+			return err
+		}
+		job := f.Chunk.Job
+		for _, c := range f.NewChunks {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
+				bytes, est_tokens, bound, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State); err != nil {
+				return fmt.Errorf("record chunk %d: %w", c.ID, err)
+			}
+		}
+		fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE job_id = ? AND ordinal = ? AND chunk_id = ? AND state = 'pending'`)
+		if err != nil {
+			return err
+		}
+		defer fin.Close()
+		for _, o := range f.Outcomes {
+			res, err := fin.ExecContext(ctx, o.State, job, o.Ordinal, f.Chunk.ID)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", o.Ordinal, f.Chunk.ID, ErrConflict)
+			}
+		}
+		mv, err := tx.PrepareContext(ctx, `UPDATE requests SET chunk_id = ?, idx = ?, offset = ?, length = ?, attempt = ?
+			WHERE job_id = ? AND ordinal = ? AND chunk_id = ? AND state = 'pending'`)
+		if err != nil {
+			return err
+		}
+		defer mv.Close()
+		for _, r := range f.Moved {
+			res, err := mv.ExecContext(ctx, r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, job, r.Ordinal, f.Chunk.ID)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", r.Ordinal, f.Chunk.ID, ErrConflict)
+			}
+		}
+		return nil
+	})
+}
+
+// RequestStates implements sluice.Store.
+func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM requests WHERE job_id = ? GROUP BY state`, job)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[sluice.RequestState]int64{}
+	for rows.Next() {
+		var s sluice.RequestState
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		m[s] = n
+	}
+	return m, rows.Err()
+}
+
+// Expected implements sluice.Store.
+func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bool) error {
+	rows, err := d.db.QueryContext(ctx, `SELECT ordinal, custom_id FROM requests WHERE job_id = ? ORDER BY ordinal`, job)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var o int64
+	var id string
+	for rows.Next() {
+		if err := rows.Scan(&o, &id); err != nil {
+			return err
+		}
+		if !fn(o, id) {
+			return nil
+		}
+	}
+	return rows.Err()
+}

@@ -1,0 +1,103 @@
+package tracker
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sluice-batch/sluice"
+)
+
+const jobCols = `id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
+	state, requests, rejected, max_attempts, created_at, updated_at`
+
+func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
+	var j sluice.Job
+	var mtime, created, updated int64
+	var limits string
+	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
+		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
+		&created, &updated); err != nil {
+		return nil, err
+	}
+	j.Fingerprint.ModTime = fromNS(mtime)
+	j.CreatedAt, j.UpdatedAt = fromNS(created), fromNS(updated)
+	if err := json.Unmarshal([]byte(limits), &j.Limits); err != nil {
+		return nil, fmt.Errorf("job %s: limits: %w", j.ID, err)
+	}
+	return &j, nil
+}
+
+// Job returns one job.
+func (d *DB) Job(ctx context.Context, id string) (*sluice.Job, error) {
+	j, err := scanJob(d.db.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	return j, err
+}
+
+// Jobs returns every job, newest first.
+func (d *DB) Jobs(ctx context.Context) ([]*sluice.Job, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var js []*sluice.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		js = append(js, j)
+	}
+	return js, rows.Err()
+}
+
+// SetJobState moves a job from one state to another (guarded).
+func (d *DB) SetJobState(ctx context.Context, id string, from, to sluice.JobState) error {
+	return d.tx(ctx, func(tx *sql.Tx) error {
+		return setJobState(ctx, tx, id, from, to, d.now().UnixNano())
+	})
+}
+
+func setJobState(ctx context.Context, tx *sql.Tx, id string, from, to sluice.JobState, now int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
+		to, now, id, from)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("job %s: %s -> %s: %w", id, from, to, ErrConflict)
+	}
+	return nil
+}
+
+// SetJobOutput records where the job's output goes.
+func (d *DB) SetJobOutput(ctx context.Context, id, output string) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET output = ?, updated_at = ? WHERE id = ?`, output, d.now().UnixNano(), id)
+	return err
+}
+
+// UpdateFingerprint records a new modification time for an input whose
+// content hash was found unchanged.
+func (d *DB) UpdateFingerprint(ctx context.Context, id string, fp sluice.Fingerprint) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ? WHERE id = ?`,
+		fp.Size, ns(fp.ModTime), fp.Hash, id)
+	return err
+}
+
+// DeleteJob removes a job and all its rows.
+func (d *DB) DeleteJob(ctx context.Context, id string) error {
+	return d.tx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []string{`DELETE FROM requests WHERE job_id = ?`, `DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
+			if _, err := tx.ExecContext(ctx, q, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

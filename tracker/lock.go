@@ -1,0 +1,72 @@
+package tracker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ErrLocked is returned when another live process holds a job's lock.
+var ErrLocked = errors.New("job is locked by another sluice process")
+
+// LockedError names the process holding a job's lock.
+type LockedError struct {
+	Job string
+	PID int // 0 when the holder did not write its pid yet
+}
+
+func (e *LockedError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("job %s is being driven by another sluice process (pid %d); wait for it or stop it", e.Job, e.PID)
+	}
+	return fmt.Sprintf("job %s is being driven by another sluice process", e.Job)
+}
+
+func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// Lock is an exclusive per-job lock: flock(2) on a file beside the
+// database. The kernel releases it when the process dies, however it dies.
+type Lock struct {
+	f *os.File
+}
+
+// LockJob takes the job's lock without waiting.
+func (d *DB) LockJob(job string) (*Lock, error) {
+	dir := filepath.Join(d.dir, "locks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, job+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return nil, &LockedError{Job: job, PID: pid}
+		}
+		return nil, fmt.Errorf("lock job %s: %w", job, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Unlock releases the lock.
+func (l *Lock) Unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	l.f.Truncate(0)
+	err := l.f.Close() // closing the descriptor releases the flock
+	l.f = nil
+	return err
+}

@@ -1,0 +1,154 @@
+package tracker
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// planTxRows is how many rows a plan writes per transaction.
+const planTxRows = 100_000
+
+// Plan records a job's plan as the splitter makes it. The job stays in
+// state planning until Commit; a job found in that state by a later run was
+// interrupted and is deleted and planned again (see DeleteJob).
+type Plan struct {
+	d      *DB
+	ctx    context.Context
+	job    *sluice.Job
+	tx     *sql.Tx
+	insReq *sql.Stmt
+	insChk *sql.Stmt
+	rows   int
+}
+
+// BeginPlan records job in state planning and returns the sink for its plan.
+func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
+	limits, err := json.Marshal(job.Limits)
+	if err != nil {
+		return nil, err
+	}
+	now := d.now()
+	job.State = sluice.JobPlanning
+	job.CreatedAt, job.UpdatedAt = now, now
+	if job.MaxAttempts == 0 {
+		job.MaxAttempts = 3
+	}
+	if _, err := d.db.ExecContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
+		max_attempts, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
+		job.MaxAttempts, now.UnixNano(), now.UnixNano()); err != nil {
+		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
+	}
+	p := &Plan{d: d, ctx: ctx, job: job}
+	if err := p.begin(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Plan) begin() error {
+	tx, err := p.d.db.BeginTx(p.ctx, nil)
+	if err != nil {
+		return err
+	}
+	p.tx = tx
+	if p.insReq, err = tx.PrepareContext(p.ctx, `INSERT INTO requests (job_id, ordinal, line, custom_id, chunk_id, idx,
+		offset, length, tokens, attempt, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+		return err
+	}
+	p.insChk, err = tx.PrepareContext(p.ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
+		bytes, est_tokens, bound, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	return err
+}
+
+// flush commits the current transaction and starts the next.
+func (p *Plan) flush() error {
+	if err := p.tx.Commit(); err != nil {
+		return err
+	}
+	p.rows = 0
+	return p.begin()
+}
+
+func (p *Plan) wrote() error {
+	p.rows++
+	if p.rows >= planTxRows {
+		return p.flush()
+	}
+	return nil
+}
+
+// AddRequest implements sluice.PlanSink.
+func (p *Plan) AddRequest(r *sluice.Request) error {
+	attempt := r.Attempt
+	if attempt == 0 {
+		attempt = 1
+	}
+	if _, err := p.insReq.ExecContext(p.ctx, p.job.ID, r.Ordinal, r.Line, r.CustomID, r.Chunk, r.Index,
+		r.Offset, r.Length, r.Tokens, attempt, sluice.RequestPending); err != nil {
+		return fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
+	}
+	return p.wrote()
+}
+
+// AddChunk implements sluice.PlanSink.
+func (p *Plan) AddChunk(c *sluice.Chunk) error {
+	c.Job = p.job.ID
+	if c.Attempt == 0 {
+		c.Attempt = 1
+	}
+	c.State = sluice.ChunkPending
+	if _, err := p.insChk.ExecContext(p.ctx, p.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests,
+		c.Bytes, c.EstTokens, c.Bound, c.State); err != nil {
+		return fmt.Errorf("record chunk %d: %w", c.ID, err)
+	}
+	return p.wrote()
+}
+
+// FindCustomID implements sluice.PlanSink.
+func (p *Plan) FindCustomID(customID string) (int64, bool, error) {
+	var line int64
+	err := p.tx.QueryRowContext(p.ctx, `SELECT line FROM requests WHERE job_id = ? AND custom_id = ?`,
+		p.job.ID, customID).Scan(&line)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return line, err == nil, err
+}
+
+// Commit records the input's fingerprint and counts and moves the job to
+// planned: from here on the plan is trusted.
+func (p *Plan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, rejected int64) error {
+	now := p.d.now().UnixNano()
+	res, err := p.tx.ExecContext(ctx, `UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
+		requests = ?, rejected = ?, state = ?, updated_at = ? WHERE id = ? AND state = ?`,
+		fp.Size, ns(fp.ModTime), fp.Hash, requests, rejected, sluice.JobPlanned, now, p.job.ID, sluice.JobPlanning)
+	if err != nil {
+		p.tx.Rollback()
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		p.tx.Rollback()
+		return fmt.Errorf("commit plan of job %s: %w", p.job.ID, ErrConflict)
+	}
+	if err := p.tx.Commit(); err != nil {
+		return err
+	}
+	p.job.State, p.job.Fingerprint, p.job.Requests, p.job.Rejected = sluice.JobPlanned, fp, requests, rejected
+	p.tx = nil
+	return nil
+}
+
+// Abort throws the plan away: the job and every row of it.
+func (p *Plan) Abort(ctx context.Context) error {
+	if p.tx != nil {
+		p.tx.Rollback()
+		p.tx = nil
+	}
+	return p.d.DeleteJob(ctx, p.job.ID)
+}

@@ -1,0 +1,151 @@
+// Package tracker is sluice's SQLite store: jobs, chunks and one row per
+// request, guarded state transitions, and a per-job lock that the kernel
+// frees when the process dies.
+package tracker
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+
+	"github.com/sluice-batch/sluice/migrations"
+)
+
+// DBName is the database file's name inside the state directory.
+const DBName = "sluice.db"
+
+// ErrConflict is returned when a guarded transition finds the row in another
+// state than expected: someone else moved it, or the caller's view is stale.
+var ErrConflict = errors.New("state changed under us")
+
+// ErrNotFound is returned when a job or chunk does not exist.
+var ErrNotFound = errors.New("not found")
+
+// DB is the tracker's database in one state directory.
+type DB struct {
+	db  *sql.DB
+	dir string
+	now func() time.Time
+}
+
+// Open opens (creating if needed) the state directory and its database,
+// private to the user, with WAL and foreign keys on, and applies pending
+// migrations.
+func Open(ctx context.Context, dir string) (*DB, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	path := filepath.Join(dir, DBName)
+	// Create the file ourselves so it is 0600 from the first byte.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	f.Close()
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, err
+	}
+	dsn := "file:" + path + "?_journal_mode=WAL&_foreign_keys=on&_busy_timeout=15000&_synchronous=NORMAL&_txlock=immediate"
+	sdb, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, err
+	}
+	d := &DB{db: sdb, dir: dir, now: time.Now}
+	if err := d.migrate(ctx); err != nil {
+		sdb.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Dir is the state directory.
+func (d *DB) Dir() string { return d.dir }
+
+// SQL exposes the database for read-only inspection in tests and status.
+func (d *DB) SQL() *sql.DB { return d.db }
+
+// Close closes the database.
+func (d *DB) Close() error { return d.db.Close() }
+
+// SetClock replaces the clock (tests).
+func (d *DB) SetClock(now func() time.Time) { d.now = now }
+
+func (d *DB) migrate(ctx context.Context) error {
+	ms, err := migrations.All()
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	return d.apply(ctx, ms)
+}
+
+func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
+	if _, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_version: %w", err)
+	}
+	var cur int
+	if err := d.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&cur); err != nil {
+		return err
+	}
+	if cur > len(ms) {
+		return fmt.Errorf("database schema version %d is newer than this sluice knows (%d): upgrade sluice", cur, len(ms))
+	}
+	for _, m := range ms[cur:] {
+		if err := d.tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
+				m.Version, m.Name, d.now().Unix())
+			return err
+		}); err != nil {
+			return fmt.Errorf("apply migration %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// tx runs fn in a transaction, committing when it returns nil.
+func (d *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// IntegrityCheck runs PRAGMA integrity_check and returns its verdict.
+func (d *DB) IntegrityCheck(ctx context.Context) error {
+	var s string
+	if err := d.db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&s); err != nil {
+		return err
+	}
+	if s != "ok" {
+		return fmt.Errorf("integrity check: %s", s)
+	}
+	return nil
+}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNS(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
