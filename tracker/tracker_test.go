@@ -1,0 +1,261 @@
+package tracker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/migrations"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+func open(t *testing.T) *tracker.DB {
+	t.Helper()
+	db, err := tracker.Open(context.Background(), filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestOpenPrivateWALForeignKeys(t *testing.T) {
+	db := open(t)
+	st, err := os.Stat(filepath.Join(db.Dir(), tracker.DBName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("database mode %v, want 0600", st.Mode().Perm())
+	}
+	dst, _ := os.Stat(db.Dir())
+	if dst.Mode().Perm() != 0o700 {
+		t.Errorf("state dir mode %v, want 0700", dst.Mode().Perm())
+	}
+	var mode string
+	var fk int
+	if err := db.SQL().QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode %q (%v), want wal", mode, err)
+	}
+	if err := db.SQL().QueryRow(`PRAGMA foreign_keys`).Scan(&fk); err != nil || fk != 1 {
+		t.Errorf("foreign_keys %d (%v), want 1", fk, err)
+	}
+	// Reopening applies nothing twice.
+	db2, err := tracker.Open(context.Background(), db.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	var n int
+	db2.SQL().QueryRow(`SELECT COUNT(*) FROM schema_version`).Scan(&n)
+	ms, _ := migrations.All()
+	if n != len(ms) {
+		t.Errorf("schema_version has %d rows, want %d", n, len(ms))
+	}
+}
+
+func TestMigrationsGapAndDuplicateFail(t *testing.T) {
+	gap := fstest.MapFS{"0001_a.sql": {Data: []byte("SELECT 1;")}, "0003_c.sql": {Data: []byte("SELECT 1;")}}
+	if _, err := migrations.Load(gap); err == nil || !strings.Contains(err.Error(), "version 2 is missing") {
+		t.Errorf("gap: err = %v, want version 2 missing", err)
+	}
+	dup := fstest.MapFS{"0001_a.sql": {Data: []byte("SELECT 1;")}, "0001_b.sql": {Data: []byte("SELECT 1;")}}
+	if _, err := migrations.Load(dup); err == nil || !strings.Contains(err.Error(), "same version 1") {
+		t.Errorf("duplicate: err = %v, want same version", err)
+	}
+	bad := fstest.MapFS{"init.sql": {Data: []byte("SELECT 1;")}}
+	if _, err := migrations.Load(bad); err == nil {
+		t.Error("unnumbered migration accepted")
+	}
+	ok := fstest.MapFS{"0002_b.sql": {Data: []byte("B")}, "0001_a.sql": {Data: []byte("A")}}
+	ms, err := migrations.Load(ok)
+	if err != nil || len(ms) != 2 || ms[0].SQL != "A" || ms[1].Version != 2 {
+		t.Errorf("ordered load = %+v, %v", ms, err)
+	}
+}
+
+func planJob(t *testing.T, db *tracker.DB, id string, n int) *sluice.Job {
+	t.Helper()
+	ctx := context.Background()
+	job := &sluice.Job{ID: id, Provider: "openai", Input: "/in.jsonl", Dir: t.TempDir(), MaxAttempts: 3}
+	p, err := db.BeginPlan(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := p.AddRequest(&sluice.Request{Ordinal: int64(i), Line: int64(i + 1), CustomID: "id-" + string(rune('a'+i)), Chunk: 1, Index: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.AddChunk(&sluice.Chunk{ID: 1, URL: "/v1/chat/completions", Model: "m", Path: "chunks/c1", Requests: n, Bytes: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{Size: 10, ModTime: time.Unix(5, 0), Hash: "h"}, int64(n), 0); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+func TestPlanCommitAndDuplicate(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	job := &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()}
+	p, err := db.BeginPlan(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddRequest(&sluice.Request{Ordinal: 0, Line: 7, CustomID: "x", Chunk: 1}); err != nil {
+		t.Fatal(err)
+	}
+	line, found, err := p.FindCustomID("x")
+	if err != nil || !found || line != 7 {
+		t.Errorf("FindCustomID(x) = %d, %v, %v; want line 7", line, found, err)
+	}
+	if _, found, _ := p.FindCustomID("y"); found {
+		t.Error("FindCustomID(y) found a request never added")
+	}
+	if err := p.AddRequest(&sluice.Request{Ordinal: 1, Line: 8, CustomID: "x", Chunk: 1}); err == nil {
+		t.Error("a duplicate custom_id was recorded")
+	}
+	got, err := db.Job(ctx, "j")
+	if err != nil || got.State != sluice.JobPlanning {
+		t.Fatalf("job before commit: %+v, %v; want planning", got, err)
+	}
+	if err := p.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Job(ctx, "j"); !errors.Is(err, tracker.ErrNotFound) {
+		t.Errorf("aborted job still there: %v", err)
+	}
+	var n int
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests WHERE job_id = 'j'`).Scan(&n)
+	if n != 0 {
+		t.Errorf("%d request rows survive an abort", n)
+	}
+}
+
+func TestGuardedTransitions(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	planJob(t, db, "j", 3)
+	cs, err := db.Chunks(ctx, "j")
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("chunks = %v, %v", cs, err)
+	}
+	c := cs[0]
+	c.State, c.FileID = sluice.ChunkUploading, ""
+	if err := db.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
+		t.Fatal(err)
+	}
+	// A stale view (still thinking pending) conflicts.
+	c.State = sluice.ChunkUploaded
+	if err := db.UpdateChunk(ctx, c, sluice.ChunkPending); !errors.Is(err, tracker.ErrConflict) {
+		t.Errorf("stale transition: err = %v, want ErrConflict", err)
+	}
+	// The CHECK constraint refuses unknown states.
+	c.State = "bogus"
+	if err := db.UpdateChunk(ctx, c, sluice.ChunkUploading); err == nil {
+		t.Error("unknown chunk state accepted")
+	}
+	if err := db.SetJobState(ctx, "j", sluice.JobRunning, sluice.JobDone); !errors.Is(err, tracker.ErrConflict) {
+		t.Errorf("job transition from the wrong state: %v", err)
+	}
+	if _, err := db.SQL().Exec(`UPDATE jobs SET state = 'nope' WHERE id = 'j'`); err == nil {
+		t.Error("unknown job state accepted")
+	}
+}
+
+func TestFinishChunkIsAtomic(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	planJob(t, db, "j", 3)
+	cs, _ := db.Chunks(ctx, "j")
+	c := cs[0]
+	c.State = sluice.ChunkDone
+	fin := &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
+		Outcomes:  []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}, {Ordinal: 99, State: sluice.RequestFailed}},
+		NewChunks: []*sluice.Chunk{{ID: 2, Attempt: 2, URL: "u", Model: "m", Path: "p", State: sluice.ChunkPending}}}
+	if err := db.FinishChunk(ctx, fin); !errors.Is(err, tracker.ErrConflict) {
+		t.Fatalf("finish with an unknown request: %v, want conflict", err)
+	}
+	// Nothing of it landed.
+	cs, _ = db.Chunks(ctx, "j")
+	st, _ := db.RequestStates(ctx, "j")
+	if len(cs) != 1 || cs[0].State != sluice.ChunkPending || st[sluice.RequestPending] != 3 {
+		t.Fatalf("partial finish landed: chunks %d state %s, requests %v", len(cs), cs[0].State, st)
+	}
+	fin.Outcomes = fin.Outcomes[:1]
+	fin.Moved = []sluice.Request{{Ordinal: 1, Chunk: 2, Index: 0, Offset: 0, Length: 5, Attempt: 2}, {Ordinal: 2, Chunk: 2, Index: 1, Offset: 6, Length: 5, Attempt: 2}}
+	if err := db.FinishChunk(ctx, fin); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = db.RequestStates(ctx, "j")
+	if st[sluice.RequestSucceeded] != 1 || st[sluice.RequestPending] != 2 {
+		t.Errorf("states after finish: %v", st)
+	}
+	var ids []string
+	db.ChunkRequests(ctx, "j", 2, func(r *sluice.Request) error { ids = append(ids, r.CustomID); return nil })
+	if strings.Join(ids, ",") != "id-b,id-c" {
+		t.Errorf("requests moved to chunk 2: %v", ids)
+	}
+	var seen []int64
+	db.Expected(ctx, "j", func(o int64, id string) bool { seen = append(seen, o); return true })
+	if len(seen) != 3 || seen[0] != 0 || seen[2] != 2 {
+		t.Errorf("Expected order: %v", seen)
+	}
+}
+
+// TestLockHeldByOtherProcess: a second run fails fast naming the holder's
+// pid, and the kernel frees the lock when the holder is SIGKILLed.
+func TestLockHeldByOtherProcess(t *testing.T) {
+	if os.Getenv("TRACKER_LOCK_HELPER") != "" {
+		db, err := tracker.Open(context.Background(), os.Getenv("TRACKER_LOCK_HELPER"))
+		if err != nil {
+			os.Exit(3)
+		}
+		if _, err := db.LockJob("j"); err != nil {
+			os.Exit(4)
+		}
+		os.Stdout.WriteString("locked\n")
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	db := open(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHeldByOtherProcess$")
+	cmd.Env = append(os.Environ(), "TRACKER_LOCK_HELPER="+db.Dir())
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 7)
+	if _, err := out.Read(buf); err != nil || string(buf) != "locked\n" {
+		t.Fatalf("helper did not lock: %q %v", buf, err)
+	}
+	_, err := db.LockJob("j")
+	var le *tracker.LockedError
+	if !errors.As(err, &le) || le.PID != cmd.Process.Pid {
+		t.Fatalf("LockJob while held: %v, want LockedError with pid %d", err, cmd.Process.Pid)
+	}
+	if !strings.Contains(err.Error(), "pid") {
+		t.Errorf("message does not name the pid: %v", err)
+	}
+	other, err := db.LockJob("other-job")
+	if err != nil {
+		t.Fatalf("another job's lock: %v", err)
+	}
+	other.Unlock()
+	cmd.Process.Kill()
+	cmd.Wait()
+	l, err := db.LockJob("j")
+	if err != nil {
+		t.Fatalf("lock not freed after SIGKILL of its holder: %v", err)
+	}
+	l.Unlock()
+}
