@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice/emulator"
+)
+
+func newEmulateCmd(g *globalFlags) *cobra.Command {
+	var addr string
+	var o emulator.Options
+	cmd := &cobra.Command{
+		Use:   "emulate",
+		Short: "Serve the local provider emulator (OpenAI, Anthropic and Cloudflare batch APIs on one port)",
+		Long: `emulate serves a faithful local copy of the OpenAI Files and Batches API (and
+every OpenAI-compatible one), Anthropic Message Batches and Cloudflare Workers
+AI async batch, with a deterministic fake model, the real limits, and fault
+injection. Point an SDK at it:
+
+  OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=any
+  ANTHROPIC_BASE_URL=http://127.0.0.1:8080 ANTHROPIC_API_KEY=any
+  CLOUDFLARE_BASE_URL=http://127.0.0.1:8080/client/v4 CLOUDFLARE_API_TOKEN=any CLOUDFLARE_ACCOUNT_ID=acct
+
+GET /_emulator/stats answers counters, among them requests_processed_more_than_once
+(the same custom_id of one job executed twice: money spent twice).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return emulator.ListenAndServe(ctx, addr, o, func(a string) {
+				fmt.Fprintf(os.Stderr, "sluice emulator listening on http://%s (OpenAI base URL http://%s/v1)\n", a, a)
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&o.DataDir, "data", "", "keep state on disk in this directory, so a restart loses no batch (default: in memory)")
+	fs.DurationVar(&o.BatchTime, "batch-time", 0, "time from create to completed for every batch")
+	fs.Float64Var(&o.HTTPFaultRate, "http-fault-rate", 0, "share of API calls answered 429 with Retry-After, 5xx, or a reset connection")
+	fs.Int64Var(&o.Seed, "seed", 1, "seed of the fault plan and of output order")
+	fs.Float64Var(&o.ExpireRate, "expire-rate", 0, "share of batches that expire with part of their lines done")
+	fs.Float64Var(&o.ValidationFailRate, "validation-fail-rate", 0, "share of batches that fail validation")
+	fs.Float64Var(&o.LineErrorRate, "line-error-rate", 0, "share of lines answered with a per-request error")
+	fs.Float64Var(&o.OmitRate, "omit-rate", 0, "share of lines left out of both output and error files")
+	fs.Int64Var(&o.EnqueuedTokenLimit, "enqueued-token-limit", 0, "per-model enqueued-token limit: batches past it fail with token_limit_exceeded (0 = none)")
+	fs.StringVar(&o.APIKey, "require-key", "", "when set, only this API key is accepted (else any non-empty key)")
+	_ = time.Second
+	_ = context.Background
+	return cmd
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/term"
+
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+type globalFlags struct {
+	state     string
+	logFormat string
+	logLevel  string
+}
+
+// stateDir resolves the state directory without a login shell's
+// environment, so cron and systemd find the same jobs as the user.
+func (g *globalFlags) stateDir() (string, error) {
+	if g.state != "" {
+		return filepath.Abs(g.state)
+	}
+	if s := os.Getenv("SLUICE_STATE"); s != "" {
+		return filepath.Abs(s)
+	}
+	if s := os.Getenv("XDG_STATE_HOME"); s != "" && filepath.IsAbs(s) {
+		return filepath.Join(s, "sluice"), nil
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		u, err := user.Current()
+		if err != nil {
+			return "", fmt.Errorf("cannot find a home directory for the state; set --state or SLUICE_STATE: %w", err)
+		}
+		home = u.HomeDir
+	}
+	return filepath.Join(home, ".local", "state", "sluice"), nil
+}
+
+func (g *globalFlags) openDB(ctx context.Context) (*tracker.DB, error) {
+	dir, err := g.stateDir()
+	if err != nil {
+		return nil, err
+	}
+	return tracker.Open(ctx, dir)
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// logger builds the process logger: a readable console on a terminal,
+// zerolog JSON lines otherwise (cron, systemd, CI).
+func (g *globalFlags) logger(w *os.File) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(g.logLevel))
+	if err != nil || g.logLevel == "" {
+		return zerolog.Logger{}, usageErr("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	var out io.Writer = w
+	switch g.logFormat {
+	case "json":
+	case "console":
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}
+	case "auto", "":
+		if isTerminal(w) {
+			out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}
+		}
+	default:
+		return zerolog.Logger{}, usageErr("--log-format %q: want auto, json or console", g.logFormat)
+	}
+	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}

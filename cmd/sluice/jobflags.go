@@ -1,0 +1,85 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
+)
+
+// jobFlags are the flags that define a job: shared by plan and run.
+type jobFlags struct {
+	provider    string
+	baseURL     string
+	job         string
+	model       string
+	skipInvalid bool
+	rejects     string
+	limits      sluice.Limits
+	maxAttempts int
+}
+
+func (f *jobFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed)")
+	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
+	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
+	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
+	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip bad input lines, writing each with its reason to the rejects file, instead of stopping at the first one")
+	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
+	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
+	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")
+	fs.Int64Var(&f.limits.MaxBatchTokens, "max-batch-tokens", 0, "estimated input tokens per batch (default: no limit)")
+	fs.IntVar(&f.limits.MaxLiveBatches, "max-live-batches", 0, "batches live at the provider at once (default: the provider's limit, else no limit)")
+	fs.Int64Var(&f.limits.MaxEnqueuedTokens, "max-enqueued-tokens", 0, "estimated input tokens live at the provider per model, e.g. your OpenAI tier's enqueued-token limit (default: no limit)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 3, "attempts per request: requests that expire, are cancelled, or fail with 429/5xx are retried in new batches up to this many times")
+}
+
+func (f *jobFlags) preset() (provider.Preset, error) {
+	p, err := provider.Lookup(f.provider)
+	if err != nil {
+		return p, withCode(exitUsage, err)
+	}
+	return p, nil
+}
+
+func (f *jobFlags) check() error {
+	l := f.limits
+	if l.MaxBatchBytes < 0 || l.MaxBatchRequests < 0 || l.MaxBatchTokens < 0 || l.MaxLiveBatches < 0 || l.MaxEnqueuedTokens < 0 {
+		return usageErr("limits must not be negative")
+	}
+	if f.maxAttempts < 1 {
+		return usageErr("--max-attempts must be at least 1")
+	}
+	if f.job != "" && !jobName.MatchString(f.job) {
+		return usageErr("--job %q: use letters, digits, '.', '_' and '-' (at most 100)", f.job)
+	}
+	return nil
+}
+
+var jobName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+// jobID is --job, or a name derived from the input's absolute path and the
+// provider, so the same command always finds the same job.
+func (f *jobFlags) jobID(absInput string) string {
+	if f.job != "" {
+		return f.job
+	}
+	base := filepath.Base(absInput)
+	for _, ext := range []string{".gz", ".zst", ".jsonl", ".json", ".ndjson", ".txt"} {
+		base = strings.TrimSuffix(base, ext)
+	}
+	base = regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(base, "_")
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	sum := sha256.Sum256([]byte(absInput + "\x00" + f.provider + "\x00" + f.baseURL))
+	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))
+}

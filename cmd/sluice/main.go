@@ -1,0 +1,104 @@
+// Command sluice runs huge LLM batch workloads: it splits a JSONL file of
+// requests into provider batches, submits and tracks them in SQLite, survives
+// crashes, and merges every result back into one file.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice/splitter"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// Exit codes (DESIGN.md).
+const (
+	exitOK       = 0 // every request succeeded and the output is written
+	exitError    = 1 // an error stopped the run
+	exitUsage    = 2 // bad usage or bad input
+	exitStopped  = 3 // --deadline or --once stopped with work still running
+	exitFailures = 4 // output written, but some requests failed permanently
+)
+
+// exitError carries an exit code up to main.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string { return e.err.Error() }
+func (e *codeError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &codeError{code: code, err: err}
+}
+
+func usageErr(format string, args ...any) error {
+	return withCode(exitUsage, fmt.Errorf(format, args...))
+}
+
+// silent is an exit code without a message (the summary said it all).
+type silent int
+
+func (s silent) Error() string { return fmt.Sprintf("exit %d", int(s)) }
+
+func main() {
+	os.Exit(execute(os.Args[1:]))
+}
+
+func execute(args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var s silent
+	if errors.As(err, &s) {
+		return int(s)
+	}
+	fmt.Fprintln(os.Stderr, "sluice: "+err.Error())
+	var ce *codeError
+	var le *splitter.LineError
+	var lk *tracker.LockedError
+	switch {
+	case errors.As(err, &ce):
+		return ce.code
+	case errors.As(err, &le):
+		return exitUsage
+	case errors.As(err, &lk):
+		return exitError
+	}
+	return exitError
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "sluice",
+		Short: "Run huge LLM batch workloads through provider batch APIs, crash-safe",
+		Long: `sluice splits a JSONL file of requests (the OpenAI batch input format) into
+provider batches under each provider's limits, submits them with bounded
+concurrency, tracks every file, batch and request in SQLite, survives
+crashes and reboots, and merges every result back into one file keyed by the
+original custom_ids, in input order.
+
+Exit codes: 0 all requests succeeded and the output is written; 1 an error
+stopped the run; 2 bad usage or bad input; 3 stopped by --deadline or --once
+with work still running (run again later); 4 finished and output written,
+but some requests failed permanently (see the errors file).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.state, "state", "", "state directory holding the database, chunks and results (default $SLUICE_STATE, else $XDG_STATE_HOME/sluice or ~/.local/state/sluice)")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON lines otherwise), json, console")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(newPlanCmd(g), newRunCmd(g), newStatusCmd(g), newCancelCmd(g), newEmulateCmd(g))
+	return root
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
+)
+
+func newPlanCmd(g *globalFlags) *cobra.Command {
+	var f jobFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "plan INPUT",
+		Short: "Validate the input and show the batches a run would create; submits nothing",
+		Long: `plan reads INPUT (plain, gzip or zstd JSONL in the OpenAI batch input format),
+validates every line, groups lines by (url, model), cuts chunks under the
+provider's limits measured on its wire format, writes them into the job's
+directory under the state directory, and prints the plan: per chunk the url,
+model, request count, wire bytes, estimated input tokens and the limit that
+closed it. A later 'sluice run' of the same input reuses this plan.
+
+A bad line stops planning with its file, line number, custom_id and reason
+(exit 2), unless --skip-invalid is given.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := f.check(); err != nil {
+				return err
+			}
+			p, err := f.preset()
+			if err != nil {
+				return err
+			}
+			log, err := g.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			input, err := filepath.Abs(args[0])
+			if err != nil {
+				return err
+			}
+			db, err := g.openDB(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			id := f.jobID(input)
+			lock, err := db.LockJob(id)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			bar := newPlanProgress(os.Stderr)
+			pr, err := prepareJob(ctx, db, &f, p, input, id, bar.update, log)
+			bar.done()
+			if err != nil {
+				return err
+			}
+			chunks, err := db.Chunks(ctx, pr.job.ID)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writePlanJSON(os.Stdout, pr, chunks)
+			}
+			writePlanTable(os.Stdout, pr, p, chunks)
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as one JSON document")
+	return cmd
+}
+
+type planJSON struct {
+	Job      string          `json:"job"`
+	Provider string          `json:"provider"`
+	Input    string          `json:"input"`
+	Requests int64           `json:"requests"`
+	Rejected int64           `json:"rejected"`
+	Bytes    int64           `json:"bytes"`
+	Tokens   int64           `json:"est_tokens"`
+	Limits   sluice.Limits   `json:"limits"`
+	Reused   bool            `json:"reused"`
+	Bounds   map[string]int  `json:"bounds"`
+	Chunks   []planChunkJSON `json:"chunks"`
+	Dir      string          `json:"dir"`
+}
+
+type planChunkJSON struct {
+	ID        int64  `json:"id"`
+	URL       string `json:"url"`
+	Model     string `json:"model"`
+	Requests  int    `json:"requests"`
+	Bytes     int64  `json:"bytes"`
+	EstTokens int64  `json:"est_tokens"`
+	Bound     string `json:"bound"`
+	File      string `json:"file"`
+}
+
+func planDoc(pr *prepared, chunks []*sluice.Chunk) planJSON {
+	doc := planJSON{Job: pr.job.ID, Provider: pr.job.Provider, Input: pr.job.Input, Requests: pr.job.Requests,
+		Rejected: pr.job.Rejected, Limits: pr.job.Limits, Reused: pr.reused, Bounds: map[string]int{},
+		Chunks: []planChunkJSON{}, Dir: pr.job.Dir}
+	for _, c := range chunks {
+		if c.Attempt != 1 {
+			continue
+		}
+		doc.Bytes += c.Bytes
+		doc.Tokens += c.EstTokens
+		doc.Bounds[c.Bound]++
+		doc.Chunks = append(doc.Chunks, planChunkJSON{ID: c.ID, URL: c.URL, Model: c.Model, Requests: c.Requests,
+			Bytes: c.Bytes, EstTokens: c.EstTokens, Bound: c.Bound, File: filepath.Join(pr.job.Dir, c.Path)})
+	}
+	return doc
+}
+
+func writePlanJSON(w io.Writer, pr *prepared, chunks []*sluice.Chunk) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(planDoc(pr, chunks))
+}
+
+func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*sluice.Chunk) {
+	doc := planDoc(pr, chunks)
+	if pr.reused {
+		fmt.Fprintf(w, "job %s (planned before; input unchanged)\n", doc.Job)
+	} else {
+		fmt.Fprintf(w, "job %s\n", doc.Job)
+	}
+	fmt.Fprintf(w, "provider %s, input %s\n\n", doc.Provider, doc.Input)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "chunk\turl\tmodel\trequests\twire bytes\test tokens\tclosed by\t")
+	for _, c := range doc.Chunks {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\t\n", c.ID, c.URL, c.Model, c.Requests, humanBytes(c.Bytes), c.EstTokens, c.Bound)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d requests in %d chunks, %s on the wire, ~%d input tokens", doc.Requests, len(doc.Chunks), humanBytes(doc.Bytes), doc.Tokens)
+	if doc.Rejected > 0 {
+		fmt.Fprintf(w, "; %d bad lines skipped (see %s)", doc.Rejected, filepath.Join(doc.Dir, "rejects.jsonl"))
+	}
+	fmt.Fprintln(w)
+	l := doc.Limits
+	fmt.Fprintf(w, "limits: %s and %d requests per batch", humanBytes(l.MaxBatchBytes), l.MaxBatchRequests)
+	if l.MaxBatchTokens > 0 {
+		fmt.Fprintf(w, ", %d est. tokens per batch", l.MaxBatchTokens)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "chunks closed by: bytes limit %d, requests limit %d, tokens limit %d, end of their (url, model) group %d\n",
+		doc.Bounds["bytes"], doc.Bounds["requests"], doc.Bounds["tokens"], doc.Bounds["end"])
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n <= 0:
+		return "no limit"
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/splitter"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// prepared is a job ready to run: planned now or found planned before.
+type prepared struct {
+	job    *sluice.Job
+	reused bool
+	res    *splitter.Result // nil when reused
+}
+
+// prepareJob finds the job of this input or plans it. A job interrupted
+// while planning is thrown away and planned again; a job whose input
+// changed since it was planned is refused. The caller holds the job lock.
+func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Preset, input, id string,
+	progress func(splitter.Progress), log zerolog.Logger) (*prepared, error) {
+	st, err := os.Stat(input)
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("input: %w", err))
+	}
+	if st.IsDir() {
+		return nil, usageErr("input %s is a directory", input)
+	}
+	job, err := db.Job(ctx, id)
+	switch {
+	case errors.Is(err, tracker.ErrNotFound):
+	case err != nil:
+		return nil, err
+	case job.State == sluice.JobPlanning:
+		log.Warn().Str("job", id).Msg("found a plan interrupted mid-split; planning again from scratch")
+		if err := db.DeleteJob(ctx, id); err != nil {
+			return nil, err
+		}
+		os.RemoveAll(job.Dir)
+	default:
+		if err := checkUnchanged(ctx, db, job, st); err != nil {
+			return nil, err
+		}
+		return &prepared{job: job, reused: true}, nil
+	}
+
+	dir := filepath.Join(db.Dir(), "jobs", id)
+	os.RemoveAll(dir) // leftovers of an aborted plan
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	job = &sluice.Job{ID: id, Provider: p.Name, Input: input, Model: f.model, Dir: dir,
+		Limits: p.Limits.Override(f.limits), MaxAttempts: f.maxAttempts}
+	plan, err := db.BeginPlan(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	rejects := f.rejects
+	if rejects == "" {
+		rejects = filepath.Join(dir, "rejects.jsonl")
+	}
+	res, err := splitter.Split(ctx, splitter.Config{
+		Input: input, Dir: dir, Codec: p.Codec(), Limits: job.Limits, Model: f.model,
+		SkipInvalid: f.skipInvalid, RejectsPath: rejects, Progress: progress,
+	}, plan)
+	if err == nil {
+		err = plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected)
+	}
+	if err != nil {
+		// Nothing half-recorded survives: the job and its files go.
+		if aerr := plan.Abort(context.WithoutCancel(ctx)); aerr != nil {
+			log.Error().Err(aerr).Msg("could not remove the aborted plan; the next run will")
+		}
+		os.RemoveAll(dir)
+		var le *splitter.LineError
+		if errors.As(err, &le) {
+			return nil, withCode(exitUsage, err)
+		}
+		return nil, fmt.Errorf("plan %s: %w", input, err)
+	}
+	return &prepared{job: job, res: res}, nil
+}
+
+// checkUnchanged refuses a job whose input changed since it was planned.
+// Size and modification time decide quickly; when only the time moved,
+// the content hash decides.
+func checkUnchanged(ctx context.Context, db *tracker.DB, job *sluice.Job, st os.FileInfo) error {
+	fp := job.Fingerprint
+	if st.Size() == fp.Size && st.ModTime().Equal(fp.ModTime) {
+		return nil
+	}
+	changed := func(why string) error {
+		return usageErr("input %s changed since job %s was planned (%s); run with --job NEW_NAME to start a new job, or restore the file", job.Input, job.ID, why)
+	}
+	if st.Size() != fp.Size {
+		return changed(fmt.Sprintf("size %d, was %d", st.Size(), fp.Size))
+	}
+	now, err := splitter.FingerprintFile(job.Input)
+	if err != nil {
+		return err
+	}
+	if now.Hash != fp.Hash {
+		return changed(fmt.Sprintf("modified %s, content differs", st.ModTime().Format(time.RFC3339)))
+	}
+	return db.UpdateFingerprint(ctx, job.ID, now)
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/anthropic"
+	"github.com/sluice-batch/sluice/provider/cloudflare"
+	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/openai"
+)
+
+// netFlags tune the HTTP side of provider clients.
+type netFlags struct {
+	rate             float64
+	burst            int
+	retries          int
+	maxRetryWait     time.Duration
+	completionWindow string
+	localBatchTime   time.Duration
+}
+
+func (n *netFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.Float64Var(&n.rate, "rate", 0, "client-side limit on API calls per second to the provider, so sluice never causes the 429s it then has to wait out (default: the provider's preset; negative: none)")
+	fs.IntVar(&n.burst, "burst", 0, "API calls allowed at once under --rate (default: --rate rounded up)")
+	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default 8)")
+	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default 10m)")
+	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
+	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed")
+}
+
+func pollDefault(provider string) time.Duration {
+	if provider == "local" {
+		return 200 * time.Millisecond
+	}
+	return 10 * time.Second
+}
+
+func maxPollDefault(provider string) time.Duration {
+	if provider == "local" {
+		return 2 * time.Second
+	}
+	return 2 * time.Minute
+}
+
+func b2now() time.Time { return time.Now() }
+
+// credential returns the first of the preset's key variables that is set.
+// Keys come from the environment only.
+func credential(p provider.Preset) string {
+	for _, k := range p.KeyEnv {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// newProvider builds the provider client of a preset. For "local" it
+// starts the emulator in this process on a loopback port, keeping its state
+// under the state directory so a killed run resumes against the same
+// batches.
+func newProvider(ctx context.Context, g *globalFlags, f *jobFlags, n *netFlags, p provider.Preset, stateDir string, log zerolog.Logger) (sluice.Provider, func(), error) {
+	retry := httpx.Retry{MaxAttempts: n.retries, MaxTotalWait: n.maxRetryWait}
+	rl := httpx.RateLimit{PerSecond: n.rate, Burst: n.burst}
+	plog := log.With().Str("provider", p.Name).Logger()
+	baseURL := f.baseURL
+	if baseURL == "" && p.BaseURLEnv != "" {
+		baseURL = os.Getenv(p.BaseURLEnv)
+	}
+	closer := func() {}
+	key := credential(p)
+	if p.Name == "local" {
+		srv, err := emulator.New(emulator.Options{DataDir: filepath.Join(stateDir, "emulator"), BatchTime: n.localBatchTime})
+		if err != nil {
+			return nil, nil, fmt.Errorf("start the local emulator: %w", err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, fmt.Errorf("start the local emulator: %w", err)
+		}
+		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		closer = func() {
+			hs.Close()
+			srv.Close()
+		}
+		baseURL, key = "http://"+ln.Addr().String()+"/v1", "local"
+		if rl.PerSecond == 0 {
+			rl.PerSecond = -1
+		}
+	} else if key == "" {
+		return nil, nil, usageErr("provider %s needs a key in $%s (keys are read from the environment only)", p.Name, p.KeyEnv[0])
+	}
+	var prov sluice.Provider
+	var err error
+	switch p.Family {
+	case provider.FamilyOpenAI:
+		prov, err = openai.New(openai.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			CompletionWindow: n.completionWindow, Limits: f.limits, Logger: plog})
+	case provider.FamilyAnthropic:
+		prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			Limits: f.limits, Logger: plog})
+	case provider.FamilyCloudflare:
+		acct := os.Getenv(p.AccountEnv)
+		if acct == "" {
+			closer()
+			return nil, nil, usageErr("provider %s needs $%s", p.Name, p.AccountEnv)
+		}
+		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
+			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog})
+	default:
+		err = errors.New("unknown provider family " + string(p.Family))
+	}
+	if err != nil {
+		closer()
+		return nil, nil, withCode(exitUsage, err)
+	}
+	return prov, closer, nil
+}

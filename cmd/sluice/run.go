@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
+)
+
+type runFlags struct {
+	jobFlags
+	out             string
+	errorsOut       string
+	order           string
+	concurrency     int
+	pollInterval    time.Duration
+	maxPollInterval time.Duration
+	deadline        string
+	once            bool
+	net             netFlags
+}
+
+func newRunCmd(g *globalFlags) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run INPUT --out OUTPUT",
+		Short: "Plan, submit, poll, download and merge; re-run the same command to resume",
+		Long: `run drives INPUT to OUTPUT: it plans the job (or reuses the plan of the same
+unchanged input), submits batches with bounded concurrency under the
+provider's limits, polls them, downloads results, retries what can be
+retried in new batches, and merges every result into OUTPUT, one line per
+input request in input order (.gz or .zst names are compressed). Requests
+that failed for good are also written to the errors file.
+
+Everything is recorded in the state directory before and after each call to
+the provider, so killing sluice at any moment and running the same command
+again resumes the job without buying any batch twice.
+
+Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
+flight record their outcome; a second one cancels them (the next run
+reconciles). Batches keep running at the provider either way.
+
+Credentials come from the environment only: OPENAI_API_KEY, ANTHROPIC_API_KEY,
+CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID, AZURE_OPENAI_API_KEY,
+NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd.Context(), g, &f, args[0]) },
+	}
+	f.register(cmd)
+	f.net.register(cmd)
+	fs := cmd.Flags()
+	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
+	fs.StringVar(&f.errorsOut, "errors", "", "errors file for requests that failed for good (default: OUTPUT with .errors before the extension)")
+	fs.StringVar(&f.order, "order", "input", "output order: input (the input's order) or any (as results came, cheaper)")
+	fs.IntVar(&f.concurrency, "concurrency", 4, "provider calls in flight at once (uploads, creates, polls, downloads)")
+	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default 10s; 200ms for --provider local)")
+	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", 0, "longest wait between polls of one batch (default 2m; 2s for --provider local)")
+	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
+	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
+	cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+// parseDeadline reads "07:00" (the next such clock time) or "8h".
+func parseDeadline(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, usageErr("--deadline %q must be positive", s)
+		}
+		return now.Add(d), nil
+	}
+	for _, layout := range []string{"15:04", "15:04:05"} {
+		if t, err := time.ParseInLocation(layout, s, now.Location()); err == nil {
+			at := time.Date(now.Year(), now.Month(), now.Day(), t.Hour(), t.Minute(), t.Second(), 0, now.Location())
+			if !at.After(now) {
+				at = at.AddDate(0, 0, 1)
+			}
+			return at, nil
+		}
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, usageErr("--deadline %q: want a clock time like 07:00, a duration like 8h, or RFC 3339", s)
+}
+
+func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	if f.order != "input" && f.order != "any" {
+		return usageErr("--order %q: want input or any", f.order)
+	}
+	if f.concurrency < 1 {
+		return usageErr("--concurrency must be at least 1")
+	}
+	deadline, err := parseDeadline(f.deadline, time.Now())
+	if err != nil {
+		return err
+	}
+	p, err := f.preset()
+	if err != nil {
+		return err
+	}
+	log, err := g.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	input, err := filepath.Abs(inputArg)
+	if err != nil {
+		return err
+	}
+	out, err := filepath.Abs(f.out)
+	if err != nil {
+		return err
+	}
+
+	// Two-phase shutdown: the first signal closes stop, the second cancels.
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	stop := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-sigs:
+				n++
+				if n == 1 {
+					log.Warn().Msg("stopping: no new submissions; waiting for calls in flight (signal again to cancel them)")
+					close(stop)
+				} else {
+					log.Warn().Msg("cancelling calls in flight")
+					cancel()
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	db, err := g.openDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	id := f.jobID(input)
+	lock, err := db.LockJob(id)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+
+	bar := newPlanProgress(os.Stderr)
+	pr, err := prepareJob(ctx, db, &f.jobFlags, p, input, id, bar.update, log)
+	bar.done()
+	if err != nil {
+		return err
+	}
+	job := pr.job
+	if pr.reused {
+		log.Info().Str("state", string(job.State)).Msg("resuming job")
+	} else {
+		log.Info().Int64("requests", job.Requests).Int64("rejected", job.Rejected).Msg("job planned")
+	}
+	if job.Output != "" && job.Output != out && job.State != sluice.JobPlanned {
+		log.Warn().Str("was", job.Output).Str("now", out).Msg("output path differs from the first run's; writing to the new one")
+	}
+	if err := db.SetJobOutput(ctx, job.ID, out); err != nil {
+		return err
+	}
+	job.Output = out
+	if job.State == sluice.JobPlanned {
+		if err := db.SetJobState(ctx, job.ID, sluice.JobPlanned, sluice.JobRunning); err != nil {
+			return err
+		}
+		job.State = sluice.JobRunning
+	}
+	start := time.Now()
+	if job.State == sluice.JobRunning || job.State == sluice.JobCancelled {
+		prov, closeProv, err := newProvider(ctx, g, &f.jobFlags, &f.net, p, db.Dir(), log)
+		if err != nil {
+			return err
+		}
+		defer closeProv()
+		pollIv, maxPoll := f.pollInterval, f.maxPollInterval
+		if p.Name == "local" {
+			pollIv, maxPoll = cmp(pollIv, 200*time.Millisecond), cmp(maxPoll, 2*time.Second)
+		}
+		bar := newRunProgress(os.Stderr, job.Requests)
+		d := dispatcher.New(db, prov, job, dispatcher.Options{
+			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
+			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick,
+		})
+		outcome, err := d.Run(ctx, stop)
+		bar.done()
+		if err != nil {
+			return err
+		}
+		if outcome == dispatcher.Stopped {
+			why := "stopped"
+			switch {
+			case f.once:
+				why = "--once: batches still running at the provider"
+			case !deadline.IsZero() && !time.Now().Before(deadline):
+				why = "--deadline reached: batches left running at the provider"
+			}
+			log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
+			printProgressSummary(ctx, db, job)
+			return silent(exitStopped)
+		}
+		if err := db.SetJobState(ctx, job.ID, job.State, sluice.JobMerging); err != nil {
+			return err
+		}
+		job.State = sluice.JobMerging
+	}
+	sum, err := mergeJob(ctx, db, job, out, f.errorsOut, f.order, log)
+	if err != nil {
+		return err
+	}
+	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
+	if sum.Failed > 0 {
+		return silent(exitFailures)
+	}
+	return nil
+}
+
+// cmp returns v, or def when v is zero.
+func cmp(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func errorsPathFor(out string) string {
+	dir, base := filepath.Split(out)
+	ext := ""
+	for _, e := range []string{".gz", ".zst"} {
+		if strings.HasSuffix(base, e) {
+			ext = e + ext
+			base = strings.TrimSuffix(base, e)
+		}
+	}
+	inner := filepath.Ext(base)
+	base = strings.TrimSuffix(base, inner)
+	if inner == "" {
+		inner = ".jsonl"
+	}
+	return filepath.Join(dir, fmt.Sprintf("%s.errors%s%s", base, inner, ext))
+}
