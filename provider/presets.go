@@ -43,6 +43,12 @@ type Preset struct {
 	Endpoints []string
 	// CompletionWindow is sent on batch create (OpenAI family).
 	CompletionWindow string
+	// RequestsPerSecond and Burst are the client-side rate limit of API
+	// calls (uploads, creates, polls, downloads), kept under the provider's
+	// documented or usual limits so sluice does not collect 429s. Zero
+	// RequestsPerSecond: unlimited.
+	RequestsPerSecond float64
+	Burst             int
 	// Notes is one line for --help and the README.
 	Notes string
 }
@@ -53,10 +59,11 @@ type Preset struct {
 var Presets = map[string]Preset{
 	"local": {
 		Name: "local", Family: FamilyOpenAI, BaseURL: "", AuthHeader: "Authorization",
-		Limits:           sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
-		Endpoints:        openAIEndpoints,
-		CompletionWindow: "24h",
-		Notes:            "the built-in emulator, in-process; no key needed",
+		Limits:            sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
+		Endpoints:         openAIEndpoints,
+		CompletionWindow:  "24h",
+		RequestsPerSecond: 50, Burst: 50,
+		Notes: "the built-in emulator, in-process; no key needed",
 	},
 	"openai": {
 		Name: "openai", Family: FamilyOpenAI, BaseURL: "https://api.openai.com/v1", BaseURLEnv: "OPENAI_BASE_URL",
@@ -64,7 +71,9 @@ var Presets = map[string]Preset{
 		Limits:           sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
 		Endpoints:        openAIEndpoints,
 		CompletionWindow: "24h",
-		Notes:            "200 MB / 50,000 requests per batch; enqueued-token limit per model",
+		// Uploads are limited to 1,000/min per user; the rest depends on the tier.
+		RequestsPerSecond: 5, Burst: 10,
+		Notes: "200 MB / 50,000 requests per batch; enqueued-token limit per model",
 	},
 	"azure": {
 		Name: "azure", Family: FamilyOpenAI, BaseURL: "", BaseURLEnv: "AZURE_OPENAI_BASE_URL",
@@ -72,42 +81,48 @@ var Presets = map[string]Preset{
 		Limits: sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 100_000, MaxLiveBatches: 500},
 		// Azure's docs use endpoints without /v1; whether /v1 also works is
 		// unconfirmed, so both are accepted and sent as written.
-		Endpoints:        []string{"/chat/completions", "/v1/chat/completions", "/embeddings", "/v1/embeddings", "/responses", "/v1/responses"},
-		CompletionWindow: "24h",
-		Notes:            "base URL https://RESOURCE.openai.azure.com/openai/v1; body.model is the Global-Batch deployment name",
+		Endpoints:         []string{"/chat/completions", "/v1/chat/completions", "/embeddings", "/v1/embeddings", "/responses", "/v1/responses"},
+		CompletionWindow:  "24h",
+		RequestsPerSecond: 5, Burst: 10,
+		Notes: "base URL https://RESOURCE.openai.azure.com/openai/v1; body.model is the Global-Batch deployment name",
 	},
 	"nebius": {
 		Name: "nebius", Family: FamilyOpenAI, BaseURL: "https://api.studio.nebius.com/v1", BaseURLEnv: "NEBIUS_BASE_URL",
 		KeyEnv: []string{"NEBIUS_API_KEY"}, AuthHeader: "Authorization",
-		Limits:           sluice.Limits{MaxBatchBytes: 10_000_000_000, MaxBatchRequests: 5_000_000, MaxLiveBatches: 500},
-		Endpoints:        []string{"/v1/chat/completions", "/v1/embeddings"},
-		CompletionWindow: "24h",
-		Notes:            "10 GB / 5,000,000 requests per file; 500 batches",
+		Limits:            sluice.Limits{MaxBatchBytes: 10_000_000_000, MaxBatchRequests: 5_000_000, MaxLiveBatches: 500},
+		Endpoints:         []string{"/v1/chat/completions", "/v1/embeddings"},
+		CompletionWindow:  "24h",
+		RequestsPerSecond: 2, Burst: 5,
+		Notes: "10 GB / 5,000,000 requests per file; 500 batches",
 	},
 	"groq": {
 		Name: "groq", Family: FamilyOpenAI, BaseURL: "https://api.groq.com/openai/v1", BaseURLEnv: "GROQ_BASE_URL",
 		KeyEnv: []string{"GROQ_API_KEY"}, AuthHeader: "Authorization",
 		// Requests per batch are unconfirmed: OpenAI's 50,000 is assumed.
-		Limits:           sluice.Limits{MaxBatchBytes: 100_000_000, MaxBatchRequests: 50_000},
-		Endpoints:        []string{"/v1/chat/completions"},
-		CompletionWindow: "24h",
-		Notes:            "100 MB per file; completion window 24h to 7d (--completion-window)",
+		Limits:            sluice.Limits{MaxBatchBytes: 100_000_000, MaxBatchRequests: 50_000},
+		Endpoints:         []string{"/v1/chat/completions"},
+		CompletionWindow:  "24h",
+		RequestsPerSecond: 2, Burst: 5,
+		Notes: "100 MB per file; completion window 24h to 7d (--completion-window)",
 	},
 	"deepinfra": {
 		Name: "deepinfra", Family: FamilyOpenAI, BaseURL: "https://api.deepinfra.com/v1/openai", BaseURLEnv: "DEEPINFRA_BASE_URL",
 		KeyEnv: []string{"DEEPINFRA_API_KEY", "DEEPINFRA_TOKEN"}, AuthHeader: "Authorization",
 		// Size and count limits are unconfirmed: OpenAI's are assumed.
-		Limits:           sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
-		Endpoints:        []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"},
-		CompletionWindow: "24h",
-		Notes:            "limits unconfirmed: OpenAI's assumed",
+		Limits:            sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
+		Endpoints:         []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"},
+		CompletionWindow:  "24h",
+		RequestsPerSecond: 2, Burst: 5,
+		Notes: "limits unconfirmed: OpenAI's assumed",
 	},
 	"anthropic": {
 		Name: "anthropic", Family: FamilyAnthropic, BaseURL: "https://api.anthropic.com", BaseURLEnv: "ANTHROPIC_BASE_URL",
 		KeyEnv: []string{"ANTHROPIC_API_KEY"}, AuthHeader: "x-api-key",
 		Limits:    sluice.Limits{MaxBatchBytes: 256_000_000, MaxBatchRequests: 100_000},
 		Endpoints: []string{"/v1/messages"},
-		Notes:     "256 MB / 100,000 requests per batch; custom_id ^[a-zA-Z0-9_-]{1,64}$",
+		// Tier 1 allows 50 requests/min across the Message Batches endpoints.
+		RequestsPerSecond: 0.8, Burst: 4,
+		Notes: "256 MB / 100,000 requests per batch; custom_id ^[a-zA-Z0-9_-]{1,64}$",
 	},
 	"cloudflare": {
 		Name: "cloudflare", Family: FamilyCloudflare, BaseURL: "https://api.cloudflare.com/client/v4", BaseURLEnv: "CLOUDFLARE_BASE_URL",
@@ -115,7 +130,9 @@ var Presets = map[string]Preset{
 		// "under 10 MB": the smaller reading, 10,000,000 bytes, minus one.
 		Limits:    sluice.Limits{MaxBatchBytes: 9_999_999},
 		Endpoints: []string{"/ai/run/{model}", "/ai/run"},
-		Notes:     "payload under 10 MB; no listing, so a crash inside submit cannot be reconciled",
+		// The Cloudflare API allows 1,200 requests per 5 minutes per user.
+		RequestsPerSecond: 3, Burst: 5,
+		Notes: "payload under 10 MB; no listing, so a crash inside submit cannot be reconciled",
 	},
 }
 
