@@ -148,3 +148,12 @@ func (e *APIError) Error() string {
 func (e *APIError) Retryable() bool {
 	return e.Status == 408 || e.Status == 409 || e.Status == 429 || e.Status >= 500
 }
+
+// Untagged is implemented by providers whose batches carry nothing that
+// names the chunk they came from (Anthropic has no batch metadata). The
+// dispatcher then creates their batches one at a time, so a crash can leave
+// at most one batch that no chunk records, and Find can adopt it by time and
+// size without guessing between several.
+type Untagged interface {
+	Untagged() bool
+}

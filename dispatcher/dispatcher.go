@@ -67,6 +67,7 @@ type Dispatcher struct {
 	log   zerolog.Logger
 
 	finishMu  sync.Mutex // serialises FinishChunk and new chunk ids
+	createMu  sync.Mutex // serialises creates for sluice.Untagged providers
 	nextID    int64
 	queueFull map[string]bool // models whose provider queue reported full
 	mu        sync.Mutex      // guards queueFull

@@ -28,6 +28,10 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		}
 		log.Info().Str("file_id", fileID).Int64("bytes", c.Bytes).Msg("chunk uploaded")
 	}
+	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
+		d.createMu.Lock()
+		defer d.createMu.Unlock()
+	}
 	from := c.State
 	c.State, c.IntentAt = sluice.ChunkCreating, d.opts.Now()
 	if err := d.store.UpdateChunk(ctx, c, from); err != nil {

@@ -171,3 +171,10 @@ func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bo
 	}
 	return rows.Err()
 }
+
+// BatchKnown reports whether any chunk records this provider batch id.
+func (d *DB) BatchKnown(ctx context.Context, batchID string) bool {
+	var one int
+	err := d.db.QueryRowContext(ctx, `SELECT 1 FROM chunks WHERE batch_id = ? LIMIT 1`, batchID).Scan(&one)
+	return err == nil
+}

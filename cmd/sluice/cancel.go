@@ -59,7 +59,7 @@ output to the path of the job's last run.`,
 				}
 				job.State = sluice.JobCancelled
 			}
-			prov, closeProv, err := newProvider(ctx, g, &f, &net, p, db.Dir(), log)
+			prov, closeProv, err := newProvider(ctx, &f, &net, p, db, log)
 			if err != nil {
 				return err
 			}

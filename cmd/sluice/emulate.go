@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -28,6 +27,7 @@ injection. Point an SDK at it:
   ANTHROPIC_BASE_URL=http://127.0.0.1:8080 ANTHROPIC_API_KEY=any
   CLOUDFLARE_BASE_URL=http://127.0.0.1:8080/client/v4 CLOUDFLARE_API_TOKEN=any CLOUDFLARE_ACCOUNT_ID=acct
 
+When $SLUICE_EMULATOR_API_KEY is set, only that key is accepted (else any).
 GET /_emulator/stats answers counters, among them requests_processed_more_than_once
 (the same custom_id of one job executed twice: money spent twice).`,
 		Args: cobra.NoArgs,
@@ -50,8 +50,8 @@ GET /_emulator/stats answers counters, among them requests_processed_more_than_o
 	fs.Float64Var(&o.LineErrorRate, "line-error-rate", 0, "share of lines answered with a per-request error")
 	fs.Float64Var(&o.OmitRate, "omit-rate", 0, "share of lines left out of both output and error files")
 	fs.Int64Var(&o.EnqueuedTokenLimit, "enqueued-token-limit", 0, "per-model enqueued-token limit: batches past it fail with token_limit_exceeded (0 = none)")
-	fs.StringVar(&o.APIKey, "require-key", "", "when set, only this API key is accepted (else any non-empty key)")
-	_ = time.Second
-	_ = context.Background
+	fs.Float64Var(&o.SlowRate, "slow-rate", 0, "share of API calls delayed by --slow-delay")
+	fs.DurationVar(&o.SlowDelay, "slow-delay", time.Second, "delay of slow calls")
+	o.APIKey = os.Getenv("SLUICE_EMULATOR_API_KEY")
 	return cmd
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-batch/sluice/provider/cloudflare"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/tracker"
 )
 
 // netFlags tune the HTTP side of provider clients.
@@ -73,7 +74,8 @@ func credential(p provider.Preset) string {
 // starts the emulator in this process on a loopback port, keeping its state
 // under the state directory so a killed run resumes against the same
 // batches.
-func newProvider(ctx context.Context, g *globalFlags, f *jobFlags, n *netFlags, p provider.Preset, stateDir string, log zerolog.Logger) (sluice.Provider, func(), error) {
+func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Preset, db *tracker.DB, log zerolog.Logger) (sluice.Provider, func(), error) {
+	stateDir := db.Dir()
 	retry := httpx.Retry{MaxAttempts: n.retries, MaxTotalWait: n.maxRetryWait}
 	rl := httpx.RateLimit{PerSecond: n.rate, Burst: n.burst}
 	plog := log.With().Str("provider", p.Name).Logger()
@@ -113,7 +115,9 @@ func newProvider(ctx context.Context, g *globalFlags, f *jobFlags, n *netFlags, 
 			CompletionWindow: n.completionWindow, Limits: f.limits, Logger: plog})
 	case provider.FamilyAnthropic:
 		prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
-			Limits: f.limits, Logger: plog})
+			Limits: f.limits, Logger: plog,
+			// Batches this job already records are never adopted by Find.
+			Claimed: func(id string) bool { return db.BatchKnown(context.WithoutCancel(ctx), id) }})
 	case provider.FamilyCloudflare:
 		acct := os.Getenv(p.AccountEnv)
 		if acct == "" {

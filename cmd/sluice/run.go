@@ -193,7 +193,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	start := time.Now()
 	if job.State == sluice.JobRunning || job.State == sluice.JobCancelled {
-		prov, closeProv, err := newProvider(ctx, g, &f.jobFlags, &f.net, p, db.Dir(), log)
+		prov, closeProv, err := newProvider(ctx, &f.jobFlags, &f.net, p, db, log)
 		if err != nil {
 			return err
 		}

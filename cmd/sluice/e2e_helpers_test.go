@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// binary is the sluice binary built once for the end-to-end tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sluice")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build sluice: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result of one sluice invocation.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// sluiceCmd prepares a sluice subprocess with a private state dir and env.
+func sluiceCmd(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+func runSluice(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := sluiceCmd(env, args...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run sluice: %v", err)
+	}
+	return result{code: code, stdout: so.String(), stderr: se.String()}
+}
+
+// emulatorProc is `sluice emulate` running as its own process.
+type emulatorProc struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func startEmulator(t *testing.T, args ...string) *emulatorProc {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"emulate", "--addr", "127.0.0.1:0"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, "http://"); i >= 0 {
+			addr := strings.Fields(line[i+len("http://"):])[0]
+			go io.Copy(io.Discard, stderr)
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("sluice emulate took %v to start, want under a second", d)
+			}
+			return &emulatorProc{cmd: cmd, addr: addr}
+		}
+	}
+	t.Fatal("sluice emulate did not say where it listens")
+	return nil
+}
+
+func (e *emulatorProc) stats(t *testing.T) map[string]int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + e.addr + "/_emulator/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	for k, v := range raw {
+		if f, ok := v.(float64); ok {
+			m[k] = int64(f)
+		}
+	}
+	return m
+}
+
+// writeInput writes n OpenAI-style requests over two models and two
+// endpoints and returns the path and the custom_ids.
+func writeInput(t *testing.T, dir string, n int) (string, []string) {
+	t.Helper()
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("r%05d", i)
+		ids = append(ids, id)
+		switch i % 3 {
+		case 0:
+			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"doc %d"}}`+"\n", id, i)
+		case 1:
+			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+		default:
+			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1-nano","messages":[{"role":"user","content":"r %d"}]}}`+"\n", id, i)
+		}
+	}
+	p := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p, ids
+}
+
+// checkOutput asserts the output has every custom_id exactly once, in
+// input order, and returns the parsed lines.
+func checkOutput(t *testing.T, path string, ids []string) []sluice.OutputLine {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("output: %v", err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != len(ids) {
+		t.Fatalf("output has %d lines, want %d", len(lines), len(ids))
+	}
+	var out []sluice.OutputLine
+	for i, l := range lines {
+		var o sluice.OutputLine
+		if err := json.Unmarshal([]byte(l), &o); err != nil {
+			t.Fatalf("output line %d: %v", i+1, err)
+		}
+		if o.CustomID != ids[i] {
+			t.Fatalf("output line %d is %q, want %q", i+1, o.CustomID, ids[i])
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// killAfter starts cmd and SIGKILLs it after d (if it is still running).
+// It reports whether the kill landed before the process ended by itself.
+func killAfter(t *testing.T, cmd *exec.Cmd, d time.Duration) (killed bool, code int) {
+	t.Helper()
+	var se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &se
+	defer func() {
+		if !killed && code != 0 {
+			t.Logf("stderr of the run that exited %d:\n%s", code, se.String())
+		}
+	}()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return false, ee.ExitCode()
+		}
+		return false, 0
+	case <-time.After(d):
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		return true, -1
+	}
+}
+
+var _ = context.Background
+
+func writeFile(t *testing.T, p string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,156 @@
+package dispatcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/emulator"
+)
+
+// checkNothingLost asserts every request ended, succeeded ones carry a 200,
+// and that the emulator executed no line twice beyond allowed (lines it
+// executed but never delivered must be bought again).
+func checkNothingLost(t *testing.T, r *rig, allowedTwice int64) (succeeded, failed int64) {
+	t.Helper()
+	got, sum := r.merged()
+	for id, o := range got {
+		if o.Error == nil && (o.Response == nil || o.Response.StatusCode/100 != 2) {
+			if o.Response == nil || o.Response.StatusCode < 400 {
+				t.Errorf("%s: neither a success nor an error: %+v", id, o)
+			}
+		}
+	}
+	st := r.emu.Stats()
+	if st.RequestsProcessedMoreThanOnce > allowedTwice {
+		t.Errorf("requests processed more than once: %d (allowed %d)", st.RequestsProcessedMoreThanOnce, allowedTwice)
+	}
+	return sum.Succeeded, sum.Failed
+}
+
+func TestHTTPFaultStorm(t *testing.T) {
+	for _, preset := range []string{"openai", "anthropic", "cloudflare"} {
+		t.Run(preset, func(t *testing.T) {
+			lines := map[string][]string{"openai": openAILines(45), "anthropic": anthropicLines(30), "cloudflare": cloudflareLines(30)}[preset]
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 5}, 3,
+				emulator.Options{Seed: 7, HTTPFaultRate: 0.3, RetryAfter: 10 * time.Millisecond})
+			r.run(r.options())
+			ok, failed := checkNothingLost(t, r, 0)
+			if failed != 0 || ok != int64(len(lines)) {
+				t.Errorf("succeeded %d, failed %d; want all %d to succeed through 429/5xx/resets", ok, failed, len(lines))
+			}
+			if st := r.emu.Stats(); st.FaultsInjected == 0 {
+				t.Error("no fault was injected: the test proves nothing")
+			}
+		})
+	}
+}
+
+func TestExpiredBatchesKeepCompletedLines(t *testing.T) {
+	for _, preset := range []string{"openai", "anthropic"} {
+		t.Run(preset, func(t *testing.T) {
+			lines := map[string][]string{"openai": openAILines(60), "anthropic": anthropicLines(40)}[preset]
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 10}, 6,
+				emulator.Options{Seed: 3, ExpireRate: 0.5})
+			r.run(r.options())
+			ok, failed := checkNothingLost(t, r, 0)
+			if ok != int64(len(lines)) || failed != 0 {
+				t.Errorf("succeeded %d, failed %d; want all %d", ok, failed, len(lines))
+			}
+			st := r.emu.Stats()
+			if st.BatchesExpired == 0 {
+				t.Fatal("no batch expired: the test proves nothing")
+			}
+			chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
+			retries := 0
+			for _, c := range chunks {
+				if c.Attempt > 1 {
+					retries++
+				}
+			}
+			if retries == 0 {
+				t.Error("expired lines were not regrouped into retry chunks")
+			}
+		})
+	}
+}
+
+func TestAttemptsSpentGiveFinalErrors(t *testing.T) {
+	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 10}, 1,
+		emulator.Options{Seed: 5, ExpireRate: 1, ExpireDoneFraction: 0.5})
+	r.run(r.options())
+	got, sum := r.merged()
+	if sum.Failed == 0 || sum.Succeeded == 0 {
+		t.Fatalf("succeeded %d failed %d; want both (half of each batch expires, one attempt)", sum.Succeeded, sum.Failed)
+	}
+	for id, o := range got {
+		if o.Error != nil && (o.Error.Code != "batch_expired" || o.Error.Attempts != 1) {
+			t.Errorf("%s: error %+v, want batch_expired after 1 attempt", id, o.Error)
+		}
+	}
+	if st := r.emu.Stats(); st.RequestsProcessedMoreThanOnce != 0 {
+		t.Errorf("processed twice: %d", st.RequestsProcessedMoreThanOnce)
+	}
+}
+
+func TestMissingLinesAreRetried(t *testing.T) {
+	r := newRig(t, "openai", openAILines(60), sluice.Limits{MaxBatchRequests: 10}, 6,
+		emulator.Options{Seed: 11, OmitRate: 0.2})
+	r.run(r.options())
+	st := r.emu.Stats()
+	if st.LinesOmitted == 0 {
+		t.Fatal("no line was omitted: the test proves nothing")
+	}
+	// An omitted line was executed but never delivered: buying it again is
+	// the only way to get it, so those re-executions are allowed, no others.
+	ok, failed := checkNothingLost(t, r, st.LinesOmitted)
+	if ok != 60 || failed != 0 {
+		t.Errorf("succeeded %d failed %d, want 60/0", ok, failed)
+	}
+}
+
+func TestLineErrors(t *testing.T) {
+	r := newRig(t, "openai", openAILines(80), sluice.Limits{MaxBatchRequests: 20}, 4,
+		emulator.Options{Seed: 2, LineErrorRate: 0.3})
+	r.run(r.options())
+	got, sum := r.merged()
+	if sum.Failed == 0 {
+		t.Fatal("no permanent failure: the emulator makes half of line errors 400s")
+	}
+	for id, o := range got {
+		if o.Response != nil && o.Response.StatusCode/100 != 2 && o.Response.StatusCode != 400 {
+			t.Errorf("%s: final status %d; 429 and 5xx lines must have been retried", id, o.Response.StatusCode)
+		}
+	}
+	if st := r.emu.Stats(); st.LinesSucceeded != sum.Succeeded {
+		t.Errorf("emulator delivered %d successes, output has %d: a success was bought twice or lost", st.LinesSucceeded, sum.Succeeded)
+	}
+}
+
+func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
+	// One attempt only: if a queue-full failure spent it, requests would fail.
+	r := newRig(t, "openai", openAILines(60), sluice.Limits{MaxBatchRequests: 10}, 1,
+		emulator.Options{Seed: 1, EnqueuedTokenLimit: 250, BatchTime: 30 * time.Millisecond})
+	r.run(r.options())
+	ok, failed := checkNothingLost(t, r, 0)
+	if ok != 60 || failed != 0 {
+		t.Errorf("succeeded %d failed %d; token_limit_exceeded must not spend attempts", ok, failed)
+	}
+	if st := r.emu.Stats(); st.BatchesFailed == 0 {
+		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")
+	}
+}
+
+func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {
+	r := newRig(t, "openai", openAILines(40), sluice.Limits{MaxBatchRequests: 10}, 8,
+		emulator.Options{Seed: 9, ValidationFailRate: 0.4})
+	r.run(r.options())
+	ok, failed := checkNothingLost(t, r, 0)
+	if ok != 40 || failed != 0 {
+		t.Errorf("succeeded %d failed %d", ok, failed)
+	}
+	if st := r.emu.Stats(); st.BatchesFailed == 0 {
+		t.Fatal("no batch failed validation: the test proves nothing")
+	}
+}

@@ -1,0 +1,215 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/merger"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/anthropic"
+	"github.com/sluice-batch/sluice/provider/cloudflare"
+	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/splitter"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// rig is one job planned into a real SQLite tracker, with a provider client
+// talking over loopback to a real emulator.
+type rig struct {
+	t    *testing.T
+	db   *tracker.DB
+	job  *sluice.Job
+	prov sluice.Provider
+	emu  *emulator.Server
+	ids  []string // custom_ids in input order
+}
+
+// fastRetry keeps HTTP retries quick in tests.
+var fastRetry = httpx.Retry{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxWait: 50 * time.Millisecond, MaxTotalWait: 5 * time.Second}
+
+func newRig(t *testing.T, presetName string, lines []string, lim sluice.Limits, maxAttempts int, opts emulator.Options) *rig {
+	t.Helper()
+	ctx := context.Background()
+	emu, err := emulator.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(emu.Handler())
+	t.Cleanup(func() { srv.Close(); emu.Close() })
+	p, err := provider.Lookup(presetName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prov sluice.Provider
+	rl := httpx.RateLimit{PerSecond: -1}
+	switch p.Family {
+	case provider.FamilyOpenAI:
+		prov, err = openai.New(openai.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+	case provider.FamilyAnthropic:
+		prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: srv.URL, APIKey: "k", Retry: fastRetry, RateLimit: rl})
+	case provider.FamilyCloudflare:
+		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: srv.URL + "/client/v4", AccountID: "acct", APIToken: "k", Retry: fastRetry, RateLimit: rl, TempDir: t.TempDir()})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	db, err := tracker.Open(ctx, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	input := filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	jobID := "job-" + presetName
+	job := &sluice.Job{ID: jobID, Provider: p.Name, Input: input, Dir: filepath.Join(state, "jobs", jobID),
+		Limits: p.Limits.Override(lim), MaxAttempts: maxAttempts}
+	if err := os.MkdirAll(job.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := db.BeginPlan(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := splitter.Split(ctx, splitter.Config{Input: input, Dir: job.Dir, Codec: p.Codec(), Limits: job.Limits}, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetJobState(ctx, job.ID, sluice.JobPlanned, sluice.JobRunning); err != nil {
+		t.Fatal(err)
+	}
+	job.State = sluice.JobRunning
+	r := &rig{t: t, db: db, job: job, prov: prov, emu: emu}
+	for _, l := range lines {
+		var in sluice.InputLine
+		json.Unmarshal([]byte(l), &in)
+		r.ids = append(r.ids, in.CustomID)
+	}
+	return r
+}
+
+func (r *rig) options() dispatcher.Options {
+	return dispatcher.Options{Concurrency: 4, PollInterval: 5 * time.Millisecond, MaxPollInterval: 40 * time.Millisecond,
+		Log: zerolog.New(zerolog.NewTestWriter(r.t)).Level(zerolog.WarnLevel)}
+}
+
+// run drives the job to the end within a time limit.
+func (r *rig) run(opts dispatcher.Options) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := dispatcher.New(r.db, r.prov, r.job, opts).Run(ctx, nil)
+	if err != nil {
+		r.t.Fatalf("run: %v", err)
+	}
+	if out != dispatcher.Finished {
+		r.t.Fatalf("run ended %v, want Finished", out)
+	}
+}
+
+// merged merges the job and returns output lines by custom_id, checking
+// that every custom_id appears exactly once, in input order.
+func (r *rig) merged() (map[string]sluice.OutputLine, *merger.Summary) {
+	r.t.Helper()
+	ctx := context.Background()
+	chunks, err := r.db.Chunks(ctx, r.job.ID)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var files []string
+	for _, c := range chunks {
+		if !c.State.Terminal() {
+			r.t.Fatalf("chunk %d left %s", c.ID, c.State)
+		}
+		if c.ResultsPath != "" {
+			files = append(files, filepath.Join(r.job.Dir, c.ResultsPath))
+		}
+	}
+	out := filepath.Join(r.t.TempDir(), "out.jsonl")
+	sum, err := merger.Merge(ctx, merger.Config{Output: out, Files: files, Total: r.job.Requests,
+		Expected: func(y func(int64, string) bool) error { return r.db.Expected(ctx, r.job.ID, y) }})
+	if err != nil {
+		r.t.Fatalf("merge: %v", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	got := map[string]sluice.OutputLine{}
+	ls := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(ls) != len(r.ids) {
+		r.t.Fatalf("output has %d lines, input %d", len(ls), len(r.ids))
+	}
+	for i, l := range ls {
+		var o sluice.OutputLine
+		if err := json.Unmarshal([]byte(l), &o); err != nil {
+			r.t.Fatalf("output line %d: %v", i+1, err)
+		}
+		if o.CustomID != r.ids[i] {
+			r.t.Fatalf("output line %d is %q, want %q (input order)", i+1, o.CustomID, r.ids[i])
+		}
+		got[o.CustomID] = o
+	}
+	st, _ := r.db.RequestStates(ctx, r.job.ID)
+	if st[sluice.RequestPending] != 0 {
+		r.t.Fatalf("%d requests still pending", st[sluice.RequestPending])
+	}
+	return got, sum
+}
+
+func openAILines(n int) []string {
+	var ls []string
+	for i := 0; i < n; i++ {
+		switch i % 3 {
+		case 0:
+			ls = append(ls, fmt.Sprintf(`{"custom_id":"emb-%d","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"text %d"}}`, i, i))
+		case 1:
+			ls = append(ls, fmt.Sprintf(`{"custom_id":"a-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello %d é 世界"}]}}`, i, i))
+		default:
+			ls = append(ls, fmt.Sprintf(`{"custom_id":"b-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1-nano","messages":[{"role":"user","content":"question %d"}]}}`, i, i))
+		}
+	}
+	return ls
+}
+
+func anthropicLines(n int) []string {
+	var ls []string
+	for i := 0; i < n; i++ {
+		model := "claude-3-5-haiku-latest"
+		if i%2 == 1 {
+			model = "claude-sonnet-4-5"
+		}
+		ls = append(ls, fmt.Sprintf(`{"custom_id":"msg_%d","method":"POST","url":"/v1/messages","body":{"model":%q,"max_tokens":32,"messages":[{"role":"user","content":"say %d"}]}}`, i, model, i))
+	}
+	return ls
+}
+
+func cloudflareLines(n int) []string {
+	var ls []string
+	for i := 0; i < n; i++ {
+		if i%2 == 0 {
+			ls = append(ls, fmt.Sprintf(`{"custom_id":"cf-%d","method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"tell me %d"}}`, i, i))
+		} else {
+			ls = append(ls, fmt.Sprintf(`{"custom_id":"cf-%d","method":"POST","url":"/ai/run/@cf/baai/bge-m3","body":{"query":"q%d","contexts":[{"text":"a"},{"text":"b"}]}}`, i, i))
+		}
+	}
+	return ls
+}
