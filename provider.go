@@ -82,8 +82,8 @@ type Result struct {
 	Usage    Usage
 }
 
-// Provider is one batch API. The dispatcher drives it; cmd/sluice wraps it
-// with retries and a rate limit. Every method that creates something at the
+// Provider is one batch API. The dispatcher drives it; each client retries
+// its own HTTP calls and keeps a client-side rate limit (provider/httpx). Every method that creates something at the
 // provider names it after ref (upload filename, batch metadata, external
 // reference) so that Find can adopt it after a crash.
 type Provider interface {

@@ -36,7 +36,13 @@ func TestHTTPFaultStorm(t *testing.T) {
 			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 5}, 3,
 				emulator.Options{Seed: 7, HTTPFaultRate: 0.3, RetryAfter: 10 * time.Millisecond})
 			r.run(r.options())
-			ok, failed := checkNothingLost(t, r, 0)
+			// Cloudflare has no listing: a create whose answer was cut by a
+			// reset cannot be found again, so it is sent again (documented).
+			allowed := int64(0)
+			if preset == "cloudflare" {
+				allowed = r.emu.Stats().FaultsReset * 5 // one chunk per lost answer
+			}
+			ok, failed := checkNothingLost(t, r, allowed)
 			if failed != 0 || ok != int64(len(lines)) {
 				t.Errorf("succeeded %d, failed %d; want all %d to succeed through 429/5xx/resets", ok, failed, len(lines))
 			}
@@ -51,25 +57,37 @@ func TestExpiredBatchesKeepCompletedLines(t *testing.T) {
 	for _, preset := range []string{"openai", "anthropic"} {
 		t.Run(preset, func(t *testing.T) {
 			lines := map[string][]string{"openai": openAILines(60), "anthropic": anthropicLines(40)}[preset]
-			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 10}, 6,
+			const attempts = 6
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 10}, attempts,
 				emulator.Options{Seed: 3, ExpireRate: 0.5})
 			r.run(r.options())
 			ok, failed := checkNothingLost(t, r, 0)
-			if ok != int64(len(lines)) || failed != 0 {
-				t.Errorf("succeeded %d, failed %d; want all %d", ok, failed, len(lines))
+			// Half the batches expire with half their lines done, so a line can
+			// (rarely) expire on every attempt; it must then say so.
+			got, _ := r.merged()
+			for id, o := range got {
+				if o.Error != nil && (o.Error.Code != "batch_expired" || o.Error.Attempts != attempts) {
+					t.Errorf("%s: %+v, want success or batch_expired after %d attempts", id, o.Error, attempts)
+				}
+			}
+			if ok < int64(len(lines))*9/10 {
+				t.Errorf("succeeded %d, failed %d of %d: retries of expired lines did not work", ok, failed, len(lines))
 			}
 			st := r.emu.Stats()
 			if st.BatchesExpired == 0 {
 				t.Fatal("no batch expired: the test proves nothing")
 			}
+			if st.LinesSucceeded != ok {
+				t.Errorf("emulator delivered %d successes, output has %d", st.LinesSucceeded, ok)
+			}
 			chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
-			retries := 0
+			retried := 0
 			for _, c := range chunks {
 				if c.Attempt > 1 {
-					retries++
+					retried += c.Requests
 				}
 			}
-			if retries == 0 {
+			if retried == 0 {
 				t.Error("expired lines were not regrouped into retry chunks")
 			}
 		})

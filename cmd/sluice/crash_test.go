@@ -27,7 +27,7 @@ func TestCrashAnywhere(t *testing.T) {
 			var input string
 			var ids []string
 			var env []string
-			args := []string{"--provider", family, "--max-batch-requests", "15", "--poll-interval", "20ms", "--max-poll-interval", "80ms", "--state", state}
+			args := []string{"--provider", family, "--max-batch-requests", "15", "--poll-interval", "20ms", "--max-poll-interval", "80ms", "--rate", "-1", "--state", state}
 			if family == "openai" {
 				input, ids = writeInput(t, dir, 240)
 				env = []string{"OPENAI_API_KEY=sk-test", "OPENAI_BASE_URL=http://" + emu.addr + "/v1"}

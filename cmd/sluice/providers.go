@@ -125,7 +125,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			return nil, nil, usageErr("provider %s needs $%s", p.Name, p.AccountEnv)
 		}
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
-			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog})
+			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: filepath.Join(stateDir, "tmp")})
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

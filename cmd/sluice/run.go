@@ -136,11 +136,18 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	defer signal.Stop(sigs)
 	go func() {
 		n := 0
+		var first time.Time
 		for {
 			select {
 			case <-sigs:
+				// timeout(1) and process-group kills deliver one stop as two
+				// signals at once: a second signal counts only a moment later.
+				if n == 1 && time.Since(first) < 500*time.Millisecond {
+					continue
+				}
 				n++
 				if n == 1 {
+					first = time.Now()
 					log.Warn().Msg("stopping: no new submissions; waiting for calls in flight (signal again to cancel them)")
 					close(stop)
 				} else {

@@ -1,0 +1,187 @@
+package emulator
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// cfRun serves POST /client/v4/accounts/{account}/ai/run/{model...}:
+// with ?queueRequest=true and {"requests":[…]} it queues an async batch;
+// a body {"request_id":…} (with or without queueRequest) polls one; any
+// other body runs the model once, synchronously.
+func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) {
+	account, model := r.PathValue("account"), r.PathValue("model")
+	maxBytes := s.opts.CloudflareMaxBytes
+	tooLarge := func() {
+		cfError(w, http.StatusRequestEntityTooLarge, 3006,
+			fmt.Sprintf("Request is too large: the payload must be under %s bytes.", commas(maxBytes)))
+	}
+	if r.ContentLength >= maxBytes {
+		tooLarge()
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes))
+	if err != nil {
+		cfError(w, http.StatusBadRequest, 3003, "Incomplete request: "+err.Error())
+		return
+	}
+	if int64(len(body)) >= maxBytes {
+		tooLarge()
+		return
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(body, &probe); err != nil || probe == nil {
+		cfError(w, http.StatusBadRequest, 5004, "Invalid data: the body must be a JSON object.")
+		return
+	}
+	if rid, ok := probe["request_id"]; ok && probe["requests"] == nil {
+		var id string
+		json.Unmarshal(rid, &id)
+		s.cfPoll(w, account, id)
+		return
+	}
+	if s.opts.CloudflareStrictModels && !slices.Contains(s.opts.CloudflareModels, model) {
+		cfError(w, http.StatusBadRequest, 5007, "No such model "+model+" or task (async batch queueing is not supported for it)")
+		return
+	}
+	queue := r.URL.Query().Get("queueRequest") == "true"
+	if !queue {
+		if probe["requests"] != nil {
+			cfError(w, http.StatusBadRequest, 5004, "Invalid data: 'requests' needs ?queueRequest=true.")
+			return
+		}
+		res, _, _, err := s.runCloudflare(model, body)
+		if err != nil {
+			cfError(w, http.StatusBadRequest, 5004, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(res), "success": true,
+			"errors": []any{}, "messages": []any{}})
+		return
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(probe["requests"], &items); err != nil || len(items) == 0 {
+		cfError(w, http.StatusBadRequest, 3003, "Incomplete request: 'requests' must be a non-empty array.")
+		return
+	}
+	s.cfSubmit(w, account, model, items)
+}
+
+func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []json.RawMessage) {
+	spool, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "cfspool-*")
+	if err != nil {
+		cfError(w, 500, 7500, err.Error())
+		return
+	}
+	defer func() { spool.Close(); os.Remove(spool.Name()) }()
+	bw := bufio.NewWriter(spool)
+	var tokens int64
+	var line bytes.Buffer
+	for i, it := range items {
+		if err := validateCloudflare(model, it); err != nil {
+			cfError(w, http.StatusBadRequest, 5004, fmt.Sprintf("Invalid data in /requests/%d: %v", i, err))
+			return
+		}
+		line.Reset()
+		json.Compact(&line, it)
+		line.WriteByte('\n')
+		bw.Write(line.Bytes())
+		tokens += approxTokens(len(it))
+	}
+	if err := bw.Flush(); err == nil {
+		err = spool.Close()
+	}
+	if err != nil {
+		cfError(w, 500, 7500, err.Error())
+		return
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tick(now)
+	seq := s.nextSeq()
+	id := uuidFrom(s.opts.Seed, "cfreq", "", int(seq))
+	if err := os.Rename(spool.Name(), s.batchInput(id)); err != nil {
+		cfError(w, 500, 7500, err.Error())
+		return
+	}
+	b := &batchRec{ID: id, Family: famCloudflare, Seq: seq, Created: now, Model: model, Account: account,
+		N: len(items), Tokens: tokens, Status: stValidating}
+	s.batches[id], s.active[id] = b, b
+	s.saveBatch(b)
+	s.bump(func(st *Stats) {
+		st.BatchesCreated++
+		fs := st.family(famCloudflare)
+		fs.BatchesCreated++
+		st.ByFamily[famCloudflare] = fs
+	})
+	s.saveState()
+	s.logf("emulator: cloudflare batch %s created: %d requests for %s", id, b.N, model)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"result":  map[string]any{"status": "queued", "request_id": id, "model": model},
+		"success": true, "errors": []any{}, "messages": []any{}})
+}
+
+func (s *Server) cfPoll(w http.ResponseWriter, account, id string) {
+	now := s.now()
+	s.mu.Lock()
+	s.tick(now)
+	b := s.batches[id]
+	if b == nil || b.Family != famCloudflare || b.Account != account {
+		s.mu.Unlock()
+		cfError(w, http.StatusBadRequest, 5004, "Invalid data: unknown request_id "+id)
+		return
+	}
+	envelope := func(result any) map[string]any {
+		return map[string]any{"result": result, "success": true, "errors": []any{}, "messages": []any{}}
+	}
+	switch b.Status {
+	case stValidating:
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, envelope(map[string]any{"status": "queued", "request_id": id}))
+		return
+	case stInProgress:
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, envelope(map[string]any{"status": "running", "request_id": id}))
+		return
+	}
+	in, out := b.InputTokens, b.OutputTokens
+	f, err := os.Open(s.batchResults(id))
+	s.mu.Unlock()
+	if err != nil {
+		cfError(w, http.StatusInternalServerError, 7500, "Results are unavailable: "+err.Error())
+		return
+	}
+	defer f.Close()
+	// Stream {"result":{"responses":[…],"usage":{…}},…} from the JSONL results.
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString(`{"result":{"responses":[`)
+	br := bufio.NewReaderSize(f, 64<<10)
+	first := true
+	for {
+		line, err := br.ReadBytes('\n')
+		if l := bytes.TrimSpace(line); len(l) > 0 {
+			if !first {
+				bw.WriteByte(',')
+			}
+			first = false
+			bw.Write(l)
+		}
+		if err != nil {
+			break
+		}
+	}
+	fmt.Fprintf(bw, `],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}},"success":true,"errors":[],"messages":[]}`,
+		in, out, in+out)
+	bw.WriteByte('\n')
+	bw.Flush()
+}

@@ -1,0 +1,158 @@
+// Package emulator is a local, deterministic server for the batch APIs sluice
+// drives: OpenAI (and OpenAI-compatible, incl. Azure v1 paths) Files +
+// Batches, Anthropic Message Batches and Cloudflare Workers AI async batch,
+// all on one http.Handler, with a fake model, the providers' real limits and
+// fault injection. It is sluice's embedded default provider and the ground
+// truth of its integration tests; the facts it follows are in PROVIDERS.md.
+//
+// # Routes
+//
+// OpenAI, under /v1 and /openai/v1 (Azure; "api-key" header accepted):
+//
+//	POST /files  GET /files  GET /files/{id}  GET /files/{id}/content  DELETE /files/{id}
+//	POST /batches  GET /batches  GET /batches/{id}  POST /batches/{id}/cancel
+//	POST /chat/completions /completions /embeddings /responses /moderations (direct calls)
+//
+// Anthropic (base URL without /v1):
+//
+//	POST /v1/messages/batches  GET /v1/messages/batches  GET /v1/messages/batches/{id}
+//	POST /v1/messages/batches/{id}/cancel  DELETE /v1/messages/batches/{id}
+//	GET /v1/messages/batches/{id}/results  POST /v1/messages (direct call)
+//
+// Cloudflare (base URL .../client/v4):
+//
+//	POST /client/v4/accounts/{account}/ai/run/{model...}
+//	  ?queueRequest=true + {"requests":[…]}  queue a batch
+//	  {"request_id":…} (with or without queueRequest)  poll it
+//	  any other body  run the model once
+//
+// Emulator: GET /_emulator/stats (JSON Stats; never faulted, no auth).
+// Unknown routes get a 404 in the family's error envelope.
+//
+// # Lifecycle and time
+//
+// Everything is evaluated lazily from Options.Now on each call; there are no
+// background goroutines, so a fake clock makes runs reproducible. BatchTime
+// is split: OpenAI validating 10%, in_progress 80%, finalizing 10%, then
+// completed; Anthropic in_progress 100% then ended; Cloudflare queued 10%,
+// running 90%. BatchTime 0 means done at the first read after create (the
+// create response itself still shows validating / in_progress / queued).
+// Lines are processed in a seeded random order; after a fraction f of the
+// run, the first f·N lines of that order are done. Result files are written
+// in that order, so output order is not input order. A batch still running
+// 24 h after create expires. Results are produced at the terminal transition.
+//
+// Cancel: from in_progress the batch goes to cancelling / canceling; it ends
+// cancelled (Anthropic: ended) BatchTime/10 later (at the next read when
+// BatchTime is 0), with the lines done by the cancel time executed and the
+// rest cancelled.
+//
+// # Knobs (Options)
+//
+//   - BatchTime, Now, Seed, DataDir, Logf: see above and the field docs.
+//   - HTTPFaultRate, FaultKinds: share of API calls faulted, with the kind
+//     drawn from FaultKinds ("429", "500", "502", "503", "reset"; default
+//     all). 429/5xx are answered before the handler runs (no side effect),
+//     in the family's envelope; 429 carries Retry-After (whole seconds,
+//     rounded up) and retry-after-ms from RetryAfter (default 1s). "reset"
+//     runs the handler for real (the batch is created, the file stored) and
+//     then sends the status line, headers and half the body and closes the
+//     TCP connection with RST: the case crash-safe reconciliation exists for.
+//   - SlowRate, SlowDelay: share of calls delayed (wall time, not Now).
+//   - ExpireRate, ExpireDoneFraction: share of batches that expire at the end
+//     of their run with only that fraction (default 0.5; negative = 0) done;
+//     the rest are OpenAI error-file lines with error.code batch_expired,
+//     Anthropic results {"type":"expired"}. Not applied to Cloudflare.
+//   - ValidationFailRate: share of OpenAI batches failing validation with
+//     errors.data code invalid_request (OpenAI only: Anthropic validates at
+//     create and Cloudflare has no failed state).
+//   - LineErrorRate: share of lines that fail: a quarter 429, a quarter 500
+//     (retryable), half 400 (permanent). OpenAI: error-file line with
+//     response.status_code and body {"error":{…}}; Anthropic: errored result
+//     with rate_limit_error / api_error / invalid_request_error; Cloudflare:
+//     success:false with error code 3040 / 3043 / 5004.
+//   - OmitRate: share of lines executed (billed, counted) but missing from
+//     every result file. They count as completed (OpenAI) / succeeded
+//     (Anthropic) in request_counts.
+//   - EnqueuedTokenLimit: per model, estimated input tokens (ceil(body
+//     bytes/4)) of running batches (in_progress, finalizing, cancelling).
+//     OpenAI: checked when validation ends; beyond it the batch ends failed
+//     with token_limit_exceeded after create returned 200. Anthropic: create
+//     answers 429 rate_limit_error (the model of the first request counts
+//     for the whole batch). Not applied to Cloudflare.
+//   - MaxRequestsPerBatch (50000), MaxBatchBytes (200 MB), MaxFileBytes
+//     (512 MB, upload → 413), AnthropicMaxRequests (100000) and
+//     AnthropicMaxBytes (256 MB, both → 413 request_too_large),
+//     CloudflareMaxBytes (payload >= 10,000,000 bytes → 413 code 3006).
+//   - CloudflareModels, CloudflareStrictModels: the async-capable models
+//     (default: those PROVIDERS.md names). Only when strict are other models
+//     refused (400, code 5007); by default any model is accepted, for tests.
+//   - CloudflareItemErrorString: failed item carries "error":"message"
+//     instead of "error":{"code":N,"message":…} (shape unconfirmed).
+//   - EmbeddingDim: fake embedding size (8), for OpenAI and Cloudflare.
+//   - APIKey: when set, OpenAI needs "Authorization: Bearer KEY" or
+//     "api-key: KEY" (else 401 code invalid_api_key), Anthropic "x-api-key"
+//     (else 401 authentication_error) plus "anthropic-version" (else 400),
+//     Cloudflare Bearer (else 401 code 10000). When empty, anything goes.
+//
+// # Validation (OpenAI)
+//
+// Create answers 400 for a bad request (missing fields, endpoint not in the
+// enum, completion_window other than "24h", metadata over 16 pairs / 64 /
+// 512 characters), 404 for an unknown file. The input file is checked while
+// validating; the batch then ends failed with errors.data entries (at most
+// 100) carrying the 1-based line: invalid_json_line, url_mismatch,
+// duplicate_custom_id, model_mismatch, invalid_request (missing custom_id or
+// body.model, method not POST, body not an object), and with line null:
+// empty_file, too_many_tasks, file_too_large. "/chat/completions" (Azure
+// style, no /v1) is accepted as an endpoint and as a line url.
+//
+// # Fake model
+//
+// Pure function of the request body (plus the created timestamp where the
+// object has one): a chat answer is "echo: " + the first 40 characters of
+// the last user message reversed, cut to max_tokens (finish_reason length /
+// stop_reason max_tokens). Usage is honest for that text: ceil(bytes/4) of
+// the prompt text (all messages, system/instructions) and of the answer.
+// Embeddings are unit vectors hashed from (model, input). Cloudflare LLMs
+// answer {"response":…}; bge-* {shape,data}; bge-m3 {query,contexts} one
+// {id,score} per context; m2m100 {translated_text}. Unimplemented OpenAI
+// endpoints (images, videos) give per-line 400s.
+//
+// # Stats and duplicate execution
+//
+// RequestsProcessed counts executed lines (succeeded, per-line error,
+// omitted; not lines left expired or cancelled). RequestsProcessedMoreThanOnce
+// counts each execution of a (family, job, custom_id) after the first. The
+// job is the OpenAI batch metadata "sluice_job", else the input filename up
+// to its last "-c<digits>" (sluice-<job>-c<chunk>-a<attempt>.jsonl), else "";
+// Anthropic uses "" (custom_ids are job-wide), Cloudflare the item's
+// external_reference (items without one are not tracked).
+//
+// # Persistence
+//
+// With DataDir, file and batch metadata are JSON files written atomically
+// (temp + rename + fsync), contents and results are files beside them, the
+// id counter and Stats are in state.json, the processed set is appended to
+// processed.bin. A new Server on the same directory continues where the old
+// one stopped; faults counters may lag by the calls made since the last
+// state save.
+//
+// # Decisions on unconfirmed ([U]) points
+//
+//   - Batch lists are newest first.
+//   - request_counts.failed includes expired and cancelled lines; total is 0
+//     while validating and after a validation failure.
+//   - Cancelling an OpenAI batch: from validating it ends cancelled with
+//     nothing run and no files; from finalizing every line counts as done;
+//     unexecuted lines of a cancelled batch are error-file lines with code
+//     batch_cancelled. Cancelling a terminal batch is a 400 (both families);
+//     cancelling a cancelling batch returns it unchanged.
+//   - Output/error files exist only when they have at least one line.
+//   - Anthropic: >100000 requests is 413 request_too_large like the size
+//     limit; invalid params at create are 400s; results of a batch that has
+//     not ended, and deleting it, are 400 invalid_request_error.
+//   - Cloudflare: item schema violations are refused at submit (400, 5004);
+//     an unknown request_id polls to 400, 5004; a batch that outlives 24 h
+//     yields success:false items with code 3007.
+package emulator

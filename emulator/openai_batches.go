@@ -1,0 +1,347 @@
+package emulator
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"time"
+	"unicode/utf8"
+)
+
+var batchEndpoints = []string{"/v1/responses", "/v1/chat/completions", "/v1/embeddings", "/v1/completions",
+	"/v1/moderations", "/v1/images/generations", "/v1/images/edits", "/v1/videos"}
+
+// maxReportedErrors caps errors.data of a failed validation.
+const maxReportedErrors = 100
+
+func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		InputFileID        string            `json:"input_file_id"`
+		Endpoint           string            `json:"endpoint"`
+		CompletionWindow   string            `json:"completion_window"`
+		Metadata           map[string]string `json:"metadata"`
+		OutputExpiresAfter *struct {
+			Anchor  string `json:"anchor"`
+			Seconds int64  `json:"seconds"`
+		} `json:"output_expires_after"`
+	}
+	body, err := readLimited(r, 1<<20)
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	bad := func(msg, param, code string) { oaiError(w, 400, "invalid_request_error", msg, param, code) }
+	switch {
+	case err != nil:
+		bad("We could not parse the JSON body of your request: "+err.Error(), "", "")
+		return
+	case req.InputFileID == "":
+		bad("Missing required parameter: 'input_file_id'.", "input_file_id", "missing_required_parameter")
+		return
+	case req.Endpoint == "":
+		bad("Missing required parameter: 'endpoint'.", "endpoint", "missing_required_parameter")
+		return
+	case !slices.Contains(batchEndpoints, normEndpoint(req.Endpoint)):
+		bad(fmt.Sprintf("Invalid value: '%s'. Supported values are: %q.", req.Endpoint, batchEndpoints), "endpoint", "invalid_value")
+		return
+	case req.CompletionWindow == "":
+		bad("Missing required parameter: 'completion_window'.", "completion_window", "missing_required_parameter")
+		return
+	case req.CompletionWindow != "24h":
+		bad("Invalid value: '"+req.CompletionWindow+"'. Supported values are: '24h'.", "completion_window", "invalid_value")
+		return
+	case len(req.Metadata) > 16:
+		bad(fmt.Sprintf("Invalid 'metadata': too many properties. Expected an object with at most 16 properties, but got an object with %d properties instead.", len(req.Metadata)), "metadata", "object_above_max_properties")
+		return
+	case req.OutputExpiresAfter != nil && (req.OutputExpiresAfter.Anchor != "created_at" ||
+		req.OutputExpiresAfter.Seconds < 3600 || req.OutputExpiresAfter.Seconds > 2592000):
+		bad("Invalid 'output_expires_after': anchor must be 'created_at' and seconds between 3600 and 2592000.", "output_expires_after", "invalid_value")
+		return
+	}
+	for k, v := range req.Metadata {
+		if utf8.RuneCountInString(k) > 64 || utf8.RuneCountInString(v) > 512 {
+			bad("Invalid 'metadata': keys are at most 64 characters and values at most 512 characters.", "metadata", "invalid_value")
+			return
+		}
+	}
+
+	// Snapshot the input file into the batch's spool, then scan it unlocked.
+	now := s.now()
+	s.mu.Lock()
+	s.tick(now)
+	f := s.files[req.InputFileID]
+	if f == nil {
+		s.mu.Unlock()
+		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+req.InputFileID, "input_file_id", "")
+		return
+	}
+	if f.Purpose != "batch" {
+		s.mu.Unlock()
+		bad("The input file must have purpose 'batch', not '"+f.Purpose+"'.", "input_file_id", "invalid_value")
+		return
+	}
+	seq := s.nextSeq()
+	id := "batch_" + hexID(s.opts.Seed, "batch", "", int(seq), 16)
+	err = linkOrCopy(s.filePath(f.ID), s.batchInput(id))
+	s.mu.Unlock()
+	if err != nil {
+		oaiError(w, http.StatusInternalServerError, "server_error", err.Error(), "", "")
+		return
+	}
+	sc, err := s.scanOpenAI(s.batchInput(id), req.Endpoint, f.Bytes)
+	if err != nil {
+		os.Remove(s.batchInput(id))
+		oaiError(w, http.StatusInternalServerError, "server_error", err.Error(), "", "")
+		return
+	}
+
+	b := &batchRec{ID: id, Family: famOpenAI, Seq: seq, Created: now, Endpoint: req.Endpoint, Model: sc.model,
+		InputFileID: f.ID, CompletionWindow: req.CompletionWindow, Metadata: req.Metadata,
+		JobKey: jobKeyOpenAI(req.Metadata, f.Filename), N: sc.n, Tokens: sc.tokens, ScanErrors: sc.errs,
+		FailInjected: unit(h64(s.opts.Seed, "vfail", id, 0)) < s.opts.ValidationFailRate,
+		ExpireFate:   unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
+		Status:       stValidating}
+	if req.OutputExpiresAfter != nil {
+		b.OutputExpiresSec = req.OutputExpiresAfter.Seconds
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches[id], s.active[id] = b, b
+	s.saveBatch(b)
+	s.bump(func(st *Stats) {
+		st.BatchesCreated++
+		fs := st.family(famOpenAI)
+		fs.BatchesCreated++
+		st.ByFamily[famOpenAI] = fs
+	})
+	s.saveState()
+	s.logf("emulator: openai batch %s created: %d requests, model %q, %d scan errors", id, b.N, b.Model, len(b.ScanErrors))
+	writeJSON(w, http.StatusOK, s.oaiBatchJSON(b, now))
+}
+
+type scanResult struct {
+	n      int
+	tokens int64
+	model  string
+	errs   []batchError
+}
+
+func lineErr(code, msg string, line int, param string) batchError {
+	e := batchError{Code: code, Message: msg}
+	if line > 0 {
+		e.Line = &line
+	}
+	if param != "" {
+		e.Param = &param
+	}
+	return e
+}
+
+// scanOpenAI validates a batch input file the way the Batch API does and
+// collects its request count, model and estimated input tokens
+// (ceil(len(body)/4) per line).
+func (s *Server) scanOpenAI(path, endpoint string, size int64) (scanResult, error) {
+	var sc scanResult
+	if size > s.opts.MaxBatchBytes {
+		sc.errs = []batchError{lineErr("file_too_large", fmt.Sprintf(
+			"The batch input file is %s bytes; the maximum is %s bytes.", commas(size), commas(s.opts.MaxBatchBytes)), 0, "input_file_id")}
+		return sc, nil
+	}
+	in, err := os.Open(path)
+	if err != nil {
+		return sc, err
+	}
+	defer in.Close()
+	br := bufio.NewReaderSize(in, 1<<20)
+	seen := map[string]struct{}{}
+	add := func(e batchError) {
+		if len(sc.errs) < maxReportedErrors {
+			sc.errs = append(sc.errs, e)
+		}
+	}
+	ep := normEndpoint(endpoint)
+	for lineNo := 1; ; lineNo++ {
+		line, rerr := br.ReadBytes('\n')
+		if t := bytes.TrimSpace(line); len(t) > 0 {
+			sc.n++
+			if sc.n <= s.opts.MaxRequestsPerBatch {
+				s.scanLine(t, lineNo, ep, seen, &sc, add)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		} else if rerr != nil {
+			return sc, rerr
+		}
+	}
+	switch {
+	case sc.n == 0:
+		sc.errs = []batchError{lineErr("empty_file", "The batch input file is empty.", 0, "input_file_id")}
+	case sc.n > s.opts.MaxRequestsPerBatch:
+		sc.errs = append([]batchError{lineErr("too_many_tasks", fmt.Sprintf(
+			"The batch input file contains %d requests; the maximum is %d.", sc.n, s.opts.MaxRequestsPerBatch), 0, "")}, sc.errs...)
+	}
+	return sc, nil
+}
+
+func (s *Server) scanLine(t []byte, lineNo int, ep string, seen map[string]struct{}, sc *scanResult, add func(batchError)) {
+	var ln struct {
+		CustomID *string         `json:"custom_id"`
+		Method   string          `json:"method"`
+		URL      string          `json:"url"`
+		Body     json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(t, &ln); err != nil {
+		add(lineErr("invalid_json_line", fmt.Sprintf("This line is not parseable as valid JSON: %v", err), lineNo, ""))
+		return
+	}
+	var body struct {
+		Model string `json:"model"`
+	}
+	bodyErr := json.Unmarshal(ln.Body, &body)
+	switch {
+	case ln.CustomID == nil || *ln.CustomID == "":
+		add(lineErr("invalid_request", "Missing required parameter: 'custom_id'.", lineNo, "custom_id"))
+	case ln.Method != "POST":
+		add(lineErr("invalid_request", fmt.Sprintf("Invalid method %q: only POST is supported.", ln.Method), lineNo, "method"))
+	case normEndpoint(ln.URL) != ep:
+		add(lineErr("url_mismatch", fmt.Sprintf("The url %q does not match the batch endpoint %q.", ln.URL, ep), lineNo, "url"))
+	case len(ln.Body) == 0 || bodyErr != nil || ln.Body[0] != '{':
+		add(lineErr("invalid_request", "The 'body' of the request must be a JSON object.", lineNo, "body"))
+	case body.Model == "" && ep != "/v1/moderations":
+		add(lineErr("invalid_request", "Missing required parameter: 'body.model'.", lineNo, "body.model"))
+	default:
+		if _, dup := seen[*ln.CustomID]; dup {
+			add(lineErr("duplicate_custom_id", fmt.Sprintf("The custom_id %q is used more than once in this batch.", *ln.CustomID), lineNo, "custom_id"))
+			return
+		}
+		seen[*ln.CustomID] = struct{}{}
+		if sc.model == "" {
+			sc.model = body.Model
+		} else if body.Model != sc.model {
+			add(lineErr("model_mismatch", fmt.Sprintf("The model %q does not match the batch model %q: every line must use the same model.", body.Model, sc.model), lineNo, "body.model"))
+			return
+		}
+		sc.tokens += approxTokens(len(ln.Body))
+	}
+}
+
+// oaiBatchJSON renders the Batch object as of now.
+func (s *Server) oaiBatchJSON(b *batchRec, now time.Time) map[string]any {
+	ts := func(t *time.Time) any {
+		if t == nil {
+			return nil
+		}
+		return t.Unix()
+	}
+	var total, completed, failed int
+	switch b.Status {
+	case stInProgress, stFinalizing, stCancelling:
+		total = b.N
+		completed, failed = s.liveCounts(b, now)
+	case stCompleted, stExpired, stCancelled:
+		if b.InProgressAt == nil {
+			break // cancelled while validating
+		}
+		total = b.N
+		completed, failed = b.Counts.Succeeded, b.Counts.Errored+b.Counts.Expired+b.Counts.Cancelled
+	}
+	var errs any
+	if len(b.Errors) > 0 {
+		errs = map[string]any{"object": "list", "data": b.Errors}
+	}
+	var md any
+	if b.Metadata != nil {
+		md = b.Metadata
+	}
+	return map[string]any{
+		"id": b.ID, "object": "batch", "endpoint": b.Endpoint, "model": nullable(b.Model), "errors": errs,
+		"input_file_id": b.InputFileID, "completion_window": b.CompletionWindow, "status": b.Status,
+		"output_file_id": nullable(b.OutputFileID), "error_file_id": nullable(b.ErrorFileID),
+		"created_at": b.Created.Unix(), "in_progress_at": ts(b.InProgressAt),
+		"expires_at": b.Created.Add(completionWindow).Unix(), "finalizing_at": ts(b.FinalizingAt),
+		"completed_at": ts(b.CompletedAt), "failed_at": ts(b.FailedAt), "expired_at": ts(b.ExpiredAt),
+		"cancelling_at": ts(b.CancellingAt), "cancelled_at": ts(b.CancelledAt),
+		"request_counts": map[string]any{"total": total, "completed": completed, "failed": failed},
+		"usage": map[string]any{"input_tokens": b.InputTokens, "input_tokens_details": map[string]any{"cached_tokens": 0},
+			"output_tokens": b.OutputTokens, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+			"total_tokens": b.InputTokens + b.OutputTokens},
+		"metadata": md,
+	}
+}
+
+// lookupBatch finds a batch of a family, writing the family's 404 if absent.
+func (s *Server) lookupBatch(w http.ResponseWriter, id, family string) *batchRec {
+	if b := s.batches[id]; b != nil && b.Family == family {
+		return b
+	}
+	if family == famAnthropic {
+		antError(w, http.StatusNotFound, "not_found_error", "Message batch "+id+" not found.")
+	} else {
+		oaiError(w, http.StatusNotFound, "invalid_request_error", "No batch found with id '"+id+"'.", "batch_id", "")
+	}
+	return nil
+}
+
+func (s *Server) oaiGetBatch(w http.ResponseWriter, r *http.Request) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tick(now)
+	if b := s.lookupBatch(w, r.PathValue("id"), famOpenAI); b != nil {
+		writeJSON(w, http.StatusOK, s.oaiBatchJSON(b, now))
+	}
+}
+
+func (s *Server) oaiCancelBatch(w http.ResponseWriter, r *http.Request) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tick(now)
+	b := s.lookupBatch(w, r.PathValue("id"), famOpenAI)
+	if b == nil {
+		return
+	}
+	if !s.cancel(b, now) {
+		oaiError(w, http.StatusBadRequest, "invalid_request_error",
+			fmt.Sprintf("Cannot cancel a batch with status '%s'.", b.Status), "", "")
+		return
+	}
+	writeJSON(w, http.StatusOK, s.oaiBatchJSON(b, now))
+}
+
+func (s *Server) oaiListBatches(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := queryLimit(q.Get("limit"), 20, 100)
+	if !ok {
+		oaiError(w, 400, "invalid_request_error", "Invalid 'limit': must be between 1 and 100.", "limit", "invalid_value")
+		return
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tick(now)
+	all := s.sortedBatches(famOpenAI)
+	page, more := paginateAfter(all, q.Get("after"), limit, func(b *batchRec) string { return b.ID })
+	data := make([]any, len(page))
+	for i, b := range page {
+		data[i] = s.oaiBatchJSON(b, now)
+	}
+	writeJSON(w, http.StatusOK, listJSON(data, page, more, func(b *batchRec) string { return b.ID }))
+}
+
+// sortedBatches lists a family's batches newest first.
+func (s *Server) sortedBatches(family string) []*batchRec {
+	var all []*batchRec
+	for _, b := range s.batches {
+		if b.Family == family {
+			all = append(all, b)
+		}
+	}
+	slices.SortFunc(all, func(a, b *batchRec) int { return int(b.Seq - a.Seq) })
+	return all
+}

@@ -1,0 +1,272 @@
+package emulator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+)
+
+func TestOpenAISDKRoundTrip(t *testing.T) {
+	clk := newClock()
+	s, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now, Seed: 7})
+	c := oaClient(ts)
+	ctx := context.Background()
+	const n = 20
+	input := chatLines(n, "gpt-4o-mini")
+	f := upload(t, c, "sluice-job1-c0-a1.jsonl", input)
+	if f.Purpose != openai.FileObjectPurposeBatch || f.Bytes != int64(len(input)) || f.Filename != "sluice-job1-c0-a1.jsonl" ||
+		!strings.HasPrefix(f.ID, "file-") || f.Status != "processed" {
+		t.Fatalf("file object: %+v", f)
+	}
+	checkSpec(t, "OpenAIFile", f.RawJSON())
+	got, err := c.Files.Get(ctx, f.ID)
+	if err != nil || got.ID != f.ID {
+		t.Fatalf("get file: %v %+v", err, got)
+	}
+
+	b := createBatch(t, c, f.ID, openai.BatchNewParamsEndpointV1ChatCompletions, map[string]string{"sluice_job": "job1"})
+	checkSpec(t, "Batch", b.RawJSON())
+	if b.Status != openai.BatchStatusValidating || b.InputFileID != f.ID || b.CompletionWindow != "24h" ||
+		b.ExpiresAt != b.CreatedAt+86400 || b.Metadata["sluice_job"] != "job1" || b.JSON.InProgressAt.Raw() != "null" {
+		t.Fatalf("created batch: %s", b.RawJSON())
+	}
+	clk.Advance(2 * time.Second)
+	b = getBatch(t, c, b.ID)
+	if b.Status != openai.BatchStatusInProgress || b.RequestCounts.Total != n || b.InProgressAt != b.CreatedAt+1 || b.Model != "gpt-4o-mini" {
+		t.Fatalf("in progress: %s", b.RawJSON())
+	}
+	clk.Advance(5 * time.Second)
+	b = getBatch(t, c, b.ID)
+	if b.RequestCounts.Completed == 0 || b.RequestCounts.Completed == n {
+		t.Fatalf("progress counts should be partial: %+v", b.RequestCounts)
+	}
+	clk.Advance(2 * time.Second)
+	if b = getBatch(t, c, b.ID); b.Status != openai.BatchStatusFinalizing {
+		t.Fatalf("want finalizing, got %s", b.Status)
+	}
+	clk.Advance(time.Second)
+	b = getBatch(t, c, b.ID)
+	if b.Status != openai.BatchStatusCompleted || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 ||
+		b.OutputFileID == "" || b.ErrorFileID != "" || b.CompletedAt != b.CreatedAt+10 || b.FinalizingAt != b.CreatedAt+9 {
+		t.Fatalf("completed: %s", b.RawJSON())
+	}
+	if b.Usage.InputTokens == 0 || b.Usage.OutputTokens == 0 || b.Usage.TotalTokens != b.Usage.InputTokens+b.Usage.OutputTokens {
+		t.Fatalf("usage: %+v", b.Usage)
+	}
+	of, err := c.Files.Get(ctx, b.OutputFileID)
+	if err != nil || of.Purpose != openai.FileObjectPurposeBatchOutput {
+		t.Fatalf("output file: %v %+v", err, of)
+	}
+	checkSDK(t, of)
+
+	lines := parseLines(t, download(t, c, b.OutputFileID))
+	if len(lines) != n {
+		t.Fatalf("want %d output lines, got %d", n, len(lines))
+	}
+	var ids []string
+	var inTok, outTok int64
+	for _, l := range lines {
+		ids = append(ids, l.CustomID)
+		if l.Error != nil || l.Response == nil || l.Response.StatusCode != 200 || !strings.HasPrefix(l.ID, "batch_req_") ||
+			!strings.HasPrefix(l.Response.RequestID, "req_") {
+			t.Fatalf("bad line %+v", l)
+		}
+		var cc openai.ChatCompletion
+		if err := json.Unmarshal(l.Response.Body, &cc); err != nil {
+			t.Fatal(err)
+		}
+		checkSDK(t, &cc)
+		var i int
+		fmt.Sscanf(l.CustomID, "req-%d", &i)
+		want := expectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
+		if cc.Object != "chat.completion" || len(cc.Choices) != 1 || cc.Choices[0].Message.Content != want ||
+			cc.Choices[0].FinishReason != "stop" || cc.Model != "gpt-4o-mini" {
+			t.Fatalf("completion %s", l.Response.Body)
+		}
+		prompt := len("be brief") + 1 + len(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
+		if cc.Usage.PromptTokens != int64((prompt+3)/4) || cc.Usage.CompletionTokens != int64((len(want)+3)/4) {
+			t.Fatalf("usage %+v for prompt of %d bytes", cc.Usage, prompt)
+		}
+		inTok += cc.Usage.PromptTokens
+		outTok += cc.Usage.CompletionTokens
+	}
+	if inTok != b.Usage.InputTokens || outTok != b.Usage.OutputTokens {
+		t.Fatalf("batch usage %+v, lines sum in=%d out=%d", b.Usage, inTok, outTok)
+	}
+	if slices.IsSorted(ids) || slices.Equal(ids, inputOrder(n)) {
+		t.Fatalf("output order should not be input order: %v", ids)
+	}
+	slices.Sort(ids)
+	want := inputOrder(n)
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("custom ids %v", ids)
+	}
+	if st := s.Stats(); st.RequestsProcessed != n || st.FilesUploaded != 1 || st.BatchesCreated != 1 || st.RequestsProcessedMoreThanOnce != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Deleting the input file keeps the batch intact.
+	del, err := c.Files.Delete(ctx, f.ID)
+	if err != nil || !del.Deleted || del.ID != f.ID {
+		t.Fatalf("delete: %v %+v", err, del)
+	}
+	checkSpec(t, "DeleteFileResponse", del.RawJSON())
+	if _, err := c.Files.Get(ctx, f.ID); err == nil {
+		t.Fatal("deleted file still there")
+	}
+}
+
+func inputOrder(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("req-%d", i)
+	}
+	return out
+}
+
+func TestOpenAISDKListPagination(t *testing.T) {
+	_, ts := start(t, Options{})
+	c := oaClient(ts)
+	ctx := context.Background()
+	var made []string
+	for i := range 5 {
+		f := upload(t, c, fmt.Sprintf("in%d.jsonl", i), chatLines(2, "m"))
+		made = append(made, createBatch(t, c, f.ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil).ID)
+	}
+	page, err := c.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSpec(t, "ListBatchesResponse", page.RawJSON())
+	if len(page.Data) != 2 || !page.HasMore || page.Data[0].ID != made[4] {
+		t.Fatalf("first page: %s", page.RawJSON())
+	}
+	var listed []string
+	it := c.Batches.ListAutoPaging(ctx, openai.BatchListParams{Limit: openai.Int(2)})
+	for it.Next() {
+		b := it.Current()
+		checkSDK(t, &b)
+		listed = append(listed, b.ID)
+	}
+	if it.Err() != nil {
+		t.Fatal(it.Err())
+	}
+	slices.Reverse(made)
+	if !slices.Equal(listed, made) {
+		t.Fatalf("listed %v, want newest first %v", listed, made)
+	}
+	if _, err := c.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(101)}); err == nil {
+		t.Fatal("limit 101 accepted")
+	}
+
+	// Files: purpose filter, order, cursor. The 5 inputs plus 5 outputs.
+	var files []string
+	fit := c.Files.ListAutoPaging(ctx, openai.FileListParams{Purpose: openai.String("batch"), Limit: openai.Int(2),
+		Order: openai.FileListParamsOrderAsc})
+	for fit.Next() {
+		f := fit.Current()
+		checkSDK(t, &f)
+		files = append(files, f.Filename)
+	}
+	if fit.Err() != nil || !slices.Equal(files, []string{"in0.jsonl", "in1.jsonl", "in2.jsonl", "in3.jsonl", "in4.jsonl"}) {
+		t.Fatalf("files %v %v", files, fit.Err())
+	}
+	fp, err := c.Files.List(ctx, openai.FileListParams{})
+	if err != nil || len(fp.Data) != 10 || fp.HasMore {
+		t.Fatalf("all files: %v %d", err, len(fp.Data))
+	}
+	checkSpec(t, "ListFilesResponse", fp.RawJSON())
+}
+
+// The other batch endpoints, parsed with the SDK's own response types.
+func TestOpenAIBatchEndpoints(t *testing.T) {
+	_, ts := start(t, Options{})
+	c := oaClient(ts)
+	emb := `{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":["hello","world"]}}` + "\n" +
+		`{"custom_id":"e2","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"hello"}}` + "\n"
+	b := createBatch(t, c, upload(t, c, "emb.jsonl", []byte(emb)).ID, openai.BatchNewParamsEndpointV1Embeddings, nil)
+	b = getBatch(t, c, b.ID)
+	vecs := map[string][][]float64{}
+	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
+		var r openai.CreateEmbeddingResponse
+		mustUnmarshal(t, l.Response.Body, &r)
+		checkSDK(t, &r)
+		for _, d := range r.Data {
+			if len(d.Embedding) != 8 {
+				t.Fatalf("dimension %d", len(d.Embedding))
+			}
+			vecs[l.CustomID] = append(vecs[l.CustomID], d.Embedding)
+		}
+		if r.Usage.PromptTokens == 0 || r.Model != "text-embedding-3-small" {
+			t.Fatalf("embedding response %s", l.Response.Body)
+		}
+	}
+	if len(vecs["e1"]) != 2 || len(vecs["e2"]) != 1 || !slices.Equal(vecs["e1"][0], vecs["e2"][0]) || slices.Equal(vecs["e1"][0], vecs["e1"][1]) {
+		t.Fatalf("embeddings %v", vecs)
+	}
+
+	resp := `{"custom_id":"r1","method":"POST","url":"/v1/responses","body":{"model":"gpt-4.1-mini","input":"Tell me a joke about cats"}}` + "\n" +
+		`{"custom_id":"r2","method":"POST","url":"/v1/responses","body":{"model":"gpt-4.1-mini","instructions":"x","input":[{"role":"user","content":[{"type":"input_text","text":"abc"}]}]}}` + "\n"
+	b = createBatch(t, c, upload(t, c, "resp.jsonl", []byte(resp)).ID, openai.BatchNewParamsEndpointV1Responses, nil)
+	b = getBatch(t, c, b.ID)
+	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
+		var r responses.Response
+		mustUnmarshal(t, l.Response.Body, &r)
+		checkSDK(t, &r)
+		want := map[string]string{"r1": expectedAnswer("Tell me a joke about cats"), "r2": "echo: cba"}[l.CustomID]
+		if r.OutputText() != want || r.Status != "completed" || r.Usage.InputTokens == 0 {
+			t.Fatalf("response %s: got %q want %q", l.Response.Body, r.OutputText(), want)
+		}
+	}
+
+	comp := `{"custom_id":"c1","method":"POST","url":"/v1/completions","body":{"model":"gpt-3.5-turbo-instruct","prompt":"Say this is a test","max_tokens":100}}` + "\n"
+	b = createBatch(t, c, upload(t, c, "comp.jsonl", []byte(comp)).ID, openai.BatchNewParamsEndpointV1Completions, nil)
+	b = getBatch(t, c, b.ID)
+	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
+		var r openai.Completion
+		mustUnmarshal(t, l.Response.Body, &r)
+		checkSDK(t, &r)
+		if r.Choices[0].Text != expectedAnswer("Say this is a test") {
+			t.Fatalf("completion %s", l.Response.Body)
+		}
+	}
+}
+
+// The model endpoints are also served directly; the SDK must parse them.
+func TestOpenAISyncEndpoints(t *testing.T) {
+	_, ts := start(t, Options{EmbeddingDim: 4})
+	c := oaClient(ts)
+	ctx := context.Background()
+	cc, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello there")}, MaxTokens: openai.Int(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSDK(t, cc)
+	if cc.Choices[0].Message.Content != "echo: er" || cc.Choices[0].FinishReason != "length" || cc.Usage.CompletionTokens != 2 {
+		t.Fatalf("truncated chat: %s", cc.RawJSON())
+	}
+	e, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "text-embedding-3-small",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"a", "b", "c"}}})
+	if err != nil || len(e.Data) != 3 || len(e.Data[2].Embedding) != 4 || e.Data[2].Index != 2 {
+		t.Fatalf("embeddings: %v %+v", err, e)
+	}
+	checkSDK(t, e)
+	r, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-4.1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}})
+	if err != nil || r.OutputText() != "echo: ih" {
+		t.Fatalf("responses: %v %+v", err, r)
+	}
+	checkSDK(t, r)
+	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini"})
+	var apiErr *openai.Error
+	if !asErr(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "messages" {
+		t.Fatalf("missing messages: %v", err)
+	}
+}

@@ -1,0 +1,150 @@
+package emulator
+
+import (
+	"time"
+)
+
+// Options configures a Server. The zero value is a valid, fault-free emulator
+// whose batches complete at the first poll after create. See the package
+// documentation for the meaning of every knob and the decisions taken where
+// PROVIDERS.md marks a behaviour as unconfirmed.
+type Options struct {
+	// BatchTime is the total time from create to completed. It is split into
+	// phases: OpenAI validating 10%, in_progress 80%, finalizing 10%;
+	// Anthropic in_progress 100%; Cloudflare queued 10%, running 90%.
+	// 0 means a batch is done at the first read after create.
+	BatchTime time.Duration
+	// DataDir, if set, keeps all state (files, batches, results, counters) on
+	// disk so that a new Server on the same directory loses nothing. If empty,
+	// metadata is in memory and contents are spooled to a temporary directory
+	// removed by Close.
+	DataDir string
+	// Seed makes ids, fault choices and per-line fates reproducible.
+	Seed int64
+
+	// HTTPFaultRate is the share of API calls answered with a fault: 429 with
+	// Retry-After, 500/502/503, or a connection reset mid-body.
+	HTTPFaultRate float64
+	// FaultKinds restricts the injected faults to a subset of "429", "500",
+	// "502", "503", "reset". Empty means all of them.
+	FaultKinds []string
+	// SlowRate is the share of API calls delayed by SlowDelay.
+	SlowRate  float64
+	SlowDelay time.Duration
+	// RetryAfter is sent on injected 429s as Retry-After (whole seconds,
+	// rounded up) and retry-after-ms. Default 1s.
+	RetryAfter time.Duration
+
+	// ExpireRate is the share of batches that expire with only part of their
+	// lines done (the rest come back batch_expired / Anthropic "expired").
+	ExpireRate float64
+	// ExpireDoneFraction is the fraction of lines done in an expiring batch.
+	// 0 means the default 0.5; a negative value means none.
+	ExpireDoneFraction float64
+	// ValidationFailRate is the share of OpenAI batches that fail validation.
+	ValidationFailRate float64
+	// LineErrorRate is the share of lines that come back as per-request
+	// errors: a quarter 429, a quarter 500 (retryable), half 400 (permanent).
+	LineErrorRate float64
+	// OmitRate is the share of lines missing from every result file (they are
+	// still executed and counted).
+	OmitRate float64
+	// EnqueuedTokenLimit is, per model, the maximum sum of estimated input
+	// tokens of running batches. An OpenAI batch beyond it ends failed with
+	// token_limit_exceeded after create returned 200; an Anthropic create
+	// beyond it gets 429 rate_limit_error. 0 = unlimited.
+	EnqueuedTokenLimit int64
+
+	// OpenAI limits: requests per batch (default 50000), bytes of a batch
+	// input file (default 200_000_000), bytes of any uploaded file (default
+	// 512_000_000).
+	MaxRequestsPerBatch int
+	MaxBatchBytes       int64
+	MaxFileBytes        int64
+	// Anthropic limits: requests per batch (default 100000) and request body
+	// bytes (default 256_000_000).
+	AnthropicMaxRequests int
+	AnthropicMaxBytes    int64
+	// CloudflareMaxBytes: a payload of this size or more gets 413 / 3006
+	// (default 10_000_000).
+	CloudflareMaxBytes int64
+	// CloudflareModels is the list of async-capable models (default: the
+	// models PROVIDERS.md lists). It is enforced only when
+	// CloudflareStrictModels is set; otherwise any model name is accepted.
+	CloudflareModels       []string
+	CloudflareStrictModels bool
+	// CloudflareItemErrorString makes failed Cloudflare items carry
+	// "error":"message" instead of the default "error":{"code":N,"message":"…"}.
+	CloudflareItemErrorString bool
+
+	// EmbeddingDim is the dimension of fake embeddings (default 8).
+	EmbeddingDim int
+
+	// APIKey, if non-empty, is enforced: OpenAI "Authorization: Bearer" (or
+	// Azure "api-key"), Anthropic "x-api-key" plus "anthropic-version",
+	// Cloudflare "Authorization: Bearer". If empty, anything is accepted.
+	APIKey string
+
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logf, if set, receives one line per lifecycle event.
+	Logf func(format string, args ...any)
+}
+
+// DefaultCloudflareModels are the async-batch models named in PROVIDERS.md.
+var DefaultCloudflareModels = []string{
+	"@cf/meta/llama-3.3-70b-instruct-fp8-fast",
+	"@cf/baai/bge-small-en-v1.5",
+	"@cf/baai/bge-base-en-v1.5",
+	"@cf/baai/bge-large-en-v1.5",
+	"@cf/baai/bge-m3",
+	"@cf/meta/m2m100-1.2b",
+	"@cf/qwen/qwen2.5-coder-32b-instruct",
+	"@cf/qwen/qwq-32b",
+	"@cf/mistralai/mistral-small-3.1-24b-instruct",
+	"@cf/google/gemma-3-12b-it",
+	"@cf/openai/gpt-oss-120b",
+}
+
+func (o *Options) applyDefaults() {
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
+	}
+	if o.ExpireDoneFraction == 0 {
+		o.ExpireDoneFraction = 0.5
+	} else if o.ExpireDoneFraction < 0 {
+		o.ExpireDoneFraction = 0
+	} else if o.ExpireDoneFraction > 1 {
+		o.ExpireDoneFraction = 1
+	}
+	if o.MaxRequestsPerBatch <= 0 {
+		o.MaxRequestsPerBatch = 50000
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = 200_000_000
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = 512_000_000
+	}
+	if o.AnthropicMaxRequests <= 0 {
+		o.AnthropicMaxRequests = 100000
+	}
+	if o.AnthropicMaxBytes <= 0 {
+		o.AnthropicMaxBytes = 256_000_000
+	}
+	if o.CloudflareMaxBytes <= 0 {
+		o.CloudflareMaxBytes = 10_000_000
+	}
+	if o.CloudflareModels == nil {
+		o.CloudflareModels = DefaultCloudflareModels
+	}
+	if o.EmbeddingDim <= 0 {
+		o.EmbeddingDim = 8
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if len(o.FaultKinds) == 0 {
+		o.FaultKinds = []string{"429", "500", "502", "503", "reset"}
+	}
+}

@@ -1,0 +1,447 @@
+package emulator
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Destinations of a result line.
+const (
+	destNone = iota
+	destOut
+	destErr
+)
+
+type outcome uint8
+
+const (
+	outSucceeded outcome = iota
+	outErrored
+	outOmitted
+	outExpired
+	outCancelled
+)
+
+// lineResult is what one input line turned into.
+type lineResult struct {
+	data     []byte // one JSON value, no newline
+	dest     int
+	kind     outcome
+	customID string // for duplicate counting; "" = not tracked
+	in, out  int64  // tokens
+}
+
+func (r lineResult) executed() bool { return r.kind != outExpired && r.kind != outCancelled }
+
+type span struct {
+	off  int64
+	n    int32
+	dest uint8
+}
+
+// finalize runs the done lines of b (the first done*N lines of its processing
+// order), turns the others into expired/cancelled results, and writes the
+// result files in processing order. Caller holds s.mu.
+func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time) error {
+	n := b.N
+	order := s.perm(b)
+	isDone := make([]bool, n)
+	for _, i := range order[:doneCount(done, n)] {
+		isDone[i] = true
+	}
+	in, err := os.Open(s.batchInput(b.ID))
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "results-*")
+	if err != nil {
+		return err
+	}
+	defer func() { tmp.Close(); os.Remove(tmp.Name()) }()
+
+	created := t.Unix()
+	if b.InProgressAt != nil {
+		created = b.InProgressAt.Unix()
+	}
+	spans := make([]span, n)
+	tw := bufio.NewWriterSize(tmp, 1<<20)
+	br := bufio.NewReaderSize(in, 1<<20)
+	var off int64
+	var c lineCounts
+	var processed, dups int64
+	for i := 0; i < n; {
+		line, rerr := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			r := s.runLine(b, i, bytes.TrimSpace(line), isDone[i], undone, created)
+			if r.dest != destNone {
+				tw.Write(r.data)
+				tw.WriteByte('\n')
+				spans[i] = span{off: off, n: int32(len(r.data) + 1), dest: uint8(r.dest)}
+				off += int64(len(r.data) + 1)
+			}
+			switch r.kind {
+			case outSucceeded:
+				c.Succeeded++
+			case outOmitted:
+				c.Succeeded++
+				c.Omitted++
+			case outErrored:
+				c.Errored++
+			case outExpired:
+				c.Expired++
+			case outCancelled:
+				c.Cancelled++
+			}
+			if r.executed() {
+				processed++
+				b.InputTokens += r.in
+				b.OutputTokens += r.out
+				if r.customID != "" && s.processed.mark(b.Family, b.JobKey, r.customID) {
+					dups++
+				}
+			}
+			i++
+		}
+		if rerr == io.EOF {
+			break
+		} else if rerr != nil {
+			return rerr
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	// Write the destination files in processing order.
+	var outW, errW *resultFile
+	if b.Family == famOpenAI {
+		outW, errW = s.newResultFile(), s.newResultFile()
+	} else {
+		outW = s.newResultFile()
+		errW = outW
+	}
+	buf := make([]byte, 0, 4096)
+	for _, i := range order {
+		sp := spans[i]
+		if sp.dest == destNone {
+			continue
+		}
+		if cap(buf) < int(sp.n) {
+			buf = make([]byte, sp.n)
+		}
+		buf = buf[:sp.n]
+		if _, err := tmp.ReadAt(buf, sp.off); err != nil {
+			return err
+		}
+		w := outW
+		if sp.dest == destErr {
+			w = errW
+		}
+		if err := w.write(buf); err != nil {
+			return err
+		}
+	}
+	if b.Family == famOpenAI {
+		exp := t.Add(30 * 24 * time.Hour).Unix()
+		if b.OutputExpiresSec > 0 {
+			exp = t.Unix() + b.OutputExpiresSec
+		}
+		if b.OutputFileID, err = s.commitOutputFile(outW, b.ID+"_output.jsonl", t, exp); err != nil {
+			return err
+		}
+		if b.ErrorFileID, err = s.commitOutputFile(errW, b.ID+"_error.jsonl", t, exp); err != nil {
+			return err
+		}
+	} else if err := outW.commit(s.batchResults(b.ID)); err != nil {
+		return err
+	}
+	b.Counts = c
+	s.bump(func(st *Stats) {
+		st.RequestsProcessed += processed
+		st.RequestsProcessedMoreThanOnce += dups
+		fs := st.family(b.Family)
+		fs.RequestsProcessed += processed
+		fs.RequestsProcessedMoreThanOnce += dups
+		st.ByFamily[b.Family] = fs
+		st.LinesSucceeded += int64(c.Succeeded - c.Omitted)
+		st.LinesOmitted += int64(c.Omitted)
+		st.LinesErrored += int64(c.Errored)
+		st.LinesExpired += int64(c.Expired)
+		st.LinesCancelled += int64(c.Cancelled)
+	})
+	if dups > 0 {
+		s.logf("emulator: batch %s executed %d custom_ids that were already executed", b.ID, dups)
+	}
+	return nil
+}
+
+// resultFile is a result file being written in tmp/.
+type resultFile struct {
+	sync  bool
+	f     *os.File
+	w     *bufio.Writer
+	bytes int64
+	lines int64
+	err   error
+}
+
+func (s *Server) newResultFile() *resultFile {
+	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "out-*")
+	if err != nil {
+		return &resultFile{err: err}
+	}
+	return &resultFile{sync: s.persist, f: f, w: bufio.NewWriterSize(f, 256<<10)}
+}
+
+func (r *resultFile) write(p []byte) error {
+	if r.err != nil {
+		return r.err
+	}
+	_, r.err = r.w.Write(p)
+	r.bytes += int64(len(p))
+	r.lines++
+	return r.err
+}
+
+func (r *resultFile) commit(path string) error {
+	if r.err != nil {
+		return r.err
+	}
+	err := r.w.Flush()
+	if err == nil && r.sync {
+		err = r.f.Sync()
+	}
+	if cerr := r.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(r.f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(r.f.Name())
+	}
+	return err
+}
+
+func (r *resultFile) discard() {
+	if r.f != nil {
+		r.f.Close()
+		os.Remove(r.f.Name())
+	}
+}
+
+// commitOutputFile turns a non-empty result file into an OpenAI File with
+// purpose batch_output; an empty one is dropped and "" returned.
+func (s *Server) commitOutputFile(r *resultFile, name string, t time.Time, exp int64) (string, error) {
+	if r.err != nil {
+		return "", r.err
+	}
+	if r.lines == 0 {
+		r.discard()
+		return "", nil
+	}
+	seq := s.nextSeq()
+	f := &fileRec{ID: s.fileID(seq), Seq: seq, Bytes: r.bytes, Lines: r.lines,
+		CreatedAt: t.Unix(), ExpiresAt: &exp, Filename: name, Purpose: "batch_output"}
+	if err := r.commit(s.filePath(f.ID)); err != nil {
+		return "", err
+	}
+	s.files[f.ID] = f
+	s.saveFile(f)
+	return f.ID, nil
+}
+
+func (s *Server) fileID(seq int64) string {
+	return "file-" + b58ID(s.opts.Seed, "file", "", int(seq), 22)
+}
+
+// runLine produces the result of line i of b.
+func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone string, created int64) lineResult {
+	switch b.Family {
+	case famAnthropic:
+		return s.runAnthropicLine(b, i, line, done, undone)
+	case famCloudflare:
+		return s.runCloudflareLine(b, i, line, done)
+	}
+	return s.runOpenAILine(b, i, line, done, undone, created)
+}
+
+func (s *Server) runOpenAILine(b *batchRec, i int, line []byte, done bool, undone string, created int64) lineResult {
+	var ln struct {
+		CustomID string          `json:"custom_id"`
+		Body     json.RawMessage `json:"body"`
+	}
+	json.Unmarshal(line, &ln)
+	r := lineResult{customID: ln.CustomID}
+	id := "batch_req_" + hexID(s.opts.Seed, "batchreq", b.ID, i, 16)
+	if !done {
+		r.dest, r.kind = destErr, outExpired
+		code, msg := "batch_expired", "This request could not be executed before the completion window expired."
+		if undone == stCancelled {
+			r.kind = outCancelled
+			code, msg = "batch_cancelled", "This request was not executed because the batch was cancelled."
+		}
+		r.data = mustJSON(map[string]any{"id": id, "custom_id": ln.CustomID, "response": nil,
+			"error": map[string]any{"code": code, "message": msg}})
+		return r
+	}
+	var status int
+	var body []byte
+	switch s.lineFate(b, i) {
+	case fate429:
+		status, body = 429, oaiErrorBody("Rate limit reached for requests (injected by the emulator's LineErrorRate).",
+			"requests", "rate_limit_exceeded")
+	case fate500:
+		status, body = 500, oaiErrorBody("The server had an error while processing your request. Sorry about that!",
+			"server_error", "")
+	case fate400:
+		status, body = 400, oaiErrorBody("Invalid request (permanent error injected by the emulator's LineErrorRate).",
+			"invalid_request_error", "invalid_value")
+	case fateOmit:
+		m := s.runOpenAI(normEndpoint(b.Endpoint), ln.Body, created)
+		r.kind, r.in, r.out = outOmitted, m.in, m.out
+		return r
+	default:
+		m := s.runOpenAI(normEndpoint(b.Endpoint), ln.Body, created)
+		status, body, r.in, r.out = m.status, m.body, m.in, m.out
+	}
+	r.dest, r.kind = destOut, outSucceeded
+	if status/100 != 2 {
+		r.dest, r.kind = destErr, outErrored
+	}
+	// Built by hand: this is the hot path of a 50,000-line batch.
+	d := make([]byte, 0, len(body)+160)
+	d = append(d, `{"id":"`...)
+	d = append(d, id...)
+	d = append(d, `","custom_id":`...)
+	d = append(d, mustJSON(ln.CustomID)...)
+	d = append(d, `,"response":{"status_code":`...)
+	d = strconv.AppendInt(d, int64(status), 10)
+	d = append(d, `,"request_id":"req_`...)
+	d = append(d, hexID(s.opts.Seed, "req", b.ID, i, 16)...)
+	d = append(d, `","body":`...)
+	d = append(d, body...)
+	r.data = append(d, `},"error":null}`...)
+	return r
+}
+
+func oaiErrorBody(msg, typ, code string) []byte {
+	return mustJSON(map[string]any{"error": map[string]any{
+		"message": msg, "type": typ, "param": nil, "code": nullable(code)}})
+}
+
+func (s *Server) runAnthropicLine(b *batchRec, i int, line []byte, done bool, undone string) lineResult {
+	var ln struct {
+		CustomID string          `json:"custom_id"`
+		Params   json.RawMessage `json:"params"`
+	}
+	json.Unmarshal(line, &ln)
+	r := lineResult{customID: ln.CustomID, dest: destOut}
+	result := func(v any) []byte { return mustJSON(map[string]any{"custom_id": ln.CustomID, "result": v}) }
+	errored := func(typ, msg string) []byte {
+		return result(map[string]any{"type": "errored", "error": map[string]any{
+			"type": "error", "error": map[string]any{"type": typ, "message": msg},
+			"request_id": "req_01" + b58ID(s.opts.Seed, "antreq", b.ID, i, 22)}})
+	}
+	if !done {
+		r.kind, r.data = outExpired, result(map[string]any{"type": "expired"})
+		if undone == stCancelled {
+			r.kind, r.data = outCancelled, result(map[string]any{"type": "canceled"})
+		}
+		return r
+	}
+	r.kind = outErrored
+	switch s.lineFate(b, i) {
+	case fate429:
+		r.data = errored("rate_limit_error", "Rate limit exceeded (injected by the emulator's LineErrorRate).")
+	case fate500:
+		r.data = errored("api_error", "Internal server error (injected by the emulator's LineErrorRate).")
+	case fate400:
+		r.data = errored("invalid_request_error", "Invalid request (permanent error injected by the emulator's LineErrorRate).")
+	default:
+		m := s.runAnthropic(ln.Params, "batch")
+		r.in, r.out = m.in, m.out
+		switch {
+		case s.lineFate(b, i) == fateOmit:
+			r.kind, r.dest = outOmitted, destNone
+		case m.status == 200:
+			d := append([]byte(`{"custom_id":`), mustJSON(ln.CustomID)...)
+			d = append(d, `,"result":{"type":"succeeded","message":`...)
+			d = append(d, m.body...)
+			r.kind, r.data = outSucceeded, append(d, "}}"...)
+		default:
+			var e struct{ Type, Message string }
+			json.Unmarshal(m.body, &e)
+			r.data = errored(e.Type, e.Message)
+		}
+	}
+	return r
+}
+
+func (s *Server) runCloudflareLine(b *batchRec, i int, item []byte, done bool) lineResult {
+	var ref struct {
+		Ref json.RawMessage `json:"external_reference"`
+	}
+	json.Unmarshal(item, &ref)
+	r := lineResult{dest: destOut, kind: outErrored}
+	var refStr string
+	if json.Unmarshal(ref.Ref, &refStr) == nil {
+		r.customID = refStr
+	}
+	entry := func(kv ...any) []byte {
+		m := map[string]any{"id": i}
+		for k := 0; k+1 < len(kv); k += 2 {
+			m[kv[k].(string)] = kv[k+1]
+		}
+		if len(ref.Ref) > 0 {
+			m["external_reference"] = ref.Ref
+		}
+		return mustJSON(m)
+	}
+	itemErr := func(code int, msg string) []byte {
+		if s.opts.CloudflareItemErrorString {
+			return entry("success", false, "error", msg)
+		}
+		return entry("success", false, "error", map[string]any{"code": code, "message": msg})
+	}
+	if !done {
+		r.kind, r.data = outExpired, itemErr(3007, "Request timed out before it could be processed.")
+		return r
+	}
+	switch f := s.lineFate(b, i); f {
+	case fate429:
+		r.data = itemErr(3040, "Capacity temporarily exceeded, please try again. (injected by the emulator)")
+	case fate500:
+		r.data = itemErr(3043, "Internal server error (injected by the emulator)")
+	case fate400:
+		r.data = itemErr(5004, "Invalid data (permanent error injected by the emulator)")
+	default:
+		res, in, out, err := s.runCloudflare(b.Model, item)
+		r.in, r.out = in, out
+		switch {
+		case f == fateOmit:
+			r.kind, r.dest = outOmitted, destNone
+		case err != nil:
+			r.data = itemErr(5004, err.Error())
+		default:
+			r.kind, r.data = outSucceeded, entry("result", json.RawMessage(res), "success", true)
+		}
+	}
+	return r
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("emulator: marshal: %v", err))
+	}
+	return b
+}

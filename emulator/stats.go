@@ -1,0 +1,182 @@
+package emulator
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"hash/fnv"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+)
+
+// Stats are the emulator's counters, served as JSON at GET /_emulator/stats.
+type Stats struct {
+	APICalls       int64 `json:"api_calls"`
+	FilesUploaded  int64 `json:"files_uploaded"`
+	BatchesCreated int64 `json:"batches_created"`
+	// RequestsProcessed counts executed lines (succeeded, per-line error or
+	// omitted); expired or cancelled lines that were never run do not count.
+	RequestsProcessed int64 `json:"requests_processed"`
+	// RequestsProcessedMoreThanOnce counts every execution of a (job,
+	// custom_id) after its first one: money spent twice.
+	RequestsProcessedMoreThanOnce int64 `json:"requests_processed_more_than_once"`
+
+	FaultsInjected int64 `json:"faults_injected"`
+	Faults429      int64 `json:"faults_429"`
+	Faults5xx      int64 `json:"faults_5xx"`
+	FaultsReset    int64 `json:"faults_reset"`
+	SlowCalls      int64 `json:"slow_calls"`
+
+	BatchesCompleted int64 `json:"batches_completed"`
+	BatchesFailed    int64 `json:"batches_failed"`
+	BatchesExpired   int64 `json:"batches_expired"`
+	BatchesCancelled int64 `json:"batches_cancelled"`
+
+	LinesSucceeded int64 `json:"lines_succeeded"`
+	LinesErrored   int64 `json:"lines_errored"`
+	LinesOmitted   int64 `json:"lines_omitted"`
+	LinesExpired   int64 `json:"lines_expired"`
+	LinesCancelled int64 `json:"lines_cancelled"`
+
+	// ByFamily holds per API family ("openai", "anthropic", "cloudflare")
+	// counters.
+	ByFamily map[string]FamilyStats `json:"by_family"`
+}
+
+// FamilyStats are the per-API-family counters inside Stats.
+type FamilyStats struct {
+	BatchesCreated                int64 `json:"batches_created"`
+	RequestsProcessed             int64 `json:"requests_processed"`
+	RequestsProcessedMoreThanOnce int64 `json:"requests_processed_more_than_once"`
+}
+
+func (st *Stats) family(f string) FamilyStats {
+	if st.ByFamily == nil {
+		st.ByFamily = map[string]FamilyStats{}
+	}
+	return st.ByFamily[f]
+}
+
+func (st Stats) clone() Stats {
+	c := st
+	c.ByFamily = make(map[string]FamilyStats, 3)
+	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare} {
+		c.ByFamily[f] = st.ByFamily[f]
+	}
+	return c
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.stats.clone()
+}
+
+func (s *Server) bump(fn func(st *Stats)) {
+	s.statsMu.Lock()
+	fn(&s.stats)
+	s.statsMu.Unlock()
+}
+
+// processedSet remembers which (family, job, custom_id) keys were executed,
+// as 64-bit hashes (collisions are negligible at millions of keys). When the
+// server has a DataDir, keys are appended to processed.bin.
+type processedSet struct {
+	seen map[uint64]struct{}
+	path string
+	f    *os.File
+	w    *bufio.Writer
+}
+
+func newProcessedSet(path string) (*processedSet, error) {
+	p := &processedSet{seen: map[uint64]struct{}{}, path: path}
+	if path == "" {
+		return p, nil
+	}
+	if f, err := os.Open(path); err == nil {
+		r := bufio.NewReader(f)
+		var b [8]byte
+		for {
+			if _, err := io.ReadFull(r, b[:]); err != nil {
+				break // EOF or a torn last record
+			}
+			p.seen[binary.LittleEndian.Uint64(b[:])] = struct{}{}
+		}
+		f.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	p.f, p.w = f, bufio.NewWriter(f)
+	return p, nil
+}
+
+// mark records an execution and reports whether the key was seen before.
+func (p *processedSet) mark(family, job, customID string) bool {
+	h := fnv.New64a()
+	h.Write([]byte(family))
+	h.Write([]byte{0})
+	h.Write([]byte(job))
+	h.Write([]byte{0})
+	h.Write([]byte(customID))
+	k := h.Sum64()
+	if _, ok := p.seen[k]; ok {
+		return true
+	}
+	p.seen[k] = struct{}{}
+	if p.w != nil {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], k)
+		p.w.Write(b[:])
+	}
+	return false
+}
+
+func (p *processedSet) flush() error {
+	if p.w == nil {
+		return nil
+	}
+	if err := p.w.Flush(); err != nil {
+		return err
+	}
+	return p.f.Sync()
+}
+
+func (p *processedSet) close() error {
+	if p.f == nil {
+		return nil
+	}
+	err := p.flush()
+	if cerr := p.f.Close(); err == nil {
+		err = cerr
+	}
+	p.f, p.w = nil, nil
+	return err
+}
+
+var chunkSuffix = regexp.MustCompile(`-c[0-9]+`)
+
+// jobKeyFromFilename returns the prefix of a sluice upload name
+// ("sluice-<job>-c<chunk>-a<attempt>.jsonl") up to its last "-c<digits>",
+// or "" when the name has no such part.
+func jobKeyFromFilename(name string) string {
+	locs := chunkSuffix.FindAllStringIndex(name, -1)
+	if len(locs) == 0 {
+		return ""
+	}
+	return name[:locs[len(locs)-1][0]]
+}
+
+// jobKeyOpenAI is the job a batch's lines belong to for duplicate counting.
+func jobKeyOpenAI(metadata map[string]string, filename string) string {
+	if j := strings.TrimSpace(metadata["sluice_job"]); j != "" {
+		return j
+	}
+	return jobKeyFromFilename(filename)
+}

@@ -1,0 +1,213 @@
+package emulator
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const (
+	famOpenAI     = "openai"
+	famAnthropic  = "anthropic"
+	famCloudflare = "cloudflare"
+	famInternal   = "internal"
+)
+
+// familyOf tells which API family a request path belongs to. /v1/messages is
+// Anthropic; every other /v1 path (and Azure's /openai/v1) is OpenAI.
+func familyOf(path string) string {
+	switch {
+	case strings.HasPrefix(path, "/_emulator/"):
+		return famInternal
+	case strings.HasPrefix(path, "/client/v4/"):
+		return famCloudflare
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		return famAnthropic
+	default:
+		return famOpenAI
+	}
+}
+
+// h64 is a stable 64-bit hash of (seed, tag, id, i), finished with splitmix64.
+func h64(seed int64, tag, id string, i int) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(seed))
+	h.Write(b[:])
+	h.Write([]byte(tag))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	binary.LittleEndian.PutUint64(b[:], uint64(i))
+	h.Write(b[:])
+	return splitmix(h.Sum64())
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// unit maps a hash to [0,1).
+func unit(h uint64) float64 { return float64(h>>11) / float64(uint64(1)<<53) }
+
+// hexID is 2*n hex characters derived from (seed, tag, id, i).
+func hexID(seed int64, tag, id string, i, n int) string {
+	var b []byte
+	for k := 0; len(b) < n; k++ {
+		var x [8]byte
+		binary.BigEndian.PutUint64(x[:], h64(seed, tag, id, i*7919+k))
+		b = append(b, x[:]...)
+	}
+	return hex.EncodeToString(b[:n])
+}
+
+const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+// b58ID is n base58 characters derived from (seed, tag, id, i).
+func b58ID(seed int64, tag, id string, i, n int) string {
+	out := make([]byte, n)
+	x := h64(seed, tag, id, i)
+	for k := 0; k < n; k++ {
+		if k%8 == 7 {
+			x = splitmix(x + uint64(k))
+		}
+		out[k] = base58[x%58]
+		x /= 58
+	}
+	return string(out)
+}
+
+// uuidFrom formats 16 derived bytes as an RFC 4122 version-4 UUID.
+func uuidFrom(seed int64, tag, id string, i int) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], h64(seed, tag, id, i))
+	binary.BigEndian.PutUint64(b[8:], h64(seed, tag, id, i+1<<20))
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// oaiError writes the OpenAI error envelope {"error":{message,type,param,code}}.
+func oaiError(w http.ResponseWriter, status int, typ, msg, param, code string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{
+		"message": msg, "type": typ, "param": nullable(param), "code": nullable(code),
+	}})
+}
+
+// antError writes the Anthropic envelope {"type":"error","error":{type,message},"request_id"}.
+func antError(w http.ResponseWriter, status int, typ, msg string) {
+	writeJSON(w, status, map[string]any{
+		"type":       "error",
+		"error":      map[string]any{"type": typ, "message": msg},
+		"request_id": w.Header().Get("request-id"),
+	})
+}
+
+// cfError writes the Cloudflare v4 envelope with one error.
+func cfError(w http.ResponseWriter, status, code int, msg string) {
+	writeJSON(w, status, map[string]any{
+		"result":   nil,
+		"success":  false,
+		"errors":   []any{map[string]any{"code": code, "message": msg}},
+		"messages": []any{},
+	})
+}
+
+// familyError writes a generic error in the envelope of the request's family.
+func familyError(w http.ResponseWriter, fam string, status int, msg string) {
+	switch fam {
+	case famAnthropic:
+		typ := map[int]string{400: "invalid_request_error", 401: "authentication_error",
+			404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+			429: "rate_limit_error", 529: "overloaded_error"}[status]
+		if typ == "" {
+			typ = "api_error"
+		}
+		antError(w, status, typ, msg)
+	case famCloudflare:
+		code := map[int]int{400: 5004, 401: 10000, 404: 7003, 405: 7001, 413: 3006, 429: 3040}[status]
+		if code == 0 {
+			code = 7000 + status%100
+		}
+		cfError(w, status, code, msg)
+	default:
+		typ, code := "invalid_request_error", ""
+		switch {
+		case status == 429:
+			typ, code = "requests", "rate_limit_exceeded"
+		case status >= 500:
+			typ = "server_error"
+		}
+		oaiError(w, status, typ, msg, "", code)
+	}
+}
+
+// writeFileAtomic writes data to path through a temp file and a rename.
+func writeFileAtomic(path string, data []byte, sync bool) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err = tmp.Write(data); err == nil && sync {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+func writeJSONAtomic(path string, v any, sync bool) error {
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, b, sync)
+}
+
+// approxTokens is the emulator's token count: bytes/4 rounded up.
+func approxTokens(n int) int64 { return int64((n + 3) / 4) }
+
+func clamp01(f float64) float64 {
+	if math.IsNaN(f) || f < 0 {
+		return 0
+	}
+	if f > 1 {
+		return 1
+	}
+	return f
+}

@@ -1,0 +1,418 @@
+package cloudflare_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/cloudflare"
+	"github.com/sluice-batch/sluice/provider/httpx"
+)
+
+const (
+	testToken = "cf-test-token-0123456789"
+	account   = "acct123"
+	llm       = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"
+)
+
+func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) {
+	t.Helper()
+	o.APIKey = testToken
+	s, err := emulator.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return s, srv.URL + "/client/v4"
+}
+
+func newClient(t *testing.T, base string, mod ...func(*cloudflare.Config)) *cloudflare.Client {
+	t.Helper()
+	cfg := cloudflare.Config{BaseURL: base, AccountID: account, APIToken: testToken, TempDir: t.TempDir(),
+		Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	c, err := cloudflare.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// writeChunk writes a chunk file through the preset's codec.
+func writeChunk(t *testing.T, chunk int64, ids ...string) sluice.BatchRef {
+	t.Helper()
+	codec := provider.Presets["cloudflare"].Codec()
+	env := codec.Envelope()
+	buf := append([]byte(nil), env.Header...)
+	for i, id := range ids {
+		if i > 0 {
+			buf = append(buf, env.Sep...)
+		}
+		it := &sluice.Item{CustomID: id, URL: "/ai/run/" + llm, Body: []byte(fmt.Sprintf(`{"prompt":"tell me about %s","max_tokens":20}`, id))}
+		if err := codec.Validate(it); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if buf, err = codec.AppendItem(buf, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf = append(buf, env.Footer...)
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d.json", chunk))
+	if err := os.WriteFile(path, buf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return sluice.BatchRef{Job: "job", Chunk: chunk, Attempt: 1, URL: "/ai/run/" + llm, Model: llm,
+		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now()}
+}
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("doc-%d", i)
+	}
+	return out
+}
+
+func run(t *testing.T, c *cloudflare.Client, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool)) (sluice.Batch, map[string]sluice.Result) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	for i := 0; !b.Status.Ended(); i++ {
+		if i > 50 {
+			t.Fatalf("batch still %s", b.Status)
+		}
+		if b, err = c.Poll(ctx, ref, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	files, err := c.Fetch(ctx, ref, b, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]sluice.Result{}
+	err = c.Decode(ctx, ref, files, lookup, func(r sluice.Result) error {
+		if _, dup := got[r.CustomID]; dup {
+			t.Errorf("duplicate %s", r.CustomID)
+		}
+		got[r.CustomID] = r
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, got
+}
+
+func TestEmulatorFullCycle(t *testing.T) {
+	for _, errString := range []bool{false, true} {
+		t.Run(fmt.Sprintf("error-string-%v", errString), func(t *testing.T) {
+			_, base := startEmulator(t, emulator.Options{Seed: 5, LineErrorRate: 0.3, CloudflareItemErrorString: errString})
+			c := newClient(t, base)
+			ref := writeChunk(t, 1, ids(30)...)
+			b, err := c.Create(context.Background(), ref, "")
+			if err != nil || b.ID == "" {
+				t.Fatalf("create %+v %v", b, err)
+			}
+			b, got := run(t, c, ref, b, nil)
+			if b.Status != sluice.BatchCompleted || len(got) != 30 {
+				t.Fatalf("batch %+v, %d results", b, len(got))
+			}
+			withUsage, kinds := 0, map[sluice.ResultKind]int{}
+			for _, r := range got {
+				kinds[r.Kind]++
+				if r.Usage != (sluice.Usage{}) {
+					withUsage++
+				}
+				if r.Kind == sluice.ResultSucceeded && (r.Line.Response.StatusCode != 200 || !bytes.Contains(r.Line.Response.Body, []byte("response"))) {
+					t.Errorf("success %s", r.Line.Response.Body)
+				}
+				if r.Kind != sluice.ResultSucceeded && r.Line.Response.StatusCode < 400 {
+					t.Errorf("failure %+v", r.Line.Response)
+				}
+			}
+			if withUsage != 1 || kinds[sluice.ResultSucceeded] == 0 || kinds[sluice.ResultSucceeded] == 30 {
+				t.Fatalf("usage on %d results; kinds %v", withUsage, kinds)
+			}
+			if errString && kinds[sluice.ResultFailed] != 0 {
+				t.Errorf("a bare error message must be retryable: %v", kinds)
+			}
+		})
+	}
+}
+
+// TestEmulatorFaults: 429s and 5xx on a third of the calls; the cycle
+// ends on a fake clock.
+func TestEmulatorFaults(t *testing.T) {
+	s, base := startEmulator(t, emulator.Options{Seed: 9, HTTPFaultRate: 0.35, FaultKinds: []string{"429", "500", "503"}, BatchTime: 0})
+	c := newClient(t, base, func(cfg *cloudflare.Config) { cfg.Retry = httpx.Retry{MaxAttempts: 20} })
+	for i := int64(1); i <= 4; i++ {
+		ref := writeChunk(t, i, ids(int(3*i))...)
+		b, err := c.Create(context.Background(), ref, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, got := run(t, c, ref, b, nil); len(got) != ref.Requests {
+			t.Fatalf("chunk %d: %d results", i, len(got))
+		}
+	}
+	if st := s.Stats(); st.FaultsInjected == 0 || st.BatchesCreated != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestPollWire: the create is the chunk file byte for byte with an exact
+// length; polls keep ?queueRequest=true unless configured not to; pending
+// answers leave no files behind.
+func TestPollWire(t *testing.T) {
+	ref := writeChunk(t, 1, "a", "b")
+	want, _ := os.ReadFile(ref.Path)
+	var mu sync.Mutex
+	var polls []string
+	count := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+testToken || r.URL.Path != "/client/v4/accounts/"+account+"/ai/run/"+llm {
+			t.Errorf("request %s %v", r.URL.Path, r.Header)
+		}
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"requests"`)) {
+			if !bytes.Equal(body, want) || r.ContentLength != int64(len(want)) || r.URL.RawQuery != "queueRequest=true" {
+				t.Errorf("create: %d bytes, length %d, query %q", len(body), r.ContentLength, r.URL.RawQuery)
+			}
+			fmt.Fprint(w, `{"result":{"status":"queued","request_id":"req-1","model":"m"},"success":true,"errors":[],"messages":[]}`)
+			return
+		}
+		mu.Lock()
+		polls = append(polls, r.URL.RawQuery)
+		count++
+		n := count
+		mu.Unlock()
+		if string(body) != `{"request_id":"req-1"}` {
+			t.Errorf("poll body %s", body)
+		}
+		switch n {
+		case 1:
+			fmt.Fprint(w, `{"result":{"status":"queued","request_id":"req-1"},"success":true,"errors":[],"messages":[]}`)
+		case 2:
+			fmt.Fprint(w, `{"result":{"status":"running","request_id":"req-1"},"success":true,"errors":[],"messages":[]}`)
+		default:
+			fmt.Fprint(w, `{"success":true,"result":{"usage":{"prompt_tokens":22,"completion_tokens":243},"responses":[`+
+				`{"id":1,"result":{"response":"B"},"success":true,"external_reference":"b"},`+
+				`{"id":0,"result":{"response":"A"},"success":true}]},"errors":[],"messages":[]}`)
+		}
+	}))
+	defer srv.Close()
+	tmp := t.TempDir()
+	c := newClient(t, srv.URL+"/client/v4", func(cfg *cloudflare.Config) { cfg.TempDir = tmp })
+	b, err := c.Create(context.Background(), ref, "")
+	if err != nil || b.ID != "req-1" || b.Status != sluice.BatchValidating {
+		t.Fatalf("create %+v %v", b, err)
+	}
+	for _, want := range []sluice.BatchStatus{sluice.BatchValidating, sluice.BatchInProgress} {
+		b, err = c.Poll(context.Background(), ref, b.ID)
+		if err != nil || b.Status != want || b.ResultPath != "" {
+			t.Fatalf("poll %+v %v, want %s", b, err, want)
+		}
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Fatalf("pending polls left %d files", len(ents))
+	}
+	lookup := func(i int) (string, bool) { return []string{"a", "b"}[i], true }
+	b, got := run(t, c, ref, b, lookup)
+	if b.Status != sluice.BatchCompleted || got["a"].Line.Response == nil || string(got["a"].Line.Response.Body) != `{"response":"A"}` ||
+		string(got["b"].Line.Response.Body) != `{"response":"B"}` {
+		t.Fatalf("results %+v", got)
+	}
+	if u := got["b"].Usage; u.InputTokens != 22 || u.OutputTokens != 243 || got["a"].Usage != (sluice.Usage{}) {
+		t.Fatalf("usage a %+v b %+v", got["a"].Usage, got["b"].Usage)
+	}
+	for _, q := range polls {
+		if q != "queueRequest=true" {
+			t.Fatalf("poll query %q", q)
+		}
+	}
+	// The knob: polls without queueRequest.
+	polls = nil
+	c2 := newClient(t, srv.URL+"/client/v4", func(cfg *cloudflare.Config) { cfg.PollWithoutQueueRequest = true })
+	c2.Poll(context.Background(), ref, "req-1")
+	if len(polls) != 1 || polls[0] != "" {
+		t.Fatalf("poll queries %q", polls)
+	}
+	// Fetch without the poll's file polls again.
+	files, err := c.Fetch(context.Background(), ref, sluice.Batch{ID: "req-1", ResultPath: filepath.Join(tmp, "gone")}, t.TempDir())
+	if err != nil || len(files) != 1 {
+		t.Fatalf("fetch again: %v %v", files, err)
+	}
+}
+
+func TestNoListingNoCancel(t *testing.T) {
+	c := newClient(t, "http://127.0.0.1:1/client/v4")
+	if _, _, err := c.Find(context.Background(), sluice.BatchRef{}); !errors.Is(err, sluice.ErrNoListing) {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(context.Background(), "x"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatal(err)
+	}
+	if c.UsesFiles() || c.Name() != "cloudflare" || c.Limits().MaxBatchBytes != 9_999_999 {
+		t.Fatal("preset")
+	}
+	if _, err := cloudflare.New(cloudflare.Config{}); err == nil {
+		t.Fatal("no account id accepted")
+	}
+}
+
+func TestDecodeItems(t *testing.T) {
+	answer := `{"result":{"responses":[` + strings.Join([]string{
+		`{"id":0,"result":{"response":"ok"},"success":true,"external_reference":"ok"}`,
+		`{"id":1,"success":false,"external_reference":"str","error":"model crashed"}`,
+		`{"id":2,"success":false,"external_reference":"bad","error":{"code":5004,"message":"Invalid data"}}`,
+		`{"id":3,"success":false,"external_reference":"busy","errors":[{"code":3040,"message":"Out of capacity"}]}`,
+		`{"id":4,"success":false,"external_reference":"gone","error":{"code":"x","message":"m","status":404}}`,
+		`{"id":5,"success":false,"external_reference":"slow","error":{"code":3007,"message":"timeout"}}`,
+		`{"id":6,"result":{"response":"by index"},"success":true}`,
+	}, ",") + `]},"success":true,"errors":[],"messages":[]}`
+	path := filepath.Join(t.TempDir(), "answer.json")
+	os.WriteFile(path, []byte(answer), 0o600)
+	c := newClient(t, "http://127.0.0.1:1/client/v4")
+	got := map[string]sluice.Result{}
+	lookup := func(i int) (string, bool) { return fmt.Sprintf("index-%d", i), true }
+	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, lookup, func(r sluice.Result) error {
+		got[r.CustomID] = r
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]struct {
+		kind   sluice.ResultKind
+		status int
+	}{
+		"ok": {sluice.ResultSucceeded, 200}, "str": {sluice.ResultRetryable, 500}, "bad": {sluice.ResultFailed, 400},
+		"busy": {sluice.ResultRetryable, 429}, "gone": {sluice.ResultFailed, 404}, "slow": {sluice.ResultRetryable, 408},
+		"index-6": {sluice.ResultSucceeded, 200},
+	} {
+		r, ok := got[id]
+		if !ok || r.Kind != want.kind || r.Line.Response.StatusCode != want.status {
+			t.Errorf("%s: %+v", id, r)
+		}
+	}
+	if b := string(got["bad"].Line.Response.Body); b != `{"error":{"code":5004,"message":"Invalid data"}}` {
+		t.Errorf("body %s", b)
+	}
+	// An item naming no custom_id, and a truncated answer, are malformed.
+	for _, bad := range []string{`{"result":{"responses":[{"id":9,"success":true}]}}`, `{"result":{"responses":[{"id":0,"success":tr`} {
+		os.WriteFile(path, []byte(bad), 0o600)
+		err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(sluice.Result) error { return nil })
+		if !errors.Is(err, provider.ErrMalformed) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
+
+// TestDecodeLargeAnswerStreams: an answer of 20,000 items decodes item by
+// item with usage before or after the responses.
+func TestDecodeLargeAnswerStreams(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"success":true,"result":{"usage":{"prompt_tokens":1,"completion_tokens":2},"responses":[`)
+	for i := 0; i < 20000; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"id":%d,"result":{"response":%q},"success":true,"external_reference":"r%d"}`, i, strings.Repeat("z", 200), i)
+	}
+	b.WriteString(`]}}`)
+	path := filepath.Join(t.TempDir(), "answer.json")
+	os.WriteFile(path, []byte(b.String()), 0o600)
+	c := newClient(t, "http://127.0.0.1:1/client/v4")
+	n, usage := 0, sluice.Usage{}
+	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(r sluice.Result) error {
+		n++
+		usage.InputTokens += r.Usage.InputTokens
+		usage.OutputTokens += r.Usage.OutputTokens
+		return nil
+	})
+	if err != nil || n != 20000 || usage != (sluice.Usage{InputTokens: 1, OutputTokens: 2}) {
+		t.Fatalf("err %v n %d usage %+v", err, n, usage)
+	}
+}
+
+func FuzzDecodeAnswer(f *testing.F) {
+	f.Add([]byte(`{"result":{"responses":[{"id":0,"result":{"response":"A"},"success":true,"external_reference":"a"}],"usage":{"prompt_tokens":1}},"success":true}`))
+	f.Add([]byte(`{"result":{"responses":[{"id":1,"success":false,"errors":[{"code":3040}]}]}}`))
+	f.Add([]byte(`{"result":null,"success":false,"errors":[{"code":7003,"message":"x"}]}`))
+	c, err := cloudflare.New(cloudflare.Config{AccountID: "a"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, answer []byte) {
+		path := filepath.Join(dir, "answer.json")
+		if err := os.WriteFile(path, answer, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		lookup := func(i int) (string, bool) { return "by-index", i >= 0 && i < 3 }
+		c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, lookup, func(r sluice.Result) error {
+			if r.CustomID == "" || r.Line.Response == nil {
+				t.Fatalf("result %+v from %q", r, answer)
+			}
+			return nil
+		})
+	})
+}
+
+// TestCutCreateAnswer: a create answer cut after its request_id keeps the
+// batch; one cut inside the id cannot, and the create is repeated.
+func TestCutCreateAnswer(t *testing.T) {
+	ref := writeChunk(t, 1, "a")
+	for _, tc := range []struct {
+		partial string
+		creates int
+	}{
+		{`{"result":{"status":"queued","request_id":"req-cut","mod`, 1},
+		{`{"result":{"status":"queued","request_id":"req-c`, 2},
+	} {
+		var mu sync.Mutex
+		creates := 0
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			creates++
+			n := creates
+			mu.Unlock()
+			if n > 1 {
+				fmt.Fprint(w, `{"result":{"status":"queued","request_id":"req-2"},"success":true,"errors":[],"messages":[]}`)
+				return
+			}
+			conn, buf, _ := w.(http.Hijacker).Hijack()
+			fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 300\r\n\r\n%s", tc.partial)
+			buf.Flush()
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}))
+		c := newClient(t, srv.URL+"/client/v4")
+		b, err := c.Create(context.Background(), ref, "")
+		srv.Close()
+		want := map[int]string{1: "req-cut", 2: "req-2"}[tc.creates]
+		if err != nil || b.ID != want || creates != tc.creates {
+			t.Errorf("%s: batch %q err %v, %d creates", tc.partial, b.ID, err, creates)
+		}
+	}
+}

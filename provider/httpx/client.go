@@ -1,0 +1,480 @@
+// Package httpx is the HTTP layer every provider client shares: a retry
+// policy with an injectable clock, a client-side rate limiter, error
+// decoding into *sluice.APIError with credentials redacted, streamed
+// request bodies (a chunk file or a multipart upload of it, with an exact
+// Content-Length, re-opened on every attempt) and downloads written to a
+// temp file and renamed.
+package httpx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// Config configures a Client. Only the credential fields are required to
+// talk to a real provider.
+type Config struct {
+	HTTP *http.Client // default: DefaultHTTPClient()
+	// Retry is the retry policy; zero fields take the defaults.
+	Retry Retry
+	// Limiter, when set, is shared with other clients of the same provider
+	// account; else one is built from RateLimit.
+	Limiter   *Limiter
+	RateLimit RateLimit
+	// AuthHeader carries APIKey on every request: "Authorization" (with
+	// AuthScheme "Bearer"), "api-key" (Azure) or "x-api-key" (Anthropic).
+	// Nothing is sent when APIKey is empty. The key never appears in errors
+	// or logs.
+	AuthHeader string
+	AuthScheme string
+	APIKey     string
+	// Header is sent with every request (anthropic-version, ...).
+	Header http.Header
+	// Errors decodes error bodies (default OpenAIErrors).
+	Errors ErrorDecoder
+	Clock  Clock // default: the system clock
+	Logger zerolog.Logger
+	// MaxJSONBytes bounds a JSON answer read into memory (default 64 MiB).
+	MaxJSONBytes int64
+	// Rand returns numbers in [0, 1) for the jitter (default math/rand/v2).
+	Rand func() float64
+}
+
+// Client sends requests to one provider with retries, a rate limit, auth
+// and error decoding. Safe for concurrent use.
+type Client struct {
+	http    *http.Client
+	retry   Retry
+	lim     *Limiter
+	auth    string // header value
+	authHdr string
+	header  http.Header
+	errors  ErrorDecoder
+	clock   Clock
+	log     zerolog.Logger
+	maxJSON int64
+	rand    func() float64
+	red     redactor
+}
+
+// DefaultHTTPClient is the http.Client used when none is given: no overall
+// timeout (downloads and uploads of hundreds of MB take what they take;
+// contexts bound them), but bounded connect and header waits.
+func DefaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = 10 * time.Minute
+	t.MaxIdleConnsPerHost = 16
+	return &http.Client{Transport: t}
+}
+
+// New returns a client for cfg.
+func New(cfg Config) *Client {
+	c := &Client{
+		http:    cfg.HTTP,
+		retry:   cfg.Retry.WithDefaults(),
+		lim:     cfg.Limiter,
+		authHdr: cfg.AuthHeader,
+		header:  cfg.Header.Clone(),
+		errors:  cfg.Errors,
+		clock:   cfg.Clock,
+		log:     cfg.Logger,
+		maxJSON: cfg.MaxJSONBytes,
+		rand:    cfg.Rand,
+	}
+	if c.http == nil {
+		c.http = DefaultHTTPClient()
+	}
+	if c.clock == nil {
+		c.clock = SystemClock{}
+	}
+	if c.lim == nil {
+		c.lim = NewLimiter(cfg.RateLimit, c.clock)
+	}
+	if c.errors == nil {
+		c.errors = OpenAIErrors
+	}
+	if c.maxJSON <= 0 {
+		c.maxJSON = 64 << 20
+	}
+	if c.rand == nil {
+		c.rand = rand.Float64
+	}
+	if cfg.APIKey != "" {
+		if c.authHdr == "" {
+			c.authHdr = "Authorization"
+		}
+		c.auth = cfg.APIKey
+		if cfg.AuthScheme != "" {
+			c.auth = cfg.AuthScheme + " " + cfg.APIKey
+		}
+		c.red = newRedactor(c.auth, cfg.APIKey)
+	}
+	return c
+}
+
+// Limiter returns the client's rate limiter (nil when unlimited).
+func (c *Client) Limiter() *Limiter { return c.lim }
+
+// Redact removes the client's credentials (and anything shaped like one)
+// from s.
+func (c *Client) Redact(s string) string { return c.red.String(s) }
+
+// Call is one logical request, sent in as many attempts as the retry policy
+// allows.
+type Call struct {
+	Method string
+	URL    string
+	Header http.Header
+	Body   BodyFunc // nil: no body
+	// Reconcile, when set, is called when an attempt may have taken effect
+	// at the provider although no answer said so (the connection failed
+	// after the whole body was sent, or a 2xx answer broke mid-body), before
+	// the call is repeated and before giving up. It looks for what the call
+	// would have created; done true ends the call with ErrReconciled, so a
+	// create is not repeated into a duplicate.
+	Reconcile func(ctx context.Context) (done bool, err error)
+}
+
+// ErrReconciled ends a call whose Reconcile found its effect at the
+// provider.
+var ErrReconciled = errors.New("httpx: the call took effect; adopted by reconciliation")
+
+// ReadError is a failure while reading an answer's body (a reset, an
+// unexpected EOF): the call is retried.
+type ReadError struct{ Err error }
+
+func (e *ReadError) Error() string { return "read answer: " + e.Err.Error() }
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// Do sends a request and returns its 2xx answer, whose Body the caller
+// must close. A non-2xx answer, once retries are spent, is returned as a
+// *sluice.APIError.
+func (c *Client) Do(ctx context.Context, method, url string, hdr http.Header, body BodyFunc) (*http.Response, error) {
+	var out *http.Response
+	err := c.Send(ctx, Call{Method: method, URL: url, Header: hdr, Body: body}, func(r *http.Response) error {
+		out = r
+		return nil
+	})
+	return out, err
+}
+
+// JSON sends call and decodes its 2xx answer into out (nil: discarded).
+// The answer is read inside the retry loop, so a connection broken
+// mid-answer is retried.
+func (c *Client) JSON(ctx context.Context, call Call, out any) error {
+	return c.Send(ctx, call, func(resp *http.Response) error {
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxJSON+1))
+		if err != nil {
+			return err
+		}
+		if int64(len(b)) > c.maxJSON {
+			return fmt.Errorf("%s %s: answer larger than %d bytes", call.Method, call.URL, c.maxJSON)
+		}
+		if out == nil {
+			return nil
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decode answer: %w (%s)", call.Method, call.URL, err, c.red.String(snippet(b, 200)))
+		}
+		return nil
+	})
+}
+
+// Download sends call and streams its 2xx answer into path: written to a
+// temp file in path's directory, synced and renamed, so path is either
+// absent or complete. A connection broken mid-answer restarts the download.
+// It returns the bytes written.
+func (c *Client) Download(ctx context.Context, call Call, path string) (int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return 0, err
+	}
+	tmp := f.Name()
+	var n int64
+	err = c.Send(ctx, call, func(resp *http.Response) error {
+		defer resp.Body.Close()
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		var err error
+		n, err = io.Copy(f, resp.Body)
+		return err
+	})
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return 0, err
+	}
+	return n, nil
+}
+
+// Send sends call until it gets a 2xx answer, then gives it to handle,
+// which owns the body. An error of handle wrapping a *ReadError is retried;
+// any other ends the call.
+func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response) error) error {
+	var (
+		waited    time.Duration
+		lastErr   error
+		ambiguous bool // some attempt may have taken effect
+	)
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return ctxErr(err, lastErr)
+		}
+		if err := c.lim.Wait(ctx); err != nil {
+			return ctxErr(err, lastErr)
+		}
+		resp, sent, err := c.attempt(ctx, call)
+		var (
+			retry        bool
+			hint         time.Duration
+			asked, is429 bool
+		)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return ctxErr(ctx.Err(), lastErr)
+			}
+			var pe *permanentError
+			if errors.As(err, &pe) || !retryableTransport(err) {
+				return err
+			}
+			retry, lastErr = true, err
+			ambiguous = ambiguous || sent
+		case resp.StatusCode >= 200 && resp.StatusCode < 300:
+			herr := handle(resp)
+			var re *ReadError
+			if herr == nil || !errors.As(herr, &re) {
+				return herr
+			}
+			if ctx.Err() != nil {
+				return ctxErr(ctx.Err(), herr)
+			}
+			retry, lastErr, ambiguous = true, herr, true
+		default:
+			apiErr := c.apiError(resp)
+			lastErr = apiErr
+			retry = RetryableStatus(resp.StatusCode) && !strings.EqualFold(header(resp.Header, "X-Should-Retry"), "false")
+			hint, asked = RetryAfter(resp.Header, c.clock.Now())
+			is429 = resp.StatusCode == http.StatusTooManyRequests
+		}
+		wait, ok := time.Duration(0), false
+		if retry {
+			wait, ok = c.retry.next(attempt, hint, asked, waited, c.rand())
+		}
+		if !ok {
+			if ambiguous && call.Reconcile != nil {
+				if done, rerr := call.Reconcile(ctx); rerr != nil {
+					return fmt.Errorf("%w; reconciling: %w", lastErr, rerr)
+				} else if done {
+					return ErrReconciled
+				}
+			}
+			if attempt > 1 {
+				if _, isAPI := lastErr.(*sluice.APIError); !isAPI {
+					return fmt.Errorf("after %d attempts: %w", attempt, lastErr)
+				}
+			}
+			return lastErr
+		}
+		if is429 && asked {
+			c.lim.PauseUntil(c.clock.Now().Add(wait))
+		}
+		c.log.Debug().Str("method", call.Method).Str("url", call.URL).Int("attempt", attempt).
+			Dur("wait", wait).Str("error", c.red.String(lastErr.Error())).Msg("retrying")
+		if err := sleep(ctx, c.clock, wait); err != nil {
+			return ctxErr(err, lastErr)
+		}
+		waited += wait
+		if ambiguous && call.Reconcile != nil {
+			done, rerr := call.Reconcile(ctx)
+			if rerr != nil {
+				return fmt.Errorf("%w; reconciling: %w", lastErr, rerr)
+			}
+			if done {
+				return ErrReconciled
+			}
+			ambiguous = false // not there: the repeat is no duplicate
+		}
+	}
+}
+
+func ctxErr(err, last error) error {
+	if last == nil {
+		return err
+	}
+	return fmt.Errorf("%w (last error: %v)", err, last)
+}
+
+// permanentError is a failure to build a request (a bad URL, a chunk file
+// that cannot be opened): not retried.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// attempt sends one attempt. sent reports whether the whole body was read
+// by the transport (so the provider may have acted on it).
+func (c *Client) attempt(ctx context.Context, call Call) (*http.Response, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, call.Method, call.URL, nil)
+	if err != nil {
+		return nil, false, &permanentError{err}
+	}
+	var tb *trackedBody
+	if call.Body != nil {
+		rc, n, err := call.Body()
+		if err != nil {
+			return nil, false, &permanentError{fmt.Errorf("open request body: %w", err)}
+		}
+		if n == 0 {
+			rc.Close()
+		} else {
+			tb = &trackedBody{rc: rc, left: n, done: new(atomic.Bool)}
+			req.Body, req.ContentLength = tb, n
+			// For redirects (307/308) and the transport's own retry on a
+			// stale connection: a fresh body, tracked with the same flag.
+			req.GetBody = func() (io.ReadCloser, error) {
+				rc, _, err := call.Body()
+				if err != nil {
+					return nil, err
+				}
+				return &trackedBody{rc: rc, left: n, done: tb.done}, nil
+			}
+		}
+	}
+	for k, vs := range c.header {
+		req.Header[k] = vs
+	}
+	for k, vs := range call.Header {
+		req.Header[k] = vs
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "sluice")
+	}
+	if c.auth != "" {
+		req.Header.Set(c.authHdr, c.auth)
+	}
+	resp, err := c.http.Do(req)
+	sent := tb == nil || tb.done.Load()
+	if err != nil {
+		return nil, sent, c.redactErr(err)
+	}
+	resp.Body = &respBody{resp.Body}
+	return resp, sent, nil
+}
+
+// redactErr keeps err's chain (for errors.Is/As) but redacts its text.
+func (c *Client) redactErr(err error) error {
+	if s := err.Error(); c.red.String(s) != s {
+		return &redactedError{msg: c.red.String(s), err: err}
+	}
+	return err
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// trackedBody notes when the transport has read a whole request body:
+// from then on the provider may have acted on the request.
+type trackedBody struct {
+	rc   io.ReadCloser
+	left int64
+	done *atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if err == io.EOF || b.left <= 0 {
+		b.done.Store(true)
+	}
+	return n, err
+}
+
+func (b *trackedBody) Close() error { return b.rc.Close() }
+
+type respBody struct{ rc io.ReadCloser }
+
+func (b *respBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF {
+		err = &ReadError{err}
+	}
+	return n, err
+}
+
+func (b *respBody) Close() error { return b.rc.Close() }
+
+// apiError reads a non-2xx answer into a *sluice.APIError, credentials
+// redacted.
+func (c *Client) apiError(resp *http.Response) *sluice.APIError {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 256<<10)) // let the connection be reused
+	code, msg := c.errors(b)
+	if msg == "" {
+		msg = snippet(b, 512)
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	for _, h := range []string{"X-Request-Id", "Request-Id", "Apim-Request-Id", "Cf-Ray"} {
+		if v := resp.Header.Get(h); v != "" {
+			msg += " (" + h + " " + v + ")"
+			break
+		}
+	}
+	ra := resp.Header.Get("Retry-After")
+	if ra == "" {
+		if ms := header(resp.Header, "Retry-After-Ms"); ms != "" {
+			if v, err := strconv.ParseFloat(ms, 64); err == nil && v > 0 && v < 1e12 {
+				ra = strconv.FormatInt(int64(math.Ceil(v/1000)), 10)
+			}
+		}
+	}
+	return &sluice.APIError{
+		Status:     resp.StatusCode,
+		Code:       c.red.String(code),
+		Message:    c.red.String(msg),
+		RetryAfter: ra,
+	}
+}
+
+// IsNotFound reports whether err is a 404 answer.
+func IsNotFound(err error) bool {
+	var ae *sluice.APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}

@@ -1,0 +1,313 @@
+// Package openai is the client of the OpenAI Files + Batches API, and of
+// every provider that copies it (Azure OpenAI global batch, Nebius, Groq,
+// DeepInfra, the local emulator): one client, configured by a preset.
+//
+// A chunk file is the batch input JSONL, byte for byte. Upload streams it
+// as multipart/form-data (purpose=batch) under the name
+// sluice-<job>-c<chunk>-a<attempt>.jsonl; Create starts a batch from it
+// with metadata sluice_job / sluice_chunk / sluice_attempt; Find lists
+// files and batches to adopt what a crashed run created.
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/httpx"
+)
+
+// Config configures a Client. Preset is required; BaseURL defaults to the
+// preset's (Azure and local have none: set it).
+type Config struct {
+	Preset  provider.Preset
+	BaseURL string // with the version, as the SDKs take it: https://api.openai.com/v1
+	APIKey  string // sent as "Authorization: Bearer" or Azure's "api-key", per the preset
+	HTTP    *http.Client
+	Retry   httpx.Retry
+	// RateLimit defaults to the preset's; Limiter, when set, is shared.
+	RateLimit httpx.RateLimit
+	Limiter   *httpx.Limiter
+	// CompletionWindow defaults to the preset's, else "24h".
+	CompletionWindow string
+	Limits           sluice.Limits // put over the preset's limits
+	Logger           zerolog.Logger
+	// Header is sent with every request (OpenAI-Organization,
+	// OpenAI-Project, ...).
+	Header http.Header
+	// FileExpiresAfter, when set, is sent on upload as expires_after
+	// (anchor created_at). Azure allows 500 batch files per resource, or
+	// 10,000 when they carry an expiry of 14-30 days.
+	FileExpiresAfter time.Duration
+	// OutputExpiresAfter, when set, is sent on create as
+	// output_expires_after (anchor created_at).
+	OutputExpiresAfter time.Duration
+	// FindWindow is how far back Find looks (default 7 days).
+	FindWindow time.Duration
+	// MaxLine bounds one result line in Decode (default
+	// provider.DefaultMaxLine).
+	MaxLine int
+	Clock   httpx.Clock
+}
+
+// DefaultFindWindow is how far back Find lists files and batches.
+const DefaultFindWindow = 7 * 24 * time.Hour
+
+// Client implements sluice.Provider for the OpenAI family.
+type Client struct {
+	preset   provider.Preset
+	base     *url.URL
+	hc       *httpx.Client
+	window   string
+	limits   sluice.Limits
+	fileTTL  time.Duration
+	outTTL   time.Duration
+	findBack time.Duration
+	maxLine  int
+	clock    httpx.Clock
+	log      zerolog.Logger
+}
+
+var _ sluice.Provider = (*Client)(nil)
+
+// New returns a client for cfg.
+func New(cfg Config) (*Client, error) {
+	p := cfg.Preset
+	if p.Family != provider.FamilyOpenAI {
+		return nil, fmt.Errorf("openai: preset %q is of family %q", p.Name, p.Family)
+	}
+	raw := cfg.BaseURL
+	if raw == "" {
+		raw = p.BaseURL
+	}
+	if raw == "" {
+		where := "--base-url"
+		if p.BaseURLEnv != "" {
+			where += " or " + p.BaseURLEnv
+		}
+		return nil, fmt.Errorf("provider %s needs a base URL (%s)", p.Name, where)
+	}
+	base, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
+	}
+	base.Path = strings.TrimRight(base.Path, "/")
+	c := &Client{
+		preset: p, base: base, window: cfg.CompletionWindow,
+		limits: p.Limits.Override(cfg.Limits), fileTTL: cfg.FileExpiresAfter, outTTL: cfg.OutputExpiresAfter,
+		findBack: cfg.FindWindow, maxLine: cfg.MaxLine, clock: cfg.Clock, log: cfg.Logger,
+	}
+	if c.window == "" {
+		c.window = p.CompletionWindow
+	}
+	if c.window == "" {
+		c.window = "24h"
+	}
+	if c.findBack <= 0 {
+		c.findBack = DefaultFindWindow
+	}
+	if c.clock == nil {
+		c.clock = httpx.SystemClock{}
+	}
+	authHdr, scheme := p.AuthHeader, ""
+	if authHdr == "" || strings.EqualFold(authHdr, "Authorization") {
+		authHdr, scheme = "Authorization", "Bearer"
+	}
+	c.hc = httpx.New(httpx.Config{
+		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
+		RateLimit:  cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}),
+		AuthHeader: authHdr, AuthScheme: scheme, APIKey: cfg.APIKey,
+		Header: cfg.Header, Errors: httpx.OpenAIErrors, Clock: c.clock, Logger: cfg.Logger,
+	})
+	return c, nil
+}
+
+func (c *Client) Name() string          { return c.preset.Name }
+func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
+func (c *Client) Limits() sluice.Limits { return c.limits }
+func (c *Client) UsesFiles() bool       { return true }
+
+// url is the base URL joined with path, with the base's query (Azure's
+// classic api-version) merged with q.
+func (c *Client) url(path string, q url.Values) string {
+	u := *c.base
+	u.Path += path
+	u.RawPath = ""
+	if len(q) > 0 {
+		all := u.Query()
+		for k, vs := range q {
+			all[k] = vs
+		}
+		u.RawQuery = all.Encode()
+	}
+	return u.String()
+}
+
+var jsonHeader = http.Header{"Content-Type": {"application/json"}}
+
+// Upload streams the chunk file to POST /files (CreateFileRequest: purpose
+// "batch", then file). A connection lost after the whole file was sent is
+// settled by listing files before the upload is repeated.
+func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
+	name := provider.UploadName(ref)
+	fields := []httpx.Field{{Name: "purpose", Value: "batch"}}
+	if c.fileTTL > 0 {
+		fields = append(fields,
+			httpx.Field{Name: "expires_after[anchor]", Value: "created_at"},
+			httpx.Field{Name: "expires_after[seconds]", Value: strconv.FormatInt(int64(c.fileTTL/time.Second), 10)})
+	}
+	body, ctype, _, err := httpx.Multipart(fields, "file", name, ref.Path)
+	if err != nil {
+		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
+	}
+	var adopted string
+	call := httpx.Call{
+		Method: http.MethodPost, URL: c.url("/files", nil),
+		Header: http.Header{"Content-Type": {ctype}}, Body: body,
+		Reconcile: func(ctx context.Context) (bool, error) {
+			f, err := c.findFile(ctx, ref)
+			if f != nil {
+				adopted = f.ID
+			}
+			return adopted != "", err
+		},
+	}
+	var f fileObject
+	switch err := c.hc.JSON(ctx, call, &f); {
+	case errors.Is(err, httpx.ErrReconciled):
+		c.log.Info().Str("file_id", adopted).Str("filename", name).Msg("upload answer lost; adopted the uploaded file")
+		return adopted, nil
+	case err != nil:
+		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
+	case f.ID == "":
+		return "", fmt.Errorf("upload chunk %d: answer carries no file id", ref.Chunk)
+	}
+	return f.ID, nil
+}
+
+// Create starts a batch from fileID: POST /batches with input_file_id,
+// endpoint (the chunk's url), completion_window and metadata naming ref. A
+// connection lost after the request was sent is settled by listing batches
+// before the create is repeated, so a lost answer does not buy the batch
+// twice.
+func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
+	if fileID == "" {
+		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: no input file id", ref.Chunk)
+	}
+	req := createBatchRequest{
+		InputFileID: fileID, Endpoint: ref.URL, CompletionWindow: c.window,
+		Metadata: provider.Metadata(ref),
+	}
+	if c.outTTL > 0 {
+		req.OutputExpiresAfter = &expiresAfter{Anchor: "created_at", Seconds: int64(c.outTTL / time.Second)}
+	}
+	body, err := httpx.JSONBody(req)
+	if err != nil {
+		return sluice.Batch{}, err
+	}
+	var adopted *batchObject
+	call := httpx.Call{
+		Method: http.MethodPost, URL: c.url("/batches", nil), Header: jsonHeader, Body: body,
+		Reconcile: func(ctx context.Context) (bool, error) {
+			b, err := c.findBatch(ctx, ref)
+			adopted = b
+			return b != nil, err
+		},
+	}
+	var w batchObject
+	switch err := c.hc.JSON(ctx, call, &w); {
+	case errors.Is(err, httpx.ErrReconciled):
+		c.log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
+		return adopted.toBatch(), nil
+	case err != nil:
+		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
+	case w.ID == "":
+		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no batch id", ref.Chunk)
+	}
+	return w.toBatch(), nil
+}
+
+// Poll reads GET /batches/{id}.
+func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
+	var w batchObject
+	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches/"+url.PathEscape(batchID), nil)}, &w)
+	if err != nil {
+		return sluice.Batch{}, notFound(fmt.Sprintf("poll batch %s", batchID), err)
+	}
+	return w.toBatch(), nil
+}
+
+// Cancel asks POST /batches/{id}/cancel.
+func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
+	var w batchObject
+	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil)}, &w)
+	if err != nil {
+		return sluice.Batch{}, notFound(fmt.Sprintf("cancel batch %s", batchID), err)
+	}
+	return w.toBatch(), nil
+}
+
+// Fetch downloads the batch's output file and error file (GET
+// /files/{id}/content) into dir as <batch>.output.jsonl and
+// <batch>.errors.jsonl. A missing or empty error file is no error (Azure
+// gives even a clean batch an empty one); empty files are not returned.
+func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	var paths []string
+	for _, f := range []struct {
+		id, suffix string
+		optional   bool
+	}{{b.OutputFileID, ".output.jsonl", false}, {b.ErrorFileID, ".errors.jsonl", true}} {
+		if f.id == "" {
+			continue
+		}
+		path := filepath.Join(dir, provider.SafeFileName(b.ID)+f.suffix)
+		n, err := c.hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files/"+url.PathEscape(f.id)+"/content", nil)}, path)
+		switch {
+		case err != nil && f.optional && httpx.IsNotFound(err):
+			c.log.Debug().Str("file_id", f.id).Msg("error file not found; treated as empty")
+			continue
+		case err != nil:
+			return paths, notFound(fmt.Sprintf("download file %s of batch %s", f.id, b.ID), err)
+		case n == 0:
+			os.Remove(path)
+			continue
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+// Forget deletes files (DELETE /files/{id}); a file already gone is no
+// error.
+func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+	var errs []error
+	for _, id := range fileIDs {
+		if id == "" {
+			continue
+		}
+		err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: c.url("/files/"+url.PathEscape(id), nil)}, nil)
+		if err != nil && !httpx.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete file %s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// notFound wraps err with what, adding sluice.ErrNotFound to a 404.
+func notFound(what string, err error) error {
+	if httpx.IsNotFound(err) {
+		return fmt.Errorf("%s: %w: %w", what, sluice.ErrNotFound, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,197 @@
+package provider
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// UploadName is the name a chunk file is uploaded under:
+// sluice-<job>-c<chunk>-a<attempt>.jsonl. Find matches it after a crash, so
+// it must stay stable across releases. Characters of the job id outside
+// [A-Za-z0-9._-] become '_'.
+func UploadName(ref sluice.BatchRef) string {
+	return "sluice-" + safeName(ref.Job) + "-c" + strconv.FormatInt(ref.Chunk, 10) +
+		"-a" + strconv.Itoa(ref.Attempt) + ".jsonl"
+}
+
+// Metadata keys put on batches (OpenAI family) to find them after a crash.
+const (
+	MetaJob     = "sluice_job"
+	MetaChunk   = "sluice_chunk"
+	MetaAttempt = "sluice_attempt"
+)
+
+// Metadata is the batch metadata naming ref.
+func Metadata(ref sluice.BatchRef) map[string]string {
+	return map[string]string{
+		MetaJob:     ref.Job,
+		MetaChunk:   strconv.FormatInt(ref.Chunk, 10),
+		MetaAttempt: strconv.Itoa(ref.Attempt),
+	}
+}
+
+// MatchesMetadata reports whether batch metadata names ref.
+func MatchesMetadata(md map[string]string, ref sluice.BatchRef) bool {
+	want := Metadata(ref)
+	for k, v := range want {
+		if md[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// SafeFileName maps an id to a string usable as a file name.
+func SafeFileName(s string) string { return safeName(s) }
+
+// StatusKind classifies a request by the HTTP status its endpoint answered:
+// 2xx succeeded; 408, 429 and 5xx (Anthropic's 529 included) retryable;
+// every other status failed for good. 408 is retryable although it is a 4xx:
+// it is a timeout, not a verdict on the request.
+func StatusKind(status int) sluice.ResultKind {
+	switch {
+	case status >= 200 && status < 300:
+		return sluice.ResultSucceeded
+	case status == 408 || status == 429 || status >= 500:
+		return sluice.ResultRetryable
+	}
+	return sluice.ResultFailed
+}
+
+// retryableCodes are line-level error codes (no HTTP answer) that mean the
+// request was not executed or hit a transient condition.
+var retryableCodes = map[string]bool{
+	"batch_expired":       true,
+	"batch_cancelled":     true,
+	"batch_canceled":      true,
+	"cancelled":           true,
+	"canceled":            true,
+	"expired":             true,
+	"rate_limit_exceeded": true,
+	"server_error":        true,
+	"timeout":             true,
+	"internal_error":      true,
+}
+
+// CodeKind classifies a line-level error code (a result without an HTTP
+// answer): the codes of retryableCodes are retryable, every other code is
+// final.
+func CodeKind(code string) sluice.ResultKind {
+	if retryableCodes[strings.ToLower(code)] {
+		return sluice.ResultRetryable
+	}
+	return sluice.ResultFailed
+}
+
+// ErrMalformed is matched (errors.Is) by every MalformedError.
+var ErrMalformed = errors.New("malformed result")
+
+// MalformedError is a result line that does not parse. The dispatcher
+// decides what to do with the chunk (its requests are not lost: a request
+// without a result is retried).
+type MalformedError struct {
+	File string
+	Line int // 1-based line (or item, for JSON array results)
+	Err  error
+}
+
+func (e *MalformedError) Error() string {
+	return fmt.Sprintf("%s:%d: malformed result: %v", e.File, e.Line, e.Err)
+}
+
+func (e *MalformedError) Unwrap() []error { return []error{ErrMalformed, e.Err} }
+
+// DefaultMaxLine bounds one result line (responses carrying images or long
+// embeddings reach tens of MB).
+const DefaultMaxLine = 256 << 20
+
+// LineReader reads JSONL without loading the file: one line at a time,
+// reusing its buffer, up to a maximum line length.
+type LineReader struct {
+	r    *bufio.Reader
+	name string
+	max  int
+	n    int
+	buf  []byte
+}
+
+// NewLineReader reads r, named name in errors; max <= 0 means
+// DefaultMaxLine.
+func NewLineReader(r io.Reader, name string, max int) *LineReader {
+	if max <= 0 {
+		max = DefaultMaxLine
+	}
+	return &LineReader{r: bufio.NewReaderSize(r, 1<<20), name: name, max: max}
+}
+
+// Next returns the next non-blank line without its line ending, valid until
+// the next call, or io.EOF. A line longer than the maximum is a
+// *MalformedError.
+func (l *LineReader) Next() ([]byte, error) {
+	for {
+		line, err := l.readLine()
+		if err != nil {
+			return nil, err
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) > 0 {
+			return line, nil
+		}
+	}
+}
+
+func (l *LineReader) readLine() ([]byte, error) {
+	l.buf = l.buf[:0]
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		if len(l.buf)+len(frag) > l.max+2 { // +2 for \r\n
+			l.n++
+			return nil, &MalformedError{File: l.name, Line: l.n, Err: fmt.Errorf("line longer than %d bytes", l.max)}
+		}
+		switch {
+		case err == nil:
+			l.n++
+			if len(l.buf) == 0 {
+				return frag, nil // no copy for lines that fit the buffer
+			}
+			l.buf = append(l.buf, frag...)
+			return l.buf, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			l.buf = append(l.buf, frag...)
+		case err == io.EOF:
+			if len(frag) == 0 && len(l.buf) == 0 {
+				return nil, io.EOF
+			}
+			l.n++
+			l.buf = append(l.buf, frag...)
+			return l.buf, nil
+		default:
+			return nil, fmt.Errorf("read %s: %w", l.name, err)
+		}
+	}
+}
+
+// Line is the 1-based number of the line last returned.
+func (l *LineReader) Line() int { return l.n }
+
+// Malformed wraps err as a MalformedError at the current line.
+func (l *LineReader) Malformed(err error) error {
+	return &MalformedError{File: l.name, Line: l.n, Err: err}
+}

@@ -1,0 +1,347 @@
+package splitter_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/splitter"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// env is a real tracker in a temp state dir.
+type env struct {
+	t   testing.TB
+	ctx context.Context
+	db  *tracker.DB
+	dir string
+	n   int
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := tracker.Open(context.Background(), filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &env{t: t, ctx: context.Background(), db: db, dir: dir}
+}
+
+// write puts content in a new file under the env's dir.
+func (e *env) write(name string, content []byte) string {
+	e.t.Helper()
+	p := filepath.Join(e.dir, name)
+	if err := os.WriteFile(p, content, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// run is one plan: the result, the chunks and requests the tracker holds.
+type run struct {
+	cfg      splitter.Config
+	res      *splitter.Result
+	err      error
+	chunks   []sluice.Chunk
+	requests []sluice.Request
+}
+
+// split plans input for a provider preset through the real tracker, as
+// cmd/sluice does: commit on success, abort on error.
+func (e *env) split(input, prov string, lim sluice.Limits, mod func(*splitter.Config)) *run {
+	e.t.Helper()
+	e.n++
+	id := fmt.Sprintf("j%d", e.n)
+	p := provider.Presets[prov]
+	lim = p.Limits.Override(lim)
+	jobDir := filepath.Join(e.dir, "jobs", id)
+	cfg := splitter.Config{Input: input, Dir: jobDir, Codec: p.Codec(), Limits: lim,
+		RejectsPath: filepath.Join(jobDir, "rejects.jsonl")}
+	if mod != nil {
+		mod(&cfg)
+	}
+	plan, err := e.db.BeginPlan(e.ctx, &sluice.Job{ID: id, Provider: prov, Input: input, Dir: jobDir,
+		Limits: lim, Model: cfg.Model, MaxAttempts: 3})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r := &run{cfg: cfg}
+	r.res, r.err = splitter.Split(e.ctx, cfg, plan)
+	if r.err != nil {
+		if err := plan.Abort(e.ctx); err != nil {
+			e.t.Fatal(err)
+		}
+		return r
+	}
+	if err := plan.Commit(e.ctx, r.res.Fingerprint, r.res.Requests, r.res.Rejected); err != nil {
+		e.t.Fatal(err)
+	}
+	cs, err := e.db.Chunks(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, c := range cs {
+		r.chunks = append(r.chunks, *c)
+	}
+	rows, err := e.db.SQL().QueryContext(e.ctx, `SELECT ordinal, line, custom_id, chunk_id, idx, offset, length,
+		tokens, attempt, state FROM requests WHERE job_id = ? ORDER BY ordinal`, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q sluice.Request
+		if err := rows.Scan(&q.Ordinal, &q.Line, &q.CustomID, &q.Chunk, &q.Index, &q.Offset, &q.Length,
+			&q.Tokens, &q.Attempt, &q.State); err != nil {
+			e.t.Fatal(err)
+		}
+		r.requests = append(r.requests, q)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) mustSplit(input, prov string, lim sluice.Limits, mod func(*splitter.Config)) *run {
+	e.t.Helper()
+	r := e.split(input, prov, lim, mod)
+	if r.err != nil {
+		e.t.Fatalf("split: %v", r.err)
+	}
+	return r
+}
+
+// inputLine is one line of a test input as the test knows it.
+type inputLine struct {
+	line                 int64
+	raw                  string
+	customID, url, model string
+	body                 json.RawMessage
+}
+
+// validLines returns the lines ValidateLine accepts, first of each
+// custom_id only, as Split should.
+func validLines(t testing.TB, cfg splitter.Config, content []byte) []inputLine {
+	var out []inputLine
+	seen := map[string]bool{}
+	for i, l := range bytes.Split(content, []byte{'\n'}) {
+		if i == 0 {
+			l = bytes.TrimPrefix(l, []byte("\ufeff"))
+		}
+		_, blank, reason := splitter.ValidateLine(cfg, l)
+		if blank || reason != "" {
+			continue
+		}
+		var in sluice.InputLine
+		if err := json.Unmarshal(l, &in); err != nil {
+			t.Fatalf("line %d: ValidateLine accepted what encoding/json rejects: %v", i+1, err)
+		}
+		if seen[in.CustomID] {
+			continue
+		}
+		seen[in.CustomID] = true
+		var b struct {
+			Model string `json:"model"`
+		}
+		json.Unmarshal(in.Body, &b)
+		model := b.Model
+		if model == "" {
+			model = cfg.Model
+		}
+		if strings.HasPrefix(in.URL, "/ai/run/") {
+			model = strings.TrimPrefix(in.URL, "/ai/run/")
+		}
+		out = append(out, inputLine{line: int64(i + 1), raw: string(bytes.Trim(l, " \t\r")),
+			customID: in.CustomID, url: in.URL, model: model, body: in.Body})
+	}
+	return out
+}
+
+// checkPlan verifies every invariant of a committed plan against the
+// input's valid lines.
+func checkPlan(t testing.TB, r *run, want []inputLine) {
+	t.Helper()
+	cfg := r.cfg
+	lim := cfg.Limits
+	env := cfg.Codec.Envelope()
+	if int64(len(want)) != r.res.Requests || len(r.requests) != len(want) {
+		t.Fatalf("requests: result %d, tracker %d, valid lines %d", r.res.Requests, len(r.requests), len(want))
+	}
+	if len(r.chunks) != len(r.res.Chunks) {
+		t.Fatalf("chunks: tracker %d, result %d", len(r.chunks), len(r.res.Chunks))
+	}
+	byLine := map[int64]inputLine{}
+	for _, l := range want {
+		byLine[l.line] = l
+	}
+	files := map[int64][]byte{}
+	var total int64
+	for i, c := range r.chunks {
+		if c.ID != int64(i+1) || c.Attempt != 1 || c.State != sluice.ChunkPending {
+			t.Errorf("chunk %d: id %d attempt %d state %s", i, c.ID, c.Attempt, c.State)
+		}
+		rc := r.res.Chunks[i]
+		if rc.ID != c.ID || rc.Bytes != c.Bytes || rc.Requests != c.Requests || rc.EstTokens != c.EstTokens || rc.Path != c.Path || rc.Bound != c.Bound {
+			t.Errorf("chunk %d: result %+v, tracker %+v", c.ID, rc, c)
+		}
+		b, err := os.ReadFile(filepath.Join(cfg.Dir, c.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[c.ID] = b
+		total += c.Bytes
+		if int64(len(b)) != c.Bytes {
+			t.Errorf("chunk %d: file %d bytes, row says %d", c.ID, len(b), c.Bytes)
+		}
+		if lim.MaxBatchBytes > 0 && c.Bytes > lim.MaxBatchBytes {
+			t.Errorf("chunk %d: %d bytes > limit %d", c.ID, c.Bytes, lim.MaxBatchBytes)
+		}
+		if lim.MaxBatchRequests > 0 && c.Requests > lim.MaxBatchRequests {
+			t.Errorf("chunk %d: %d requests > limit %d", c.ID, c.Requests, lim.MaxBatchRequests)
+		}
+		if lim.MaxBatchTokens > 0 && c.EstTokens > lim.MaxBatchTokens {
+			t.Errorf("chunk %d: %d tokens > limit %d", c.ID, c.EstTokens, lim.MaxBatchTokens)
+		}
+		if n := countItems(t, env, b); n != c.Requests {
+			t.Errorf("chunk %d: file holds %d items, row says %d", c.ID, n, c.Requests)
+		}
+		if ext := filepath.Ext(c.Path); (len(env.Header) == 0) != (ext == ".jsonl") {
+			t.Errorf("chunk %d: path %s", c.ID, c.Path)
+		}
+		switch c.Bound {
+		case "bytes", "requests", "tokens", "end":
+		default:
+			t.Errorf("chunk %d: bound %q", c.ID, c.Bound)
+		}
+	}
+	if total != r.res.Bytes {
+		t.Errorf("result bytes %d, chunks sum %d", r.res.Bytes, total)
+	}
+	type key struct{ url, model string }
+	groups := map[key][]int64{} // lines, in the order of the plan
+	perChunk := map[int64][]sluice.Request{}
+	for i, q := range r.requests {
+		l, ok := byLine[q.Line]
+		if !ok || q.Ordinal != int64(i) || q.CustomID != l.customID || q.Attempt != 1 || q.State != sluice.RequestPending {
+			t.Fatalf("request %+v: want line %+v ordinal %d", q, l, i)
+		}
+		if i > 0 && q.Line <= r.requests[i-1].Line {
+			t.Fatalf("ordinals out of line order at %d", i)
+		}
+		perChunk[q.Chunk] = append(perChunk[q.Chunk], q)
+	}
+	chunkByID := map[int64]sluice.Chunk{}
+	for _, c := range r.chunks {
+		chunkByID[c.ID] = c
+		qs := perChunk[c.ID]
+		sort.Slice(qs, func(a, b int) bool { return qs[a].Index < qs[b].Index })
+		if len(qs) != c.Requests {
+			t.Fatalf("chunk %d: %d request rows, want %d", c.ID, len(qs), c.Requests)
+		}
+		var tok int64
+		for i, q := range qs {
+			l := byLine[q.Line]
+			if q.Index != i {
+				t.Fatalf("chunk %d: index %d at %d", c.ID, q.Index, i)
+			}
+			if l.url != c.URL || l.model != c.Model {
+				t.Fatalf("chunk %d (%s %s) holds line %d (%s %s)", c.ID, c.URL, c.Model, q.Line, l.url, l.model)
+			}
+			tok += q.Tokens
+			item := files[c.ID][q.Offset : q.Offset+int64(q.Length)]
+			checkItem(t, cfg, item, l)
+			groups[key{c.URL, c.Model}] = append(groups[key{c.URL, c.Model}], q.Line)
+		}
+		if tok != c.EstTokens {
+			t.Errorf("chunk %d: est_tokens %d, rows sum %d", c.ID, c.EstTokens, tok)
+		}
+	}
+	for k, lines := range groups {
+		var in []int64
+		for _, l := range want {
+			if l.url == k.url && l.model == k.model {
+				in = append(in, l.line)
+			}
+		}
+		if fmt.Sprint(in) != fmt.Sprint(lines) {
+			t.Errorf("group %v: chunks give lines %v, input has %v", k, lines, in)
+		}
+	}
+}
+
+// countItems parses a chunk file as the provider's body.
+func countItems(t testing.TB, env sluice.Envelope, b []byte) int {
+	t.Helper()
+	if len(env.Header) == 0 {
+		if len(b) == 0 || b[len(b)-1] != '\n' {
+			t.Fatalf("JSONL chunk does not end in a newline")
+		}
+		n := 0
+		for _, l := range bytes.Split(b[:len(b)-1], []byte{'\n'}) {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(l, &m); err != nil {
+				t.Fatalf("JSONL chunk line %d: %v", n+1, err)
+			}
+			n++
+		}
+		return n
+	}
+	var body struct {
+		Requests []json.RawMessage `json:"requests"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		t.Fatalf("chunk body: %v", err)
+	}
+	return len(body.Requests)
+}
+
+// checkItem compares a request's wire item with its input line.
+func checkItem(t testing.TB, cfg splitter.Config, item []byte, l inputLine) {
+	t.Helper()
+	switch cfg.Codec.(type) {
+	case provider.OpenAICodec:
+		if cfg.Model == "" && string(item) != l.raw+"\n" {
+			t.Fatalf("line %d: item %q, want the line", l.line, item)
+		}
+		var in sluice.InputLine
+		if err := json.Unmarshal(item, &in); err != nil || in.CustomID != l.customID {
+			t.Fatalf("line %d: item %q: %v", l.line, item, err)
+		}
+	case provider.AnthropicCodec:
+		var it struct {
+			CustomID string          `json:"custom_id"`
+			Params   json.RawMessage `json:"params"`
+		}
+		if err := json.Unmarshal(item, &it); err != nil || it.CustomID != l.customID || !jsonEqual(it.Params, l.body) {
+			t.Fatalf("line %d: item %s: %v", l.line, item, err)
+		}
+	case provider.CloudflareCodec:
+		var it map[string]json.RawMessage
+		if err := json.Unmarshal(item, &it); err != nil || string(it["external_reference"]) != fmt.Sprintf("%q", l.customID) {
+			t.Fatalf("line %d: item %s: %v", l.line, item, err)
+		}
+	}
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return fmt.Sprint(x) == fmt.Sprint(y)
+}
+
+func openaiCodec() sluice.Codec { return provider.Presets["openai"].Codec() }

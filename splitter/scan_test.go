@@ -1,0 +1,192 @@
+package splitter
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-batch/sluice/provider"
+)
+
+// syntaxOK runs the scanner over any JSON value (not only objects).
+func syntaxOK(b []byte) (bool, string) {
+	var s scanner
+	s.reset(b)
+	s.ws()
+	if s.i == len(b) {
+		return false, "blank"
+	}
+	if !s.value() {
+		return false, s.err
+	}
+	s.ws()
+	if s.i != len(b) {
+		return false, "trailing"
+	}
+	return true, ""
+}
+
+var syntaxCases = []string{
+	`{}`, `[]`, `""`, `0`, `-0`, `1.5e10`, `1E+2`, `-1.0e-3`, `true`, `false`, `null`,
+	`{"a":1}`, `{"a":[1,2,{"b":null}]}`, ` { "a" : "b" } `, "\t{}\r",
+	`01`, `1.`, `.1`, `-`, `+1`, `1e`, `1e+`, `{"a":1,}`, `[1,]`, `{"a"}`, `{"a":}`, `{a:1}`, `{'a':1}`,
+	`"\u00e9"`, `"\uD83D\uDE00"`, `"\ud800"`, `"\x"`, `"\u12"`, `"\u12G4"`, `"a\"b"`, `"\/"`,
+	"\"\x01\"", "\"\x1f\"", "\"\x7f\"", "\"é\"", "\"\xff\"", "\"\xed\xa0\x80\"", "\"\xc0\xaf\"",
+	`{"a":1}x`, `{"a":1} {}`, `{"a":1`, `{"a":"b`, `{"a":tru`, `nul`, `[`, `{`, `"`,
+	`{"a":1 "b":2}`, `[1 2]`, `{"a":1}}`, "\xef\xbb\xbf{}", `{"a":"\u0000"}`,
+	strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+	`"abcdefghijklmnopqrstuvwxyz\"0123456789"`, `"abcdefgh\\ijklmnop"`, `"0123456789abcdé"`,
+}
+
+func TestScannerMatchesEncodingJSON(t *testing.T) {
+	for _, c := range syntaxCases {
+		want := json.Valid([]byte(c)) && utf8.ValidString(c)
+		got, why := syntaxOK([]byte(c))
+		if got != want {
+			t.Errorf("%.60q: scanner %v (%s), encoding/json+utf8 %v", c, got, why, want)
+		}
+	}
+}
+
+func TestGJSONDifferences(t *testing.T) {
+	// Documents why gjson.ValidBytes alone is not enough (see scan.go).
+	for _, c := range []string{"\"\xff\"", `{"a":1,"a":2}`} {
+		if !gjson.Valid(c) {
+			t.Logf("gjson rejects %q", c)
+		}
+	}
+	if v := gjson.Get(`{"model":"a","model":"b"}`, "model").String(); v != "a" {
+		t.Errorf("gjson duplicate key: got %q, doc says first wins", v)
+	}
+	var m map[string]string
+	json.Unmarshal([]byte(`{"model":"a","model":"b"}`), &m)
+	if m["model"] != "b" {
+		t.Errorf("encoding/json duplicate key: got %q, doc says last wins", m["model"])
+	}
+}
+
+func openaiCfg() Config {
+	return Config{Codec: provider.Presets["openai"].Codec(), Limits: provider.Presets["openai"].Limits}
+}
+
+func TestValidateLineReasons(t *testing.T) {
+	ok := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`
+	item, blank, reason := ValidateLine(openaiCfg(), []byte(ok))
+	if blank || reason != "" || string(item) != ok+"\n" {
+		t.Fatalf("good line: %q %v %q", item, blank, reason)
+	}
+	if _, blank, _ := ValidateLine(openaiCfg(), []byte(" \t\r")); !blank {
+		t.Fatal("blank line not blank")
+	}
+}
+
+func TestEstimateTokens(t *testing.T) {
+	cases := []struct {
+		body string
+		want int64
+	}{
+		// "Hello, world!" is 13 ASCII bytes: ceil(13/4)=4, + 4 for one
+		// message + 3 per request (tiktoken o200k: 4 + chat framing ~7).
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello, world!"}]}`, 11},
+		// Two messages, 8 + 17 ASCII bytes: ceil(25/4)=7, + 2*4 + 3.
+		{`{"model":"gpt-4o","messages":[{"role":"system","content":"Be brief"},{"role":"user","content":"What is 2 plus 2?"}]}`, 18},
+		// 4 CJK characters: 4 tokens, + 4 + 3.
+		{`{"model":"gpt-4o","messages":[{"role":"user","content":"你好世界"}]}`, 11},
+		// Escapes: \n is one byte, \u00e9 one non-ASCII char: "a\nb" 3 bytes -> 1, é -> 1.
+		{`{"model":"m","input":"a\nb\u00e9"}`, 1 + 1 + 3},
+		// An emoji counts 2; embeddings input list: "abcd"+"efgh" = 8 bytes -> 2.
+		{`{"model":"m","input":["abcd","efgh","😀"]}`, 2 + 2 + 3},
+		// Claude: 3.5 bytes/token: 14 bytes -> 4.
+		{`{"model":"claude-3-5-haiku","max_tokens":10,"messages":[{"role":"user","content":"Hello, Claude!"}]}`, 4 + 4 + 3},
+		// Not JSON: length / 4 rounded up.
+		{`not json`, 2},
+	}
+	for _, c := range cases {
+		if got := EstimateTokens([]byte(c.body)); got != c.want {
+			t.Errorf("EstimateTokens(%s) = %d, want %d", c.body, got, c.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { EstimateTokens([]byte(cases[0].body)) }); n > 1 {
+		t.Errorf("EstimateTokens allocates %v times", n)
+	}
+}
+
+var benchLine = []byte(`{"custom_id":"request-000123","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant that answers in one paragraph."},{"role":"user","content":"` +
+	strings.Repeat(`Summarise the following text, keeping names and numbers: the quick brown fox jumps over the lazy dog \"quoted\" and caf\u00e9 crème brûlée 東京 🙂. `, 12) + `"}],"max_tokens":256}}`)
+
+func BenchmarkScanLine(b *testing.B) {
+	b.SetBytes(int64(len(benchLine)))
+	var s scanner
+	for b.Loop() {
+		s.reset(benchLine)
+		if _, ok := s.line(); !ok {
+			b.Fatal(s.err)
+		}
+	}
+}
+
+func BenchmarkValidateLine(b *testing.B) {
+	p := newParser(&Config{Codec: provider.Presets["openai"].Codec(), Limits: provider.Presets["openai"].Limits})
+	blk := &block{data: benchLine, first: 2}
+	b.SetBytes(int64(len(benchLine)))
+	for b.Loop() {
+		p.block(blk)
+		if blk.recs[0].reason != "" {
+			b.Fatal(blk.recs[0].reason)
+		}
+	}
+}
+
+// BenchmarkGJSON is the gjson route for comparison: validity, UTF-8, the
+// four fields and body.model (no token count).
+func BenchmarkGJSON(b *testing.B) {
+	b.SetBytes(int64(len(benchLine)))
+	for b.Loop() {
+		if !gjson.ValidBytes(benchLine) || !utf8.Valid(benchLine) {
+			b.Fatal("invalid")
+		}
+		r := gjson.GetManyBytes(benchLine, "custom_id", "method", "url", "body")
+		if r[3].Get("model").Str == "" {
+			b.Fatal("no model")
+		}
+	}
+}
+
+func BenchmarkEncodingJSONValid(b *testing.B) {
+	b.SetBytes(int64(len(benchLine)))
+	for b.Loop() {
+		if !json.Valid(benchLine) {
+			b.Fatal("invalid")
+		}
+	}
+}
+
+var _ = bytes.Equal
+
+// TestUTF8Len: the inline UTF-8 check agrees with package utf8 on every
+// sequence of up to three bytes (and on four-byte ones by sampling).
+func TestUTF8Len(t *testing.T) {
+	b := make([]byte, 4)
+	for c0 := 0x80; c0 < 0x100; c0++ {
+		for c1 := 0; c1 < 0x100; c1++ {
+			for c2 := 0; c2 < 0x100; c2++ {
+				b[0], b[1], b[2], b[3] = byte(c0), byte(c1), byte(c2), 0x80
+				r, n := utf8.DecodeRune(b)
+				if r == utf8.RuneError && n == 1 {
+					n = 0
+				}
+				if got := utf8Len(b); got != n {
+					t.Fatalf("% x: utf8Len %d, utf8 %d", b, got, n)
+				}
+				if got := utf8Len(b[:2]); got != 0 && got != 2 || got == 2 && !utf8.Valid(b[:2]) {
+					t.Fatalf("% x: utf8Len of 2 bytes = %d", b[:2], got)
+				}
+			}
+		}
+	}
+}

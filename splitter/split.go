@@ -1,0 +1,172 @@
+package splitter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// Config is what Split needs.
+type Config struct {
+	// Input is the input file: plain, gzip or zstd, told by magic bytes.
+	Input string
+	// Dir is the job directory; chunk files go to Dir/chunks.
+	Dir string
+	// Codec is the provider's wire format.
+	Codec sluice.Codec
+	// Limits are the per-batch limits to honour (zero: no limit).
+	Limits sluice.Limits
+	// Model is the job-level model for lines whose body has none.
+	Model string
+	// SkipInvalid writes bad lines to RejectsPath and goes on; otherwise
+	// Split stops at the first bad line with a *LineError.
+	SkipInvalid bool
+	// RejectsPath is the rejects file (default Dir/rejects.jsonl).
+	RejectsPath string
+	// Progress, if set, is called at most ten times a second, and once at
+	// the end, from the goroutine that writes chunks.
+	Progress func(Progress)
+}
+
+// Progress is how far Split got.
+type Progress struct {
+	BytesRead    int64 // bytes of the input file read (compressed, if it is)
+	InputSize    int64 // size of the input file
+	Decompressed int64 // bytes of JSONL read (after decompression)
+	Lines        int64 // lines handled, blank and rejected ones included
+	Elapsed      time.Duration
+}
+
+// Result is a finished plan.
+type Result struct {
+	Fingerprint sluice.Fingerprint
+	Lines       int64 // lines in the input, blank ones included
+	Requests    int64 // valid requests, each in exactly one chunk
+	Rejected    int64 // bad lines written to the rejects file (SkipInvalid)
+	Bytes       int64 // wire bytes of all chunk files together
+	Chunks      []sluice.Chunk
+}
+
+// LineError is a bad input line.
+type LineError struct {
+	File     string
+	Line     int64  // 1-based
+	CustomID string // "" when unknown
+	Reason   string // see the table in the package doc
+}
+
+func (e *LineError) Error() string {
+	if e.CustomID == "" {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason)
+	}
+	return fmt.Sprintf("%s:%d: custom_id %s: %s", e.File, e.Line, strconv.Quote(e.CustomID), e.Reason)
+}
+
+// ErrNoRequests is wrapped by the error of an input without a single valid
+// request (empty, blank lines only, or every line rejected).
+var ErrNoRequests = errors.New("no requests")
+
+// run is one Split call.
+type run struct {
+	ctx   context.Context
+	cfg   Config
+	sink  sluice.PlanSink
+	in    *input
+	start time.Time
+
+	work    chan *block // to the workers
+	ordered chan *block // to the writer, in input order
+	free    chan *block
+	blocks  int // blocks made so far (reader only)
+	quit    chan struct{}
+
+	decompressed atomic.Int64
+}
+
+// Split streams cfg.Input, validates every line, groups the requests by
+// (url, model), writes chunk files under the limits and records every
+// request and chunk in sink. See the package doc.
+func Split(ctx context.Context, cfg Config, sink sluice.PlanSink) (*Result, error) {
+	if cfg.Codec == nil {
+		return nil, errors.New("splitter: no codec")
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("splitter: no job directory")
+	}
+	if cfg.SkipInvalid && cfg.RejectsPath == "" {
+		cfg.RejectsPath = filepath.Join(cfg.Dir, "rejects.jsonl")
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, chunksDir), 0o700); err != nil {
+		return nil, err
+	}
+	in, err := openInput(cfg.Input)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	workers := max(1, runtime.GOMAXPROCS(0))
+	nblocks := 2*workers + 4
+	sp := &run{ctx: ctx, cfg: cfg, sink: sink, in: in, start: time.Now(),
+		work: make(chan *block, nblocks), ordered: make(chan *block, nblocks),
+		free: make(chan *block, nblocks), quit: make(chan struct{})}
+
+	var wg sync.WaitGroup
+	wg.Add(1 + workers)
+	go func() { defer wg.Done(); sp.reader() }()
+	for range workers {
+		go func() {
+			defer wg.Done()
+			p := newParser(&cfg)
+			for b := range sp.work {
+				p.block(b)
+				b.done <- struct{}{}
+			}
+		}()
+	}
+	w, err := newWriter(sp)
+	if err == nil {
+		err = w.consume()
+	}
+	close(sp.quit)
+	// Drain so the reader and workers can finish, then wait for them.
+	go func() {
+		for range sp.ordered {
+		}
+	}()
+	wg.Wait()
+	if w != nil {
+		w.cleanup()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := w.result()
+	if res.Fingerprint, err = in.finish(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// progress reports how far the run got, at most ten times a second unless
+// final.
+func (sp *run) progress(lines int64, last *time.Time, final bool) {
+	if sp.cfg.Progress == nil {
+		return
+	}
+	now := time.Now()
+	if !final && now.Sub(*last) < 100*time.Millisecond {
+		return
+	}
+	*last = now
+	sp.cfg.Progress(Progress{BytesRead: sp.in.raw.Load(), InputSize: sp.in.fp.Size,
+		Decompressed: sp.decompressed.Load(), Lines: lines, Elapsed: now.Sub(sp.start)})
+}

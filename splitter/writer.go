@@ -1,0 +1,409 @@
+package splitter
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+)
+
+const (
+	chunksDir     = "chunks"
+	maxOpenFiles  = 32        // chunk files held open at once (more groups reopen theirs)
+	chunkBufBytes = 256 << 10 // write buffer per open chunk file
+)
+
+// group is the requests of one (url, model); it has at most one open chunk.
+type group struct {
+	url, model string
+	seq        int // order of first appearance
+
+	// The open chunk; n == 0 when there is none.
+	tmp       string // its file while open (renamed when it closes)
+	f         *os.File
+	w         *bufio.Writer
+	lastUse   int64
+	n         int   // items in it
+	size      int64 // bytes written to it so far (header, items, separators)
+	itemBytes int64
+	tokens    int64
+	pend      *pending
+	parts     int // chunks opened so far, for temp names
+}
+
+type groupKey struct{ url, model string }
+
+// writer takes the workers' records in input order: it checks uniqueness,
+// gives ordinals, writes chunk files and feeds the sink. One goroutine.
+type writer struct {
+	sp     *run
+	cfg    *Config
+	env    sluice.Envelope
+	ext    string
+	groups map[groupKey]*group
+	order  []*group
+	ids    *idSet
+
+	open    int   // groups with an open file handle
+	tick    int64 // for the least recently used file handle
+	pendMem int   // bytes of pending rows in memory, all groups
+
+	lines, requests, rejected, bytes int64
+	chunks                           []sluice.Chunk
+
+	rec      *recorder
+	closed   bool // rec is closed
+	rejects  *os.File
+	rejectsW *bufio.Writer
+	lastProg time.Time
+	rowBuf   row
+}
+
+func newWriter(sp *run) (*writer, error) {
+	w := &writer{sp: sp, cfg: &sp.cfg, env: sp.cfg.Codec.Envelope(), ext: ".jsonl",
+		groups: make(map[groupKey]*group), ids: new(idSet)}
+	w.rec = newRecorder(sp.sink, w.env)
+	if len(w.env.Header) > 0 || len(w.env.Footer) > 0 {
+		w.ext = ".json"
+	}
+	if sp.cfg.SkipInvalid {
+		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return w, fmt.Errorf("rejects file: %w", err)
+		}
+		w.rejects, w.rejectsW = f, bufio.NewWriterSize(f, 64<<10)
+	}
+	return w, nil
+}
+
+// consume handles every block in order, then closes the open chunks.
+func (w *writer) consume() error {
+	for b := range w.sp.ordered {
+		<-b.done
+		if err := w.sp.ctx.Err(); err != nil {
+			return err
+		}
+		if b.err != nil {
+			re := b.err.(*readErr)
+			if re.format == "plain" {
+				return fmt.Errorf("%s: read failed after line %d: %w", w.cfg.Input, w.lines, re.err)
+			}
+			return fmt.Errorf("%s: %s stream is truncated or corrupt after line %d: %w",
+				w.cfg.Input, re.format, w.lines, re.err)
+		}
+		if err := w.block(b); err != nil {
+			return err
+		}
+		w.sp.putBlock(b)
+		w.sp.progress(w.lines, &w.lastProg, false)
+	}
+	if err := w.sp.ctx.Err(); err != nil {
+		return err
+	}
+	for _, g := range w.order {
+		if g.n > 0 {
+			if err := w.closeChunk(g, "end"); err != nil {
+				return err
+			}
+		}
+	}
+	w.closed = true
+	if err := w.rec.close(); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Join(w.cfg.Dir, chunksDir)); err != nil {
+		return err
+	}
+	if w.rejects != nil {
+		if err := w.rejectsW.Flush(); err != nil {
+			return err
+		}
+		if err := w.rejects.Close(); err != nil {
+			return err
+		}
+		w.rejects = nil
+	}
+	w.sp.progress(w.lines, &w.lastProg, true)
+	if w.requests == 0 {
+		if w.rejected > 0 {
+			return fmt.Errorf("%s: %w: all %d non-blank lines were rejected (see %s)",
+				w.cfg.Input, ErrNoRequests, w.rejected, w.cfg.RejectsPath)
+		}
+		return fmt.Errorf("%s: %w: the input is empty", w.cfg.Input, ErrNoRequests)
+	}
+	return nil
+}
+
+func (w *writer) block(b *block) error {
+	for i := range b.recs {
+		r := &b.recs[i]
+		if r.reason == "" {
+			dup, err := w.duplicate(r)
+			if err != nil {
+				return err
+			}
+			if dup != "" {
+				r.reason = dup
+			}
+		}
+		if r.reason != "" {
+			if err := w.reject(b, r); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.add(r, b.items[r.item:r.item+r.itemLen]); err != nil {
+			return err
+		}
+	}
+	w.lines = b.first + b.lines - 1
+	return nil
+}
+
+// duplicate returns the reason for a custom_id seen before, or "".
+func (w *writer) duplicate(r *rec) (string, error) {
+	if !w.ids.add(r.hash) {
+		return "", nil
+	}
+	// Rows of open chunks first: no need to wait for the recorder.
+	var line int64
+	var found bool
+	var err error
+	for _, g := range w.order {
+		if g.pend != nil && g.pend.rows() > 0 {
+			if line, found, err = g.pend.find(r.customID); err != nil || found {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		if err := w.rec.sync(); err != nil {
+			return "", err
+		}
+		line, found, err = w.sp.sink.FindCustomID(r.customID)
+		if err != nil {
+			return "", fmt.Errorf("look up custom_id %q: %w", r.customID, err)
+		}
+	}
+	if !found {
+		return "", nil // 48 bits of two ids agree: not a duplicate
+	}
+	return fmt.Sprintf("duplicate custom_id, first seen on line %d", line), nil
+}
+
+// reject stops the run on a bad line, or writes it to the rejects file.
+func (w *writer) reject(b *block, r *rec) error {
+	if !w.cfg.SkipInvalid {
+		return &LineError{File: w.cfg.Input, Line: r.line, CustomID: r.customID, Reason: r.reason}
+	}
+	w.rejected++
+	out := struct {
+		Line     int64  `json:"line"`
+		CustomID string `json:"custom_id,omitempty"`
+		Reason   string `json:"reason"`
+		Raw      string `json:"raw"`
+	}{r.line, r.customID, r.reason, string(b.data[r.raw : r.raw+r.rawLen])}
+	j, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	w.rejectsW.Write(j)
+	return w.rejectsW.WriteByte('\n')
+}
+
+// add puts one valid request into its group's open chunk, closing that
+// chunk first if the request would not fit.
+func (w *writer) add(r *rec, item []byte) error {
+	k := groupKey{r.url, r.model}
+	g := w.groups[k]
+	if g == nil {
+		g = &group{url: r.url, model: r.model, seq: len(w.order), pend: new(pending)}
+		w.groups[k] = g
+		w.order = append(w.order, g)
+	}
+	lim := &w.cfg.Limits
+	size := int64(len(item))
+	if g.n > 0 {
+		bound := ""
+		switch {
+		case lim.MaxBatchBytes > 0 && w.env.Size(g.n+1, g.itemBytes+size) > lim.MaxBatchBytes:
+			bound = "bytes"
+		case lim.MaxBatchRequests > 0 && g.n+1 > lim.MaxBatchRequests:
+			bound = "requests"
+		case lim.MaxBatchTokens > 0 && g.tokens+r.tokens > lim.MaxBatchTokens:
+			bound = "tokens"
+		}
+		if bound != "" {
+			if err := w.closeChunk(g, bound); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.handle(g); err != nil {
+		return err
+	}
+	if g.n == 0 {
+		g.w.Write(w.env.Header)
+		g.size = int64(len(w.env.Header))
+	} else {
+		g.w.Write(w.env.Sep)
+		g.size += int64(len(w.env.Sep))
+	}
+	if _, err := g.w.Write(item); err != nil {
+		return fmt.Errorf("write chunk: %w", err)
+	}
+	g.size += size
+	g.n++
+	g.itemBytes += size
+	g.tokens += r.tokens
+	w.rowBuf = row{ordinal: w.requests, line: r.line, tokens: r.tokens, length: len(item),
+		customID: append(w.rowBuf.customID[:0], r.customID...)}
+	before := len(g.pend.buf)
+	g.pend.add(&w.rowBuf)
+	w.pendMem += len(g.pend.buf) - before
+	w.requests++
+	if w.pendMem > pendingMemory {
+		return w.spill()
+	}
+	return nil
+}
+
+// spill moves the largest group's pending rows to disk.
+func (w *writer) spill() error {
+	var big *group
+	for _, g := range w.order {
+		if g.pend != nil && (big == nil || len(g.pend.buf) > len(big.pend.buf)) {
+			big = g
+		}
+	}
+	w.pendMem -= len(big.pend.buf)
+	return big.pend.flushToDisk(big.tmp + ".rows")
+}
+
+// handle makes sure g's open chunk has a file handle, opening the chunk's
+// file if it has none yet and closing the least recently used handle when
+// too many are open.
+func (w *writer) handle(g *group) error {
+	w.tick++
+	g.lastUse = w.tick
+	if g.f != nil {
+		return nil
+	}
+	if w.open >= maxOpenFiles {
+		var lru *group
+		for _, o := range w.order {
+			if o.f != nil && (lru == nil || o.lastUse < lru.lastUse) {
+				lru = o
+			}
+		}
+		if err := w.release(lru); err != nil {
+			return err
+		}
+	}
+	flag := os.O_WRONLY | os.O_APPEND
+	if g.n == 0 {
+		g.parts++
+		g.tmp = filepath.Join(w.cfg.Dir, chunksDir, fmt.Sprintf(".open-g%d-%d", g.seq, g.parts))
+		flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(g.tmp, flag, 0o600)
+	if err != nil {
+		return fmt.Errorf("chunk file: %w", err)
+	}
+	g.f = f
+	if g.w == nil {
+		g.w = bufio.NewWriterSize(f, chunkBufBytes)
+	} else {
+		g.w.Reset(f)
+	}
+	w.open++
+	return nil
+}
+
+// release flushes and closes g's file handle; its chunk stays open.
+func (w *writer) release(g *group) error {
+	if err := g.w.Flush(); err != nil {
+		return fmt.Errorf("write chunk: %w", err)
+	}
+	err := g.f.Close()
+	g.f = nil
+	w.open--
+	return err
+}
+
+// closeChunk completes g's open chunk: footer, fsync, final name, then the
+// chunk and its request rows go to the sink.
+func (w *writer) closeChunk(g *group, bound string) error {
+	if err := w.handle(g); err != nil {
+		return err
+	}
+	g.w.Write(w.env.Footer)
+	g.size += int64(len(w.env.Footer))
+	if err := g.w.Flush(); err != nil {
+		return fmt.Errorf("write chunk: %w", err)
+	}
+	if want := w.env.Size(g.n, g.itemBytes); g.size != want {
+		return fmt.Errorf("splitter: chunk of %d items is %d bytes, want %d", g.n, g.size, want)
+	}
+	id := int64(len(w.chunks) + 1)
+	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", id, w.ext))
+	c := sluice.Chunk{ID: id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
+		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound}
+	// The recorder fsyncs, closes and renames the file, then records it.
+	f := g.f
+	g.f = nil
+	w.open--
+	w.pendMem -= len(g.pend.buf)
+	if err := w.rec.add(recJob{c: &c, p: g.pend, f: f, tmp: g.tmp, final: filepath.Join(w.cfg.Dir, rel)}); err != nil {
+		return err
+	}
+	g.pend = new(pending)
+	w.chunks = append(w.chunks, c)
+	w.bytes += g.size
+	g.n, g.size, g.itemBytes, g.tokens = 0, 0, 0, 0
+	return nil
+}
+
+// cleanup closes what a failed run left open. Chunk files stay (the
+// caller removes the job directory).
+func (w *writer) cleanup() {
+	for _, g := range w.order {
+		if g.f != nil {
+			g.f.Close()
+			g.f = nil
+		}
+		g.pend.reset()
+	}
+	if !w.closed {
+		w.rec.stop.Store(true)
+		w.rec.close()
+	}
+	if w.rejects != nil {
+		w.rejectsW.Flush()
+		w.rejects.Close()
+	}
+}
+
+func (w *writer) result() *Result {
+	return &Result{Lines: w.lines, Requests: w.requests, Rejected: w.rejected, Bytes: w.bytes, Chunks: w.chunks}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return err
+	}
+	return nil
+}
