@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/sluice-batch/sluice"
 )
 
@@ -205,6 +207,30 @@ var _ = context.Background
 func writeFile(t *testing.T, p string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fmtInt(n int) string { return fmt.Sprint(n) }
+
+func decompressZstd(t *testing.T, src, dst string) {
+	t.Helper()
+	f, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	o, err := os.Create(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if _, err := io.Copy(o, zr); err != nil {
 		t.Fatal(err)
 	}
 }
