@@ -13,7 +13,6 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -317,4 +316,9 @@ func (d *Dispatcher) chunkLog(c *sluice.Chunk) *zerolog.Logger {
 	return &lg
 }
 
-func fatal(err error) error { return fmt.Errorf("%w: %w", ErrFatal, err) }
+// fatalError marks err as stopping the run without changing its message.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string   { return e.err.Error() }
+func (e *fatalError) Unwrap() []error { return []error{ErrFatal, e.err} }
+func fatal(err error) error           { return &fatalError{err} }

@@ -175,7 +175,7 @@ func TestLogsAreJSONWhenNotATerminal(t *testing.T) {
 // output and the database for it.
 func TestSecretsNeverWritten(t *testing.T) {
 	const key = "sk-SECRET-d0c5a3b1e8f7"
-	emu := startEmulator(t, "--http-fault-rate", "0.3", "--seed", "3")
+	emu := startEmulator(t, "--http-fault-rate", "0.2", "--retry-after", "20ms", "--seed", "3")
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 20)
 	env := append(stateEnv(dir), "OPENAI_API_KEY="+key, "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
@@ -183,9 +183,13 @@ func TestSecretsNeverWritten(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	// A bad key's 401 echoes part of it: still never printed whole.
-	bad := runSluice(t, append(stateEnv(dir), "OPENAI_API_KEY="+key, "OPENAI_BASE_URL=http://"+emu.addr+"/v1"),
+	// A refused key's 401 echoes part of it: still never printed whole.
+	strict := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=sk-the-right-one"})
+	bad := runSluice(t, append(stateEnv(dir), "OPENAI_API_KEY="+key, "OPENAI_BASE_URL=http://"+strict.addr+"/v1"),
 		"run", in, "--out", filepath.Join(dir, "o2.jsonl"), "--provider", "openai", "--job", "other", "--log-level", "debug")
+	if bad.code != 1 || !strings.Contains(bad.stderr, "401") {
+		t.Errorf("a refused key: exit %d, %q; want 1 and the 401", bad.code, bad.stderr)
+	}
 	for name, s := range map[string]string{"stdout": r.stdout + bad.stdout, "stderr": r.stderr + bad.stderr} {
 		if strings.Contains(s, key) || strings.Contains(s, key[3:]) {
 			t.Errorf("the key appears in %s", name)
@@ -225,23 +229,27 @@ func TestSecondRunOnLockedJobFailsFast(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { first.Process.Kill(); first.Wait() }()
+	// Wait until the first run holds the job's lock (its pid is in the file).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		start := time.Now()
-		r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "openai")
-		if r.code == 1 && strings.Contains(r.stderr, "pid") {
-			if d := time.Since(start); d > 3*time.Second {
-				t.Errorf("the locked run took %v to fail", d)
+		locks, _ := filepath.Glob(filepath.Join(dir, "state", "locks", "*.lock"))
+		if len(locks) == 1 {
+			if b, _ := os.ReadFile(locks[0]); strings.TrimSpace(string(b)) == itoa(first.Process.Pid) {
+				break
 			}
-			if !strings.Contains(r.stderr, itoa(first.Process.Pid)) {
-				t.Errorf("message does not name the holder's pid %d: %s", first.Process.Pid, r.stderr)
-			}
-			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("second run never refused: exit %d %s", r.code, r.stderr)
+			t.Fatal("the first run never took the lock")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "openai")
+	if r.code != 1 || !strings.Contains(r.stderr, "pid "+itoa(first.Process.Pid)) {
+		t.Fatalf("second run: exit %d, %q; want 1 naming pid %d", r.code, r.stderr, first.Process.Pid)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the locked run took %v to fail", d)
 	}
 }
 

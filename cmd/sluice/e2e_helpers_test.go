@@ -76,7 +76,13 @@ type emulatorProc struct {
 
 func startEmulator(t *testing.T, args ...string) *emulatorProc {
 	t.Helper()
+	return startEmulatorEnv(t, nil, args...)
+}
+
+func startEmulatorEnv(t *testing.T, env []string, args ...string) *emulatorProc {
+	t.Helper()
 	cmd := exec.Command(binary, append([]string{"emulate", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -50,6 +50,7 @@ GET /_emulator/stats answers counters, among them requests_processed_more_than_o
 	fs.Float64Var(&o.LineErrorRate, "line-error-rate", 0, "share of lines answered with a per-request error")
 	fs.Float64Var(&o.OmitRate, "omit-rate", 0, "share of lines left out of both output and error files")
 	fs.Int64Var(&o.EnqueuedTokenLimit, "enqueued-token-limit", 0, "per-model enqueued-token limit: batches past it fail with token_limit_exceeded (0 = none)")
+	fs.DurationVar(&o.RetryAfter, "retry-after", time.Second, "Retry-After sent with injected 429s")
 	fs.Float64Var(&o.SlowRate, "slow-rate", 0, "share of API calls delayed by --slow-delay")
 	fs.DurationVar(&o.SlowDelay, "slow-delay", time.Second, "delay of slow calls")
 	o.APIKey = os.Getenv("SLUICE_EMULATOR_API_KEY")
