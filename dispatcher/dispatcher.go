@@ -40,6 +40,11 @@ type Options struct {
 	Now func() time.Time
 	// OnTick is called after each round with the chunks as they stand.
 	OnTick func(chunks []*sluice.Chunk)
+	// ReconcileGrace is how long after a crashed run's intent sluice keeps
+	// looking for what the call created before concluding it never landed:
+	// a call in flight when the process died can still complete at the
+	// provider after the next run has looked. Default 2m.
+	ReconcileGrace time.Duration
 }
 
 // Outcome is how Run ended.
@@ -85,6 +90,9 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.ReconcileGrace <= 0 {
+		opts.ReconcileGrace = 2 * time.Minute
 	}
 	if job.MaxAttempts <= 0 {
 		job.MaxAttempts = 3
@@ -184,6 +192,15 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 			liveByModel[c.Model]++
 		}
 	}
+	// For providers whose batches name no chunk, a batch a crashed run may
+	// still have created is matched by time and size: no new create may
+	// start until every such leftover is settled, or two could match.
+	leftover := false
+	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
+		for _, c := range chunks {
+			leftover = leftover || c.State == sluice.ChunkCreating
+		}
+	}
 	var tasks []func(context.Context) (bool, error)
 	cancelled := d.job.State == sluice.JobCancelled
 	for _, c := range chunks {
@@ -196,6 +213,9 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 			}
 			if c.NextPollAt.After(now) && !d.opts.Once {
 				continue // backing off after a refused submission
+			}
+			if leftover {
+				continue
 			}
 			if lim.MaxLiveBatches > 0 && live >= lim.MaxLiveBatches {
 				continue
@@ -218,6 +238,12 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 				continue
 			}
 			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.poll(ctx, c) })
+		case sluice.ChunkUploading, sluice.ChunkCreating:
+			// Left by a crashed run and not settled yet (see reconcile).
+			if c.NextPollAt.After(now) {
+				continue
+			}
+			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })
 		}
 	}
 	if len(tasks) == 0 {

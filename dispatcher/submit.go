@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -92,41 +93,62 @@ func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back 
 
 // reconcile settles chunks a previous run left in an intent state: the
 // call may or may not have reached the provider. The provider's listings
-// decide; only when nothing matches is the step redone.
+// decide; only when nothing matches, and the grace period after the intent
+// has passed, is the step redone.
 func (d *Dispatcher) reconcile(ctx context.Context, chunks []*sluice.Chunk) error {
 	for _, c := range chunks {
 		if c.State != sluice.ChunkUploading && c.State != sluice.ChunkCreating {
 			continue
 		}
-		log := d.chunkLog(c)
-		from := c.State
-		fileID, batchID, err := d.prov.Find(ctx, c.Ref(d.job.Dir))
-		switch {
-		case errors.Is(err, sluice.ErrNoListing):
-			// Nothing to look at: redo the step. For Cloudflare the window
-			// between the call and recording its answer is one response read.
-			log.Warn().Msg("provider cannot list batches; a crash inside submit may have created a batch twice")
-		case err != nil:
-			return fmt.Errorf("reconcile chunk %d: %w", c.ID, err)
-		}
-		if fileID != "" && c.FileID == "" {
-			c.FileID = fileID
-		}
-		switch {
-		case batchID != "":
-			c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, batchID, "adopted"
-			c.SubmittedAt, c.NextPollAt = d.opts.Now(), d.opts.Now()
-			log.Info().Str("batch_id", batchID).Msg("reconciled: adopted the batch a previous run created")
-		case c.FileID != "" && d.prov.UsesFiles():
-			c.State = sluice.ChunkUploaded
-			log.Info().Str("file_id", c.FileID).Msg("reconciled: file found, batch not created")
-		default:
-			c.State = sluice.ChunkPending
-			log.Info().Msg("reconciled: nothing found at the provider; will submit again")
-		}
-		if err := d.store.UpdateChunk(ctx, c, from); err != nil {
-			return fatal(err)
+		if _, err := d.reconcileOne(ctx, c); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, error) {
+	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
+		// No create of ours may land while we match by time and size.
+		d.createMu.Lock()
+		defer d.createMu.Unlock()
+	}
+	log := d.chunkLog(c)
+	from := c.State
+	fileID, batchID, err := d.prov.Find(ctx, c.Ref(d.job.Dir))
+	switch {
+	case errors.Is(err, sluice.ErrNoListing):
+		// Nothing to look at: redo the step. For Cloudflare the window
+		// between the call and recording its answer is one response read.
+		log.Warn().Msg("provider cannot list batches; a crash inside submit may have created a batch twice")
+	case err != nil:
+		return false, fatal(fmt.Errorf("reconcile chunk %d (left %s by an earlier run): %w; inspect the provider's batches and run 'sluice status %s --chunks'", c.ID, c.State, err, d.job.ID))
+	}
+	if fileID != "" && c.FileID == "" {
+		c.FileID = fileID
+	}
+	now := d.opts.Now()
+	switch {
+	case batchID != "":
+		c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, batchID, "adopted"
+		c.SubmittedAt, c.NextPollAt = now, now
+		log.Info().Str("batch_id", batchID).Msg("reconciled: adopted the batch a previous run created")
+	case from == sluice.ChunkUploading && c.FileID != "":
+		c.State, c.NextPollAt = sluice.ChunkUploaded, time.Time{}
+		log.Info().Str("file_id", c.FileID).Msg("reconciled: adopted the file a previous run uploaded")
+	case !errors.Is(err, sluice.ErrNoListing) && now.Before(c.IntentAt.Add(d.opts.ReconcileGrace)):
+		// The call may still be landing: look again later.
+		c.NextPollAt = c.IntentAt.Add(d.opts.ReconcileGrace)
+		log.Info().Time("look_again_at", c.NextPollAt).Msg("reconcile: nothing found yet; waiting in case the earlier run's call still lands")
+	case c.FileID != "" && d.prov.UsesFiles():
+		c.State, c.NextPollAt = sluice.ChunkUploaded, time.Time{}
+		log.Info().Str("file_id", c.FileID).Msg("reconciled: file found, batch not created")
+	default:
+		c.State, c.NextPollAt = sluice.ChunkPending, time.Time{}
+		log.Info().Msg("reconciled: nothing found at the provider; will submit again")
+	}
+	if err := d.store.UpdateChunk(ctx, c, from); err != nil {
+		return false, fatal(err)
+	}
+	return c.State != from, nil
 }

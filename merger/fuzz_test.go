@@ -56,7 +56,7 @@ func FuzzParseRecords(f *testing.F) {
 		for i, l := range lines {
 			ord, failed, line, err := sluice.ParseResultRecord(l)
 			// The merger also refuses empty lines and framings over maxHeader bytes.
-			if err != nil || len(line) == 0 || bytes.IndexByte(l, '\t') > maxHeader-3 {
+			if err != nil || len(line) == 0 || bytes.IndexByte(l, '\t') > maxHeader-3 || bytes.IndexByte(l, '\t') < 0 && len(l) > maxHeader-3 {
 				bad = i
 				break
 			}

@@ -36,7 +36,7 @@ func parseHeader(raw []byte) (ord int64, failed bool, hl int, ok bool) {
 	start := i
 	var v uint64
 	for ; i < len(raw) && raw[i] != '\t'; i++ {
-		if i > maxHeader-3 {
+		if i >= maxHeader-3 { // the framing, i+3 bytes, must fit in maxHeader
 			return 0, false, 0, false
 		}
 		c := raw[i] - '0'

@@ -97,6 +97,8 @@ func (p *parser) line(b *block, n int64, l []byte, at int) {
 		b.recs = append(b.recs, r)
 		return
 	}
+	// Ordinal is not known yet (it counts the valid lines before this one,
+	// which other workers may be checking): codecs get 0.
 	it := sluice.Item{Line: n, CustomID: r.customID, Body: l[f[keyBody].start:f[keyBody].end],
 		Raw: bytes.Trim(l, " \t\r")}
 	r.reason = p.check(l, &it)

@@ -73,22 +73,46 @@ func (r *recorder) finish(j recJob) error {
 	return r.record(j.c, j.p)
 }
 
+// BatchSink is an optional interface of a plan sink that records many
+// requests in one call (a multi-row INSERT is much cheaper per row than one
+// statement per row). The recorder uses it when the sink has it, with up
+// to recordBatch requests per call, in chunk order.
+type BatchSink interface {
+	AddRequests(rs []sluice.Request) error
+}
+
+const recordBatch = 512
+
 // record adds a chunk and then its requests, in their order in the chunk.
 func (r *recorder) record(c *sluice.Chunk, p *pending) error {
 	cc := *c // the sink may fill fields of its copy
 	if err := r.sink.AddChunk(&cc); err != nil {
 		return err
 	}
+	bs, batched := r.sink.(BatchSink)
+	var batch []sluice.Request
 	off := int64(len(r.env.Header))
-	return p.each(func(i int, row *row) error {
+	err := p.each(func(i int, row *row) error {
 		if i > 0 {
 			off += int64(len(r.env.Sep))
 		}
 		req := sluice.Request{Ordinal: row.ordinal, Line: row.line, CustomID: string(row.customID), Chunk: c.ID,
 			Index: i, Offset: off, Length: row.length, Tokens: row.tokens, Attempt: 1, State: sluice.RequestPending}
 		off += int64(row.length)
-		return r.sink.AddRequest(&req)
+		if !batched {
+			return r.sink.AddRequest(&req)
+		}
+		if batch = append(batch, req); len(batch) == recordBatch {
+			err := bs.AddRequests(batch)
+			batch = batch[:0]
+			return err
+		}
+		return nil
 	})
+	if err == nil && len(batch) > 0 {
+		err = bs.AddRequests(batch)
+	}
+	return err
 }
 
 // add hands a closed chunk over; its file and rows now belong to the

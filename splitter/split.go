@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -113,6 +115,7 @@ func Split(ctx context.Context, cfg Config, sink sluice.PlanSink) (*Result, erro
 		return nil, err
 	}
 	defer in.Close()
+	defer limitMemory()()
 	workers := max(1, runtime.GOMAXPROCS(0))
 	nblocks := 2*workers + 4
 	sp := &run{ctx: ctx, cfg: cfg, sink: sink, in: in, start: time.Now(),
@@ -154,6 +157,42 @@ func Split(ctx context.Context, cfg Config, sink sluice.PlanSink) (*Result, erro
 		return nil, err
 	}
 	return res, nil
+}
+
+// softMemoryLimit is the Go heap limit Split sets while it runs, unless
+// the process has one (GOMEMLIMIT). Without it the collector lets the heap
+// grow to twice the live data, and the custom_id filter of a file with
+// millions of requests is tens of MB of live data; with it the collector
+// runs more often instead, which costs little because that filter holds no
+// pointers.
+const softMemoryLimit = 96 << 20
+
+var memLimit struct {
+	sync.Mutex
+	users int
+	old   int64 // the limit to restore, or -1 when the process set its own
+}
+
+// limitMemory sets the soft memory limit and returns the func that puts
+// the old one back (after the last concurrent Split).
+func limitMemory() func() {
+	memLimit.Lock()
+	defer memLimit.Unlock()
+	if memLimit.users == 0 {
+		memLimit.old = -1
+		if cur := debug.SetMemoryLimit(-1); cur == math.MaxInt64 {
+			memLimit.old = cur
+			debug.SetMemoryLimit(softMemoryLimit)
+		}
+	}
+	memLimit.users++
+	return func() {
+		memLimit.Lock()
+		defer memLimit.Unlock()
+		if memLimit.users--; memLimit.users == 0 && memLimit.old != -1 {
+			debug.SetMemoryLimit(memLimit.old)
+		}
+	}
 }
 
 // progress reports how far the run got, at most ten times a second unless

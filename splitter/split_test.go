@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -255,11 +256,9 @@ func TestCancel(t *testing.T) {
 	in := e.write("cancel.jsonl", genInput(t, 2_000_000, corpus.Options{Seed: 9}))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p := e.split(in, "openai", sluice.Limits{}, nil)
-	_ = p
 	plan, err := e.db.BeginPlan(ctx, &sluice.Job{ID: "cancelled", Provider: "openai", Input: in, Dir: filepath.Join(e.dir, "c")})
 	if err == nil {
-		_, err = splitter.Split(ctx, splitter.Config{Input: in, Dir: filepath.Join(e.dir, "c"), Codec: p.cfg.Codec}, plan)
+		_, err = splitter.Split(ctx, splitter.Config{Input: in, Dir: filepath.Join(e.dir, "c"), Codec: openaiCodec()}, plan)
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled split: %v", err)
@@ -315,3 +314,32 @@ type nullSink struct{}
 func (nullSink) AddRequest(*sluice.Request) error         { return nil }
 func (nullSink) AddChunk(*sluice.Chunk) error             { return nil }
 func (nullSink) FindCustomID(string) (int64, bool, error) { return 0, false, nil }
+
+// batchSink records through AddRequests only.
+type batchSink struct {
+	nullSink
+	reqs []sluice.Request
+}
+
+func (b *batchSink) AddRequest(*sluice.Request) error { panic("AddRequest on a BatchSink") }
+func (b *batchSink) AddRequests(rs []sluice.Request) error {
+	b.reqs = append(b.reqs, rs...)
+	return nil
+}
+
+func TestBatchSink(t *testing.T) {
+	e := newEnv(t)
+	content := genInput(t, 2_000_000, corpus.Options{Seed: 11})
+	in := e.write("batch.jsonl", content)
+	want := e.mustSplit(in, "openai", sluice.Limits{MaxBatchRequests: 700}, nil)
+	var s batchSink
+	cfg := want.cfg
+	cfg.Dir = filepath.Join(e.dir, "batchjob")
+	if _, err := splitter.Split(context.Background(), cfg, &s); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(s.reqs, func(i, j int) bool { return s.reqs[i].Ordinal < s.reqs[j].Ordinal })
+	if fmt.Sprint(s.reqs) != fmt.Sprint(want.requests) {
+		t.Error("AddRequests got other rows than AddRequest")
+	}
+}

@@ -21,26 +21,26 @@ import (
 func TestCrashAnywhere(t *testing.T) {
 	for _, family := range []string{"openai", "anthropic"} {
 		t.Run(family, func(t *testing.T) {
-			emu := startEmulator(t, "--batch-time", "300ms", "--slow-rate", "0.3", "--slow-delay", "60ms", "--seed", "4")
+			emu := startEmulator(t, "--batch-time", "800ms", "--slow-rate", "0.3", "--slow-delay", "100ms", "--seed", "4")
 			dir := t.TempDir()
 			state := filepath.Join(dir, "state")
 			var input string
 			var ids []string
 			var env []string
-			args := []string{"--provider", family, "--max-batch-requests", "15", "--poll-interval", "20ms", "--max-poll-interval", "80ms", "--rate", "-1", "--state", state}
+			args := []string{"--provider", family, "--max-batch-requests", "12", "--poll-interval", "20ms", "--max-poll-interval", "80ms", "--rate", "-1", "--reconcile-grace", "1s", "--state", state}
 			if family == "openai" {
-				input, ids = writeInput(t, dir, 240)
+				input, ids = writeInput(t, dir, 360)
 				env = []string{"OPENAI_API_KEY=sk-test", "OPENAI_BASE_URL=http://" + emu.addr + "/v1"}
 			} else {
-				input, ids = writeAnthropicInput(t, dir, 160)
+				input, ids = writeAnthropicInput(t, dir, 240)
 				env = []string{"ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://" + emu.addr}
 			}
 			out := filepath.Join(dir, "out.jsonl")
 			runArgs := append([]string{"run", input, "--out", out}, args...)
 			rng := rand.New(rand.NewPCG(1, 2))
 			kills := 0
-			for i := 0; i < 14; i++ {
-				d := time.Duration(30+rng.IntN(400)) * time.Millisecond
+			for i := 0; i < 20; i++ {
+				d := time.Duration(30+rng.IntN(300)) * time.Millisecond
 				killed, code := killAfter(t, sluiceCmd(env, runArgs...), d)
 				if !killed {
 					if code != 0 {
@@ -50,7 +50,7 @@ func TestCrashAnywhere(t *testing.T) {
 				}
 				kills++
 			}
-			if kills < 3 {
+			if kills < 8 {
 				t.Fatalf("only %d kills landed; the job finished too fast to test crashes", kills)
 			}
 			r := runSluice(t, env, runArgs...)

@@ -26,6 +26,7 @@ type runFlags struct {
 	maxPollInterval time.Duration
 	deadline        string
 	once            bool
+	reconcileGrace  time.Duration
 	net             netFlags
 }
 
@@ -66,6 +67,7 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.`,
 	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", 0, "longest wait between polls of one batch (default 2m; 2s for --provider local)")
 	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
+	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", 2*time.Minute, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
 	cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -208,11 +210,13 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		pollIv, maxPoll := f.pollInterval, f.maxPollInterval
 		if p.Name == "local" {
 			pollIv, maxPoll = cmp(pollIv, 200*time.Millisecond), cmp(maxPoll, 2*time.Second)
+			// The in-process emulator died with the run: nothing lands later.
+			f.reconcileGrace = time.Millisecond
 		}
 		bar := newRunProgress(os.Stderr, job.Requests)
 		d := dispatcher.New(db, prov, job, dispatcher.Options{
 			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
-			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick,
+			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,
 		})
 		outcome, err := d.Run(ctx, stop)
 		bar.done()
