@@ -58,9 +58,11 @@ func TestExpiredBatchesKeepCompletedLines(t *testing.T) {
 		t.Run(preset, func(t *testing.T) {
 			lines := map[string][]string{"openai": openAILines(60), "anthropic": anthropicLines(40)}[preset]
 			const attempts = 6
-			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 10}, attempts,
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 6}, attempts,
 				emulator.Options{Seed: 3, ExpireRate: 0.5})
-			r.run(r.options())
+			opts := r.options()
+			opts.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
+			r.run(opts)
 			ok, failed := checkNothingLost(t, r, 0)
 			// Half the batches expire with half their lines done, so a line can
 			// (rarely) expire on every attempt; it must then say so.
@@ -161,9 +163,11 @@ func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 }
 
 func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {
-	r := newRig(t, "openai", openAILines(40), sluice.Limits{MaxBatchRequests: 10}, 8,
+	r := newRig(t, "openai", openAILines(40), sluice.Limits{MaxBatchRequests: 5}, 8,
 		emulator.Options{Seed: 9, ValidationFailRate: 0.4})
-	r.run(r.options())
+	opts := r.options()
+	opts.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
+	r.run(opts)
 	ok, failed := checkNothingLost(t, r, 0)
 	if ok != 40 || failed != 0 {
 		t.Errorf("succeeded %d failed %d", ok, failed)
