@@ -23,7 +23,11 @@ type Plan struct {
 	tx     *sql.Tx
 	insReq *sql.Stmt
 	insChk *sql.Stmt
-	rows   int
+	// insMany is the multi-row insert of AddRequests, prepared on first use
+	// in the current transaction; args is its reused argument slice.
+	insMany *sql.Stmt
+	args    []any
+	rows    int
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -57,6 +61,7 @@ func (p *Plan) begin() error {
 		return err
 	}
 	p.tx = tx
+	p.insMany = nil
 	if p.insReq, err = tx.PrepareContext(p.ctx, `INSERT INTO requests (job_id, ordinal, line, custom_id, chunk_id, idx,
 		offset, length, tokens, attempt, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
 		return err
@@ -151,4 +156,68 @@ func (p *Plan) Abort(ctx context.Context) error {
 		p.tx = nil
 	}
 	return p.d.DeleteJob(ctx, p.job.ID)
+}
+
+// rowsPerInsert is how many request rows one INSERT statement carries:
+// SQLite's per-statement overhead dominates single-row inserts.
+const rowsPerInsert = 64
+
+// AddRequests records many requests at once (splitter.BatchSink).
+func (p *Plan) AddRequests(rs []sluice.Request) error {
+	for len(rs) >= rowsPerInsert {
+		if err := p.insertMany(rs[:rowsPerInsert]); err != nil {
+			return err
+		}
+		rs = rs[rowsPerInsert:]
+	}
+	for i := range rs {
+		if err := p.AddRequest(&rs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Plan) insertMany(rs []sluice.Request) error {
+	if p.insMany == nil {
+		q := `INSERT INTO requests (job_id, ordinal, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state) VALUES `
+		for i := 0; i < rowsPerInsert; i++ {
+			if i > 0 {
+				q += ","
+			}
+			q += "(?,?,?,?,?,?,?,?,?,?,?)"
+		}
+		st, err := p.tx.PrepareContext(p.ctx, q)
+		if err != nil {
+			return err
+		}
+		p.insMany = st
+	}
+	args := p.args[:0]
+	for i := range rs {
+		r := &rs[i]
+		attempt := r.Attempt
+		if attempt == 0 {
+			attempt = 1
+		}
+		args = append(args, p.job.ID, r.Ordinal, r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, attempt, string(sluice.RequestPending))
+	}
+	p.args = args
+	if _, err := p.insMany.ExecContext(p.ctx, args...); err != nil {
+		// Name the row at fault: redo them one by one.
+		return p.insertEach(rs, err)
+	}
+	p.rows += len(rs) - 1
+	return p.wrote()
+}
+
+// insertEach is the slow path after a multi-row insert failed (a duplicate
+// custom_id, say): it finds and reports the row at fault.
+func (p *Plan) insertEach(rs []sluice.Request, cause error) error {
+	for i := range rs {
+		if err := p.AddRequest(&rs[i]); err != nil {
+			return err
+		}
+	}
+	return cause
 }

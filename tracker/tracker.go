@@ -51,7 +51,7 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 	if err := os.Chmod(path, 0o600); err != nil {
 		return nil, err
 	}
-	dsn := "file:" + path + "?_journal_mode=WAL&_foreign_keys=on&_busy_timeout=15000&_synchronous=NORMAL&_txlock=immediate"
+	dsn := "file:" + path + "?_journal_mode=WAL&_foreign_keys=on&_busy_timeout=15000&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768"
 	sdb, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, err

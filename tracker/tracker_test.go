@@ -3,6 +3,7 @@ package tracker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -258,4 +259,35 @@ func TestLockHeldByOtherProcess(t *testing.T) {
 		t.Fatalf("lock not freed after SIGKILL of its holder: %v", err)
 	}
 	l.Unlock()
+}
+
+func TestAddRequestsBatchedNamesDuplicate(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []sluice.Request
+	for i := 0; i < 200; i++ {
+		rs = append(rs, sluice.Request{Ordinal: int64(i), Line: int64(i + 1), CustomID: fmt.Sprintf("id-%d", i), Chunk: 1, Index: i})
+	}
+	rs[150].CustomID = "id-3" // a duplicate inside the second 64-row insert
+	err = p.AddRequests(rs)
+	if err == nil || !strings.Contains(err.Error(), `"id-3" (line 151)`) {
+		t.Fatalf("AddRequests with a duplicate: %v; want it to name id-3 on line 151", err)
+	}
+	if line, found, _ := p.FindCustomID("id-3"); !found || line != 4 {
+		t.Errorf("FindCustomID(id-3) = %d %v, want line 4", line, found)
+	}
+	if err := p.AddRequests(rs[151:]); err != nil {
+		t.Fatalf("rows after the duplicate: %v", err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{}, 199, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := db.RequestStates(ctx, "j")
+	if st[sluice.RequestPending] != 199 {
+		t.Errorf("%d rows recorded, want 199", st[sluice.RequestPending])
+	}
 }
