@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sluice-batch/sluice"
@@ -14,6 +16,13 @@ import (
 // provider uses files), then create, each behind a committed intent.
 func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	log := d.chunkLog(c)
+	if c.State == sluice.ChunkPending || !d.prov.UsesFiles() {
+		// The chunk file is the body to send: gone means the job directory
+		// was deleted or damaged under the job.
+		if _, err := os.Stat(filepath.Join(d.job.Dir, c.Path)); err != nil {
+			return false, fatal(fmt.Errorf("chunk %d cannot be sent: %w; the job directory %s was changed under the job: restore it, or start over with --job NEW_NAME", c.ID, err, d.job.Dir))
+		}
+	}
 	if c.State == sluice.ChunkPending && d.prov.UsesFiles() {
 		c.State, c.IntentAt = sluice.ChunkUploading, d.opts.Now()
 		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {

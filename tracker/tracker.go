@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+	"github.com/mattn/go-sqlite3"
 
 	"github.com/sluice-batch/sluice/migrations"
 )
@@ -29,15 +29,30 @@ var ErrNotFound = errors.New("not found")
 
 // DB is the tracker's database in one state directory.
 type DB struct {
-	db  *sql.DB
-	dir string
-	now func() time.Time
+	db   *sql.DB
+	dir  string
+	now  func() time.Time
+	busy time.Duration
 }
 
 // Open opens (creating if needed) the state directory and its database,
 // private to the user, with WAL and foreign keys on, and applies pending
 // migrations.
 func Open(ctx context.Context, dir string) (*DB, error) {
+	ms, err := migrations.All()
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return OpenWith(ctx, dir, ms)
+}
+
+// BusyTimeout is how long a statement waits for another process's write
+// lock on the database before failing; $SLUICE_DB_BUSY_TIMEOUT (a Go
+// duration) overrides it.
+var BusyTimeout = 15 * time.Second
+
+// OpenWith is Open with a given set of migrations (tests).
+func OpenWith(ctx context.Context, dir string, ms []migrations.Migration) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
@@ -51,15 +66,24 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 	if err := os.Chmod(path, 0o600); err != nil {
 		return nil, err
 	}
-	dsn := "file:" + path + "?_journal_mode=WAL&_foreign_keys=on&_busy_timeout=15000&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768"
+	busy := BusyTimeout
+	if v := os.Getenv("SLUICE_DB_BUSY_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("SLUICE_DB_BUSY_TIMEOUT=%q: %w", v, err)
+		}
+		busy = d
+	}
+	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_foreign_keys=on&_busy_timeout=%d&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768",
+		path, busy.Milliseconds())
 	sdb, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, err
 	}
-	d := &DB{db: sdb, dir: dir, now: time.Now}
-	if err := d.migrate(ctx); err != nil {
+	d := &DB{db: sdb, dir: dir, now: time.Now, busy: busy}
+	if err := d.apply(ctx, ms); err != nil {
 		sdb.Close()
-		return nil, err
+		return nil, d.LockedHint(err)
 	}
 	return d, nil
 }
@@ -76,12 +100,14 @@ func (d *DB) Close() error { return d.db.Close() }
 // SetClock replaces the clock (tests).
 func (d *DB) SetClock(now func() time.Time) { d.now = now }
 
-func (d *DB) migrate(ctx context.Context) error {
-	ms, err := migrations.All()
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+// LockedHint explains SQLite's "database is locked" in err, if it is that.
+func (d *DB) LockedHint(err error) error {
+	var se sqlite3.Error
+	if errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked) {
+		return fmt.Errorf("the state database %s is locked by another process (waited %s; set SLUICE_DB_BUSY_TIMEOUT to wait longer): %w",
+			filepath.Join(d.dir, DBName), d.busy, err)
 	}
-	return d.apply(ctx, ms)
+	return err
 }
 
 func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {

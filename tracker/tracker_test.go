@@ -291,3 +291,61 @@ func TestAddRequestsBatchedNamesDuplicate(t *testing.T) {
 		t.Errorf("%d rows recorded, want 199", st[sluice.RequestPending])
 	}
 }
+
+// TestKilledDuringMigration: a migration runs in its own transaction, so a
+// process SIGKILLed in the middle of one leaves the schema at the previous
+// version, and the next open applies it again from the start.
+func TestKilledDuringMigration(t *testing.T) {
+	base, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := len(base) + 1
+	slow := append(append([]migrations.Migration{}, base...), migrations.Migration{Version: next, Name: "slow.sql",
+		SQL: `CREATE TABLE filler (x INTEGER);
+WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 200000000) INSERT INTO filler SELECT i FROM c;`})
+	if dir := os.Getenv("TRACKER_MIGRATE_HELPER"); dir != "" {
+		os.Stdout.WriteString("migrating\n")
+		tracker.OpenWith(context.Background(), dir, slow)
+		os.Exit(0)
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	db, err := tracker.Open(context.Background(), dir) // at the current version
+	if err != nil {
+		t.Fatal(err)
+	}
+	planJob(t, db, "j", 3)
+	db.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledDuringMigration$")
+	cmd.Env = append(os.Environ(), "TRACKER_MIGRATE_HELPER="+dir)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 10)
+	out.Read(buf)
+	time.Sleep(400 * time.Millisecond) // well inside the migration
+	cmd.Process.Kill()
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("the migration finished before the kill: make it slower")
+	}
+	fast := append(append([]migrations.Migration{}, base...), migrations.Migration{Version: next, Name: "fast.sql",
+		SQL: `CREATE TABLE filler (x INTEGER); INSERT INTO filler VALUES (1);`})
+	db, err = tracker.OpenWith(context.Background(), dir, fast)
+	if err != nil {
+		t.Fatalf("open after a killed migration: %v", err)
+	}
+	defer db.Close()
+	if err := db.IntegrityCheck(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var v, rows int
+	db.SQL().QueryRow(`SELECT MAX(version) FROM schema_version`).Scan(&v)
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM filler`).Scan(&rows)
+	if v != next || rows != 1 {
+		t.Errorf("after re-applying: version %d (want %d), filler rows %d (want 1: the killed run's rows rolled back)", v, next, rows)
+	}
+	if st, _ := db.RequestStates(context.Background(), "j"); st[sluice.RequestPending] != 3 {
+		t.Errorf("the job's rows did not survive: %v", st)
+	}
+}

@@ -25,6 +25,10 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if db := os.Getenv("SLUICE_TEST_HOLD_DB"); db != "" {
+		holdDBLock(db)
+		return
+	}
 	dir, err := os.MkdirTemp("", "sluice-e2e")
 	if err != nil {
 		panic(err)

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
+	"strings"
 
+	"github.com/mattn/go-sqlite3"
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice/splitter"
@@ -49,6 +52,20 @@ type silent int
 func (s silent) Error() string { return fmt.Sprintf("exit %d", int(s)) }
 
 func main() {
+	// SLUICE_CPUPROFILE=FILE writes a CPU profile of the whole command
+	// (scripts/bench-e2e.sh; read it with go tool pprof).
+	if path := os.Getenv("SLUICE_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err != nil {
+			fmt.Fprintln(os.Stderr, "sluice: SLUICE_CPUPROFILE:", err)
+		} else if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "sluice: SLUICE_CPUPROFILE:", err)
+		} else {
+			code := execute(os.Args[1:])
+			pprof.StopCPUProfile()
+			f.Close()
+			os.Exit(code)
+		}
+	}
 	os.Exit(execute(os.Args[1:]))
 }
 
@@ -62,6 +79,10 @@ func execute(args []string) int {
 	var s silent
 	if errors.As(err, &s) {
 		return int(s)
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked) && !strings.Contains(err.Error(), "locked by another process") {
+		err = fmt.Errorf("the state database is locked by another process (set SLUICE_DB_BUSY_TIMEOUT to wait longer than %s): %w", tracker.BusyTimeout, err)
 	}
 	fmt.Fprintln(os.Stderr, "sluice: "+err.Error())
 	var ce *codeError
