@@ -63,13 +63,16 @@ func (g *globalFlags) logger(w *os.File) (zerolog.Logger, error) {
 		return zerolog.Logger{}, usageErr("--log-level %q: want debug, info, warn or error", g.logLevel)
 	}
 	var out io.Writer = w
+	if a := terminalArea(w); a != nil {
+		out = a // log lines scroll above the progress display
+	}
 	switch g.logFormat {
 	case "json":
 	case "console":
-		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}
+		out = zerolog.ConsoleWriter{Out: out, TimeFormat: "15:04:05"}
 	case "auto", "":
 		if isTerminal(w) {
-			out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}
+			out = zerolog.ConsoleWriter{Out: out, TimeFormat: "15:04:05"}
 		}
 	default:
 		return zerolog.Logger{}, usageErr("--log-format %q: want auto, json or console", g.logFormat)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -13,6 +15,44 @@ import (
 	"github.com/sluice-batch/sluice/merger"
 	"github.com/sluice-batch/sluice/tracker"
 )
+
+// jobSummary is what the last merge of a job produced. It is kept as
+// summary.json in the job's directory so that `sluice status` can show a
+// finished job's outcome (counts, paths, wall time) without re-reading the
+// output.
+type jobSummary struct {
+	Output       string    `json:"output"`
+	Errors       string    `json:"errors"`
+	Lines        int64     `json:"lines"`
+	Succeeded    int64     `json:"succeeded"`
+	Failed       int64     `json:"failed"`
+	Retried      int64     `json:"retried"` // requests sent in more than one batch
+	Batches      int       `json:"batches"`
+	RetryBatches int       `json:"retry_batches"`
+	InputTokens  int64     `json:"input_tokens"`
+	OutputTokens int64     `json:"output_tokens"`
+	Cancelled    bool      `json:"cancelled,omitempty"`
+	StartedAt    time.Time `json:"started_at"` // when the job was planned
+	FinishedAt   time.Time `json:"finished_at"`
+	Wall         string    `json:"wall_time"` // planned to merged, across every run
+}
+
+const (
+	summaryFile   = "summary.json"
+	cancelledFile = "cancelled" // present once 'sluice cancel' cancelled the job
+)
+
+// markCancelled records in the job's directory that the job was
+// cancelled: the job state moves on to merging and done, and the summary
+// still says it was cancelled.
+func markCancelled(job *sluice.Job) error {
+	return os.WriteFile(filepath.Join(job.Dir, cancelledFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
+}
+
+func wasCancelled(job *sluice.Job) bool {
+	_, err := os.Stat(filepath.Join(job.Dir, cancelledFile))
+	return err == nil
+}
 
 // mergeJob writes the job's output from its chunks' results files and
 // marks the job done. It can run again on a done job (the results files
@@ -49,61 +89,101 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 		}
 		job.State = sluice.JobDone
 	}
-	log.Info().Int64("lines", sum.Lines).Int64("failed", sum.Failed).Str("output", sum.Output).Msg("job done")
+	js := summarize(ctx, db, job, chunks, sum)
+	js.Cancelled = wasCancelled(job)
+	if err := writeSummary(job, js); err != nil {
+		log.Warn().Err(err).Msg("could not save the job summary (status will not show it)")
+	}
+	log.Info().Int64("lines", sum.Lines).Int64("succeeded", sum.Succeeded).Int64("failed", sum.Failed).
+		Int64("retried", js.Retried).Str("output", sum.Output).Str("errors", sum.Errors).Msg("job done")
 	return sum, nil
 }
 
-// jobTotals adds up a job's chunks.
-type jobTotals struct {
-	batches, retryBatches     int
-	inputTokens, outputTokens int64
-	byState                   map[sluice.ChunkState]int
-}
-
-func totals(chunks []*sluice.Chunk) jobTotals {
-	t := jobTotals{byState: map[sluice.ChunkState]int{}}
+func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*sluice.Chunk, sum *merger.Summary) jobSummary {
+	n := countChunks(chunks)
+	js := jobSummary{Output: sum.Output, Errors: sum.Errors, Lines: sum.Lines, Succeeded: sum.Succeeded,
+		Failed: sum.Failed, Retried: retriedRequests(ctx, db, job.ID), Batches: n.submitted,
+		RetryBatches: n.retryBatches, StartedAt: job.CreatedAt, FinishedAt: time.Now()}
 	for _, c := range chunks {
-		t.byState[c.State]++
-		if c.BatchID != "" || c.State.Terminal() && c.ResultsPath != "" && c.State == sluice.ChunkDone {
-			t.batches++
-		}
-		if c.Attempt > 1 {
-			t.retryBatches++
-		}
-		t.inputTokens += c.InputTokens
-		t.outputTokens += c.OutputTokens
+		js.InputTokens += c.InputTokens
+		js.OutputTokens += c.OutputTokens
 	}
-	return t
+	js.Wall = shortDuration(js.FinishedAt.Sub(js.StartedAt))
+	if old := previousSummary(job); !old.FinishedAt.IsZero() {
+		// A re-run of a done job rewrites the output: the job finished then.
+		js.FinishedAt, js.Wall = old.FinishedAt, old.Wall
+	}
+	return js
 }
 
+// retriedRequests counts the job's requests that went into a retry batch
+// (-1 when the database cannot say).
+func retriedRequests(ctx context.Context, db *tracker.DB, job string) int64 {
+	var n int64
+	err := db.SQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM requests WHERE job_id = ? AND attempt > 1`, job).Scan(&n)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func writeSummary(job *sluice.Job, js jobSummary) error {
+	b, err := json.MarshalIndent(js, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(job.Dir, summaryFile+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(job.Dir, summaryFile))
+}
+
+// previousSummary is the job's saved summary, or a zero one.
+func previousSummary(job *sluice.Job) jobSummary {
+	var js jobSummary
+	b, err := os.ReadFile(filepath.Join(job.Dir, summaryFile))
+	if err == nil {
+		json.Unmarshal(b, &js)
+	}
+	return js
+}
+
+// printSummary is the last word of a run on stdout: counts, batches,
+// tokens, wall time, and where the output and errors are.
 func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.Job, sum *merger.Summary, wall time.Duration) {
-	chunks, _ := db.Chunks(ctx, job.ID)
-	t := totals(chunks)
-	retried := int64(0)
-	for _, c := range chunks {
-		if c.Attempt > 1 {
-			retried += int64(c.Requests)
-		}
+	js := previousSummary(job)
+	if js.Output == "" {
+		chunks, _ := db.Chunks(ctx, job.ID)
+		js = summarize(ctx, db, job, chunks, sum)
 	}
-	fmt.Fprintf(w, "job %s: %d requests: %d succeeded, %d failed, %d retried in %d retry batches\n",
-		job.ID, sum.Lines, sum.Succeeded, sum.Failed, retried, t.retryBatches)
-	fmt.Fprintf(w, "batches: %d; tokens: %d input, %d output (provider usage); wall time %s\n",
-		len(chunks), t.inputTokens, t.outputTokens, wall.Round(time.Millisecond))
+	verb := "done"
+	if js.Cancelled {
+		verb = "cancelled"
+	}
+	fmt.Fprintf(w, "job %s %s: %s requests: %s succeeded, %s failed", job.ID, verb, commas(sum.Lines), commas(sum.Succeeded), commas(sum.Failed))
+	if js.Retried > 0 {
+		fmt.Fprintf(w, " (%s retried in %s retry batches)", commas(js.Retried), commas(int64(js.RetryBatches)))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s this run, %s since planned\n",
+		commas(int64(js.Batches)), commas(js.InputTokens), commas(js.OutputTokens), shortDuration(wall), js.Wall)
 	fmt.Fprintf(w, "output: %s\n", sum.Output)
 	if sum.Failed > 0 {
-		fmt.Fprintf(w, "errors: %s\n", sum.Errors)
+		fmt.Fprintf(w, "errors: %s (%s lines)\n", sum.Errors, commas(sum.Failed))
 	}
 }
 
+// printProgressSummary says where a job stands when a run stops with work
+// left (--once, --deadline, a signal).
 func printProgressSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) {
 	states, err := db.RequestStates(ctx, job.ID)
 	if err != nil {
 		return
 	}
 	chunks, _ := db.Chunks(ctx, job.ID)
-	t := totals(chunks)
-	fmt.Printf("job %s: %d succeeded, %d failed, %d pending; batches: %d live, %d waiting, %d done\n", job.ID,
-		states[sluice.RequestSucceeded], states[sluice.RequestFailed], states[sluice.RequestPending],
-		t.byState[sluice.ChunkSubmitted]+t.byState[sluice.ChunkCreating]+t.byState[sluice.ChunkUploading]+t.byState[sluice.ChunkUploaded],
-		t.byState[sluice.ChunkPending], t.byState[sluice.ChunkDone]+t.byState[sluice.ChunkFailed])
+	n := countChunks(chunks)
+	fmt.Printf("job %s: %s succeeded, %s failed, %s pending; batches: %s live, %s waiting, %s done\n", job.ID,
+		commas(states[sluice.RequestSucceeded]), commas(states[sluice.RequestFailed]), commas(states[sluice.RequestPending]),
+		commas(int64(n.live)), commas(int64(n.waiting)), commas(int64(n.done+n.failed)))
 }

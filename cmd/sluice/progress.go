@@ -1,32 +1,157 @@
 package main
 
+// Terminal progress. On a terminal, the last few lines of stderr are a live
+// area redrawn in place (planning: bytes, MB/s, lines; running: batches,
+// requests, ETA); log lines written through the same area scroll above it,
+// so the two never garble each other. Off a terminal there is no area at
+// all: the zerolog JSON lines are the record.
+//
+// Hand-written rather than a progress-bar library: the display is several
+// counters with one bar, it has to share stderr with the console logger
+// (every log line clears the area, is written, and the area is drawn again
+// under one lock), and it must stay inert without a terminal. That is about
+// a hundred lines of ANSI erase-line/cursor-up, with no dependency whose
+// own renderer would fight the logger for the cursor.
+
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/splitter"
 )
 
-// planProgress rewrites one status line on a terminal while planning:
-// bytes read, MB/s, lines. Off the terminal it prints nothing (logs say
-// what happened).
+// liveArea is the bottom of a terminal that progress redraws in place.
+// Writes through it (log lines) appear above the area.
+type liveArea struct {
+	mu    sync.Mutex
+	f     *os.File
+	lines []string
+	shown int // lines currently drawn; the cursor ends the last one
+}
+
+var (
+	areasMu sync.Mutex
+	areas   = map[*os.File]*liveArea{}
+)
+
+// terminalArea returns the live area of f when f is a terminal, else nil.
+// Every caller gets the same area for the same file.
+func terminalArea(f *os.File) *liveArea {
+	if f == nil || !isTerminal(f) {
+		return nil
+	}
+	areasMu.Lock()
+	defer areasMu.Unlock()
+	a := areas[f]
+	if a == nil {
+		a = &liveArea{f: f}
+		areas[f] = a
+	}
+	return a
+}
+
+// Write writes p above the area (the console logger writes here).
+func (a *liveArea) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.shown == 0 {
+		return a.f.Write(p)
+	}
+	var b bytes.Buffer
+	a.erase(&b)
+	b.Write(p)
+	if len(p) > 0 && p[len(p)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	a.draw(&b)
+	if _, err := a.f.Write(b.Bytes()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// set replaces the area's lines.
+func (a *liveArea) set(lines []string) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b bytes.Buffer
+	a.erase(&b)
+	a.lines = lines
+	a.draw(&b)
+	a.f.Write(b.Bytes())
+}
+
+// clear removes the area from the screen.
+func (a *liveArea) clear() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b bytes.Buffer
+	a.erase(&b)
+	a.lines = nil
+	a.f.Write(b.Bytes())
+}
+
+func (a *liveArea) erase(b *bytes.Buffer) {
+	if a.shown == 0 {
+		return
+	}
+	b.WriteString("\r\033[K")
+	for i := 1; i < a.shown; i++ {
+		b.WriteString("\033[1A\033[K")
+	}
+	a.shown = 0
+}
+
+// draw writes the lines, each cut to the terminal's width so none wraps
+// (a wrapped line would leave a stale row behind on the next erase).
+func (a *liveArea) draw(b *bytes.Buffer) {
+	width := a.width()
+	for i, l := range a.lines {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if len(l) > width-1 {
+			l = l[:width-1]
+		}
+		b.WriteString(l)
+	}
+	a.shown = len(a.lines)
+}
+
+func (a *liveArea) width() int {
+	if w, _, err := term.GetSize(int(a.f.Fd())); err == nil && w > 0 {
+		return w
+	}
+	return 80
+}
+
+// planProgress shows how far planning got: bytes read, MB/s, lines.
 type planProgress struct {
+	area *liveArea
 	mu   sync.Mutex
-	out  *os.File
-	on   bool
 	last time.Time
-	seen bool
 }
 
 func newPlanProgress(out *os.File) *planProgress {
-	return &planProgress{out: out, on: isTerminal(out)}
+	return &planProgress{area: terminalArea(out)}
 }
 
 func (p *planProgress) update(pr splitter.Progress) {
-	if !p.on {
+	if p.area == nil {
 		return
 	}
 	p.mu.Lock()
@@ -35,72 +160,293 @@ func (p *planProgress) update(pr splitter.Progress) {
 		return
 	}
 	p.last = time.Now()
-	p.seen = true
+	p.area.set(planLines(pr, p.area.width()))
+}
+
+func planLines(pr splitter.Progress, width int) []string {
 	rate := 0.0
 	if s := pr.Elapsed.Seconds(); s > 0 {
-		rate = float64(pr.BytesRead) / s / 1e6
+		rate = float64(pr.BytesRead) / s
 	}
-	pct := ""
+	of := ""
 	if pr.InputSize > 0 {
-		pct = fmt.Sprintf(" (%.0f%%)", 100*float64(pr.BytesRead)/float64(pr.InputSize))
+		of = " of " + sizeString(pr.InputSize)
 	}
-	fmt.Fprintf(p.out, "\r\033[Kplanning: %s read%s, %.0f MB/s, %d lines", humanBytes(pr.BytesRead), pct, rate, pr.Lines)
+	first := fmt.Sprintf("planning: %s%s read, %s/s, %s lines", sizeString(pr.BytesRead), of, sizeString(int64(rate)), commas(pr.Lines))
+	if pr.InputSize <= 0 {
+		return []string{first}
+	}
+	frac := float64(pr.BytesRead) / float64(pr.InputSize)
+	tail := fmt.Sprintf(" %3.0f%%  %s elapsed", 100*frac, shortDuration(pr.Elapsed))
+	if rate > 0 && pr.BytesRead < pr.InputSize && pr.Elapsed > time.Second {
+		tail += ", ETA " + shortDuration(time.Duration(float64(pr.InputSize-pr.BytesRead)/rate*float64(time.Second)))
+	}
+	return []string{first, bar(frac, width-len(tail)-1) + tail}
 }
 
-func (p *planProgress) done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.on && p.seen {
-		fmt.Fprint(p.out, "\r\033[K")
-	}
+func (p *planProgress) done() { p.area.clear() }
+
+// progressStore is the tracker's view the run progress needs.
+type progressStore interface {
+	Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error)
+	RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error)
 }
 
-// runProgress shows batches and requests while a job runs, on a terminal.
+// runProgress shows a running job: batches submitted, live, done, waiting;
+// requests succeeded, failed and retried; a bar and an ETA from the
+// throughput observed in this run. The dispatcher hands it the chunks
+// after each round (tick); since one round can take long (a round of
+// uploads of 200 MB files), the chunks are also read from the tracker every
+// second. Request counts come from the tracker too, queried again only when
+// a chunk has ended since the last query (requests change state only then)
+// and never more often than once a second, or ten times the last query's
+// duration on huge jobs.
 type runProgress struct {
-	out     *os.File
-	on      bool
-	start   time.Time
-	total   int64
-	lastLen int
+	area  *liveArea
+	db    progressStore
+	job   string
+	total int64
+	start time.Time
+
+	mu        sync.Mutex
+	chunks    chunkCounts
+	ticked    bool
+	ended     int // terminal chunks at the last tick
+	queried   int // terminal chunks at the last query (-1: never)
+	reqs      map[sluice.RequestState]int64
+	base      int64 // final requests when this run started (-1: unknown)
+	lastQuery time.Time
+	queryDur  time.Duration
+
+	wake   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-func newRunProgress(out *os.File, total int64) *runProgress {
-	return &runProgress{out: out, on: isTerminal(out), start: time.Now(), total: total}
+// chunkCounts summarises chunks for the display.
+type chunkCounts struct {
+	submitted, live, done, failed, waiting int
+	retryBatches                           int
+	retried                                int64 // requests sent again in retry batches
 }
 
-func (p *runProgress) tick(chunks []*sluice.Chunk) {
-	if !p.on {
-		return
-	}
-	var live, done, pending, retries int
-	var doneReq int64
+func countChunks(chunks []*sluice.Chunk) chunkCounts {
+	var n chunkCounts
 	for _, c := range chunks {
+		if c.BatchID != "" {
+			n.submitted++
+		}
 		switch {
-		case c.State.Terminal():
-			done++
-		case c.State == sluice.ChunkPending:
-			pending++
+		case c.State == sluice.ChunkDone:
+			n.done++
+		case c.State == sluice.ChunkFailed:
+			n.failed++
+		case c.State.Live():
+			n.live++
 		default:
-			live++
+			n.waiting++
 		}
 		if c.Attempt > 1 {
-			retries++
-		}
-		if c.State.Terminal() {
-			doneReq += int64(c.Requests)
+			n.retryBatches++
+			n.retried += int64(c.Requests)
 		}
 	}
-	eta := ""
-	if el := time.Since(p.start); doneReq > 0 && doneReq < p.total && el > 5*time.Second {
-		rem := time.Duration(float64(el) * float64(p.total-doneReq) / float64(doneReq))
-		eta = ", ETA " + rem.Round(time.Second).String()
+	return n
+}
+
+func newRunProgress(out *os.File, db progressStore, job *sluice.Job) *runProgress {
+	p := &runProgress{area: terminalArea(out), db: db, job: job.ID, total: job.Requests, start: time.Now(),
+		queried: -1, base: -1, wake: make(chan struct{}, 1)}
+	if p.area == nil {
+		return p
 	}
-	fmt.Fprintf(p.out, "\r\033[Kbatches: %d waiting, %d live, %d done (%d retry batches); requests through batches: %d/%d%s",
-		pending, live, done, retries, doneReq, p.total, eta)
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.wg.Add(1)
+	go p.loop(ctx)
+	return p
+}
+
+// tick is the dispatcher's OnTick: it must not block.
+func (p *runProgress) tick(chunks []*sluice.Chunk) {
+	if p.area == nil {
+		return
+	}
+	p.setChunks(chunks)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *runProgress) setChunks(chunks []*sluice.Chunk) {
+	n := countChunks(chunks)
+	p.mu.Lock()
+	p.chunks, p.ticked, p.ended = n, true, n.done+n.failed
+	p.mu.Unlock()
+}
+
+func (p *runProgress) loop(ctx context.Context) {
+	defer p.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	reload := false
+	for {
+		p.mu.Lock()
+		ticked := p.ticked
+		p.mu.Unlock()
+		// The first chunks come from the dispatcher (it may reconcile first);
+		// then a tick brings fresh ones, and the timer reads them.
+		if ticked && reload {
+			if chunks, err := p.db.Chunks(ctx, p.job); err == nil {
+				p.setChunks(chunks)
+			}
+		}
+		p.refresh(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		p.mu.Lock()
+		lines := p.linesLocked(p.area.width())
+		p.mu.Unlock()
+		if lines != nil && ctx.Err() == nil {
+			p.area.set(lines)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+			reload = false
+		case <-t.C:
+			reload = true
+		}
+	}
+}
+
+// refresh queries the request counts when a chunk ended since the last
+// query and the throttle allows.
+func (p *runProgress) refresh(ctx context.Context) {
+	p.mu.Lock()
+	ended, queried := p.ended, p.queried
+	wait := max(time.Second, 10*p.queryDur)
+	due := queried < 0 || (ended != queried && time.Since(p.lastQuery) >= wait)
+	p.mu.Unlock()
+	if !due {
+		return
+	}
+	t0 := time.Now()
+	m, err := p.db.RequestStates(ctx, p.job)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reqs, p.queried, p.lastQuery, p.queryDur = m, ended, t0, time.Since(t0)
+	if p.base < 0 {
+		p.base = m[sluice.RequestSucceeded] + m[sluice.RequestFailed]
+	}
+}
+
+func (p *runProgress) linesLocked(width int) []string {
+	if !p.ticked {
+		return nil // nothing to show before the dispatcher's first round
+	}
+	n := p.chunks
+	l1 := fmt.Sprintf("batches:  %s submitted: %s live, %s done", commas(int64(n.submitted)), commas(int64(n.live)), commas(int64(n.done)))
+	if n.failed > 0 {
+		l1 += fmt.Sprintf(", %s failed", commas(int64(n.failed)))
+	}
+	l1 += fmt.Sprintf("; %s waiting", commas(int64(n.waiting)))
+	if n.retryBatches > 0 {
+		l1 += fmt.Sprintf(" (%s retry batches)", commas(int64(n.retryBatches)))
+	}
+	succ, fail := p.reqs[sluice.RequestSucceeded], p.reqs[sluice.RequestFailed]
+	final := succ + fail
+	l2 := fmt.Sprintf("requests: %s of %s done: %s succeeded, %s failed, %s retried",
+		commas(final), commas(p.total), commas(succ), commas(fail), commas(n.retried))
+	el := time.Since(p.start)
+	tail := fmt.Sprintf(" %3.0f%%  %s elapsed", 100*frac(final, p.total), shortDuration(el))
+	if gained := final - p.base; p.base >= 0 && gained > 0 && final < p.total {
+		eta := time.Duration(float64(el) * float64(p.total-final) / float64(gained))
+		tail += ", ETA " + shortDuration(eta)
+	} else if final < p.total {
+		tail += ", ETA after the first batch ends"
+	}
+	return []string{l1, l2, bar(frac(final, p.total), width-len(tail)-1) + tail}
 }
 
 func (p *runProgress) done() {
-	if p.on {
-		fmt.Fprint(p.out, "\r\033[K")
+	if p.area == nil {
+		return
 	}
+	p.cancel()
+	p.wg.Wait()
+	p.area.clear()
+}
+
+func frac(a, b int64) float64 {
+	if b <= 0 {
+		return 1
+	}
+	return min(1, float64(a)/float64(b))
+}
+
+// bar draws [#####-----] in about width columns (10 to 40).
+func bar(f float64, width int) string {
+	w := min(max(width-2, 10), 40)
+	n := int(f*float64(w) + 0.5)
+	n = min(max(n, 0), w)
+	return "[" + strings.Repeat("#", n) + strings.Repeat("-", w-n) + "]"
+}
+
+// sizeString is a byte count for people: 0 B, 12.3 kB, 4.56 MB, 1.23 GB.
+func sizeString(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", max(n, 0))
+}
+
+// commas writes 1234567 as 1,234,567.
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// shortDuration rounds for display: 850ms, 42s, 12m30s, 7h05m, 3d04h.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+		fallthrough
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	d = d.Round(time.Hour)
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }

@@ -213,7 +213,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			// The in-process emulator died with the run: nothing lands later.
 			f.reconcileGrace = time.Millisecond
 		}
-		bar := newRunProgress(os.Stderr, job.Requests)
+		bar := newRunProgress(os.Stderr, db, job)
 		d := dispatcher.New(db, prov, job, dispatcher.Options{
 			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
 			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,

@@ -2,10 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -15,28 +20,44 @@ import (
 	"github.com/sluice-batch/sluice/tracker"
 )
 
+type statusDoc struct {
+	StateDir string      `json:"state_dir"`
+	Jobs     []statusJob `json:"jobs"`
+}
+
 type statusJob struct {
 	ID           string                        `json:"id"`
 	Input        string                        `json:"input"`
 	Provider     string                        `json:"provider"`
 	State        sluice.JobState               `json:"state"`
 	Output       string                        `json:"output,omitempty"`
+	Errors       string                        `json:"errors,omitempty"`
 	Requests     map[sluice.RequestState]int64 `json:"requests"`
+	Total        int64                         `json:"total_requests"`
+	Rejected     int64                         `json:"rejected,omitempty"`
 	Chunks       map[sluice.ChunkState]int     `json:"chunks"`
 	Live         []statusBatch                 `json:"live_batches"`
+	EstTokens    int64                         `json:"est_input_tokens"`
 	InputTokens  int64                         `json:"input_tokens"`
 	OutputTokens int64                         `json:"output_tokens"`
 	CreatedAt    time.Time                     `json:"created_at"`
+	UpdatedAt    time.Time                     `json:"updated_at"`
 	Age          string                        `json:"age"`
+	RunningPID   int                           `json:"running_pid,omitempty"`
 	Next         string                        `json:"next_action"`
+	Summary      *jobSummary                   `json:"summary,omitempty"`
 	ChunkList    []*sluice.Chunk               `json:"chunk_list,omitempty"`
 }
 
 type statusBatch struct {
 	Chunk    int64     `json:"chunk"`
 	Attempt  int       `json:"attempt"`
+	Model    string    `json:"model"`
+	Requests int       `json:"requests"`
+	FileID   string    `json:"file_id,omitempty"`
 	BatchID  string    `json:"batch_id"`
 	Status   string    `json:"status"`
+	Since    time.Time `json:"submitted_at"`
 	NextPoll time.Time `json:"next_poll_at"`
 }
 
@@ -47,12 +68,32 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		Short: "Show jobs, their requests and chunks by state, live batches and the next action",
 		Long: `status lists every job in the state directory (or one JOB) with its input,
 provider, state, requests by state, chunks by state, live batches with their
-provider ids and status, tokens used, age, and what sluice would do next.
---chunks lists each chunk with its last provider error verbatim.`,
+provider ids and status, tokens used, age, whether a sluice process is
+driving it now, and what the next run would do. A finished job shows its
+output and errors files and its outcome: succeeded, failed, retried, and the
+wall time from plan to merge.
+
+--chunks lists each chunk with its provider ids and its last provider error
+verbatim. --json prints {"state_dir": DIR, "jobs": [...]} for scripts.
+
+status only reads: it never creates a state directory, and never takes a
+job's lock, so it is safe to run while cron drives the job.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			db, err := g.openDB(ctx)
+			dir, err := g.stateDir()
+			if err != nil {
+				return err
+			}
+			doc := statusDoc{StateDir: dir, Jobs: []statusJob{}}
+			if _, err := os.Stat(filepath.Join(dir, "sluice.db")); errors.Is(err, os.ErrNotExist) {
+				// Nothing was ever run with this state directory.
+				if len(args) == 1 {
+					return usageErr("job %s: not found (no jobs in %s)", args[0], dir)
+				}
+				return printStatus(doc, asJSON, withChunks)
+			}
+			db, err := tracker.Open(ctx, dir)
 			if err != nil {
 				return err
 			}
@@ -60,36 +101,38 @@ provider ids and status, tokens used, age, and what sluice would do next.
 			var jobs []*sluice.Job
 			if len(args) == 1 {
 				j, err := db.Job(ctx, args[0])
-				if err != nil {
-					return withCode(exitUsage, err)
+				if errors.Is(err, tracker.ErrNotFound) {
+					return usageErr("job %s: not found in %s (sluice status lists the jobs)", args[0], dir)
+				} else if err != nil {
+					return err
 				}
 				jobs = []*sluice.Job{j}
 			} else if jobs, err = db.Jobs(ctx); err != nil {
 				return err
 			}
-			var out []statusJob
 			for _, j := range jobs {
 				s, err := jobStatus(cmd, db, j, withChunks)
 				if err != nil {
 					return err
 				}
-				out = append(out, s)
+				doc.Jobs = append(doc.Jobs, s)
 			}
-			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				if out == nil {
-					out = []statusJob{}
-				}
-				return enc.Encode(map[string]any{"jobs": out})
-			}
-			writeStatus(os.Stdout, out, withChunks)
-			return nil
+			return printStatus(doc, asJSON, withChunks)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document {\"jobs\": [...]}")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document {\"state_dir\": DIR, \"jobs\": [...]}")
 	cmd.Flags().BoolVar(&withChunks, "chunks", false, "list every chunk with its provider ids and last error")
 	return cmd
+}
+
+func printStatus(doc statusDoc, asJSON, withChunks bool) error {
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	}
+	writeStatus(os.Stdout, doc, withChunks)
+	return nil
 }
 
 func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks bool) (statusJob, error) {
@@ -103,57 +146,132 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 		return statusJob{}, err
 	}
 	s := statusJob{ID: j.ID, Input: j.Input, Provider: j.Provider, State: j.State, Output: j.Output,
-		Requests: reqs, Chunks: map[sluice.ChunkState]int{}, Live: []statusBatch{}, CreatedAt: j.CreatedAt,
-		Age: time.Since(j.CreatedAt).Round(time.Second).String()}
+		Requests: reqs, Total: j.Requests, Rejected: j.Rejected, Chunks: map[sluice.ChunkState]int{},
+		Live: []statusBatch{}, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+		Age: shortDuration(time.Since(j.CreatedAt)), RunningPID: lockHolder(db.Dir(), j.ID)}
+	if j.Output != "" {
+		s.Errors = errorsPathFor(j.Output)
+	}
 	var nextPoll time.Time
-	pending := 0
+	waiting, unsettled := 0, 0
 	for _, c := range chunks {
 		s.Chunks[c.State]++
 		s.InputTokens += c.InputTokens
 		s.OutputTokens += c.OutputTokens
-		if c.State.Live() {
-			s.Live = append(s.Live, statusBatch{Chunk: c.ID, Attempt: c.Attempt, BatchID: c.BatchID, Status: c.BatchStatus, NextPoll: c.NextPollAt})
+		if c.Attempt == 1 {
+			s.EstTokens += c.EstTokens
+		}
+		switch c.State {
+		case sluice.ChunkSubmitted:
+			s.Live = append(s.Live, statusBatch{Chunk: c.ID, Attempt: c.Attempt, Model: c.Model, Requests: c.Requests,
+				FileID: c.FileID, BatchID: c.BatchID, Status: c.BatchStatus, Since: c.SubmittedAt, NextPoll: c.NextPollAt})
 			if nextPoll.IsZero() || c.NextPollAt.Before(nextPoll) {
 				nextPoll = c.NextPollAt
 			}
-		}
-		if c.State == sluice.ChunkPending || c.State == sluice.ChunkUploaded {
-			pending++
+		case sluice.ChunkPending, sluice.ChunkUploaded:
+			waiting++
+		case sluice.ChunkUploading, sluice.ChunkCreating:
+			unsettled++
 		}
 	}
 	if withChunks {
 		s.ChunkList = chunks
 	}
-	switch j.State {
-	case sluice.JobPlanning:
-		s.Next = "re-plan from scratch (planning was interrupted)"
-	case sluice.JobPlanned:
-		s.Next = fmt.Sprintf("submit %d batches", pending)
-	case sluice.JobDone:
-		s.Next = "nothing: output written"
-	case sluice.JobMerging:
-		s.Next = "merge the results into the output"
-	default:
-		switch {
-		case pending > 0 && len(s.Live) > 0:
-			s.Next = fmt.Sprintf("submit %d batches; poll %d live batches (next poll %s)", pending, len(s.Live), nextPoll.Format(time.TimeOnly))
-		case pending > 0:
-			s.Next = fmt.Sprintf("submit %d batches", pending)
-		case len(s.Live) > 0:
-			s.Next = fmt.Sprintf("poll %d live batches (next poll %s)", len(s.Live), nextPoll.Format(time.TimeOnly))
-		default:
-			s.Next = "merge the results into the output"
-		}
+	if js := previousSummary(j); js.Output != "" {
+		s.Summary = &js
+		s.Errors = js.Errors
+	} else if j.State == sluice.JobDone {
+		// Merged by a sluice that kept no summary: rebuild it from the tracker.
+		n := countChunks(chunks)
+		s.Summary = &jobSummary{Output: j.Output, Errors: s.Errors, Lines: j.Requests,
+			Succeeded: reqs[sluice.RequestSucceeded], Failed: reqs[sluice.RequestFailed],
+			Retried: retriedRequests(ctx, db, j.ID), Batches: n.submitted, RetryBatches: n.retryBatches,
+			InputTokens: s.InputTokens, OutputTokens: s.OutputTokens, StartedAt: j.CreatedAt,
+			FinishedAt: j.UpdatedAt, Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
+	}
+	s.Next = nextAction(j, len(s.Live), waiting, unsettled, nextPoll)
+	if s.RunningPID > 0 && j.State != sluice.JobDone {
+		s.Next += fmt.Sprintf(" (sluice pid %d is on it now)", s.RunningPID)
 	}
 	return s, nil
 }
 
-func writeStatus(w io.Writer, jobs []statusJob, withChunks bool) {
-	if len(jobs) == 0 {
-		fmt.Fprintln(w, "no jobs")
+// nextAction says what the next `sluice run` of the job would do.
+func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time) string {
+	poll := ""
+	if live > 0 {
+		when := nextPoll.Local().Format(time.TimeOnly)
+		if !nextPoll.After(time.Now()) {
+			when = "now"
+		}
+		poll = fmt.Sprintf("poll %d live batches (next poll %s)", live, when)
+	}
+	var parts []string
+	switch j.State {
+	case sluice.JobPlanning:
+		return "plan again from scratch (planning was interrupted)"
+	case sluice.JobDone:
+		return "nothing: output written"
+	case sluice.JobMerging:
+		return "merge the results into the output"
+	case sluice.JobPlanned:
+		return fmt.Sprintf("submit %d batches", waiting)
+	case sluice.JobCancelled:
+		if unsettled > 0 {
+			parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+		}
+		if live > 0 {
+			parts = append(parts, fmt.Sprintf("wait for %d cancelled batches to end", live))
+		}
+		if waiting > 0 {
+			parts = append(parts, fmt.Sprintf("fail %d unsubmitted batches as cancelled", waiting))
+		}
+		parts = append(parts, "merge what completed")
+		return strings.Join(parts, "; ") + " ('sluice cancel " + j.ID + "' or 'sluice run' again)"
+	}
+	if unsettled > 0 {
+		parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+	}
+	if waiting > 0 {
+		parts = append(parts, fmt.Sprintf("submit %d batches", waiting))
+	}
+	if poll != "" {
+		parts = append(parts, poll)
+	}
+	if len(parts) == 0 {
+		return "merge the results into the output"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// lockHolder returns the pid of a live sluice process holding the job's
+// lock, or 0. It reads the pid the holder wrote into the lock file (a
+// clean exit empties it) and checks that the process exists; it never
+// takes the lock, which could make a cron run starting at that moment fail.
+func lockHolder(stateDir, job string) int {
+	b, err := os.ReadFile(filepath.Join(stateDir, "locks", job+".lock"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0 // killed without cleaning up: the kernel freed the lock
+	}
+	return pid
+}
+
+// maxLiveLines bounds the live batches listed per job without --chunks.
+const maxLiveLines = 10
+
+func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
+	if len(doc.Jobs) == 0 {
+		fmt.Fprintf(w, "no jobs in %s\n", doc.StateDir)
 		return
 	}
-	for i, j := range jobs {
+	for i, j := range doc.Jobs {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
@@ -162,39 +280,102 @@ func writeStatus(w io.Writer, jobs []statusJob, withChunks bool) {
 		if j.Output != "" {
 			fmt.Fprintf(w, "  output:   %s\n", j.Output)
 		}
-		fmt.Fprintf(w, "  requests: %s\n", countsLine(j.Requests))
-		fmt.Fprintf(w, "  chunks:   %s\n", countsLine(j.Chunks))
-		fmt.Fprintf(w, "  tokens:   %d input, %d output\n", j.InputTokens, j.OutputTokens)
-		for _, b := range j.Live {
-			fmt.Fprintf(w, "  live:     chunk %d attempt %d batch %s status %s\n", b.Chunk, b.Attempt, b.BatchID, b.Status)
+		if j.Summary != nil && j.Summary.Failed > 0 {
+			fmt.Fprintf(w, "  errors:   %s\n", j.Errors)
+		}
+		fmt.Fprintf(w, "  requests: %s; %s in all", countsLine(j.Requests, requestOrder), commas(j.Total))
+		if j.Rejected > 0 {
+			fmt.Fprintf(w, " (%s bad lines skipped)", commas(j.Rejected))
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  chunks:   %s\n", countsLine(j.Chunks, chunkOrder))
+		fmt.Fprintf(w, "  tokens:   %s input, %s output used (planned ~%s input)\n", commas(j.InputTokens), commas(j.OutputTokens), commas(j.EstTokens))
+		if s := j.Summary; s != nil && j.State == sluice.JobDone {
+			verb := "merged"
+			if s.Cancelled {
+				verb = "cancelled, merged"
+			}
+			retried := "none retried"
+			if s.Retried > 0 {
+				retried = fmt.Sprintf("%s retried in %s retry batches", commas(s.Retried), commas(int64(s.RetryBatches)))
+			}
+			fmt.Fprintf(w, "  result:   %s succeeded, %s failed, %s; %s %s, wall time %s since planned\n",
+				commas(s.Succeeded), commas(s.Failed), retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
+		}
+		for i, b := range j.Live {
+			if i == maxLiveLines && !withChunks {
+				fmt.Fprintf(w, "  live:     ... and %d more (sluice status %s --chunks lists every chunk)\n", len(j.Live)-i, j.ID)
+				break
+			}
+			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s requests) batch %s status %s, submitted %s ago\n",
+				b.Chunk, b.Attempt, b.Model, commas(int64(b.Requests)), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
 		}
 		fmt.Fprintf(w, "  next:     %s\n", j.Next)
 		if withChunks {
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  chunk\tattempt\tstate\tmodel\trequests\tbatch\tstatus\tlast error")
-			for _, c := range j.ChunkList {
-				fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.Attempt, c.State, c.Model, c.Requests, c.BatchID, c.BatchStatus, c.LastError)
-			}
-			tw.Flush()
+			writeChunks(w, j.ChunkList)
 		}
 	}
 }
 
-func countsLine[K ~string, V int | int64](m map[K]V) string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, string(k))
-	}
-	sort.Strings(keys)
-	s := ""
-	for i, k := range keys {
-		if i > 0 {
-			s += ", "
+// writeChunks prints the chunk table. The last error is printed verbatim:
+// in the table when it is one line, below it when it has tabs or newlines
+// that would break the columns.
+func writeChunks(w io.Writer, chunks []*sluice.Chunk) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  chunk\tattempt\tstate\tmodel\trequests\tfile\tbatch\tstatus\tlast error")
+	var long []*sluice.Chunk
+	for _, c := range chunks {
+		e := c.LastError
+		if strings.ContainsAny(e, "\t\n\r") {
+			long = append(long, c)
+			e = "(below)"
 		}
-		s += fmt.Sprintf("%d %s", m[K(k)], k)
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", c.ID, c.Attempt, c.State, c.Model, c.Requests,
+			orDash(c.FileID), orDash(c.BatchID), orDash(c.BatchStatus), e)
 	}
+	tw.Flush()
+	for _, c := range long {
+		fmt.Fprintf(w, "  chunk %d last error:\n%s\n", c.ID, c.LastError)
+	}
+}
+
+func orDash(s string) string {
 	if s == "" {
-		return "none"
+		return "-"
 	}
 	return s
+}
+
+var (
+	requestOrder = []sluice.RequestState{sluice.RequestSucceeded, sluice.RequestFailed, sluice.RequestPending}
+	chunkOrder   = []sluice.ChunkState{sluice.ChunkPending, sluice.ChunkUploading, sluice.ChunkUploaded,
+		sluice.ChunkCreating, sluice.ChunkSubmitted, sluice.ChunkDone, sluice.ChunkFailed}
+)
+
+// countsLine writes counts by state in lifecycle order, leaving out zeros
+// (and listing states it does not know last).
+func countsLine[K ~string, V int | int64](m map[K]V, order []K) string {
+	var parts []string
+	seen := map[K]bool{}
+	for _, k := range order {
+		seen[k] = true
+		if m[k] != 0 {
+			parts = append(parts, commas(int64(m[k]))+" "+string(k))
+		}
+	}
+	var rest []string
+	for k := range m {
+		if !seen[k] && m[k] != 0 {
+			rest = append(rest, string(k))
+		}
+	}
+	sort.Strings(rest)
+	for _, k := range rest {
+		parts = append(parts, commas(int64(m[K(k)]))+" "+k)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
