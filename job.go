@@ -63,6 +63,11 @@ type Chunk struct {
 	// Bound names the limit that closed this chunk: "bytes", "requests",
 	// "tokens", or "end" when its group ran out of lines.
 	Bound string `json:"bound,omitempty"`
+	// FetchFailures counts consecutive polls of this chunk's ended batch
+	// whose results could not be downloaded or read, or whose poll the
+	// provider refused for good; at the dispatcher's bound the attempt
+	// fails and its requests are retried.
+	FetchFailures int `json:"fetch_failures,omitempty"`
 }
 
 // Request is one input line's row in the tracker.

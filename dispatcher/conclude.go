@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -14,27 +16,64 @@ import (
 // ending collects the outcome of one chunk's attempt: which requests are
 // final (written to the chunk's results file) and which go to the next
 // attempt.
+//
+// The provider's output is not trusted to be well formed. A result for a
+// custom_id that is not in the chunk is ignored and counted. When a
+// custom_id comes back more than once, the better result is kept: a
+// success over any error, a permanent failure over a retryable one, and
+// the first of two of the same rank; so a request the provider reports both
+// done and failed is never bought again, and the order of the provider's
+// files does not matter. Lines that do not parse were skipped by Decode
+// (sluice.MalformedLines): their requests have no result and count as
+// missing. Every such anomaly is counted into the chunk's LastError.
 type ending struct {
 	d    *Dispatcher
 	c    *sluice.Chunk
 	ids  []string // custom_id by index in the chunk
 	reqs []sluice.Request
 	byID map[string]int
-	seen []bool
+	rank []int8 // best result seen per index: rankNone, ...
+
+	// held are the error results kept so far, by index: they become final
+	// (or retried) only at the end, since a success may still come.
+	held map[int]sluice.Result
 
 	f   *os.File
 	w   *bufio.Writer
 	buf []byte
 
-	outcomes []sluice.Outcome
-	retry    []int
-	usage    sluice.Usage
-	unknown  int // results for custom_ids not in this chunk
-	doubled  int // second results for the same custom_id
+	outcomes  []sluice.Outcome
+	retry     []int
+	usage     sluice.Usage
+	unknown   int // results for custom_ids not in this chunk
+	doubled   int // further results for the same custom_id
+	upgraded  int // of those, how many replaced an earlier, worse result
+	malformed *sluice.MalformedLines
 
-	// missingCode and missingMsg describe requests without a result.
+	// missingCode and missingMsg describe requests without a result;
+	// failed marks the whole attempt failed (no results were read).
 	missingCode, missingMsg string
+	failed                  bool
 	noRetry                 bool
+	// notes are added to the chunk's LastError.
+	notes []string
+}
+
+const (
+	rankNone int8 = iota
+	rankRetryable
+	rankFailed
+	rankSucceeded
+)
+
+func rankOf(k sluice.ResultKind) int8 {
+	switch k {
+	case sluice.ResultSucceeded:
+		return rankSucceeded
+	case sluice.ResultFailed:
+		return rankFailed
+	}
+	return rankRetryable
 }
 
 func (e *ending) lookup(i int) (string, bool) {
@@ -58,31 +97,40 @@ func (e *ending) add(r sluice.Result) error {
 		}
 		return nil
 	}
-	if e.seen[i] {
+	rank := rankOf(r.Kind)
+	if prev := e.rank[i]; prev != rankNone {
 		e.doubled++
-		if e.doubled <= 5 {
-			e.d.chunkLog(e.c).Warn().Str("custom_id", r.CustomID).Msg("provider returned a second result for the same custom_id; the first is kept")
+		better := rank > prev
+		if better {
+			e.upgraded++
 		}
-		return nil
-	}
-	e.seen[i] = true
-	e.usage.InputTokens += r.Usage.InputTokens
-	e.usage.OutputTokens += r.Usage.OutputTokens
-	switch r.Kind {
-	case sluice.ResultSucceeded:
-		return e.final(i, false, r.Line)
-	case sluice.ResultFailed:
-		return e.final(i, true, r.Line)
-	default:
-		if e.canRetry() {
-			e.retry = append(e.retry, i)
+		if e.doubled <= 5 {
+			msg := "provider returned a second result for the same custom_id; the first is kept"
+			if better {
+				msg = "provider returned a second result for the same custom_id; it is better than the first and replaces it"
+			}
+			e.d.chunkLog(e.c).Warn().Str("custom_id", r.CustomID).Str("kept", r.Kind.String()).Msg(msg)
+		}
+		if !better {
 			return nil
 		}
-		return e.final(i, true, r.Line)
+		old := e.held[i] // an error: a success is never replaced
+		e.usage.InputTokens -= old.Usage.InputTokens
+		e.usage.OutputTokens -= old.Usage.OutputTokens
+		delete(e.held, i)
 	}
+	e.rank[i] = rank
+	e.usage.InputTokens += r.Usage.InputTokens
+	e.usage.OutputTokens += r.Usage.OutputTokens
+	if r.Kind == sluice.ResultSucceeded {
+		return e.final(i, false, r.Line)
+	}
+	e.held[i] = r
+	return nil
 }
 
-// final writes a request's final record.
+// final writes a request's final record. Its errors are local (the results
+// file) and stop the run.
 func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 	line.CustomID = e.ids[i]
 	if line.Error != nil {
@@ -92,11 +140,11 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 	}
 	js, err := json.Marshal(line)
 	if err != nil {
-		return fmt.Errorf("encode result of %q: %w", e.ids[i], err)
+		return fatal(fmt.Errorf("encode result of %q: %w", e.ids[i], err))
 	}
 	e.buf = sluice.AppendResultRecord(e.buf[:0], e.reqs[i].Ordinal, failed, js)
 	if _, err := e.w.Write(e.buf); err != nil {
-		return err
+		return fatal(err)
 	}
 	st := sluice.RequestSucceeded
 	if failed {
@@ -104,6 +152,26 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 	}
 	e.outcomes = append(e.outcomes, sluice.Outcome{Ordinal: e.reqs[i].Ordinal, State: st})
 	return nil
+}
+
+// describe is what the chunk's LastError says about the provider's output.
+func (e *ending) describe(missing int) []string {
+	notes := e.notes
+	if e.malformed != nil && e.malformed.Count > 0 {
+		notes = append(notes, fmt.Sprintf("%d malformed result line(s) skipped, their requests counted as missing: %s",
+			e.malformed.Count, e.malformed.Summary(3)))
+	}
+	if e.unknown > 0 {
+		notes = append(notes, fmt.Sprintf("%d result(s) for custom_ids not in this batch ignored", e.unknown))
+	}
+	if e.doubled > 0 {
+		notes = append(notes, fmt.Sprintf("%d duplicate result(s) for the same custom_id (%d replaced a worse first result; the others were dropped)",
+			e.doubled, e.upgraded))
+	}
+	if len(notes) > len(e.notes) && missing > 0 && !e.failed {
+		notes = append(notes, fmt.Sprintf("%d request(s) without a result", missing))
+	}
+	return notes
 }
 
 // conclude ends chunk c (in state from): fill feeds results into the
@@ -126,7 +194,8 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	}); err != nil {
 		return fatal(err)
 	}
-	e.seen = make([]bool, len(e.reqs))
+	e.rank = make([]int8, len(e.reqs))
+	e.held = map[int]sluice.Result{}
 	rel := filepath.Join("results", fmt.Sprintf("c%06d-a%d.results", c.ID, c.Attempt))
 	path := filepath.Join(d.job.Dir, rel)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -144,15 +213,37 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	}()
 	e.f, e.w = f, bufio.NewWriterSize(f, 1<<20)
 	if err := fill(e); err != nil {
+		if errors.Is(err, ErrFatal) {
+			return err
+		}
 		return fmt.Errorf("chunk %d: read results: %w", c.ID, err)
 	}
 	code, msg := e.missingCode, e.missingMsg
 	if code == "" {
 		code, msg = "missing_result", "the provider returned no result for this request"
+		if e.malformed != nil && e.malformed.Count > 0 {
+			msg = fmt.Sprintf("the provider returned no readable result for this request; its output had %d malformed line(s): %s",
+				e.malformed.Count, e.malformed.Summary(3))
+		}
 	}
 	missing := 0
-	for i, ok := range e.seen {
-		if ok {
+	for i, rank := range e.rank {
+		switch rank {
+		case rankSucceeded:
+			continue
+		case rankFailed:
+			if err := e.final(i, true, e.held[i].Line); err != nil {
+				return err
+			}
+			continue
+		case rankRetryable:
+			if e.canRetry() {
+				e.retry = append(e.retry, i)
+				continue
+			}
+			if err := e.final(i, true, e.held[i].Line); err != nil {
+				return err
+			}
 			continue
 		}
 		missing++
@@ -161,7 +252,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 			continue
 		}
 		if err := e.final(i, true, sluice.OutputLine{Error: &sluice.LineError{Code: code, Message: msg}}); err != nil {
-			return fatal(err)
+			return err
 		}
 	}
 	if err := e.w.Flush(); err != nil {
@@ -182,15 +273,15 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		}
 	}
 	c.State = sluice.ChunkDone
-	if e.missingCode != "" {
+	if e.failed {
 		c.State = sluice.ChunkFailed
 	}
 	c.ResultsPath = rel
 	c.EndedAt = d.opts.Now()
 	c.InputTokens += e.usage.InputTokens
 	c.OutputTokens += e.usage.OutputTokens
-	if e.unknown > 0 || e.doubled > 0 {
-		c.LastError = fmt.Sprintf("provider output had %d results for unknown custom_ids and %d duplicates (ignored)", e.unknown, e.doubled)
+	if notes := e.describe(missing); len(notes) > 0 {
+		c.LastError = strings.Join(notes, "; ")
 	}
 	if err := d.store.FinishChunk(ctx, fin); err != nil {
 		return fatal(err)
@@ -198,7 +289,11 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	for _, nc := range fin.NewChunks {
 		d.nextID = max(d.nextID, nc.ID+1)
 	}
-	d.chunkLog(c).Info().Int("final", len(e.outcomes)).Int("retried", len(e.retry)).Int("missing", missing).
+	ev := d.chunkLog(c).Info()
+	if c.LastError != "" && (e.unknown > 0 || e.doubled > 0 || e.malformed != nil) {
+		ev = d.chunkLog(c).Warn().Str("provider_output", c.LastError)
+	}
+	ev.Int("final", len(e.outcomes)).Int("retried", len(e.retry)).Int("missing", missing).
 		Int64("input_tokens", e.usage.InputTokens).Int64("output_tokens", e.usage.OutputTokens).Msg("chunk recorded")
 	return nil
 }

@@ -45,7 +45,26 @@ type Options struct {
 	// a call in flight when the process died can still complete at the
 	// provider after the next run has looked. Default 2m.
 	ReconcileGrace time.Duration
+	// StuckAfter is how long after its submission a batch that has not
+	// ended (stuck in validating or finalizing, say) is cancelled and its
+	// requests retried: past the providers' 24h window plus a margin.
+	// Default 26h.
+	StuckAfter time.Duration
+	// StuckCancelWait is how long a stuck batch may take to end after
+	// sluice asked the provider to cancel it (what it finished is kept);
+	// then its requests go to a new batch regardless. Default 30m.
+	StuckCancelWait time.Duration
+	// MaxFetchFailures is how many polls in a row may fail to get an ended
+	// batch's results (download refused or cut short after the HTTP
+	// layer's retries, a file that cannot be read), or be refused for good,
+	// before the attempt fails and its requests go to the next attempt.
+	// Default 5.
+	MaxFetchFailures int
 }
+
+// DefaultStuckAfter is Options.StuckAfter's default: the 24h completion
+// window of every provider, plus 2h.
+const DefaultStuckAfter = 26 * time.Hour
 
 // Outcome is how Run ended.
 type Outcome int
@@ -93,6 +112,15 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 	}
 	if opts.ReconcileGrace <= 0 {
 		opts.ReconcileGrace = 2 * time.Minute
+	}
+	if opts.StuckAfter <= 0 {
+		opts.StuckAfter = DefaultStuckAfter
+	}
+	if opts.StuckCancelWait <= 0 {
+		opts.StuckCancelWait = 30 * time.Minute
+	}
+	if opts.MaxFetchFailures <= 0 {
+		opts.MaxFetchFailures = 5
 	}
 	if job.MaxAttempts <= 0 {
 		job.MaxAttempts = 3

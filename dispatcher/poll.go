@@ -6,12 +6,32 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/sluice-batch/sluice"
 )
 
 // poll asks the provider about a live batch and, when it has ended, reads
 // its results and records every request's outcome.
+//
+// What the provider answers is not trusted (see ending for the results
+// themselves):
+//   - a batch the provider no longer knows (ErrNotFound) fails the attempt
+//     at once: its requests go to the next attempt;
+//   - a poll refused for good (a 4xx other than 404, 408, 409, 429), and
+//     results that cannot be downloaded or read (an output file that 404s,
+//     a download cut short on every HTTP retry), are tried again on later
+//     polls, counted in chunk.FetchFailures; at Options.MaxFetchFailures
+//     the attempt fails and its requests go to the next attempt;
+//   - a batch still not ended StuckAfter after it was submitted (stuck in
+//     validating or finalizing, say) is cancelled at the provider; what the
+//     cancelled batch delivers is kept and the rest retried. When the
+//     provider cannot cancel it, or has not ended it StuckCancelWait later,
+//     the attempt fails and its requests go to a new batch;
+//   - polls that fail for other reasons (the network, 5xx, 429 after the
+//     HTTP layer's retries) are repeated on the poll schedule, but not past
+//     StuckAfter + StuckCancelWait.
 func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	log := d.chunkLog(c)
 	ref := c.Ref(d.job.Dir)
@@ -27,6 +47,15 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, "batch_not_found", fmt.Sprintf("batch %s: %v", c.BatchID, err))
 		}
 		c.Polls++
+		var ae *sluice.APIError
+		if errors.As(err, &ae) && !ae.Retryable() {
+			return d.fetchFailed(ctx, c, "poll_refused", fmt.Sprintf("poll refused: %v", err))
+		}
+		if age := d.age(c); age > d.opts.StuckAfter+d.opts.StuckCancelWait {
+			log.Error().Err(err).Dur("age", age).Msg("batch could not be polled for too long; giving up on it")
+			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, stuckCode,
+				fmt.Sprintf("batch %s could not be polled %s after it was submitted (last error: %v)", c.BatchID, roughDuration(age), err))
+		}
 		c.LastError = fmt.Sprintf("poll: %v", err)
 		c.NextPollAt = d.nextPoll(c.Polls)
 		log.Warn().Err(err).Time("retry_at", c.NextPollAt).Msg("poll failed; will retry")
@@ -38,13 +67,85 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	c.Polls++
 	c.BatchStatus = b.ProviderStatus
 	if !b.Status.Ended() {
+		if d.age(c) > d.opts.StuckAfter {
+			return d.unstick(ctx, c, b)
+		}
 		c.NextPollAt = d.nextPoll(c.Polls)
-		c.LastError = ""
+		c.LastError, c.FetchFailures = "", 0
 		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
 			return false, fatal(err)
 		}
 		return false, nil
 	}
+	return d.ended(ctx, c, b)
+}
+
+// stuckCode is the error code of requests whose batch got stuck.
+const stuckCode = "batch_stuck"
+
+// age is how long ago the chunk's batch was submitted.
+func (d *Dispatcher) age(c *sluice.Chunk) time.Duration {
+	if c.SubmittedAt.IsZero() {
+		return 0
+	}
+	return d.opts.Now().Sub(c.SubmittedAt)
+}
+
+// unstick handles a batch that has not ended StuckAfter after it was
+// submitted: cancel it at the provider, and wait (up to StuckCancelWait)
+// for the cancelled batch to end, so the lines it finished are kept. A
+// batch that cannot be cancelled, or does not end, fails the attempt.
+func (d *Dispatcher) unstick(ctx context.Context, c *sluice.Chunk, b sluice.Batch) (bool, error) {
+	log := d.chunkLog(c)
+	age := d.age(c)
+	phase := b.ProviderStatus
+	if phase == "" {
+		phase = string(b.Status)
+	}
+	reason := fmt.Sprintf("stuck in %s for %s", phase, roughDuration(age))
+	if prev, ok := strings.CutPrefix(c.LastError, stuckCode+": "); ok {
+		reason, _, _ = strings.Cut(prev, ";") // keep the phase it was stuck in
+	}
+	if b.Status != sluice.BatchCancelling {
+		nb, err := d.prov.Cancel(ctx, c.BatchID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			log.Error().Err(err).Str("reason", reason).Msg("stuck batch could not be cancelled; its requests go to a new batch")
+			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, stuckCode,
+				fmt.Sprintf("%s; cancel at the provider failed (%v); its requests go to a new batch", reason, err))
+		}
+		log.Warn().Str("reason", reason).Str("status", nb.ProviderStatus).Msg("stuck batch; cancel requested")
+		if nb.ID == "" {
+			nb.ID = c.BatchID
+		}
+		b = nb
+		if b.ProviderStatus != "" {
+			c.BatchStatus = b.ProviderStatus
+		}
+		if b.Status.Ended() {
+			c.LastError = stuckCode + ": " + reason + "; cancelled at the provider"
+			return d.ended(ctx, c, b)
+		}
+	}
+	if age > d.opts.StuckAfter+d.opts.StuckCancelWait {
+		log.Error().Str("reason", reason).Msg("stuck batch did not end after the cancel request; its requests go to a new batch")
+		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, stuckCode,
+			fmt.Sprintf("%s; cancel requested, still %s %s later; its requests go to a new batch", reason, c.BatchStatus, roughDuration(age-d.opts.StuckAfter)))
+	}
+	c.LastError = stuckCode + ": " + reason + "; cancel requested"
+	c.NextPollAt = d.nextPoll(c.Polls)
+	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
+		return false, fatal(err)
+	}
+	return false, nil
+}
+
+// ended reads the results of an ended batch and concludes its chunk.
+func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch) (bool, error) {
+	log := d.chunkLog(c)
+	ref := c.Ref(d.job.Dir)
 	if b.Status == sluice.BatchFailed {
 		if b.QueueFull() {
 			// The provider's enqueued-token queue is full: wait for our own
@@ -79,22 +180,66 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		c.LastError = fmt.Sprintf("download results: %v", err)
-		c.NextPollAt = d.nextPoll(c.Polls)
-		log.Warn().Err(err).Msg("download failed; will retry")
-		if uerr := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); uerr != nil {
-			return false, fatal(uerr)
+		return d.fetchFailed(ctx, c, "results_unavailable", fmt.Sprintf("download results: %v", err))
+	}
+	stuck, wasStuck := strings.CutPrefix(c.LastError, stuckCode+": ")
+	stuck, _, _ = strings.Cut(stuck, ";")
+	var bad *sluice.MalformedLines
+	err = d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
+		if wasStuck {
+			// Cancelled by us: what it finished is kept, the rest retried.
+			e.notes = append(e.notes, fmt.Sprintf("%s: %s; cancelled at the provider (ended %s), its finished lines kept",
+				stuckCode, stuck, b.Status))
+			e.missingCode, e.missingMsg = stuckCode, "the batch was "+stuck+" and cancelled; this request got no result"
 		}
-		return false, nil
+		err := d.prov.Decode(ctx, ref, files, e.lookup, e.add)
+		if errors.As(err, &bad) {
+			// Lines that do not parse were skipped; every other line was
+			// read. Their requests count as missing.
+			e.malformed = bad
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if errors.Is(err, ErrFatal) {
+			return false, err
+		}
+		return d.fetchFailed(ctx, c, "results_unreadable", err.Error())
 	}
-	if err := d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
-		return d.prov.Decode(ctx, ref, files, e.lookup, e.add)
-	}); err != nil {
-		return false, err
+	if bad != nil {
+		// Keep what the provider sent, for whoever looks into it.
+		log.Warn().Int("malformed_lines", bad.Count).Str("first", bad.Summary(3)).Str("raw_dir", dir).
+			Msg("provider output had malformed lines; their requests are retried; the raw files are kept")
+	} else {
+		os.RemoveAll(dir)
 	}
-	os.RemoveAll(dir)
 	log.Info().Str("status", string(b.Status)).Msg("batch finished")
 	return true, nil
+}
+
+// fetchFailed records a poll whose results could not be had (or a poll the
+// provider refused for good). It is tried again on the poll schedule until
+// MaxFetchFailures such polls in a row; then the attempt fails and the
+// batch's requests go to the next attempt, never stuck and never lost.
+func (d *Dispatcher) fetchFailed(ctx context.Context, c *sluice.Chunk, code, msg string) (bool, error) {
+	log := d.chunkLog(c)
+	c.FetchFailures++
+	if c.FetchFailures >= d.opts.MaxFetchFailures {
+		log.Error().Str("reason", msg).Int("tries", c.FetchFailures).Msg("giving up on the batch's results; its requests go to the next attempt")
+		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, code,
+			fmt.Sprintf("%s (failed on %d polls in a row)", msg, c.FetchFailures))
+	}
+	c.LastError = fmt.Sprintf("%s: %s (try %d of %d)", code, msg, c.FetchFailures, d.opts.MaxFetchFailures)
+	c.NextPollAt = d.nextPoll(c.Polls)
+	log.Warn().Str("reason", msg).Int("try", c.FetchFailures).Time("retry_at", c.NextPollAt).Msg("batch results unavailable; will try again")
+	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
+		return false, fatal(err)
+	}
+	return false, nil
 }
 
 // failAttempt ends a chunk whose batch produced no results: every request
@@ -103,9 +248,21 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 func (d *Dispatcher) failAttempt(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, code, msg string) error {
 	c.LastError = code + ": " + msg
 	return d.conclude(ctx, c, from, func(e *ending) error {
-		e.missingCode, e.missingMsg = code, msg
+		e.missingCode, e.missingMsg, e.failed = code, msg, true
 		return nil
 	})
+}
+
+// roughDuration shows a duration the way a person reads it: whole hours
+// from an hour on ("27h"), else to the millisecond.
+func roughDuration(d time.Duration) string {
+	if d >= time.Hour {
+		return fmt.Sprintf("%dh", int(d.Round(time.Hour)/time.Hour))
+	}
+	if d >= time.Minute {
+		return d.Round(time.Minute).String()
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 // abandon ends a chunk of a cancelled job that was never submitted: its
@@ -113,7 +270,7 @@ func (d *Dispatcher) failAttempt(ctx context.Context, c *sluice.Chunk, from slui
 func (d *Dispatcher) abandon(ctx context.Context, c *sluice.Chunk) error {
 	return d.conclude(ctx, c, c.State, func(e *ending) error {
 		e.missingCode, e.missingMsg = "cancelled", "the job was cancelled before this request was submitted"
-		e.noRetry = true
+		e.noRetry, e.failed = true, true
 		return nil
 	})
 }

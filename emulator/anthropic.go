@@ -93,6 +93,7 @@ func (s *Server) antCreate(w http.ResponseWriter, r *http.Request) {
 	b := &batchRec{ID: id, Family: famAnthropic, Seq: seq, Created: now, Model: model, N: n, Tokens: tokens,
 		ExpireFate: unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
 		Status:     stInProgress, InProgressAt: &now}
+	s.drawBatchFates(b)
 	s.batches[id], s.active[id] = b, b
 	s.saveBatch(b)
 	s.bump(func(st *Stats) {
@@ -103,7 +104,11 @@ func (s *Server) antCreate(w http.ResponseWriter, r *http.Request) {
 	})
 	s.saveState()
 	s.logf("emulator: anthropic batch %s created: %d requests", id, n)
-	writeJSON(w, http.StatusOK, s.antBatchJSON(b, r))
+	answer := s.antBatchJSON(b, r)
+	if s.forgets(b) {
+		s.forget(b)
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 // antDecode streams the create body into spool as JSONL
@@ -361,6 +366,12 @@ func (s *Server) antResults(w http.ResponseWriter, r *http.Request) {
 			"Message batch "+b.ID+" has not ended yet; results are not available.")
 		return
 	}
+	if b.OutputLost {
+		s.mu.Unlock()
+		antError(w, http.StatusNotFound, "not_found_error", "Results of message batch "+b.ID+" not found.")
+		return
+	}
+	cut := s.truncates(b.ID)
 	f, err := os.Open(s.batchResults(b.ID))
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/x-jsonl")
@@ -370,6 +381,9 @@ func (s *Server) antResults(w http.ResponseWriter, r *http.Request) {
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil {
+		if cut && st.Size() > 0 {
+			s.serveCut(w, st.Size(), f)
+		}
 		w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
 	}
 	w.WriteHeader(http.StatusOK)

@@ -114,6 +114,7 @@ func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []
 	}
 	b := &batchRec{ID: id, Family: famCloudflare, Seq: seq, Created: now, Model: model, Account: account,
 		N: len(items), Tokens: tokens, Status: stValidating}
+	s.drawBatchFates(b)
 	s.batches[id], s.active[id] = b, b
 	s.saveBatch(b)
 	s.bump(func(st *Stats) {
@@ -124,6 +125,9 @@ func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []
 	})
 	s.saveState()
 	s.logf("emulator: cloudflare batch %s created: %d requests for %s", id, b.N, model)
+	if s.forgets(b) {
+		s.forget(b)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"result":  map[string]any{"status": "queued", "request_id": id, "model": model},
 		"success": true, "errors": []any{}, "messages": []any{}})
@@ -153,6 +157,7 @@ func (s *Server) cfPoll(w http.ResponseWriter, account, id string) {
 		return
 	}
 	in, out := b.InputTokens, b.OutputTokens
+	cut := s.truncates(id)
 	f, err := os.Open(s.batchResults(id))
 	s.mu.Unlock()
 	if err != nil {
@@ -160,18 +165,29 @@ func (s *Server) cfPoll(w http.ResponseWriter, account, id string) {
 		return
 	}
 	defer f.Close()
-	// Stream {"result":{"responses":[…],"usage":{…}},…} from the JSONL results.
 	w.Header().Set("Content-Type", "application/json")
+	if cut {
+		var buf bytes.Buffer
+		writeCFAnswer(&buf, f, in, out)
+		s.serveCut(w, int64(buf.Len()), &buf)
+	}
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 64<<10)
-	bw.WriteString(`{"result":{"responses":[`)
+	writeCFAnswer(bw, f, in, out)
+	bw.Flush()
+}
+
+// writeCFAnswer streams {"result":{"responses":[…],"usage":{…}},…} from the
+// JSONL results in f.
+func writeCFAnswer(bw io.Writer, f io.Reader, in, out int64) {
+	io.WriteString(bw, `{"result":{"responses":[`)
 	br := bufio.NewReaderSize(f, 64<<10)
 	first := true
 	for {
 		line, err := br.ReadBytes('\n')
 		if l := bytes.TrimSpace(line); len(l) > 0 {
 			if !first {
-				bw.WriteByte(',')
+				bw.Write([]byte{','})
 			}
 			first = false
 			bw.Write(l)
@@ -182,6 +198,5 @@ func (s *Server) cfPoll(w http.ResponseWriter, account, id string) {
 	}
 	fmt.Fprintf(bw, `],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}},"success":true,"errors":[],"messages":[]}`,
 		in, out, in+out)
-	bw.WriteByte('\n')
-	bw.Flush()
+	io.WriteString(bw, "\n")
 }

@@ -74,6 +74,44 @@
 //   - OmitRate: share of lines executed (billed, counted) but missing from
 //     every result file. They count as completed (OpenAI) / succeeded
 //     (Anthropic) in request_counts.
+//   - Hostile output, for clients that must not trust what they download
+//     (rates are shares, 0..1; fates are pure functions of the seed and the
+//     batch id, and line index, except truncation, drawn per download):
+//   - MalformedLineRate: share of result lines replaced by a line that is
+//     no result: half cut in the middle (not JSON), half JSON without the
+//     custom_id. Cloudflare, whose answer is one JSON document, gets a bare
+//     JSON string or an item without id and external_reference instead.
+//     The request ran (and counts as processed); its result is lost.
+//   - UnknownCustomIDRate: share of result lines followed by a copy for a
+//     custom_id never sent ("ghost-<hex>"; Cloudflare: that
+//     external_reference and an id past the batch's last index).
+//   - DuplicateLineRate: share of result lines written twice. The copy of a
+//     succeeded line is a retryable error for the same custom_id written
+//     before it (OpenAI: an error-file line with status_code 500; Anthropic:
+//     errored api_error; Cloudflare: success:false, code 3043), so a client
+//     that keeps the first result it reads buys the request again; the copy
+//     of any other line is identical.
+//   - TruncateDownloadRate: share of result downloads (OpenAI
+//     GET /files/{id}/content of batch output and error files, Anthropic
+//     results, Cloudflare's final poll answer) answered 200 with the whole
+//     body's Content-Length but only its first half, then the connection
+//     is dropped: the client sees an unexpected EOF. Each download of the
+//     same result draws again.
+//   - OutputFile404Rate: share of batches whose results answer 404 although
+//     the batch completed: OpenAI GET /files/{output_file_id}/content (the
+//     file object and the error file stay), Anthropic results
+//     (not_found_error). Not applied to Cloudflare (results come in the
+//     poll answer). Their lines ran.
+//   - StuckRate, StuckPhase: share of batches that never leave StuckPhase,
+//     not even by the 24h expiry, until cancelled. "finalizing" (default):
+//     every line ran; OpenAI shows finalizing, Anthropic in_progress,
+//     Cloudflare running; a cancel ends it cancelled with every line's
+//     result. "validating": nothing ran; OpenAI validating, Anthropic
+//     in_progress, Cloudflare queued; a cancel ends it with nothing run
+//     (Anthropic: every result canceled). Cloudflare cannot cancel.
+//   - ForgetBatchRate: share of batches forgotten right after create
+//     answered 200: polls and cancels get 404 (Cloudflare: 400 code 5004,
+//     unknown request_id), listings omit them, none of their lines run.
 //   - EnqueuedTokenLimit: per model, estimated input tokens (ceil(body
 //     bytes/4)) of running batches (in_progress, finalizing, cancelling).
 //     OpenAI: checked when validation ends; beyond it the batch ends failed
@@ -122,7 +160,12 @@
 // # Stats and duplicate execution
 //
 // RequestsProcessed counts executed lines (succeeded, per-line error,
-// omitted; not lines left expired or cancelled). RequestsProcessedMoreThanOnce
+// omitted, malformed, in a lost file; not lines left expired or cancelled).
+// LinesSucceeded counts the successes delivered intact in a result file
+// that can be downloaded, so a client that keeps every success exactly once
+// reports as many; LinesMalformed, LinesLost, LinesDuplicated and
+// LinesUnknown count what the hostile knobs did, DownloadsTruncated,
+// BatchesStuck and BatchesForgotten likewise. RequestsProcessedMoreThanOnce
 // counts each execution of a (family, job, custom_id) after the first. The
 // job is the OpenAI batch metadata "sluice_job", else the input filename up
 // to its last "-c<digits>" (sluice-<job>-c<chunk>-a<attempt>.jsonl), else "";

@@ -53,6 +53,9 @@ func (s *Server) fracAt(b *batchRec, t time.Time) float64 {
 // nextEvent is the next lifecycle event of b and its time; ok is false for
 // terminal batches.
 func (s *Server) nextEvent(b *batchRec) (t time.Time, ev string, ok bool) {
+	if s.stuckHere(b) {
+		return time.Time{}, "", false
+	}
 	switch b.Status {
 	case stValidating:
 		return s.at(b, 0.1), evValidated, true
@@ -213,6 +216,9 @@ func (s *Server) cancel(b *batchRec, now time.Time) (ok bool) {
 		b.DoneFraction = 1
 	default:
 		return false
+	}
+	if b.Stuck == stValidating {
+		b.DoneFraction = 0 // stuck before anything ran
 	}
 	b.Status, b.CancellingAt = stCancelling, &now
 	s.saveBatch(b)

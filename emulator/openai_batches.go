@@ -110,6 +110,7 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.drawBatchFates(b)
 	s.batches[id], s.active[id] = b, b
 	s.saveBatch(b)
 	s.bump(func(st *Stats) {
@@ -120,7 +121,11 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
 	})
 	s.saveState()
 	s.logf("emulator: openai batch %s created: %d requests, model %q, %d scan errors", id, b.N, b.Model, len(b.ScanErrors))
-	writeJSON(w, http.StatusOK, s.oaiBatchJSON(b, now))
+	answer := s.oaiBatchJSON(b, now)
+	if s.forgets(b) {
+		s.forget(b)
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 type scanResult struct {

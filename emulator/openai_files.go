@@ -189,8 +189,15 @@ func (s *Server) oaiFileContent(w http.ResponseWriter, r *http.Request) {
 	f := s.lookupFile(w, r)
 	var in *os.File
 	var err error
-	if f != nil {
+	var cut bool
+	switch {
+	case f != nil && f.Lost:
+		s.mu.Unlock()
+		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+f.ID, "id", "")
+		return
+	case f != nil:
 		in, err = os.Open(s.filePath(f.ID))
+		cut = f.Purpose == "batch_output" && s.truncates(f.ID)
 	}
 	s.mu.Unlock()
 	if f == nil {
@@ -202,6 +209,9 @@ func (s *Server) oaiFileContent(w http.ResponseWriter, r *http.Request) {
 	}
 	defer in.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
+	if cut && f.Bytes > 0 {
+		s.serveCut(w, f.Bytes, in)
+	}
 	w.Header().Set("Content-Length", strconv.FormatInt(f.Bytes, 10))
 	w.WriteHeader(http.StatusOK)
 	io.Copy(w, in)

@@ -49,6 +49,47 @@ type Options struct {
 	// OmitRate is the share of lines missing from every result file (they are
 	// still executed and counted).
 	OmitRate float64
+	// Hostile output: result files and batch lifecycles a client must not
+	// trust. Each rate is a share (0..1); fates are pure functions of the
+	// seed and the batch id (and line), except TruncateDownloadRate, drawn
+	// per download of each result. See the package documentation.
+
+	// MalformedLineRate is the share of result lines replaced by a line
+	// that does not parse as a result: half cut in the middle (not JSON;
+	// Cloudflare: a bare JSON string, as its answer is one document), half
+	// JSON without the custom_id (Cloudflare: without id and
+	// external_reference). The request was executed; its result is lost.
+	MalformedLineRate float64
+	// UnknownCustomIDRate is the share of result lines followed by an
+	// extra line for a custom_id that was never sent ("ghost-…").
+	UnknownCustomIDRate float64
+	// DuplicateLineRate is the share of result lines written twice. The
+	// copy of a succeeded line is a retryable 500 error for the same
+	// custom_id, written before it (OpenAI: in the error file); the copy of
+	// any other line is identical.
+	DuplicateLineRate float64
+	// TruncateDownloadRate is the share of result downloads (OpenAI file
+	// content, Anthropic results, Cloudflare final poll answers) that
+	// promise the full Content-Length but send half the body and drop the
+	// connection.
+	TruncateDownloadRate float64
+	// OutputFile404Rate is the share of batches whose output (OpenAI:
+	// output file content; Anthropic: results) answers 404 although the
+	// batch says it completed. Not applied to Cloudflare.
+	OutputFile404Rate float64
+	// StuckRate is the share of batches that get stuck in StuckPhase and
+	// never leave it, far past the 24h window, until cancelled.
+	StuckRate float64
+	// StuckPhase is "finalizing" (default: every line ran; OpenAI
+	// finalizing, Anthropic in_progress, Cloudflare running) or
+	// "validating" (nothing ran; OpenAI validating, Anthropic in_progress,
+	// Cloudflare queued).
+	StuckPhase string
+	// ForgetBatchRate is the share of batches the emulator forgets right
+	// after create answered 200: polls get 404 (Cloudflare: 400, unknown
+	// request_id), listings omit them, and none of their lines run.
+	ForgetBatchRate float64
+
 	// EnqueuedTokenLimit is, per model, the maximum sum of estimated input
 	// tokens of running batches. An OpenAI batch beyond it ends failed with
 	// token_limit_exceeded after create returned 200; an Anthropic create
@@ -143,6 +184,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.StuckPhase == "" {
+		o.StuckPhase = stFinalizing
 	}
 	if len(o.FaultKinds) == 0 {
 		o.FaultKinds = []string{"429", "500", "502", "503", "reset"}

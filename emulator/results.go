@@ -40,6 +40,12 @@ type lineResult struct {
 
 func (r lineResult) executed() bool { return r.kind != outExpired && r.kind != outCancelled }
 
+// hostileCounts are what the hostile knobs did to one batch's results.
+type hostileCounts struct {
+	succeeded                            int64 // successes delivered intact
+	malformed, duplicated, unknown, lost int64
+}
+
 type span struct {
 	off  int64
 	n    int32
@@ -72,20 +78,54 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 		created = b.InProgressAt.Unix()
 	}
 	spans := make([]span, n)
+	extras := map[int][]span{} // hostile extra lines, written before line i
 	tw := bufio.NewWriterSize(tmp, 1<<20)
 	br := bufio.NewReaderSize(in, 1<<20)
 	var off int64
 	var c lineCounts
 	var processed, dups int64
+	var h hostileCounts
+	put := func(data []byte, dest int) span {
+		tw.Write(data)
+		tw.WriteByte('\n')
+		sp := span{off: off, n: int32(len(data) + 1), dest: uint8(dest)}
+		off += int64(len(data) + 1)
+		return sp
+	}
 	for i := 0; i < n; {
 		line, rerr := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
 			r := s.runLine(b, i, bytes.TrimSpace(line), isDone[i], undone, created)
 			if r.dest != destNone {
-				tw.Write(r.data)
-				tw.WriteByte('\n')
-				spans[i] = span{off: off, n: int32(len(r.data) + 1), dest: uint8(r.dest)}
-				off += int64(len(r.data) + 1)
+				data := r.data
+				lf := s.lineFaultsOf(b, i)
+				switch {
+				case lf.malformed:
+					data = s.malform(b, i, data)
+					h.malformed++
+				case lf.dup && r.kind == outSucceeded:
+					dest := r.dest
+					if b.Family == famOpenAI {
+						dest = destErr
+					}
+					extras[i] = append(extras[i], put(s.conflicting(b, i, data), dest))
+					h.duplicated++
+				case lf.dup:
+					extras[i] = append(extras[i], put(data, r.dest))
+					h.duplicated++
+				}
+				if lf.ghost {
+					extras[i] = append(extras[i], put(s.ghost(b, i, r.data), r.dest))
+					h.unknown++
+				}
+				spans[i] = put(data, r.dest)
+				switch {
+				case lf.malformed:
+				case b.OutputLost && r.dest == destOut:
+					h.lost++
+				case r.kind == outSucceeded:
+					h.succeeded++
+				}
 			}
 			switch r.kind {
 			case outSucceeded:
@@ -130,23 +170,24 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 	}
 	buf := make([]byte, 0, 4096)
 	for _, i := range order {
-		sp := spans[i]
-		if sp.dest == destNone {
+		if spans[i].dest == destNone {
 			continue
 		}
-		if cap(buf) < int(sp.n) {
-			buf = make([]byte, sp.n)
-		}
-		buf = buf[:sp.n]
-		if _, err := tmp.ReadAt(buf, sp.off); err != nil {
-			return err
-		}
-		w := outW
-		if sp.dest == destErr {
-			w = errW
-		}
-		if err := w.write(buf); err != nil {
-			return err
+		for _, sp := range append(extras[int(i)], spans[i]) {
+			if cap(buf) < int(sp.n) {
+				buf = make([]byte, sp.n)
+			}
+			buf = buf[:sp.n]
+			if _, err := tmp.ReadAt(buf, sp.off); err != nil {
+				return err
+			}
+			w := outW
+			if sp.dest == destErr {
+				w = errW
+			}
+			if err := w.write(buf); err != nil {
+				return err
+			}
 		}
 	}
 	if b.Family == famOpenAI {
@@ -156,6 +197,10 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 		}
 		if b.OutputFileID, err = s.commitOutputFile(outW, b.ID+"_output.jsonl", t, exp); err != nil {
 			return err
+		}
+		if f := s.files[b.OutputFileID]; f != nil && b.OutputLost {
+			f.Lost = true
+			s.saveFile(f)
 		}
 		if b.ErrorFileID, err = s.commitOutputFile(errW, b.ID+"_error.jsonl", t, exp); err != nil {
 			return err
@@ -171,7 +216,11 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 		fs.RequestsProcessed += processed
 		fs.RequestsProcessedMoreThanOnce += dups
 		st.ByFamily[b.Family] = fs
-		st.LinesSucceeded += int64(c.Succeeded - c.Omitted)
+		st.LinesSucceeded += h.succeeded
+		st.LinesMalformed += h.malformed
+		st.LinesDuplicated += h.duplicated
+		st.LinesUnknown += h.unknown
+		st.LinesLost += h.lost
 		st.LinesOmitted += int64(c.Omitted)
 		st.LinesErrored += int64(c.Errored)
 		st.LinesExpired += int64(c.Expired)

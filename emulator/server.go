@@ -27,6 +27,7 @@ type Server struct {
 	batches   map[string]*batchRec
 	active    map[string]*batchRec // non-terminal batches
 	permCache map[string][]int32   // processing order of active batches
+	downloads map[string]int       // result downloads served, by file or batch id
 	processed *processedSet
 	closed    bool
 
@@ -47,12 +48,16 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("emulator: unknown fault kind %q (want 429, 500, 502, 503 or reset)", k)
 		}
 	}
+	if opts.StuckPhase != stFinalizing && opts.StuckPhase != stValidating {
+		return nil, fmt.Errorf("emulator: unknown stuck phase %q (want finalizing or validating)", opts.StuckPhase)
+	}
 	s := &Server{
 		opts:      opts,
 		files:     map[string]*fileRec{},
 		batches:   map[string]*batchRec{},
 		active:    map[string]*batchRec{},
 		permCache: map[string][]int32{},
+		downloads: map[string]int{},
 		faultRNG:  rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed_fa17)),
 	}
 	var err error

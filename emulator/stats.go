@@ -40,6 +40,19 @@ type Stats struct {
 	LinesExpired   int64 `json:"lines_expired"`
 	LinesCancelled int64 `json:"lines_cancelled"`
 
+	// Hostile output (see Options). LinesSucceeded above counts only the
+	// successes delivered intact in a result file that can be downloaded:
+	// a success replaced by a malformed line or in a file answered 404 is
+	// counted in LinesMalformed or LinesLost instead. Extra lines
+	// (duplicates, unknown custom_ids) are counted only here.
+	LinesMalformed     int64 `json:"lines_malformed"`
+	LinesUnknown       int64 `json:"lines_unknown_custom_id"`
+	LinesDuplicated    int64 `json:"lines_duplicated"`
+	LinesLost          int64 `json:"lines_lost"`
+	DownloadsTruncated int64 `json:"downloads_truncated"`
+	BatchesStuck       int64 `json:"batches_stuck"`
+	BatchesForgotten   int64 `json:"batches_forgotten"`
+
 	// ByFamily holds per API family ("openai", "anthropic", "cloudflare")
 	// counters.
 	ByFamily map[string]FamilyStats `json:"by_family"`

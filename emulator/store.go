@@ -20,6 +20,8 @@ type fileRec struct {
 	ExpiresAt *int64 `json:"expires_at"`
 	Filename  string `json:"filename"`
 	Purpose   string `json:"purpose"`
+	// Lost: the content answers 404 (OutputFile404Rate).
+	Lost bool `json:"lost,omitempty"`
 }
 
 // batchError is one entry of an OpenAI batch's errors.data.
@@ -79,6 +81,10 @@ type batchRec struct {
 	ScanErrors       []batchError      `json:"scan_errors,omitempty"`
 	FailInjected     bool              `json:"fail_injected,omitempty"`
 	ExpireFate       bool              `json:"expire_fate,omitempty"`
+	// Stuck is the phase the batch never leaves (StuckRate), or "".
+	Stuck string `json:"stuck,omitempty"`
+	// OutputLost: its output answers 404 (OutputFile404Rate).
+	OutputLost bool `json:"output_lost,omitempty"`
 
 	Status       string       `json:"status"`
 	InProgressAt *time.Time   `json:"in_progress_at,omitempty"`

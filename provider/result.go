@@ -101,22 +101,13 @@ func CodeKind(code string) sluice.ResultKind {
 }
 
 // ErrMalformed is matched (errors.Is) by every MalformedError.
-var ErrMalformed = errors.New("malformed result")
+var ErrMalformed = sluice.ErrMalformed
 
-// MalformedError is a result line that does not parse. The dispatcher
-// decides what to do with the chunk (its requests are not lost: a request
-// without a result is retried).
-type MalformedError struct {
-	File string
-	Line int // 1-based line (or item, for JSON array results)
-	Err  error
-}
-
-func (e *MalformedError) Error() string {
-	return fmt.Sprintf("%s:%d: malformed result: %v", e.File, e.Line, e.Err)
-}
-
-func (e *MalformedError) Unwrap() []error { return []error{ErrMalformed, e.Err} }
+// MalformedError is a result line that does not parse (see
+// sluice.MalformedError). Decoders skip such lines and return a
+// *sluice.MalformedLines naming them; the dispatcher treats their requests
+// as missing, so they are retried.
+type MalformedError = sluice.MalformedError
 
 // DefaultMaxLine bounds one result line (responses carrying images or long
 // embeddings reach tens of MB).
@@ -143,7 +134,7 @@ func NewLineReader(r io.Reader, name string, max int) *LineReader {
 
 // Next returns the next non-blank line without its line ending, valid until
 // the next call, or io.EOF. A line longer than the maximum is a
-// *MalformedError.
+// *MalformedError, after which Next goes on with the following line.
 func (l *LineReader) Next() ([]byte, error) {
 	for {
 		line, err := l.readLine()
@@ -163,6 +154,14 @@ func (l *LineReader) readLine() ([]byte, error) {
 		frag, err := l.r.ReadSlice('\n')
 		if len(l.buf)+len(frag) > l.max+2 { // +2 for \r\n
 			l.n++
+			// Skip the rest of the line, so the next call starts at the
+			// next line.
+			for err == bufio.ErrBufferFull {
+				_, err = l.r.ReadSlice('\n')
+			}
+			if err != nil && err != io.EOF {
+				return nil, fmt.Errorf("read %s: %w", l.name, err)
+			}
 			return nil, &MalformedError{File: l.name, Line: l.n, Err: fmt.Errorf("line longer than %d bytes", l.max)}
 		}
 		switch {

@@ -50,17 +50,20 @@ type resultLine struct {
 //   - canceled: error {code "batch_cancelled"}; expired: error {code
 //     "batch_expired"}; both retryable.
 //
-// A line that does not parse ends Decode with a *provider.MalformedError.
+// A line that does not parse is skipped and Decode goes on; it then
+// returns a *sluice.MalformedLines naming each skipped file:line. Any other
+// error (a file that cannot be read) ends Decode.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	var bad sluice.MalformedLines
 	for _, path := range files {
-		if err := c.decodeFile(ctx, path, fn); err != nil {
+		if err := c.decodeFile(ctx, path, &bad, fn); err != nil {
 			return err
 		}
 	}
-	return nil
+	return bad.Err()
 }
 
-func (c *Client) decodeFile(ctx context.Context, path string, fn func(sluice.Result) error) error {
+func (c *Client) decodeFile(ctx context.Context, path string, bad *sluice.MalformedLines, fn func(sluice.Result) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -73,6 +76,9 @@ func (c *Client) decodeFile(ctx context.Context, path string, fn func(sluice.Res
 			return nil
 		}
 		if err != nil {
+			if bad.AddErr(err) {
+				continue // a line over the bound: skipped
+			}
 			return err
 		}
 		if lr.Line()%1024 == 0 {
@@ -82,7 +88,8 @@ func (c *Client) decodeFile(ctx context.Context, path string, fn func(sluice.Res
 		}
 		res, err := DecodeLine(line)
 		if err != nil {
-			return lr.Malformed(err)
+			bad.AddErr(lr.Malformed(err))
+			continue
 		}
 		if err := fn(res); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 
@@ -51,18 +52,24 @@ type item struct {
 //     as received.
 //
 // Items of the chunk missing from the responses are not emitted (the
-// dispatcher retries them). Cloudflare reports usage for the whole batch
-// only: it is put on one result (the first item), the others carry none.
+// dispatcher retries them). An item that is valid JSON but not a result
+// (no external_reference and no known id, not an object) is skipped and
+// Decode goes on; an answer that stops parsing (cut short, not JSON) keeps
+// the items read before the break. Either way Decode then returns a
+// *sluice.MalformedLines naming file and item. Cloudflare reports usage for
+// the whole batch only: it is put on one result (the first item), the
+// others carry none.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	var bad sluice.MalformedLines
 	for _, path := range files {
-		if err := decodeFile(ctx, path, lookup, fn); err != nil {
+		if err := decodeFile(ctx, path, lookup, &bad, fn); err != nil {
 			return err
 		}
 	}
-	return nil
+	return bad.Err()
 }
 
-func decodeFile(ctx context.Context, path string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+func decodeFile(ctx context.Context, path string, lookup func(int) (string, bool), bad *sluice.MalformedLines, fn func(sluice.Result) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -75,36 +82,81 @@ func decodeFile(ctx context.Context, path string, lookup func(int) (string, bool
 				return err
 			}
 		}
-		var it item
-		if err := dec.Decode(&it); err != nil {
+		// Read the item whole first: a syntax error ends the answer, but an
+		// item of the wrong shape is skipped and the stream goes on.
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
 			return &provider.MalformedError{File: path, Line: i + 1, Err: err}
+		}
+		var it item
+		if err := json.Unmarshal(raw, &it); err != nil {
+			bad.Add(&provider.MalformedError{File: path, Line: i + 1, Err: err})
+			return nil
 		}
 		res, err := decodeItem(&it, i, lookup)
 		if err != nil {
-			return &provider.MalformedError{File: path, Line: i + 1, Err: err}
+			bad.Add(&provider.MalformedError{File: path, Line: i + 1, Err: err})
+			return nil
 		}
 		if held == nil {
 			held = &res
 			return nil
 		}
-		return fn(res)
-	}
-	env, err := scanEnvelope(f, visit)
-	if err != nil {
-		var me *provider.MalformedError
-		if errors.As(err, &me) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
+		if err := fn(res); err != nil {
+			return &fnError{err}
 		}
-		return &provider.MalformedError{File: path, Err: err}
+		return nil
 	}
-	if !env.Final {
-		return &provider.MalformedError{File: path, Err: errors.New("no result.responses")}
+	fr := &fileReader{r: f}
+	env, err := scanEnvelope(fr, visit)
+	var fe *fnError
+	switch {
+	case errors.As(err, &fe):
+		return fe.err // the caller's own error
+	case fr.err != nil:
+		return fmt.Errorf("read %s: %w", path, fr.err)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err
+	case err != nil:
+		// The answer stops parsing here: the items before the break stand,
+		// the rest are missing.
+		var me *provider.MalformedError
+		if !errors.As(err, &me) {
+			me = &provider.MalformedError{File: path, Err: err}
+		}
+		me.Err = fmt.Errorf("answer unreadable from here on: %w", me.Err)
+		bad.Add(me)
+	case !env.Final:
+		bad.Add(&provider.MalformedError{File: path, Err: errors.New("no result.responses")})
 	}
 	if held == nil {
 		return nil
 	}
 	held.Usage = usage(env.Usage)
-	return fn(*held)
+	if err := fn(*held); err != nil {
+		return err
+	}
+	return nil
+}
+
+// fnError carries the caller's callback error through scanEnvelope.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return e.err.Error() }
+
+// fileReader remembers a read error of the file itself, so it is not taken
+// for a malformed answer.
+type fileReader struct {
+	r   io.Reader
+	err error
+}
+
+func (f *fileReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && err != io.EOF {
+		f.err = err
+	}
+	return n, err
 }
 
 func usage(raw json.RawMessage) sluice.Usage {

@@ -40,18 +40,22 @@ type outputLine struct {
 //
 // Usage comes from response.body.usage (prompt_tokens/completion_tokens,
 // or input_tokens/output_tokens for /v1/responses). A line that does not
-// parse ends Decode with a *provider.MalformedError naming file and line.
+// parse (not JSON, no custom_id, neither a response nor an error, cut
+// short, over the line bound) is skipped and Decode goes on; it then
+// returns a *sluice.MalformedLines naming each skipped file:line. Any
+// other error (a file that cannot be read) ends Decode.
 // lookup is not needed: every line carries its custom_id.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	var bad sluice.MalformedLines
 	for _, path := range files {
-		if err := c.decodeFile(ctx, path, fn); err != nil {
+		if err := c.decodeFile(ctx, path, &bad, fn); err != nil {
 			return err
 		}
 	}
-	return nil
+	return bad.Err()
 }
 
-func (c *Client) decodeFile(ctx context.Context, path string, fn func(sluice.Result) error) error {
+func (c *Client) decodeFile(ctx context.Context, path string, bad *sluice.MalformedLines, fn func(sluice.Result) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -64,6 +68,9 @@ func (c *Client) decodeFile(ctx context.Context, path string, fn func(sluice.Res
 			return nil
 		}
 		if err != nil {
+			if bad.AddErr(err) {
+				continue // a line over the bound: skipped
+			}
 			return err
 		}
 		if lr.Line()%1024 == 0 {
@@ -73,7 +80,8 @@ func (c *Client) decodeFile(ctx context.Context, path string, fn func(sluice.Res
 		}
 		res, err := DecodeLine(line)
 		if err != nil {
-			return lr.Malformed(err)
+			bad.AddErr(lr.Malformed(err))
+			continue
 		}
 		if err := fn(res); err != nil {
 			return err

@@ -1,0 +1,293 @@
+package dispatcher_test
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/emulator"
+)
+
+// Hostile provider output: every wrong thing the emulator can send is
+// detected, recorded with a reason, and its requests retried or reported;
+// nothing is silently accepted or dropped, and no success is bought twice.
+
+// hostileOptions are the rig's options with the bounds of hostile handling
+// made small enough for a test.
+func hostileOptions(r *rig) dispatcher.Options {
+	o := r.options()
+	o.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
+	o.MaxFetchFailures = 2
+	o.StuckAfter = 30 * time.Millisecond
+	o.StuckCancelWait = time.Second
+	return o
+}
+
+// lastErrors returns every chunk's LastError.
+func lastErrors(t *testing.T, r *rig) []string {
+	t.Helper()
+	chunks, err := r.db.Chunks(context.Background(), r.job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range chunks {
+		if c.LastError != "" {
+			out = append(out, c.LastError)
+		}
+	}
+	return out
+}
+
+// wantRecorded fails unless some chunk's LastError matches re.
+func wantRecorded(t *testing.T, r *rig, re string) {
+	t.Helper()
+	errs := lastErrors(t, r)
+	for _, e := range errs {
+		if regexp.MustCompile(re).MatchString(e) {
+			t.Logf("recorded: %s", e)
+			return
+		}
+	}
+	t.Errorf("no chunk records %q; last errors: %q", re, errs)
+}
+
+// checkHostile asserts the job ended with every request final (merged
+// checks each custom_id once, in order), all succeeded, no success bought
+// twice, and at most allowedTwice re-executions (lines the provider ran but
+// whose results it lost must be bought again).
+func checkHostile(t *testing.T, r *rig, allowedTwice int64) {
+	t.Helper()
+	got, sum := r.merged()
+	st := r.emu.Stats()
+	if sum.Succeeded != int64(len(r.ids)) || sum.Failed != 0 {
+		for id, o := range got {
+			if o.Error != nil {
+				t.Logf("%s: %+v", id, o.Error)
+			}
+		}
+		t.Errorf("succeeded %d failed %d, want all %d succeeded", sum.Succeeded, sum.Failed, len(r.ids))
+	}
+	if st.LinesSucceeded != sum.Succeeded {
+		t.Errorf("emulator delivered %d successes, output has %d: a success was bought twice or lost", st.LinesSucceeded, sum.Succeeded)
+	}
+	if st.RequestsProcessedMoreThanOnce > allowedTwice {
+		t.Errorf("requests processed more than once: %d (allowed %d)", st.RequestsProcessedMoreThanOnce, allowedTwice)
+	}
+}
+
+var hostilePresets = []struct {
+	name  string
+	lines func(int) []string
+}{{"openai", openAILines}, {"anthropic", anthropicLines}, {"cloudflare", cloudflareLines}}
+
+func TestHostileMalformedLines(t *testing.T) {
+	for _, p := range hostilePresets {
+		t.Run(p.name, func(t *testing.T) {
+			r := newRig(t, p.name, p.lines(30), sluice.Limits{MaxBatchRequests: 10}, 6,
+				emulator.Options{Seed: 4, MalformedLineRate: 0.2})
+			r.run(hostileOptions(r))
+			st := r.emu.Stats()
+			if st.LinesMalformed == 0 {
+				t.Fatal("no line was malformed: the test proves nothing")
+			}
+			// A malformed line's request ran, but its result is lost: it
+			// must be bought again; nothing else may be.
+			checkHostile(t, r, st.LinesMalformed)
+			wantRecorded(t, r, `\d+ malformed result line\(s\) skipped, their requests counted as missing: \S+:\d+ \(`)
+		})
+	}
+}
+
+func TestHostileUnknownCustomIDs(t *testing.T) {
+	for _, p := range hostilePresets {
+		t.Run(p.name, func(t *testing.T) {
+			r := newRig(t, p.name, p.lines(30), sluice.Limits{MaxBatchRequests: 10}, 3,
+				emulator.Options{Seed: 6, UnknownCustomIDRate: 0.3})
+			r.run(hostileOptions(r))
+			if r.emu.Stats().LinesUnknown == 0 {
+				t.Fatal("no extra line: the test proves nothing")
+			}
+			checkHostile(t, r, 0)
+			wantRecorded(t, r, `\d+ result\(s\) for custom_ids not in this batch ignored`)
+		})
+	}
+}
+
+// TestHostileDuplicateLines: a success and an error for the same custom_id
+// keep the success, whatever their order; anything else keeps one line.
+func TestHostileDuplicateLines(t *testing.T) {
+	for _, p := range hostilePresets {
+		t.Run(p.name, func(t *testing.T) {
+			r := newRig(t, p.name, p.lines(30), sluice.Limits{MaxBatchRequests: 10}, 3,
+				emulator.Options{Seed: 8, DuplicateLineRate: 0.4})
+			r.run(hostileOptions(r))
+			if r.emu.Stats().LinesDuplicated == 0 {
+				t.Fatal("no duplicate: the test proves nothing")
+			}
+			// Keeping the error copy would retry, and buy, a done request.
+			checkHostile(t, r, 0)
+			wantRecorded(t, r, `\d+ duplicate result\(s\) for the same custom_id`)
+		})
+	}
+	// Duplicated permanent failures stay failures, once.
+	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 10}, 3,
+		emulator.Options{Seed: 8, DuplicateLineRate: 0.5, LineErrorRate: 0.5})
+	r.run(hostileOptions(r))
+	_, sum := r.merged()
+	if st := r.emu.Stats(); sum.Failed == 0 || st.LinesSucceeded != sum.Succeeded {
+		t.Errorf("failed %d; emulator successes %d, output %d", sum.Failed, st.LinesSucceeded, sum.Succeeded)
+	}
+}
+
+func TestHostileTruncatedDownloads(t *testing.T) {
+	for _, p := range hostilePresets {
+		t.Run(p.name, func(t *testing.T) {
+			r := newRig(t, p.name, p.lines(20), sluice.Limits{MaxBatchRequests: 5}, 3,
+				emulator.Options{Seed: 3, TruncateDownloadRate: 0.5})
+			r.run(hostileOptions(r))
+			if r.emu.Stats().DownloadsTruncated == 0 {
+				t.Fatal("no download was cut: the test proves nothing")
+			}
+			// The HTTP layer sees the short body and downloads again.
+			checkHostile(t, r, 0)
+		})
+	}
+	// Every download cut: nothing from a cut file is accepted; the attempts
+	// end and the requests are reported with the reason.
+	r := newRig(t, "openai", openAILines(12), sluice.Limits{MaxBatchRequests: 10}, 2,
+		emulator.Options{Seed: 2, TruncateDownloadRate: 1})
+	r.run(hostileOptions(r))
+	got, sum := r.merged()
+	if sum.Succeeded != 0 {
+		t.Errorf("%d successes accepted from downloads that were all cut short", sum.Succeeded)
+	}
+	for id, o := range got {
+		if o.Error == nil || o.Error.Code != "results_unavailable" || o.Error.Attempts != 2 ||
+			!strings.Contains(o.Error.Message, "unexpected EOF") {
+			t.Errorf("%s: %+v, want results_unavailable (unexpected EOF) after 2 attempts", id, o.Error)
+		}
+	}
+	wantRecorded(t, r, `results_unavailable: download results: .*unexpected EOF.* \(failed on 2 polls in a row\)`)
+}
+
+func TestHostileOutputFile404(t *testing.T) {
+	for _, name := range []string{"openai", "anthropic"} {
+		t.Run(name, func(t *testing.T) {
+			lines := map[string][]string{"openai": openAILines(30), "anthropic": anthropicLines(20)}[name]
+			r := newRig(t, name, lines, sluice.Limits{MaxBatchRequests: 10}, 6,
+				emulator.Options{Seed: 5, OutputFile404Rate: 0.4})
+			r.run(hostileOptions(r))
+			st := r.emu.Stats()
+			if st.LinesLost == 0 {
+				t.Fatal("no output file was lost: the test proves nothing")
+			}
+			// Lost results were run: buying them again is the only way.
+			checkHostile(t, r, st.LinesLost)
+			wantRecorded(t, r, `results_unavailable: download results: .*404.* \(failed on 2 polls in a row\)`)
+		})
+	}
+	// Every output lost, attempts spent: reported, not stuck, not dropped.
+	r := newRig(t, "openai", openAILines(12), sluice.Limits{MaxBatchRequests: 10}, 2,
+		emulator.Options{Seed: 5, OutputFile404Rate: 1})
+	r.run(hostileOptions(r))
+	got, _ := r.merged()
+	for id, o := range got {
+		if o.Error == nil || o.Error.Code != "results_unavailable" || !strings.Contains(o.Error.Message, "404") {
+			t.Errorf("%s: %+v, want results_unavailable naming the 404", id, o.Error)
+		}
+	}
+}
+
+func TestHostileStuckBatches(t *testing.T) {
+	for _, tc := range []struct {
+		preset, phase, want string
+		rate                float64
+	}{
+		// Stuck after every line ran: cancelling delivers every result.
+		{"openai", "finalizing", `batch_stuck: stuck in finalizing for \S+; cancelled at the provider`, 1},
+		{"anthropic", "finalizing", `batch_stuck: stuck in in_progress for \S+; cancelled at the provider`, 1},
+		// Stuck before anything ran: cancelled empty, retried in a new batch.
+		{"openai", "validating", `batch_stuck: stuck in validating for \S+; cancelled at the provider`, 0.5},
+		// No cancel at Cloudflare: the attempt fails, the requests go on.
+		{"cloudflare", "finalizing", `batch_stuck: stuck in running for \S+; cancel at the provider failed`, 0.5},
+	} {
+		t.Run(tc.preset+"-"+tc.phase, func(t *testing.T) {
+			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12)}[tc.preset]
+			r := newRig(t, tc.preset, lines, sluice.Limits{MaxBatchRequests: 10}, 8,
+				emulator.Options{Seed: 3, StuckRate: tc.rate, StuckPhase: tc.phase})
+			r.run(hostileOptions(r))
+			if r.emu.Stats().BatchesStuck == 0 {
+				t.Fatal("no batch got stuck: the test proves nothing")
+			}
+			checkHostile(t, r, 0)
+			wantRecorded(t, r, tc.want)
+		})
+	}
+}
+
+func TestHostileForgottenBatches(t *testing.T) {
+	for _, tc := range []struct{ preset, want string }{
+		{"openai", `batch_not_found: batch \S+: .*not found at provider`},
+		{"anthropic", `batch_not_found: batch \S+: .*not found at provider`},
+		// Cloudflare answers an unknown request_id with a 400: refused for good.
+		{"cloudflare", `poll_refused: poll refused: .*unknown request_id.* \(failed on 2 polls in a row\)`},
+	} {
+		t.Run(tc.preset, func(t *testing.T) {
+			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12)}[tc.preset]
+			r := newRig(t, tc.preset, lines, sluice.Limits{MaxBatchRequests: 5}, 8,
+				emulator.Options{Seed: 7, ForgetBatchRate: 0.4})
+			r.run(hostileOptions(r))
+			if r.emu.Stats().BatchesForgotten == 0 {
+				t.Fatal("no batch was forgotten: the test proves nothing")
+			}
+			checkHostile(t, r, 0)
+			wantRecorded(t, r, tc.want)
+		})
+	}
+}
+
+// TestHostileEverythingAtOnce: all the knobs together still end with every
+// request exactly once and no success bought twice.
+func TestHostileEverythingAtOnce(t *testing.T) {
+	r := newRig(t, "openai", openAILines(45), sluice.Limits{MaxBatchRequests: 8}, 10,
+		emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
+			TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
+	r.run(hostileOptions(r))
+	st := r.emu.Stats()
+	checkHostile(t, r, st.LinesMalformed+st.LinesLost)
+}
+
+// noCancel is a provider whose cancel is acknowledged but never happens.
+type noCancel struct{ sluice.Provider }
+
+func (p noCancel) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
+	return sluice.Batch{ID: batchID, Status: sluice.BatchCancelling, ProviderStatus: "cancelling"}, nil
+}
+
+// TestHostileStuckBatchNeverEnds: a stuck batch that the provider says it
+// is cancelling but never ends is given up StuckCancelWait later; with the
+// attempts spent, its requests are reported with the reason.
+func TestHostileStuckBatchNeverEnds(t *testing.T) {
+	r := newRig(t, "openai", openAILines(6), sluice.Limits{MaxBatchRequests: 10}, 2,
+		emulator.Options{Seed: 1, StuckRate: 1})
+	r.prov = noCancel{r.prov}
+	o := hostileOptions(r)
+	o.StuckCancelWait = 40 * time.Millisecond
+	r.run(o)
+	got, sum := r.merged()
+	if sum.Failed != 6 {
+		t.Errorf("failed %d, want all 6", sum.Failed)
+	}
+	for id, o := range got {
+		if o.Error == nil || o.Error.Code != "batch_stuck" || o.Error.Attempts != 2 ||
+			!strings.Contains(o.Error.Message, "stuck in finalizing for") || !strings.Contains(o.Error.Message, "cancel requested, still cancelling") {
+			t.Errorf("%s: %+v", id, o.Error)
+		}
+	}
+	wantRecorded(t, r, `batch_stuck: stuck in finalizing for \S+; cancel requested, still cancelling \S+ later; its requests go to a new batch`)
+}
