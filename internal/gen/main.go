@@ -2,6 +2,7 @@
 // tests:
 //
 //	go run ./internal/gen -size 1GB -out FILE [-seed N] [-models k] [-compress zstd|gzip] [-format openai|anthropic]
+//	go run ./internal/gen -lines 1000000 -max-line 2860 -out FILE   # exactly 1M requests, about 1 GB
 //
 // Lines are OpenAI batch input lines for /v1/chat/completions and
 // /v1/embeddings (or Anthropic /v1/messages), 200 B to 8 KB, with English,
@@ -10,6 +11,7 @@
 package main
 
 import (
+	"bufio"
 	"flag"
 	"fmt"
 	"io"
@@ -31,14 +33,15 @@ func main() {
 	compress := flag.String("compress", "", "zstd or gzip (default: none)")
 	minLine := flag.Int("min-line", 200, "shortest line, bytes")
 	maxLine := flag.Int("max-line", 8192, "longest line, bytes")
+	lines := flag.Int64("lines", 0, "write exactly this many lines instead of -size bytes")
 	flag.Parse()
-	if err := run(*size, *out, *seed, *models, *format, *compress, *minLine, *maxLine); err != nil {
+	if err := run(*size, *out, *seed, *models, *format, *compress, *minLine, *maxLine, *lines); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(size, out string, seed uint64, models int, format, compress string, minLine, maxLine int) error {
+func run(size, out string, seed uint64, models int, format, compress string, minLine, maxLine int, lines int64) error {
 	n, err := corpus.ParseSize(size)
 	if err != nil {
 		return err
@@ -75,7 +78,12 @@ func run(size, out string, seed uint64, models int, format, compress string, min
 	}
 	start := time.Now()
 	g := corpus.New(corpus.Options{Size: n, Seed: seed, Models: models, Format: format, MinLine: minLine, MaxLine: maxLine})
-	wrote, err := g.WriteTo(w)
+	var wrote int64
+	if lines > 0 {
+		wrote, err = writeLines(g, w, lines)
+	} else {
+		wrote, err = g.WriteTo(w)
+	}
 	if err != nil {
 		return err
 	}
@@ -92,4 +100,18 @@ func run(size, out string, seed uint64, models int, format, compress string, min
 	d := time.Since(start)
 	fmt.Fprintf(os.Stderr, "gen: %d lines, %d bytes in %.2fs (%.0f MB/s)\n", g.Lines(), wrote, d.Seconds(), float64(wrote)/d.Seconds()/1e6)
 	return nil
+}
+
+// writeLines writes exactly n lines of g.
+func writeLines(g *corpus.Writer, w io.Writer, n int64) (int64, error) {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var wrote int64
+	for g.Lines() < n {
+		k, err := bw.Write(g.Next())
+		wrote += int64(k)
+		if err != nil {
+			return wrote, err
+		}
+	}
+	return wrote, bw.Flush()
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# End-to-end benchmark: `sluice run` of N requests (default 1,000,000, about
+# 1 GB) against the emulator with zero batch time, beside `cat` of the same
+# input and output files.
+#
+#   scripts/bench-e2e.sh [N]
+#
+# Environment:
+#   MODES     "separate local" (default): separate = `sluice emulate` in its own
+#             process and `sluice run --provider openai --base-url ...`, so the
+#             emulator's CPU is measured apart from sluice's; local = the
+#             default `--provider local` (emulator in-process).
+#   BENCH_DIR where the input is cached (default ${TMPDIR:-/tmp}/sluice-bench-e2e)
+#   KEEP=1    keep the generated input and the last run's state and output
+#   CPUPROFILE=1  write sluice.pprof (and emulator.pprof) per mode into BENCH_DIR
+#             (through SLUICE_CPUPROFILE); read with go tool pprof BIN FILE
+#
+# Prints, per mode: wall time, requests/s, sluice CPU and peak RSS (rusage of
+# the child), the emulator's CPU when separate, and the phases from sluice's
+# JSON log lines (plan, submit = uploads + creates, wait+download, merge),
+# each with the wall time and the CPU seconds of both processes spent in it.
+# Targets (issue): overhead (everything but the emulator's own work) under
+# 60 s for 1M requests on 2 cores; sluice peak RSS under 300 MB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-1000000}
+modes=${MODES:-separate local}
+bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-e2e}
+mkdir -p "$bench"
+input="$bench/input-$n.jsonl"
+if [ ! -s "$input" ]; then
+  echo "generating $input ..." >&2
+  # Lines of 200 B to 2,860 B (log-uniform, mean ~1 KB): N requests ~ N KB.
+  go run ./internal/gen -lines "$n" -max-line 2860 -seed 1 -out "$input.tmp"
+  mv "$input.tmp" "$input"
+fi
+go build -o "$bench/sluice" ./cmd/sluice
+go build -o "$bench/benche2e" ./internal/benche2e
+work=""
+cleanup() {
+  if [ "${KEEP:-0}" != 1 ]; then
+    [ -n "$work" ] && rm -rf "$work"
+    rm -f "$input"
+  fi
+}
+trap cleanup EXIT
+
+now() { date +%s.%N; }
+best_cat() { # best of two, seconds
+  local best="" t0 t1 s
+  for _ in 1 2; do
+    t0=$(now); cat "$1" >/dev/null; t1=$(now)
+    s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
+    if [ -z "$best" ] || awk -v a="$s" -v b="$best" 'BEGIN{exit !(a<b)}'; then best=$s; fi
+  done
+  echo "$best"
+}
+bytes=$(stat -c %s "$input")
+cat_in=$(best_cat "$input")
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "input: $n requests, $bytes bytes; cat input: ${cat_in}s ($(awk -v b="$bytes" -v s="$cat_in" 'BEGIN{printf "%.0f", b/s/1e6}') MB/s)" >&2
+
+for mode in $modes; do
+  [ -n "$work" ] && rm -rf "$work"
+  work=$(mktemp -d "$bench/run-$mode.XXXXXX")
+  prof=()
+  [ "${CPUPROFILE:-0}" = 1 ] && prof=(-cpuprofile)
+  args=""
+  if [ "$mode" = separate ]; then
+    # The local preset's pacing for the openai preset: no client rate limit, 200ms first poll.
+    args="--rate -1 --poll-interval 200ms --max-poll-interval 2s"
+  fi
+  echo "== $mode" >&2
+  sync
+  "$bench/benche2e" -mode e2e -sluice "$bench/sluice" -input "$input" -work "$work" \
+    -emulator "$mode" -run-args "$args" "${prof[@]}" >"$work/report.json"
+  lines=$(wc -l <"$work/out.jsonl")
+  [ "$lines" -eq "$n" ] || { echo "output has $lines lines, want $n" >&2; exit 1; }
+  obytes=$(stat -c %s "$work/out.jsonl")
+  cat_out=$(best_cat "$work/out.jsonl")
+  if [ "${CPUPROFILE:-0}" = 1 ]; then
+    for f in "$work"/*.pprof; do [ -e "$f" ] && cp "$f" "$bench/$mode-$(basename "$f")"; done
+  fi
+  awk -v ci="$cat_in" -v co="$cat_out" -v ob="$obytes" -v mode="$mode" '
+    { line = line $0 }
+    END {
+      match(line, /"wall_s":[0-9.]+/); wall = substr(line, RSTART+9, RLENGTH-9)
+      match(line, /"sluice_user_s":[0-9.]+/); su = substr(line, RSTART+16, RLENGTH-16)
+      match(line, /"sluice_sys_s":[0-9.]+/); ss = substr(line, RSTART+15, RLENGTH-15)
+      match(line, /"sluice_peak_rss_mb":[0-9.]+/); rss = substr(line, RSTART+21, RLENGTH-21)
+      printf "  cat output (%.0f MB): %.2fs; wall / (cat input + cat output) = %.0fx\n", ob/1e6, co, wall/(ci+co)
+      printf "  sluice CPU %.1fs (target: overhead < 60 s), peak RSS %.0f MB (target < 300 MB)\n", su+ss, rss
+    }' "$work/report.json" >&2
+  cp "$work/report.json" "$bench/report-$mode.json"
+done
+echo "reports: $bench/report-*.json" >&2
