@@ -2,8 +2,11 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -290,4 +293,32 @@ func TestHostileStuckBatchNeverEnds(t *testing.T) {
 		}
 	}
 	wantRecorded(t, r, `batch_stuck: stuck in finalizing for \S+; cancel requested, still cancelling \S+ later; its requests go to a new batch`)
+}
+
+// diskFull is a provider whose downloads fail on our own disk.
+type diskFull struct{ sluice.Provider }
+
+func (p diskFull) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	return nil, &fs.PathError{Op: "write", Path: dir + "/x.jsonl", Err: syscall.ENOSPC}
+}
+
+// TestLocalFetchFailureStopsTheRun: a download that fails on our side (a
+// full disk) is not the provider's fault: the run stops with the error,
+// the batch keeps its fetch tries and is fetched again by the next run.
+func TestLocalFetchFailureStopsTheRun(t *testing.T) {
+	r := newRig(t, "openai", openAILines(3), sluice.Limits{}, 3, emulator.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := dispatcher.New(r.db, diskFull{r.prov}, r.job, hostileOptions(r)).Run(ctx, nil)
+	if !errors.Is(err, dispatcher.ErrFatal) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("run: %v, want a fatal disk-full error", err)
+	}
+	chunks, _ := r.db.Chunks(ctx, r.job.ID)
+	for _, c := range chunks {
+		if c.State != sluice.ChunkSubmitted || c.FetchFailures != 0 {
+			t.Errorf("chunk %d: %s, %d fetch failures; want submitted, none spent", c.ID, c.State, c.FetchFailures)
+		}
+	}
+	r.run(hostileOptions(r))
+	checkHostile(t, r, 0)
 }

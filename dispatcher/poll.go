@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,6 +181,11 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
+		if local(err) {
+			// Our disk, not the provider: stop; the next run fetches again.
+			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
+		}
+		os.Remove(dir) // only if empty: a partial fetch is kept for the next try
 		return d.fetchFailed(ctx, c, "results_unavailable", fmt.Sprintf("download results: %v", err))
 	}
 	stuck, wasStuck := strings.CutPrefix(c.LastError, stuckCode+": ")
@@ -207,6 +213,9 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 		}
 		if errors.Is(err, ErrFatal) {
 			return false, err
+		}
+		if local(err) {
+			return false, fatal(err)
 		}
 		return d.fetchFailed(ctx, c, "results_unreadable", err.Error())
 	}
@@ -251,6 +260,15 @@ func (d *Dispatcher) failAttempt(ctx context.Context, c *sluice.Chunk, from slui
 		e.missingCode, e.missingMsg, e.failed = code, msg, true
 		return nil
 	})
+}
+
+// local reports whether err is a failure of our own file system (a full
+// disk, a file that vanished under the job) rather than of the provider:
+// such errors stop the run instead of spending the batch's fetch tries.
+func local(err error) bool {
+	var pe *fs.PathError
+	var le *os.LinkError
+	return errors.As(err, &pe) || errors.As(err, &le)
 }
 
 // roughDuration shows a duration the way a person reads it: whole hours

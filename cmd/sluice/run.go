@@ -27,6 +27,7 @@ type runFlags struct {
 	deadline        string
 	once            bool
 	reconcileGrace  time.Duration
+	stuckAfter      time.Duration
 	net             netFlags
 }
 
@@ -68,6 +69,7 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.`,
 	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", 2*time.Minute, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
+	fs.DurationVar(&f.stuckAfter, "stuck-after", dispatcher.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
 	cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -217,6 +219,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		d := dispatcher.New(db, prov, job, dispatcher.Options{
 			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
 			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,
+			StuckAfter: f.stuckAfter,
 		})
 		outcome, err := d.Run(ctx, stop)
 		bar.done()
