@@ -2,10 +2,16 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/openai"
 )
 
 // TestMixedFileEachFamily: a file mixing models and endpoints runs to
@@ -48,5 +54,31 @@ func TestMixedFileEachFamily(t *testing.T) {
 				t.Errorf("expected several (url, model) groups, got %v", models)
 			}
 		})
+	}
+}
+
+// TestBadCredentialsOnPollStopTheRun: a key the provider refuses while
+// batches are live stops the run at once and spends nothing.
+func TestBadCredentialsOnPollStopTheRun(t *testing.T) {
+	r := newRig(t, "openai", openAILines(20), sluice.Limits{MaxBatchRequests: 10}, 3,
+		emulator.Options{APIKey: "k", BatchTime: time.Hour})
+	opts := r.options()
+	opts.Once = true
+	if out, err := dispatcher.New(r.db, r.prov, r.job, opts).Run(context.Background(), nil); err != nil || out != dispatcher.Stopped {
+		t.Fatalf("first run: %v %v", out, err)
+	}
+	bad, err := openai.New(openai.Config{Preset: provider.Presets["openai"], BaseURL: r.url + "/v1", APIKey: "revoked", Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dispatcher.New(r.db, bad, r.job, opts).Run(context.Background(), nil)
+	if !errors.Is(err, dispatcher.ErrFatal) || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("run with a refused key: %v; want a fatal 401", err)
+	}
+	chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
+	for _, c := range chunks {
+		if c.State != sluice.ChunkSubmitted || c.Attempt != 1 {
+			t.Errorf("chunk %d: %s attempt %d; a refused key must not fail or retry batches", c.ID, c.State, c.Attempt)
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 // rig is one job planned into a real SQLite tracker, with a provider client
 // talking over loopback to a real emulator.
 type rig struct {
+	url  string // the emulator's base URL
 	t    *testing.T
 	db   *tracker.DB
 	job  *sluice.Job
@@ -97,7 +98,7 @@ func newRig(t *testing.T, presetName string, lines []string, lim sluice.Limits, 
 		t.Fatal(err)
 	}
 	job.State = sluice.JobRunning
-	r := &rig{t: t, db: db, job: job, prov: prov, emu: emu}
+	r := &rig{t: t, db: db, job: job, prov: prov, emu: emu, url: srv.URL}
 	for _, l := range lines {
 		var in sluice.InputLine
 		json.Unmarshal([]byte(l), &in)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,11 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 		}
 		c.Polls++
 		var ae *sluice.APIError
+		if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
+			// Bad credentials are the user's to fix, not the batch's fault:
+			// stop without spending anything.
+			return false, fatal(fmt.Errorf("poll batch %s of chunk %d: %w", c.BatchID, c.ID, err))
+		}
 		if errors.As(err, &ae) && !ae.Retryable() {
 			return d.fetchFailed(ctx, c, "poll_refused", fmt.Sprintf("poll refused: %v", err))
 		}
