@@ -23,6 +23,10 @@ import (
 type jobSummary struct {
 	Output       string    `json:"output"`
 	Errors       string    `json:"errors"`
+	Order        string    `json:"order"`
+	OutputBytes  int64     `json:"output_bytes"`
+	OutputMTime  time.Time `json:"output_mtime"`
+	ErrorsBytes  int64     `json:"errors_bytes"`
 	Lines        int64     `json:"lines"`
 	Succeeded    int64     `json:"succeeded"`
 	Failed       int64     `json:"failed"`
@@ -56,8 +60,24 @@ func wasCancelled(job *sluice.Job) bool {
 
 // mergeJob writes the job's output from its chunks' results files and
 // marks the job done. It can run again on a done job (the results files
-// stay), which rewrites the same output.
+// stay), which rewrites the same output, unless the output and errors
+// files this merge would write are there untouched since the last one: a
+// timer that keeps running the finished job's command then costs a stat,
+// not a rewrite of the whole output.
 func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsOut, order string, log zerolog.Logger) (*merger.Summary, error) {
+	if errorsOut == "" {
+		errorsOut = errorsPathFor(out)
+	}
+	if order == "" {
+		order = "input"
+	}
+	if job.State == sluice.JobDone {
+		if js := previousSummary(job); js.current(out, errorsOut, order) {
+			log.Info().Str("output", out).Str("errors", errorsOut).Msg("job done before; output unchanged since")
+			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed,
+				OutputBytes: js.OutputBytes, Output: js.Output, Errors: js.Errors}, nil
+		}
+	}
 	chunks, err := db.Chunks(ctx, job.ID)
 	if err != nil {
 		return nil, err
@@ -70,9 +90,6 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 		if c.ResultsPath != "" {
 			files = append(files, filepath.Join(job.Dir, c.ResultsPath))
 		}
-	}
-	if errorsOut == "" {
-		errorsOut = errorsPathFor(out)
 	}
 	log.Info().Int("files", len(files)).Str("output", out).Msg("merging results")
 	sum, err := merger.Merge(ctx, merger.Config{
@@ -90,7 +107,13 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 		job.State = sluice.JobDone
 	}
 	js := summarize(ctx, db, job, chunks, sum)
-	js.Cancelled = wasCancelled(job)
+	js.Cancelled, js.Order = wasCancelled(job), order
+	if st, err := os.Stat(sum.Output); err == nil {
+		js.OutputBytes, js.OutputMTime = st.Size(), st.ModTime()
+	}
+	if st, err := os.Stat(sum.Errors); err == nil {
+		js.ErrorsBytes = st.Size()
+	}
 	if err := writeSummary(job, js); err != nil {
 		log.Warn().Err(err).Msg("could not save the job summary (status will not show it)")
 	}
@@ -137,6 +160,20 @@ func writeSummary(job *sluice.Job, js jobSummary) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(job.Dir, summaryFile))
+}
+
+// current reports whether the output and errors files of this summary are
+// the ones asked for and still as the merge left them.
+func (js jobSummary) current(out, errorsOut, order string) bool {
+	if js.Output != out || js.Errors != errorsOut || js.Order != order || js.OutputMTime.IsZero() {
+		return false
+	}
+	o, err := os.Stat(out)
+	if err != nil || o.Size() != js.OutputBytes || !o.ModTime().Equal(js.OutputMTime) {
+		return false
+	}
+	e, err := os.Stat(errorsOut)
+	return err == nil && e.Size() == js.ErrorsBytes
 }
 
 // previousSummary is the job's saved summary, or a zero one.

@@ -383,3 +383,31 @@ func TestStateDirUnderCron(t *testing.T) {
 	}
 	checkOutput(t, out, ids)
 }
+
+// TestRerunOfDoneJobLeavesOutput: a timer keeps running a finished job's
+// command; that must neither rewrite the output nor change the exit code,
+// and a deleted output is written again from the kept results.
+func TestRerunOfDoneJobLeavesOutput(t *testing.T) {
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 20)
+	out := filepath.Join(dir, "out.jsonl")
+	env := stateEnv(dir)
+	if r := runSluice(t, env, "run", in, "--out", out, "--once"); r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	before, _ := os.Stat(out)
+	time.Sleep(20 * time.Millisecond)
+	r := runSluice(t, env, "run", in, "--out", out, "--once")
+	after, _ := os.Stat(out)
+	if r.code != 0 || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("re-run of a done job: exit %d, output rewritten %v", r.code, !after.ModTime().Equal(before.ModTime()))
+	}
+	if !strings.Contains(r.stdout, "20 succeeded") {
+		t.Errorf("re-run does not repeat the summary:\n%s", r.stdout)
+	}
+	os.Remove(out)
+	if r := runSluice(t, env, "run", in, "--out", out, "--once"); r.code != 0 {
+		t.Fatalf("re-run after deleting the output: exit %d\n%s", r.code, r.stderr)
+	}
+	checkOutput(t, out, ids)
+}
