@@ -2,10 +2,12 @@ package provider
 
 import (
 	"bufio"
+	"context"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -193,4 +195,54 @@ func (l *LineReader) Line() int { return l.n }
 // Malformed wraps err as a MalformedError at the current line.
 func (l *LineReader) Malformed(err error) error {
 	return &MalformedError{File: l.name, Line: l.n, Err: err}
+}
+
+// DecodeJSONL streams JSONL result files, one line at a time, turns each
+// line into a Result with decodeLine and calls fn with it. A line that does
+// not decode (or is over maxLine) is skipped and decoding goes on; the
+// skipped lines come back as a *sluice.MalformedLines naming each
+// file:line. Any other error (a file that cannot be read, fn failing) ends
+// it.
+func DecodeJSONL(ctx context.Context, files []string, maxLine int, decodeLine func([]byte) (sluice.Result, error), fn func(sluice.Result) error) error {
+	var bad sluice.MalformedLines
+	for _, path := range files {
+		if err := decodeJSONLFile(ctx, path, maxLine, &bad, decodeLine, fn); err != nil {
+			return err
+		}
+	}
+	return bad.Err()
+}
+
+func decodeJSONLFile(ctx context.Context, path string, maxLine int, bad *sluice.MalformedLines, decodeLine func([]byte) (sluice.Result, error), fn func(sluice.Result) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	lr := NewLineReader(f, path, maxLine)
+	for {
+		line, err := lr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			if bad.AddErr(err) {
+				continue // a line over the bound: skipped
+			}
+			return err
+		}
+		if lr.Line()%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		res, err := decodeLine(line)
+		if err != nil {
+			bad.AddErr(lr.Malformed(err))
+			continue
+		}
+		if err := fn(res); err != nil {
+			return err
+		}
+	}
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/tidwall/gjson"
 
@@ -54,47 +52,7 @@ type resultLine struct {
 // returns a *sluice.MalformedLines naming each skipped file:line. Any other
 // error (a file that cannot be read) ends Decode.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	var bad sluice.MalformedLines
-	for _, path := range files {
-		if err := c.decodeFile(ctx, path, &bad, fn); err != nil {
-			return err
-		}
-	}
-	return bad.Err()
-}
-
-func (c *Client) decodeFile(ctx context.Context, path string, bad *sluice.MalformedLines, fn func(sluice.Result) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	lr := provider.NewLineReader(f, path, c.maxLine)
-	for {
-		line, err := lr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			if bad.AddErr(err) {
-				continue // a line over the bound: skipped
-			}
-			return err
-		}
-		if lr.Line()%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		res, err := DecodeLine(line)
-		if err != nil {
-			bad.AddErr(lr.Malformed(err))
-			continue
-		}
-		if err := fn(res); err != nil {
-			return err
-		}
-	}
+	return provider.DecodeJSONL(ctx, files, c.maxLine, DecodeLine, fn)
 }
 
 // DecodeLine turns one results line into a Result.
