@@ -2,8 +2,8 @@ package provider
 
 import (
 	"bufio"
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
