@@ -24,11 +24,18 @@ type limitReader struct {
 	n int64
 }
 
+// Read fails for good once the limit is passed, and hands out none of the
+// bytes that passed it: json.Decoder keeps bytes that come with an error
+// and would parse them (More reports false on the error, the next Token
+// finds the bytes), turning "too large" into a syntax error.
 func (l *limitReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, errTooLarge
+	}
 	k, err := l.r.Read(p)
 	l.n -= int64(k)
 	if l.n < 0 {
-		return k, errTooLarge
+		return 0, errTooLarge
 	}
 	return k, err
 }
