@@ -301,20 +301,25 @@ func e2e(o options) error {
 }
 
 type report struct {
-	Mode              string         `json:"emulator"`
-	Requests          int64          `json:"requests"`
-	Batches           int            `json:"batches"`
-	WallS             float64        `json:"wall_s"`
-	RequestsPerS      float64        `json:"requests_per_s"`
-	SluiceUserS       float64        `json:"sluice_user_s"`
-	SluiceSysS        float64        `json:"sluice_sys_s"`
-	SluicePeakRSSMB   float64        `json:"sluice_peak_rss_mb"`
-	EmulatorUserS     float64        `json:"emulator_user_s,omitempty"`
-	EmulatorSysS      float64        `json:"emulator_sys_s,omitempty"`
-	EmulatorPeakRSSMB float64        `json:"emulator_peak_rss_mb,omitempty"`
-	Phases            []phase        `json:"phases"`
-	PerBatch          map[string]dur `json:"per_batch"`
-	Stats             map[string]any `json:"emulator_stats,omitempty"`
+	Mode              string  `json:"emulator"`
+	Requests          int64   `json:"requests"`
+	Batches           int     `json:"batches"`
+	WallS             float64 `json:"wall_s"`
+	RequestsPerS      float64 `json:"requests_per_s"`
+	SluiceUserS       float64 `json:"sluice_user_s"`
+	SluiceSysS        float64 `json:"sluice_sys_s"`
+	SluicePeakRSSMB   float64 `json:"sluice_peak_rss_mb"`
+	EmulatorUserS     float64 `json:"emulator_user_s,omitempty"`
+	EmulatorSysS      float64 `json:"emulator_sys_s,omitempty"`
+	EmulatorPeakRSSMB float64 `json:"emulator_peak_rss_mb,omitempty"`
+	// OverheadS estimates the wall time that is not the emulator's own
+	// work (separate emulator only): per phase, wall time that sluice's
+	// own CPU does not explain is put down to the emulator, up to the
+	// emulator's CPU in that phase, and taken off.
+	OverheadS float64        `json:"overhead_estimate_s,omitempty"`
+	Phases    []phase        `json:"phases"`
+	PerBatch  map[string]dur `json:"per_batch"`
+	Stats     map[string]any `json:"emulator_stats,omitempty"`
 }
 
 type phase struct {
@@ -378,6 +383,16 @@ func (r *report) phases(evs []event, start, end event) {
 	add("wait+download", last["batch submitted"], last["chunk recorded"], "last \"batch submitted\" to the last \"chunk recorded\" (polls, downloads, conclude)")
 	add("merge", first["merging results"], last["job done"], "\"merging results\" to \"job done\"")
 	add("exit", last["job done"], end, "\"job done\" to process exit")
+	if r.Mode == "separate" {
+		o := end.at.Seconds()
+		for _, p := range r.Phases {
+			if strings.HasPrefix(p.Name, " ") {
+				continue // a part of the phase before it
+			}
+			o -= max(0, min(p.EmulatorCPUS, p.EndS-p.StartS-p.SluiceCPUS))
+		}
+		r.OverheadS = round3(o)
+	}
 	r.PerBatch = map[string]dur{}
 	acc := func(name string, d time.Duration) {
 		x := r.PerBatch[name]
@@ -417,6 +432,7 @@ func (r *report) print() error {
 		r.WallS, r.RequestsPerS, r.SluiceUserS, r.SluiceSysS, r.SluicePeakRSSMB)
 	if r.Mode == "separate" {
 		fmt.Fprintf(w, "  emulator process: CPU %.2fs user + %.2fs sys, peak RSS %.1f MB\n", r.EmulatorUserS, r.EmulatorSysS, r.EmulatorPeakRSSMB)
+		fmt.Fprintf(w, "  overhead estimate (wall minus the emulator's work on the critical path): %.1fs\n", r.OverheadS)
 	}
 	fmt.Fprintf(w, "  %-14s %8s  %-20s %10s %10s\n", "phase", "wall", "from .. to (s)", "sluice CPU", "emu CPU")
 	for _, p := range r.Phases {
