@@ -100,8 +100,8 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 			}
 			bar := newRunProgress(os.Stderr, db, job)
 			d := dispatcher.New(db, prov, job, dispatcher.Options{Log: log,
-				PollInterval:    cmp(pollInterval, cancelPollDefault(p.Name)),
-				MaxPollInterval: cmp(maxPollInterval, cancelMaxPollDefault(p.Name)),
+				PollInterval:    orDefault(pollInterval, cancelPollDefault(p.Name)),
+				MaxPollInterval: orDefault(maxPollInterval, cancelMaxPollDefault(p.Name)),
 				OnTick: func(chunks []*sluice.Chunk) {
 					// A batch that a crashed run left mid-create and that the
 					// dispatcher just adopted is live too: cancel it as well.

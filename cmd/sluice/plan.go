@@ -47,23 +47,11 @@ A bad line stops planning with its file, line number, custom_id and reason
 			if err != nil {
 				return err
 			}
-			db, err := g.openDB(ctx)
+			db, pr, closeJob, err := openJob(ctx, g, &f, p, input, log)
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			id := f.jobID(input)
-			lock, err := db.LockJob(id)
-			if err != nil {
-				return err
-			}
-			defer lock.Unlock()
-			bar := newPlanProgress(os.Stderr)
-			pr, err := prepareJob(ctx, db, &f, p, input, id, bar.update, log)
-			bar.done()
-			if err != nil {
-				return err
-			}
+			defer closeJob()
 			chunks, err := db.Chunks(ctx, pr.job.ID)
 			if err != nil {
 				return err

@@ -23,6 +23,33 @@ type prepared struct {
 	res    *splitter.Result // nil when reused
 }
 
+// openJob opens the state database, takes the lock of the input's job and
+// finds or plans the job, with a progress line on a terminal. close
+// releases the lock and the database.
+func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger) (db *tracker.DB, pr *prepared, close func(), err error) {
+	db, err = g.openDB(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lock, err := db.LockJob(f.jobID(input))
+	if err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
+	close = func() {
+		lock.Unlock()
+		db.Close()
+	}
+	bar := newPlanProgress(os.Stderr)
+	pr, err = prepareJob(ctx, db, f, p, input, f.jobID(input), bar.update, log)
+	bar.done()
+	if err != nil {
+		close()
+		return nil, nil, nil, err
+	}
+	return db, pr, close, nil
+}
+
 // prepareJob finds the job of this input or plans it. A job interrupted
 // while planning is thrown away and planned again; a job whose input
 // changed since it was planned is refused. The caller holds the job lock.

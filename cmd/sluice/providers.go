@@ -43,22 +43,6 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed")
 }
 
-func pollDefault(provider string) time.Duration {
-	if provider == "local" {
-		return 200 * time.Millisecond
-	}
-	return 10 * time.Second
-}
-
-func maxPollDefault(provider string) time.Duration {
-	if provider == "local" {
-		return 2 * time.Second
-	}
-	return 2 * time.Minute
-}
-
-func b2now() time.Time { return time.Now() }
-
 // credential returns the first of the preset's key variables that is set.
 // Keys come from the environment only.
 func credential(p provider.Preset) string {

@@ -165,24 +165,11 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 	}()
 
-	db, err := g.openDB(ctx)
+	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	id := f.jobID(input)
-	lock, err := db.LockJob(id)
-	if err != nil {
-		return err
-	}
-	defer lock.Unlock()
-
-	bar := newPlanProgress(os.Stderr)
-	pr, err := prepareJob(ctx, db, &f.jobFlags, p, input, id, bar.update, log)
-	bar.done()
-	if err != nil {
-		return err
-	}
+	defer closeJob()
 	job := pr.job
 	if pr.reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
@@ -211,7 +198,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		defer closeProv()
 		pollIv, maxPoll := f.pollInterval, f.maxPollInterval
 		if p.Name == "local" {
-			pollIv, maxPoll = cmp(pollIv, 200*time.Millisecond), cmp(maxPoll, 2*time.Second)
+			pollIv, maxPoll = orDefault(pollIv, 200*time.Millisecond), orDefault(maxPoll, 2*time.Second)
 			// The in-process emulator died with the run: nothing lands later.
 			f.reconcileGrace = time.Millisecond
 		}
@@ -254,8 +241,8 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	return nil
 }
 
-// cmp returns v, or def when v is zero.
-func cmp(v, def time.Duration) time.Duration {
+// orDefault returns v, or def when v is zero.
+func orDefault(v, def time.Duration) time.Duration {
 	if v == 0 {
 		return def
 	}
