@@ -55,3 +55,39 @@ func BenchmarkPlanRows(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFinishChunk records the end of a 50,000-request chunk: every
+// request's outcome in one transaction, as the dispatcher does.
+func BenchmarkFinishChunk(b *testing.B) {
+	// The dispatcher's context can be cancelled, as here.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 50_000
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		db, err := tracker.Open(ctx, filepath.Join(b.TempDir(), "s"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, _ := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/x", Dir: b.TempDir()})
+		rows := make([]sluice.Request, n)
+		fin := &sluice.Finish{From: sluice.ChunkPending}
+		for k := range rows {
+			rows[k] = sluice.Request{Ordinal: int64(k), Line: int64(k + 1), CustomID: fmt.Sprint("id-", k), Chunk: 1, Index: k}
+			fin.Outcomes = append(fin.Outcomes, sluice.Outcome{Ordinal: int64(k), State: sluice.RequestSucceeded})
+		}
+		p.AddRequests(rows)
+		p.AddChunk(&sluice.Chunk{ID: 1, URL: "u", Model: "m", Path: "p", Requests: n})
+		p.Commit(ctx, sluice.Fingerprint{}, n, 0)
+		cs, _ := db.Chunks(ctx, "j")
+		fin.Chunk = cs[0]
+		fin.Chunk.State = sluice.ChunkDone
+		b.StartTimer()
+		if err := db.FinishChunk(ctx, fin); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		db.Close()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "us/request")
+}

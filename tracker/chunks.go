@@ -106,7 +106,7 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		defer fin.Close()
 		for _, o := range f.Outcomes {
-			res, err := fin.ExecContext(ctx, o.State, job, o.Ordinal, f.Chunk.ID)
+			res, err := fin.Exec(o.State, job, o.Ordinal, f.Chunk.ID)
 			if err != nil {
 				return err
 			}
@@ -121,7 +121,7 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		defer mv.Close()
 		for _, r := range f.Moved {
-			res, err := mv.ExecContext(ctx, r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, job, r.Ordinal, f.Chunk.ID)
+			res, err := mv.Exec(r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, job, r.Ordinal, f.Chunk.ID)
 			if err != nil {
 				return err
 			}

@@ -94,7 +94,7 @@ func (p *Plan) AddRequest(r *sluice.Request) error {
 	if attempt == 0 {
 		attempt = 1
 	}
-	if _, err := p.insReq.ExecContext(p.ctx, p.job.ID, r.Ordinal, r.Line, r.CustomID, r.Chunk, r.Index,
+	if _, err := p.insReq.Exec(p.job.ID, r.Ordinal, r.Line, r.CustomID, r.Chunk, r.Index,
 		r.Offset, r.Length, r.Tokens, attempt, sluice.RequestPending); err != nil {
 		return fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
 	}
@@ -203,7 +203,7 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 		args = append(args, p.job.ID, r.Ordinal, r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, attempt, string(sluice.RequestPending))
 	}
 	p.args = args
-	if _, err := p.insMany.ExecContext(p.ctx, args...); err != nil {
+	if _, err := p.insMany.Exec(args...); err != nil {
 		// Name the row at fault: redo them one by one.
 		return p.insertEach(rs, err)
 	}
