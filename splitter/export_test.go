@@ -1,9 +1,9 @@
 package splitter
 
-// SetLimitsForTest lowers the line cap and the pending-row memory so tests
-// reach those paths with small inputs. It returns a func restoring them.
-func SetLimitsForTest(maxLine, pendingMem int) func() {
-	ml, pm := maxLineBytes, pendingMemory
-	maxLineBytes, pendingMemory = maxLine, pendingMem
-	return func() { maxLineBytes, pendingMemory = ml, pm }
+// SetMaxLineForTest lowers the line cap so tests reach it with small
+// inputs. It returns a func restoring it.
+func SetMaxLineForTest(maxLine int) func() {
+	ml := maxLineBytes
+	maxLineBytes = maxLine
+	return func() { maxLineBytes = ml }
 }

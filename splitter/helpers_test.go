@@ -93,8 +93,8 @@ func (e *env) split(input, prov string, lim sluice.Limits, mod func(*splitter.Co
 	for _, c := range cs {
 		r.chunks = append(r.chunks, *c)
 	}
-	rows, err := e.db.SQL().QueryContext(e.ctx, `SELECT ordinal, line, custom_id, chunk_id, idx, offset, length,
-		tokens, attempt, state FROM requests WHERE job_id = ? ORDER BY ordinal`, id)
+	rows, err := e.db.SQL().QueryContext(e.ctx, `SELECT r.id & 1099511627775, r.line, r.custom_id, r.chunk_id, r.idx, r.offset,
+		r.length, r.tokens, r.attempt, r.state FROM requests r JOIN jobs j ON r.id >> 40 = j.key WHERE j.id = ? ORDER BY r.id`, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}

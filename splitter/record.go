@@ -5,36 +5,53 @@ import (
 	"os"
 	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/sluice-batch/sluice"
 )
 
-// recorder finishes closed chunks and feeds the plan sink from a goroutine
-// of its own, so fsync and SQLite work while the writer goes on with the
-// next chunks. It takes closed chunks in order (ids are given in order of
-// closing) with their file and pending rows: it fsyncs, closes and renames
-// the file, then records the chunk and its rows. sync waits until
-// everything handed over is done, which the writer does before asking the
-// sink about a custom_id.
+// recorder feeds the plan sink from a goroutine of its own, so SQLite works
+// while the writer goes on with the next lines: request rows arrive in
+// batches as the writer puts requests into chunks (a chunk's id is given
+// when it opens), and chunk rows when their chunks close. Closed chunk
+// files are fsynced, closed and renamed by a few goroutines beside it, so
+// neither the writer nor the sink waits for the disk; close waits for all.
+// sync waits until everything handed over is recorded, which the writer
+// does before asking the sink about a custom_id.
 type recorder struct {
 	sink   sluice.PlanSink
-	env    sluice.Envelope
 	in     chan recJob
+	free   chan []sluice.Request // emptied row batches, for reuse
 	done   chan struct{}
-	err    error       // the sink's first error; read by others only after sync or done
-	stop   atomic.Bool // set when the run failed: record nothing more
-	failed atomic.Bool // err is set
+	files  errgroup.Group // fsync, close, rename of closed chunk files
+	err    error          // the sink's first error; read by others only after sync or done
+	stop   atomic.Bool    // set when the run failed: record nothing more
+	failed atomic.Bool    // err is set
 }
 
+// recJob is one thing for the recorder: a batch of rows, a chunk, or (with
+// neither) a sync.
 type recJob struct {
-	c          *sluice.Chunk // nil for a sync
-	p          *pending
-	f          *os.File // the chunk file, flushed, still open
-	tmp, final string   // its name now and its name once synced
-	ack        chan struct{}
+	rows []sluice.Request
+	c    *sluice.Chunk
+	ack  chan struct{}
 }
 
-func newRecorder(sink sluice.PlanSink, env sluice.Envelope) *recorder {
-	r := &recorder{sink: sink, env: env, in: make(chan recJob, 1), done: make(chan struct{})}
+const (
+	// recordBatch is how many request rows go to the sink per call (a
+	// multi-row INSERT is much cheaper per row than one per row).
+	recordBatch = 512
+	// recordQueue is how many batches may wait for the sink: memory stays
+	// bounded, and a slow sink holds the writer back.
+	recordQueue = 16
+	// chunkSyncs is how many chunk files may be fsynced at once.
+	chunkSyncs = 4
+)
+
+func newRecorder(sink sluice.PlanSink) *recorder {
+	r := &recorder{sink: sink, in: make(chan recJob, recordQueue), free: make(chan []sluice.Request, recordQueue+2),
+		done: make(chan struct{})}
+	r.files.SetLimit(chunkSyncs)
 	go r.loop()
 	return r
 }
@@ -43,14 +60,20 @@ func (r *recorder) loop() {
 	defer close(r.done)
 	for j := range r.in {
 		switch {
-		case j.c == nil:
+		case j.ack != nil:
 			j.ack <- struct{}{}
-		case r.err == nil && !r.stop.Load():
-			r.err = r.finish(j)
-			j.p.reset()
+		case r.err != nil || r.stop.Load():
+		case j.c != nil:
+			cc := *j.c // the sink may fill fields of its copy
+			r.err = r.sink.AddChunk(&cc)
 		default:
-			j.f.Close()
-			j.p.reset()
+			r.err = r.record(j.rows)
+		}
+		if j.rows != nil {
+			select {
+			case r.free <- j.rows[:0]:
+			default:
+			}
 		}
 		if r.err != nil {
 			r.failed.Store(true)
@@ -58,72 +81,63 @@ func (r *recorder) loop() {
 	}
 }
 
-// finish syncs, closes and renames a chunk file, then records it.
-func (r *recorder) finish(j recJob) error {
-	if err := j.f.Sync(); err != nil {
-		j.f.Close()
-		return fmt.Errorf("sync chunk: %w", err)
-	}
-	if err := j.f.Close(); err != nil {
-		return fmt.Errorf("close chunk: %w", err)
-	}
-	if err := os.Rename(j.tmp, j.final); err != nil {
-		return err
-	}
-	return r.record(j.c, j.p)
-}
-
 // BatchSink is an optional interface of a plan sink that records many
-// requests in one call (a multi-row INSERT is much cheaper per row than one
-// statement per row). The recorder uses it when the sink has it, with up
-// to recordBatch requests per call, in chunk order.
+// requests in one call. The recorder uses it when the sink has it.
 type BatchSink interface {
 	AddRequests(rs []sluice.Request) error
 }
 
-const recordBatch = 512
-
-// record adds a chunk and then its requests, in their order in the chunk.
-func (r *recorder) record(c *sluice.Chunk, p *pending) error {
-	cc := *c // the sink may fill fields of its copy
-	if err := r.sink.AddChunk(&cc); err != nil {
-		return err
+func (r *recorder) record(rows []sluice.Request) error {
+	if bs, ok := r.sink.(BatchSink); ok {
+		return bs.AddRequests(rows)
 	}
-	bs, batched := r.sink.(BatchSink)
-	var batch []sluice.Request
-	off := int64(len(r.env.Header))
-	err := p.each(func(i int, row *row) error {
-		if i > 0 {
-			off += int64(len(r.env.Sep))
-		}
-		req := sluice.Request{Ordinal: row.ordinal, Line: row.line, CustomID: string(row.customID), Chunk: c.ID,
-			Index: i, Offset: off, Length: row.length, Tokens: row.tokens, Attempt: 1, State: sluice.RequestPending}
-		off += int64(row.length)
-		if !batched {
-			return r.sink.AddRequest(&req)
-		}
-		if batch = append(batch, req); len(batch) == recordBatch {
-			err := bs.AddRequests(batch)
-			batch = batch[:0]
+	for i := range rows {
+		if err := r.sink.AddRequest(&rows[i]); err != nil {
 			return err
 		}
-		return nil
-	})
-	if err == nil && len(batch) > 0 {
-		err = bs.AddRequests(batch)
 	}
-	return err
+	return nil
 }
 
-// add hands a closed chunk over; its file and rows now belong to the
-// recorder. It returns the recorder's error, if it failed before.
-func (r *recorder) add(j recJob) error {
+// batch returns an empty slice for the next batch of rows.
+func (r *recorder) batch() []sluice.Request {
+	select {
+	case b := <-r.free:
+		return b
+	default:
+		return make([]sluice.Request, 0, recordBatch)
+	}
+}
+
+// addRows hands a batch of rows over; it belongs to the recorder now.
+func (r *recorder) addRows(rows []sluice.Request) {
+	r.in <- recJob{rows: rows}
+}
+
+// addChunk hands a closed chunk over with its file (flushed, still open
+// under the name tmp): the file is synced, closed and renamed to final in
+// the background, and the chunk recorded. It returns the first error so
+// far, if there is one.
+func (r *recorder) addChunk(c *sluice.Chunk, f *os.File, tmp, final string) error {
 	if r.failed.Load() {
-		j.f.Close()
-		j.p.reset()
+		f.Close()
 		return r.sync()
 	}
-	r.in <- j
+	r.files.Go(func() error {
+		if r.stop.Load() {
+			f.Close()
+			return nil
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("sync chunk: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("close chunk: %w", err)
+		}
+		return os.Rename(tmp, final)
+	})
+	r.in <- recJob{c: c}
 	return nil
 }
 
@@ -139,12 +153,14 @@ func (r *recorder) sync() error {
 	return nil
 }
 
-// close stops the recorder once everything handed over is recorded.
+// close stops the recorder once everything handed over is recorded and
+// every chunk file is synced under its final name.
 func (r *recorder) close() error {
 	close(r.in)
 	<-r.done
+	ferr := r.files.Wait()
 	if r.err != nil {
 		return fmt.Errorf("record plan: %w", r.err)
 	}
-	return nil
+	return ferr
 }

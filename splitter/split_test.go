@@ -188,20 +188,27 @@ func TestEmptyInput(t *testing.T) {
 	}
 }
 
-// TestPendingSpill: with a tiny pending-row budget, rows spill to disk,
-// come back in order, and duplicates are still found in spilled rows.
-func TestPendingSpill(t *testing.T) {
-	defer splitter.SetLimitsForTest(splitter.MaxLineBytes, 2_000)()
+// TestRowsStreamed: request rows go to the sink while their chunks are
+// still open (chunk ids are given when a chunk opens, and chunks close in
+// another order), and a duplicate is found whether the first row is still
+// on its way to the sink, already recorded, or in a chunk that closed.
+func TestRowsStreamed(t *testing.T) {
 	e := newEnv(t)
-	input := genInput(t, 800_000, corpus.Options{Seed: 5, Models: 2})
-	r := e.mustSplit(e.write("spill.jsonl", input), "openai", sluice.Limits{}, nil)
+	input := genInput(t, 800_000, corpus.Options{Seed: 5, Models: 3})
+	r := e.mustSplit(e.write("stream.jsonl", input), "openai", sluice.Limits{MaxBatchRequests: 97}, nil)
 	checkPlan(t, r, validLines(t, r.cfg, input))
-	first := bytes.SplitN(input, []byte{'\n'}, 2)[0]
-	dup := append(append(bytes.Clone(input), first...), '\n')
-	r = e.split(e.write("spilldup.jsonl", dup), "openai", sluice.Limits{}, nil)
-	var le *splitter.LineError
-	if !errors.As(r.err, &le) || le.Reason != "duplicate custom_id, first seen on line 1" || le.CustomID != "req-0" {
-		t.Fatalf("dup in spilled rows: %v", r.err)
+	lines := bytes.Split(bytes.TrimSuffix(input, []byte{'\n'}), []byte{'\n'})
+	if len(lines) < 300 {
+		t.Fatalf("only %d lines", len(lines))
+	}
+	for _, k := range []int{len(lines) - 1, len(lines) - 2, len(lines) / 2, 0} {
+		dup := append(append(bytes.Clone(input), lines[k]...), '\n')
+		r = e.split(e.write(fmt.Sprintf("dup%d.jsonl", k), dup), "openai", sluice.Limits{MaxBatchRequests: 97}, nil)
+		var le *splitter.LineError
+		want := fmt.Sprintf("duplicate custom_id, first seen on line %d", k+1)
+		if !errors.As(r.err, &le) || le.Reason != want || le.Line != int64(len(lines)+1) {
+			t.Fatalf("dup of line %d: %v", k+1, r.err)
+		}
 	}
 }
 
@@ -233,7 +240,7 @@ func TestJobModel(t *testing.T) {
 // TestLongLine: a line over the cap is rejected without being held whole,
 // even when it is longer than a read block.
 func TestLongLine(t *testing.T) {
-	defer splitter.SetLimitsForTest(1_500_000, 16<<20)()
+	defer splitter.SetMaxLineForTest(1_500_000)()
 	e := newEnv(t)
 	good := `{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":"x"}}`
 	for _, n := range []int{1_600_000, 3_000_000} {

@@ -2,6 +2,8 @@ package splitter
 
 import (
 	"bufio"
+	"cmp"
+	"slices"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,8 +34,7 @@ type group struct {
 	size      int64 // bytes written to it so far (header, items, separators)
 	itemBytes int64
 	tokens    int64
-	pend      *pending
-	parts     int // chunks opened so far, for temp names
+	id        int64 // the open chunk's id, given when it opened
 }
 
 type groupKey struct{ url, model string }
@@ -49,9 +50,9 @@ type writer struct {
 	order  []*group
 	ids    *idSet
 
-	open    int   // groups with an open file handle
-	tick    int64 // for the least recently used file handle
-	pendMem int   // bytes of pending rows in memory, all groups
+	open   int   // groups with an open file handle
+	tick   int64 // for the least recently used file handle
+	nextID int64 // the id of the next chunk to open
 
 	lines, requests, rejected, bytes int64
 	chunks                           []sluice.Chunk
@@ -61,13 +62,14 @@ type writer struct {
 	rejects  *os.File
 	rejectsW *bufio.Writer
 	lastProg time.Time
-	rowBuf   row
+	rows     []sluice.Request // request rows not yet handed to the recorder
 }
 
 func newWriter(sp *run) (*writer, error) {
 	w := &writer{sp: sp, cfg: &sp.cfg, env: sp.cfg.Codec.Envelope(), ext: ".jsonl",
-		groups: make(map[groupKey]*group), ids: new(idSet)}
-	w.rec = newRecorder(sp.sink, w.env)
+		groups: make(map[groupKey]*group), ids: new(idSet), nextID: 1}
+	w.rec = newRecorder(sp.sink)
+	w.rows = w.rec.batch()
 	if len(w.env.Header) > 0 || len(w.env.Footer) > 0 {
 		w.ext = ".json"
 	}
@@ -113,6 +115,7 @@ func (w *writer) consume() error {
 		}
 	}
 	w.closed = true
+	w.handRows()
 	if err := w.rec.close(); err != nil {
 		return err
 	}
@@ -170,28 +173,14 @@ func (w *writer) duplicate(r *rec) (string, error) {
 	if !w.ids.add(r.hash) {
 		return "", nil
 	}
-	// Rows of open chunks first: no need to wait for the recorder.
-	var line int64
-	var found bool
-	var err error
-	for _, g := range w.order {
-		if g.pend != nil && g.pend.rows() > 0 {
-			if line, found, err = g.pend.find(r.customID); err != nil || found {
-				break
-			}
-		}
-	}
-	if err != nil {
+	// The row may still be on its way to the sink.
+	w.handRows()
+	if err := w.rec.sync(); err != nil {
 		return "", err
 	}
-	if !found {
-		if err := w.rec.sync(); err != nil {
-			return "", err
-		}
-		line, found, err = w.sp.sink.FindCustomID(r.customID)
-		if err != nil {
-			return "", fmt.Errorf("look up custom_id %q: %w", r.customID, err)
-		}
+	line, found, err := w.sp.sink.FindCustomID(r.customID)
+	if err != nil {
+		return "", fmt.Errorf("look up custom_id %q: %w", r.customID, err)
 	}
 	if !found {
 		return "", nil // 48 bits of two ids agree: not a duplicate
@@ -225,7 +214,7 @@ func (w *writer) add(r *rec, item []byte) error {
 	k := groupKey{r.url, r.model}
 	g := w.groups[k]
 	if g == nil {
-		g = &group{url: r.url, model: r.model, seq: len(w.order), pend: new(pending)}
+		g = &group{url: r.url, model: r.model, seq: len(w.order)}
 		w.groups[k] = g
 		w.order = append(w.order, g)
 	}
@@ -260,32 +249,25 @@ func (w *writer) add(r *rec, item []byte) error {
 	if _, err := g.w.Write(item); err != nil {
 		return fmt.Errorf("write chunk: %w", err)
 	}
+	w.rows = append(w.rows, sluice.Request{Ordinal: w.requests, Line: r.line, CustomID: r.customID, Chunk: g.id,
+		Index: g.n, Offset: g.size, Length: len(item), Tokens: r.tokens, Attempt: 1, State: sluice.RequestPending})
 	g.size += size
 	g.n++
 	g.itemBytes += size
 	g.tokens += r.tokens
-	w.rowBuf = row{ordinal: w.requests, line: r.line, tokens: r.tokens, length: len(item),
-		customID: append(w.rowBuf.customID[:0], r.customID...)}
-	before := len(g.pend.buf)
-	g.pend.add(&w.rowBuf)
-	w.pendMem += len(g.pend.buf) - before
 	w.requests++
-	if w.pendMem > pendingMemory {
-		return w.spill()
+	if len(w.rows) == cap(w.rows) {
+		w.handRows()
 	}
 	return nil
 }
 
-// spill moves the largest group's pending rows to disk.
-func (w *writer) spill() error {
-	var big *group
-	for _, g := range w.order {
-		if g.pend != nil && (big == nil || len(g.pend.buf) > len(big.pend.buf)) {
-			big = g
-		}
+// handRows hands the request rows gathered so far to the recorder.
+func (w *writer) handRows() {
+	if len(w.rows) > 0 {
+		w.rec.addRows(w.rows)
+		w.rows = w.rec.batch()
 	}
-	w.pendMem -= len(big.pend.buf)
-	return big.pend.flushToDisk(big.tmp + ".rows")
 }
 
 // handle makes sure g's open chunk has a file handle, opening the chunk's
@@ -310,8 +292,9 @@ func (w *writer) handle(g *group) error {
 	}
 	flag := os.O_WRONLY | os.O_APPEND
 	if g.n == 0 {
-		g.parts++
-		g.tmp = filepath.Join(w.cfg.Dir, chunksDir, fmt.Sprintf(".open-g%d-%d", g.seq, g.parts))
+		g.id = w.nextID
+		w.nextID++
+		g.tmp = filepath.Join(w.cfg.Dir, chunksDir, fmt.Sprintf(".open-c%06d", g.id))
 		flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	}
 	f, err := os.OpenFile(g.tmp, flag, 0o600)
@@ -353,19 +336,16 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	if want := w.env.Size(g.n, g.itemBytes); g.size != want {
 		return fmt.Errorf("splitter: chunk of %d items is %d bytes, want %d", g.n, g.size, want)
 	}
-	id := int64(len(w.chunks) + 1)
-	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", id, w.ext))
-	c := sluice.Chunk{ID: id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
+	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, w.ext))
+	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
 		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound}
-	// The recorder fsyncs, closes and renames the file, then records it.
+	// The recorder fsyncs, closes and renames the file, and records it.
 	f := g.f
 	g.f = nil
 	w.open--
-	w.pendMem -= len(g.pend.buf)
-	if err := w.rec.add(recJob{c: &c, p: g.pend, f: f, tmp: g.tmp, final: filepath.Join(w.cfg.Dir, rel)}); err != nil {
+	if err := w.rec.addChunk(&c, f, g.tmp, filepath.Join(w.cfg.Dir, rel)); err != nil {
 		return err
 	}
-	g.pend = new(pending)
 	w.chunks = append(w.chunks, c)
 	w.bytes += g.size
 	g.n, g.size, g.itemBytes, g.tokens = 0, 0, 0, 0
@@ -380,7 +360,6 @@ func (w *writer) cleanup() {
 			g.f.Close()
 			g.f = nil
 		}
-		g.pend.reset()
 	}
 	if !w.closed {
 		w.rec.stop.Store(true)
@@ -393,6 +372,8 @@ func (w *writer) cleanup() {
 }
 
 func (w *writer) result() *Result {
+	// Chunks close in another order than they opened (and got their ids).
+	slices.SortFunc(w.chunks, func(a, b sluice.Chunk) int { return cmp.Compare(a.ID, b.ID) })
 	return &Result{Lines: w.lines, Requests: w.requests, Rejected: w.rejected, Bytes: w.bytes, Chunks: w.chunks}
 }
 

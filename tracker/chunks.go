@@ -67,8 +67,12 @@ func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.C
 
 // ChunkRequests implements sluice.Store.
 func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
-	rows, err := d.db.QueryContext(ctx, `SELECT ordinal, line, custom_id, chunk_id, idx, offset, length, tokens,
-		attempt, state FROM requests WHERE job_id = ? AND chunk_id = ? ORDER BY idx`, job, chunk)
+	key, err := jobKey(ctx, d.db, job)
+	if err != nil {
+		return err
+	}
+	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, line, custom_id, chunk_id, idx, offset, length, tokens,
+		attempt, state FROM requests WHERE id >> 40 = ? AND chunk_id = ? ORDER BY idx`, maxOrdinal, key, chunk)
 	if err != nil {
 		return err
 	}
@@ -93,6 +97,10 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		job := f.Chunk.Job
+		key, err := jobKey(ctx, tx, job)
+		if err != nil {
+			return err
+		}
 		for _, c := range f.NewChunks {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
 				bytes, est_tokens, bound, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -100,13 +108,13 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
 		}
-		fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE job_id = ? AND ordinal = ? AND chunk_id = ? AND state = 'pending'`)
+		fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
 		if err != nil {
 			return err
 		}
 		defer fin.Close()
 		for _, o := range f.Outcomes {
-			res, err := fin.Exec(o.State, job, o.Ordinal, f.Chunk.ID)
+			res, err := fin.Exec(o.State, requestID(key, o.Ordinal), f.Chunk.ID)
 			if err != nil {
 				return err
 			}
@@ -115,13 +123,13 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			}
 		}
 		mv, err := tx.PrepareContext(ctx, `UPDATE requests SET chunk_id = ?, idx = ?, offset = ?, length = ?, attempt = ?
-			WHERE job_id = ? AND ordinal = ? AND chunk_id = ? AND state = 'pending'`)
+			WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
 		if err != nil {
 			return err
 		}
 		defer mv.Close()
 		for _, r := range f.Moved {
-			res, err := mv.Exec(r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, job, r.Ordinal, f.Chunk.ID)
+			res, err := mv.Exec(r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
 			if err != nil {
 				return err
 			}
@@ -135,7 +143,12 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 
 // RequestStates implements sluice.Store.
 func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM requests WHERE job_id = ? GROUP BY state`, job)
+	key, err := jobKey(ctx, d.db, job)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := idRange(key)
+	rows, err := d.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM requests WHERE id BETWEEN ? AND ? GROUP BY state`, lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +167,12 @@ func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestS
 
 // Expected implements sluice.Store.
 func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bool) error {
-	rows, err := d.db.QueryContext(ctx, `SELECT ordinal, custom_id FROM requests WHERE job_id = ? ORDER BY ordinal`, job)
+	key, err := jobKey(ctx, d.db, job)
+	if err != nil {
+		return err
+	}
+	lo, hi := idRange(key)
+	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, custom_id FROM requests WHERE id BETWEEN ? AND ? ORDER BY id`, maxOrdinal, lo, hi)
 	if err != nil {
 		return err
 	}
@@ -177,4 +195,16 @@ func (d *DB) BatchKnown(ctx context.Context, batchID string) bool {
 	var one int
 	err := d.db.QueryRowContext(ctx, `SELECT 1 FROM chunks WHERE batch_id = ? LIMIT 1`, batchID).Scan(&one)
 	return err == nil
+}
+
+// RetriedRequests counts a job's requests that needed more than one attempt.
+func (d *DB) RetriedRequests(ctx context.Context, job string) (int64, error) {
+	key, err := jobKey(ctx, d.db, job)
+	if err != nil {
+		return 0, err
+	}
+	lo, hi := idRange(key)
+	var n int64
+	err = d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests WHERE id BETWEEN ? AND ? AND attempt > 1`, lo, hi).Scan(&n)
+	return n, err
 }

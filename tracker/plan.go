@@ -28,6 +28,7 @@ type Plan struct {
 	insMany *sql.Stmt
 	args    []any
 	rows    int
+	key     int64 // the job's key: request row ids are (key << 40) | ordinal
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -42,13 +43,21 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
 	if job.MaxAttempts == 0 {
 		job.MaxAttempts = 3
 	}
-	if _, err := d.db.ExecContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	// A job's key is one more than the largest in use: the rows of a
+	// deleted job went with it, so a key given again finds none.
+	var key int64
+	if err := d.db.QueryRowContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
+		max_attempts, created_at, updated_at, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+		(SELECT COALESCE(MAX(key), 0) + 1 FROM jobs)) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
-		job.MaxAttempts, now.UnixNano(), now.UnixNano()); err != nil {
+		job.MaxAttempts, now.UnixNano(), now.UnixNano()).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
-	p := &Plan{d: d, ctx: ctx, job: job}
+	if key > maxJobKey {
+		d.DeleteJob(ctx, job.ID)
+		return nil, fmt.Errorf("record job %s: the state database holds too many jobs (key %d); start a new state directory", job.ID, key)
+	}
+	p := &Plan{d: d, ctx: ctx, job: job, key: key}
 	if err := p.begin(); err != nil {
 		return nil, err
 	}
@@ -62,8 +71,8 @@ func (p *Plan) begin() error {
 	}
 	p.tx = tx
 	p.insMany = nil
-	if p.insReq, err = tx.PrepareContext(p.ctx, `INSERT INTO requests (job_id, ordinal, line, custom_id, chunk_id, idx,
-		offset, length, tokens, attempt, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+	if p.insReq, err = tx.PrepareContext(p.ctx, `INSERT INTO requests (id, line, custom_id, chunk_id, idx,
+		offset, length, tokens, attempt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
 		return err
 	}
 	p.insChk, err = tx.PrepareContext(p.ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
@@ -90,12 +99,15 @@ func (p *Plan) wrote() error {
 
 // AddRequest implements sluice.PlanSink.
 func (p *Plan) AddRequest(r *sluice.Request) error {
+	if r.Ordinal < 0 || r.Ordinal > maxOrdinal {
+		return fmt.Errorf("record request %q (line %d): ordinal %d out of range", r.CustomID, r.Line, r.Ordinal)
+	}
 	attempt := r.Attempt
 	if attempt == 0 {
 		attempt = 1
 	}
-	if _, err := p.insReq.Exec(p.job.ID, r.Ordinal, r.Line, r.CustomID, r.Chunk, r.Index,
-		r.Offset, r.Length, r.Tokens, attempt, sluice.RequestPending); err != nil {
+	if _, err := p.insReq.Exec(requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index,
+		r.Offset, r.Length, r.Tokens, attempt); err != nil {
 		return fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
 	}
 	return p.wrote()
@@ -118,8 +130,8 @@ func (p *Plan) AddChunk(c *sluice.Chunk) error {
 // FindCustomID implements sluice.PlanSink.
 func (p *Plan) FindCustomID(customID string) (int64, bool, error) {
 	var line int64
-	err := p.tx.QueryRowContext(p.ctx, `SELECT line FROM requests WHERE job_id = ? AND custom_id = ?`,
-		p.job.ID, customID).Scan(&line)
+	err := p.tx.QueryRowContext(p.ctx, `SELECT line FROM requests WHERE id >> 40 = ? AND custom_id = ?`,
+		p.key, customID).Scan(&line)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -180,12 +192,16 @@ func (p *Plan) AddRequests(rs []sluice.Request) error {
 
 func (p *Plan) insertMany(rs []sluice.Request) error {
 	if p.insMany == nil {
-		q := `INSERT INTO requests (job_id, ordinal, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state) VALUES `
+		// OR FAIL: a failing statement keeps the rows it inserted before
+		// the one at fault (insertEach copes), so SQLite needs no
+		// statement journal to undo it: that journal copied every page
+		// the statement touched.
+		q := `INSERT OR FAIL INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, attempt) VALUES `
 		for i := 0; i < rowsPerInsert; i++ {
 			if i > 0 {
 				q += ","
 			}
-			q += "(?,?,?,?,?,?,?,?,?,?,?)"
+			q += "(?,?,?,?,?,?,?,?,?)"
 		}
 		st, err := p.tx.PrepareContext(p.ctx, q)
 		if err != nil {
@@ -196,11 +212,14 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 	args := p.args[:0]
 	for i := range rs {
 		r := &rs[i]
+		if r.Ordinal < 0 || r.Ordinal > maxOrdinal {
+			return fmt.Errorf("record request %q (line %d): ordinal %d out of range", r.CustomID, r.Line, r.Ordinal)
+		}
 		attempt := r.Attempt
 		if attempt == 0 {
 			attempt = 1
 		}
-		args = append(args, p.job.ID, r.Ordinal, r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, attempt, string(sluice.RequestPending))
+		args = append(args, requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, attempt)
 	}
 	p.args = args
 	if _, err := p.insMany.Exec(args...); err != nil {
@@ -212,9 +231,15 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 }
 
 // insertEach is the slow path after a multi-row insert failed (a duplicate
-// custom_id, say): it finds and reports the row at fault.
+// custom_id, say): it finds and reports the row at fault, passing over the
+// rows the failed statement inserted before it.
 func (p *Plan) insertEach(rs []sluice.Request, cause error) error {
 	for i := range rs {
+		var id string
+		err := p.tx.QueryRowContext(p.ctx, `SELECT custom_id FROM requests WHERE id = ?`, requestID(p.key, rs[i].Ordinal)).Scan(&id)
+		if err == nil && id == rs[i].CustomID {
+			continue
+		}
 		if err := p.AddRequest(&rs[i]); err != nil {
 			return err
 		}

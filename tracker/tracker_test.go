@@ -136,7 +136,7 @@ func TestPlanCommitAndDuplicate(t *testing.T) {
 		t.Errorf("aborted job still there: %v", err)
 	}
 	var n int
-	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests WHERE job_id = 'j'`).Scan(&n)
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests`).Scan(&n) // the only job's
 	if n != 0 {
 		t.Errorf("%d request rows survive an abort", n)
 	}
@@ -347,5 +347,91 @@ WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2000000
 	}
 	if st, _ := db.RequestStates(context.Background(), "j"); st[sluice.RequestPending] != 3 {
 		t.Errorf("the job's rows did not survive: %v", st)
+	}
+}
+
+// TestMigrationLeanRequests: a state directory written before migration
+// 0003 (request rows keyed by the job's text id) opens with its requests
+// intact under the packed ids: per chunk in order, per job in input order,
+// states and retry attempts kept, and a new job's rows apart from them.
+func TestMigrationLeanRequests(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := tracker.OpenWith(ctx, dir, all[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []string{"a", "b"} {
+		if _, err := old.SQL().Exec(`INSERT INTO jobs (id, provider, input, dir, state, created_at, updated_at)
+			VALUES (?, 'openai', '/in', '/d', 'running', 1, 1)`, job); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.SQL().Exec(`INSERT INTO chunks (job_id, id, attempt, url, model, path, requests, bytes, state)
+			VALUES (?, 1, 1, '/v1/embeddings', 'm', 'c1', 3, 30, 'submitted')`, job); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			state, attempt := "pending", 1
+			if job == "a" && i == 1 {
+				state, attempt = "succeeded", 2
+			}
+			if _, err := old.SQL().Exec(`INSERT INTO requests (job_id, ordinal, line, custom_id, chunk_id, idx, offset,
+				length, tokens, attempt, state) VALUES (?, ?, ?, ?, 1, ?, ?, 10, 5, ?, ?)`,
+				job, i, i+2, fmt.Sprintf("%s-%d", job, i), 2-i, 10*(2-i), attempt, state); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	old.Close()
+
+	db, err := tracker.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var got []string
+	if err := db.ChunkRequests(ctx, "a", 1, func(r *sluice.Request) error {
+		got = append(got, fmt.Sprintf("%d:%d:%s:%d:%d:%d:%s", r.Ordinal, r.Line, r.CustomID, r.Index, r.Offset, r.Attempt, r.State))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "2:4:a-2:0:0:1:pending 1:3:a-1:1:10:2:succeeded 0:2:a-0:2:20:1:pending"; strings.Join(got, " ") != want {
+		t.Errorf("chunk 1 of a after the migration: %s, want %s", strings.Join(got, " "), want)
+	}
+	got = nil
+	db.Expected(ctx, "b", func(o int64, id string) bool { got = append(got, fmt.Sprintf("%d %s", o, id)); return true })
+	if strings.Join(got, ",") != "0 b-0,1 b-1,2 b-2" {
+		t.Errorf("expected of b: %v", got)
+	}
+	if n, err := db.RetriedRequests(ctx, "a"); n != 1 || err != nil {
+		t.Errorf("retried requests of a: %d %v", n, err)
+	}
+	// A new job gets a key of its own; its custom_ids may repeat another job's.
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "c", Provider: "openai", Input: "/in", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddRequests([]sluice.Request{{Ordinal: 0, Line: 1, CustomID: "a-0", Chunk: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{}, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteJob(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for job, want := range map[string]int64{"a": 0, "b": 3, "c": 1} {
+		st, _ := db.RequestStates(ctx, job)
+		if n := st[sluice.RequestPending] + st[sluice.RequestSucceeded]; n != want {
+			t.Errorf("job %s: %d requests, want %d", job, n, want)
+		}
+	}
+	if err := db.IntegrityCheck(ctx); err != nil {
+		t.Error(err)
 	}
 }

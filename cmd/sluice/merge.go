@@ -142,8 +142,7 @@ func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*s
 // retriedRequests counts the job's requests that went into a retry batch
 // (-1 when the database cannot say).
 func retriedRequests(ctx context.Context, db *tracker.DB, job string) int64 {
-	var n int64
-	err := db.SQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM requests WHERE job_id = ? AND attempt > 1`, job).Scan(&n)
+	n, err := db.RetriedRequests(ctx, job)
 	if err != nil {
 		return -1
 	}

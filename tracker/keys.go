@@ -1,0 +1,38 @@
+package tracker
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// A request row's id packs its job's key and its ordinal (migration
+// 0003): (key << ordinalBits) | ordinal. Keys are small integers given to
+// jobs in order; 2^23 jobs and 2^40 requests per job fit in SQLite's
+// signed 64-bit rowid.
+const (
+	ordinalBits = 40
+	maxOrdinal  = 1<<ordinalBits - 1
+	maxJobKey   = 1<<(63-ordinalBits) - 1
+)
+
+func requestID(key, ordinal int64) int64 { return key<<ordinalBits | ordinal }
+
+// idRange is the first and last request id of a job.
+func idRange(key int64) (lo, hi int64) { return requestID(key, 0), requestID(key, maxOrdinal) }
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// jobKey returns the key of job id.
+func jobKey(ctx context.Context, q querier, id string) (int64, error) {
+	var key int64
+	err := q.QueryRowContext(ctx, `SELECT key FROM jobs WHERE id = ?`, id).Scan(&key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	return key, err
+}
