@@ -3,12 +3,12 @@ package splitter
 import (
 	"bufio"
 	"cmp"
-	"slices"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sluice-batch/sluice"
