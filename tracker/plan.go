@@ -193,9 +193,7 @@ func (p *Plan) AddRequests(rs []sluice.Request) error {
 func (p *Plan) insertMany(rs []sluice.Request) error {
 	if p.insMany == nil {
 		// OR FAIL: a failing statement keeps the rows it inserted before
-		// the one at fault (insertEach copes), so SQLite needs no
-		// statement journal to undo it: that journal copied every page
-		// the statement touched.
+		// the one at fault (insertEach copes).
 		q := `INSERT OR FAIL INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, attempt) VALUES `
 		for i := 0; i < rowsPerInsert; i++ {
 			if i > 0 {
