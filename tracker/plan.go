@@ -194,12 +194,12 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 	if p.insMany == nil {
 		// OR FAIL: a failing statement keeps the rows it inserted before
 		// the one at fault (insertEach copes).
-		q := `INSERT OR FAIL INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, attempt) VALUES `
+		q := `INSERT OR FAIL INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens) VALUES `
 		for i := 0; i < rowsPerInsert; i++ {
 			if i > 0 {
 				q += ","
 			}
-			q += "(?,?,?,?,?,?,?,?,?)"
+			q += "(?,?,?,?,?,?,?,?)"
 		}
 		st, err := p.tx.PrepareContext(p.ctx, q)
 		if err != nil {
@@ -213,11 +213,13 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 		if r.Ordinal < 0 || r.Ordinal > maxOrdinal {
 			return fmt.Errorf("record request %q (line %d): ordinal %d out of range", r.CustomID, r.Line, r.Ordinal)
 		}
-		attempt := r.Attempt
-		if attempt == 0 {
-			attempt = 1
+		if r.Attempt > 1 {
+			// Not from a plan: every planned request is on its first attempt.
+			return fmt.Errorf("record request %q (line %d): a plan's requests are on attempt 1, not %d", r.CustomID, r.Line, r.Attempt)
 		}
-		args = append(args, requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, attempt)
+		// Attempt and state take their defaults (1, pending): one bound value
+		// is a call into C, and a plan binds millions.
+		args = append(args, requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens)
 	}
 	p.args = args
 	if _, err := p.insMany.Exec(args...); err != nil {
