@@ -45,8 +45,7 @@ mkdir -p "$work/warm" && split --line-bytes=10M "$input" "$work/warm/x" && rm -r
 
 now() { date +%s.%N; }
 best_sluice="" best_split="" best_rss="" best_nosink=""
-for i in $(seq "$runs"); do
-  # sluice
+run_sluice() {
   sync
   state="$work/state$i"
   if [ -x /usr/bin/time ]; then
@@ -63,14 +62,17 @@ for i in $(seq "$runs"); do
   rm -rf "$state"
   if [ -z "$best_sluice" ] || awk -v a="$secs" -v b="$best_sluice" 'BEGIN{exit !(a<b)}'; then best_sluice=$secs; fi
   if [ -z "$best_rss" ] || [ "$rss_kb" -gt "$best_rss" ]; then best_rss=$rss_kb; fi # worst RSS counts
-  # the splitter alone: same run, the sink records nothing (no SQLite)
+}
+run_null() { # the splitter alone: the sink records nothing (no SQLite)
   sync
+  state="$work/state$i"
   "$bin" -in "$input" -state "$state" -provider "$provider" -null-sink >"$work/out.json"
   ns=$(sed -n 's/.*"seconds":\([0-9.]*\).*/\1/p' "$work/out.json")
   echo "run $i: sluice without tracker rows $(awk -v b="$bytes" -v s="$ns" 'BEGIN{printf "%.0f MB/s (%.2fs)", b/s/1e6, s}')" >&2
   rm -rf "$state"
   if [ -z "$best_nosink" ] || awk -v a="$ns" -v b="$best_nosink" 'BEGIN{exit !(a<b)}'; then best_nosink=$ns; fi
-  # GNU split
+}
+run_split() {
   sync
   mkdir -p "$work/split$i"
   t0=$(now)
@@ -80,6 +82,15 @@ for i in $(seq "$runs"); do
   echo "run $i: split  $(awk -v b="$bytes" -v s="$s" 'BEGIN{printf "%.0f MB/s (%.2fs)", b/s/1e6, s}')" >&2
   rm -rf "$work/split$i"
   if [ -z "$best_split" ] || awk -v a="$s" -v b="$best_split" 'BEGIN{exit !(a<b)}'; then best_split=$s; fi
+}
+# The order rotates from run to run: on this VM whichever command follows
+# a pause or another tool's cleanup can pay more system time, and a fixed
+# order would charge that to the same tool every time.
+tools=(run_sluice run_null run_split)
+for i in $(seq "$runs"); do
+  for k in 0 1 2; do
+    "${tools[$(((i - 1 + k) % 3))]}"
+  done
 done
 awk -v b="$bytes" -v a="$best_sluice" -v s="$best_split" -v r="$best_rss" -v n="$best_nosink" -v size="$size" -v p="$provider" 'BEGIN{
   printf "input %s (%.0f bytes), provider %s, best of runs:\n", size, b, p

@@ -83,7 +83,7 @@ func badLines() []badLine {
 		{name: "line over the batch byte limit", lim: sluice.Limits{MaxBatchBytes: 300}, line: big, customID: "big",
 			reason: fmt.Sprintf("request is %d bytes on the provider's wire, over the batch limit of 300 bytes", len(big)+1)},
 		{name: "line over the batch token limit", lim: sluice.Limits{MaxBatchTokens: 50}, line: big, customID: "big",
-			reason: "request has about 107 input tokens, over the batch limit of 50 tokens"},
+			reason: "request has about 73 input tokens, over the batch limit of 50 tokens"},
 		{name: "anthropic custom_id form", prov: "anthropic",
 			line:     `{"custom_id":"bad id!","method":"POST","url":"/v1/messages","body":{"model":"claude-x","max_tokens":5,"messages":[]}}`,
 			customID: "bad id!", reason: `custom_id "bad id!" does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$`},

@@ -163,7 +163,7 @@ func (p *parser) check(l []byte, it *sluice.Item) string {
 func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	s := &p.s
 	r.url, r.model = it.URL, it.Model
-	r.tokens = tokens(it.Model, s.ascii, s.nonASCII, s.roles)
+	r.tokens = tokens(it.Model, &s.text, s.roles)
 	start := len(b.items)
 	items, err := p.codec.AppendItem(b.items, it)
 	if err != nil {

@@ -63,10 +63,9 @@ type scanner struct {
 	fields [6]field
 
 	// Text counts of body strings (see estimate.go).
-	count    bool
-	ascii    int64
-	nonASCII int64
-	roles    int64
+	count bool
+	text  textCounts
+	roles int64
 }
 
 func (s *scanner) reset(b []byte) {
@@ -419,14 +418,29 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 	b := s.b
 	i := s.i + 1
 	start := i
-	var nonASCIIBytes, runes, escExtra int
+	var t textCounts // counted text, when count
+	var nonASCIIBytes, escExtra int
 	for {
-		for i+8 <= len(b) {
-			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
+		if count {
+			for i+8 <= len(b) {
+				x := binary.LittleEndian.Uint64(b[i:])
+				if m := special(x); m != 0 {
+					k := bits.TrailingZeros64(m) >> 3
+					t.addWord(x & (1<<(8*k) - 1)) // zero bytes count as nothing
+					i += k
+					break
+				}
+				t.addWord(x)
+				i += 8
 			}
-			i += 8
+		} else {
+			for i+8 <= len(b) {
+				if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+					i += bits.TrailingZeros64(m) >> 3
+					break
+				}
+				i += 8
+			}
 		}
 		if i >= len(b) {
 			return esc, s.truncated()
@@ -435,8 +449,10 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 		switch {
 		case c == '"':
 			if count {
-				s.ascii += int64(i - start - nonASCIIBytes - escExtra)
-				s.nonASCII += int64(runes)
+				// What is neither a letter nor a space among the ASCII
+				// characters (an escape is one) is "other".
+				t.other = int64(i-start-nonASCIIBytes-escExtra) - t.letters - t.spaces
+				s.text.add(&t)
 			}
 			s.i = i + 1
 			return esc, true
@@ -465,8 +481,13 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 				if v < utf8.RuneSelf {
 					escExtra += 5
 				} else {
-					escExtra += 6
-					runes++
+					// Counted as the character it stands for, not as ASCII.
+					nonASCIIBytes += 6
+					if count {
+						var e [4]byte
+						n := utf8.EncodeRune(e[:], v)
+						t.addRune(e[0], n)
+					}
 				}
 			default:
 				return esc, s.fail("invalid JSON at column %d: invalid escape sequence %q in a string", i+1, string(b[i:i+2]))
@@ -474,6 +495,9 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 		case c < 0x20:
 			return esc, s.fail("control character %U in a string at column %d (must be escaped)", rune(c), i+1)
 		case c < utf8.RuneSelf:
+			if count {
+				t.addByte(c)
+			}
 			i++
 		default:
 			n := utf8Len(b[i:])
@@ -481,9 +505,8 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 				return esc, s.fail("invalid UTF-8 at column %d", i+1)
 			}
 			nonASCIIBytes += n
-			runes++
-			if n == 4 {
-				runes++ // emoji and other astral characters: about 2 tokens
+			if count {
+				t.addRune(c, n)
 			}
 			i += n
 		}

@@ -85,24 +85,57 @@ func TestValidateLineReasons(t *testing.T) {
 	}
 }
 
+// TestTextCounts: the validator's scan counts a body's text by class, the
+// same whether a run of ASCII goes through the 8-byte path or byte by byte,
+// escapes as the characters they stand for, keys like "model" and "role"
+// not at all.
+func TestTextCounts(t *testing.T) {
+	cases := []struct {
+		body  string
+		want  textCounts
+		roles int64
+	}{
+		{`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello, world!"}]}`,
+			textCounts{letters: 10, spaces: 1, other: 2}, 1},
+		// 41 letters and 7 of [\]^_`{|}~, 11 spaces, 5 digits and other
+		// punctuation: long enough for the 8-byte path, with a tail.
+		{`{"model":"m","input":"The 3 quick brown foxes jumped over 12 lazy dogs: [ok] {x}_y|z~!"}`,
+			textCounts{letters: 48, spaces: 11, other: 5}, 0},
+		// Escapes: \n and \" are "other"; \u00e9 is an accented letter,
+		// \u4e16 a CJK character.
+		{`{"model":"m","input":"a\nb\"c\u00e9\u4e16"}`, textCounts{letters: 3, latin: 1, other: 2, wide: 1}, 0},
+		// Script classes; an input list counts every string.
+		{`{"model":"m","input":["Привет мир","مرحبا","नमस्ते","你好世界","こんにちは","안녕","😀👍","café"]}`,
+			textCounts{letters: 3, latin: 1, spaces: 1, narrow: 14, indic: 6, wide: 11, astral: 2}, 0},
+	}
+	for _, c := range cases {
+		var s scanner
+		s.reset([]byte(c.body))
+		s.count = true
+		if !s.object(kindBody) {
+			t.Fatalf("%s: %s", c.body, s.err)
+		}
+		if s.text != c.want || s.roles != c.roles {
+			t.Errorf("%s:\n got %+v roles %d\nwant %+v roles %d", c.body, s.text, s.roles, c.want, c.roles)
+		}
+	}
+}
+
 func TestEstimateTokens(t *testing.T) {
 	cases := []struct {
 		body string
 		want int64
 	}{
-		// "Hello, world!" is 13 ASCII bytes: ceil(13/4)=4, + 4 for one
-		// message + 3 per request (tiktoken o200k: 4 + chat framing ~7).
-		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello, world!"}]}`, 11},
-		// Two messages, 8 + 17 ASCII bytes: ceil(25/4)=7, + 2*4 + 3.
-		{`{"model":"gpt-4o","messages":[{"role":"system","content":"Be brief"},{"role":"user","content":"What is 2 plus 2?"}]}`, 18},
-		// 4 CJK characters: 4 tokens, + 4 + 3.
-		{`{"model":"gpt-4o","messages":[{"role":"user","content":"你好世界"}]}`, 11},
-		// Escapes: \n is one byte, \u00e9 one non-ASCII char: "a\nb" 3 bytes -> 1, é -> 1.
-		{`{"model":"m","input":"a\nb\u00e9"}`, 1 + 1 + 3},
-		// An emoji counts 2; embeddings input list: "abcd"+"efgh" = 8 bytes -> 2.
-		{`{"model":"m","input":["abcd","efgh","😀"]}`, 2 + 2 + 3},
-		// Claude: 3.5 bytes/token: 14 bytes -> 4.
-		{`{"model":"claude-3-5-haiku","max_tokens":10,"messages":[{"role":"user","content":"Hello, Claude!"}]}`, 4 + 4 + 3},
+		// 10 letters/6.1 + 1 space*0.48 + 2 other*0.3 = 2.72 -> 3, + 4 for
+		// one message + 3 (o200k with the cookbook's framing: 11).
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello, world!"}]}`, 3 + 4 + 3},
+		// 4 CJK characters: 4/1.3 = 3.08 -> 4, + 4 + 3 (o200k: 9).
+		{`{"model":"gpt-4o","messages":[{"role":"user","content":"你好世界"}]}`, 4 + 4 + 3},
+		// Two emoji: 2.8 -> 3; no messages, so only the 3 per request.
+		{`{"model":"m","input":"😀👍"}`, 3 + 3},
+		// Claude's tokenizer cuts finer: 12 letters, 1 space, 1 other:
+		// 2.45 * 1.15 = 2.82 -> 3.
+		{`{"model":"claude-3-5-haiku","max_tokens":10,"messages":[{"role":"user","content":"Hello Claude!"}]}`, 3 + 4 + 3},
 		// Not JSON: length / 4 rounded up.
 		{`not json`, 2},
 	}
