@@ -128,18 +128,27 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "chunk\turl\tmodel\trequests\twire bytes\test tokens\tclosed by\t")
 	for _, c := range doc.Chunks {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\t\n", c.ID, c.URL, c.Model, c.Requests, humanBytes(c.Bytes), c.EstTokens, c.Bound)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.ID, c.URL, c.Model, commas(int64(c.Requests)), humanBytes(c.Bytes), commas(c.EstTokens), c.Bound)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n%d requests in %d chunks, %s on the wire, ~%d input tokens", doc.Requests, len(doc.Chunks), humanBytes(doc.Bytes), doc.Tokens)
+	fmt.Fprintf(w, "\n%s requests in %d chunks, %s on the wire, ~%s input tokens", commas(doc.Requests), len(doc.Chunks), humanBytes(doc.Bytes), commas(doc.Tokens))
 	if doc.Rejected > 0 {
-		fmt.Fprintf(w, "; %d bad lines skipped (see %s)", doc.Rejected, filepath.Join(doc.Dir, "rejects.jsonl"))
+		fmt.Fprintf(w, "; %s bad lines skipped (see %s)", commas(doc.Rejected), pr.rejects)
 	}
 	fmt.Fprintln(w)
 	l := doc.Limits
-	fmt.Fprintf(w, "limits: %s and %d requests per batch", humanBytes(l.MaxBatchBytes), l.MaxBatchRequests)
+	limit := func(n int64, unit string) string {
+		if n <= 0 {
+			return "no " + unit + " limit"
+		}
+		if unit == "byte" {
+			return humanBytes(n)
+		}
+		return commas(n) + " " + unit + "s"
+	}
+	fmt.Fprintf(w, "limits per batch: %s, %s", limit(l.MaxBatchBytes, "byte"), limit(int64(l.MaxBatchRequests), "request"))
 	if l.MaxBatchTokens > 0 {
-		fmt.Fprintf(w, ", %d est. tokens per batch", l.MaxBatchTokens)
+		fmt.Fprintf(w, ", %s est. tokens", commas(l.MaxBatchTokens))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "chunks closed by: bytes limit %d, requests limit %d, tokens limit %d, end of their (url, model) group %d\n",

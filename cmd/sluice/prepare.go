@@ -18,9 +18,18 @@ import (
 
 // prepared is a job ready to run: planned now or found planned before.
 type prepared struct {
-	job    *sluice.Job
-	reused bool
-	res    *splitter.Result // nil when reused
+	job     *sluice.Job
+	reused  bool
+	res     *splitter.Result // nil when reused
+	rejects string           // where bad lines went (--skip-invalid)
+}
+
+// rejectsPath is where --skip-invalid writes the bad lines of a job in dir.
+func (f *jobFlags) rejectsPath(dir string) string {
+	if f.rejects != "" {
+		return f.rejects
+	}
+	return filepath.Join(dir, "rejects.jsonl")
 }
 
 // openJob opens the state database, takes the lock of the input's job and
@@ -77,7 +86,7 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		if err := checkUnchanged(ctx, db, job, st); err != nil {
 			return nil, err
 		}
-		return &prepared{job: job, reused: true}, nil
+		return &prepared{job: job, reused: true, rejects: f.rejectsPath(job.Dir)}, nil
 	}
 
 	dir := filepath.Join(db.Dir(), "jobs", id)
@@ -91,10 +100,7 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 	if err != nil {
 		return nil, err
 	}
-	rejects := f.rejects
-	if rejects == "" {
-		rejects = filepath.Join(dir, "rejects.jsonl")
-	}
+	rejects := f.rejectsPath(dir)
 	res, err := splitter.Split(ctx, splitter.Config{
 		Input: input, Dir: dir, Codec: p.Codec(), Limits: job.Limits, Model: f.model,
 		SkipInvalid: f.skipInvalid, RejectsPath: rejects, Progress: progress,
@@ -114,7 +120,7 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		}
 		return nil, fmt.Errorf("plan %s: %w", input, err)
 	}
-	return &prepared{job: job, res: res}, nil
+	return &prepared{job: job, res: res, rejects: rejects}, nil
 }
 
 // checkUnchanged refuses a job whose input changed since it was planned.
