@@ -107,7 +107,9 @@ type PlanSink interface {
 	// AddRequest records one request (buffered; written in large
 	// transactions).
 	AddRequest(r *Request) error
-	// AddChunk records a closed chunk whose file is written and synced.
+	// AddChunk records a closed chunk whose file is written; it may not
+	// be synced and renamed yet (the splitter returns once every chunk
+	// file is, and the plan is trusted only once committed after that).
 	AddChunk(c *Chunk) error
 	// FindCustomID reports the input line of an already recorded request
 	// with this custom_id, if any. The splitter calls it only when its

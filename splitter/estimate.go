@@ -20,9 +20,9 @@ const (
 // textCounts are the characters of a body's text by class.
 type textCounts struct {
 	letters int64 // ASCII bytes with bit 0x40: letters, and [\]^_`{|}~
-	latin   int64 // Latin letters with accents (U+0080–U+027F): counted as letters
+	latin   int64 // Latin letters with accents (U+00C0–U+027F): counted as letters
 	spaces  int64 // ASCII spaces
-	other   int64 // the rest of ASCII: digits, punctuation, escapes such as \n
+	other   int64 // the rest of ASCII (digits, punctuation, escapes such as \n) and U+0080–U+00BF
 	narrow  int64 // other two-byte characters: Greek, Cyrillic, Hebrew, Arabic...
 	indic   int64 // three-byte characters U+0800–U+0FFF: the scripts of India, Thai...
 	wide    int64 // other three-byte characters: CJK, kana, Hangul, symbols
@@ -71,7 +71,9 @@ func (t *textCounts) addByte(c byte) {
 // addRune counts a non-ASCII character of n bytes whose first byte is c.
 func (t *textCounts) addRune(c byte, n int) {
 	switch {
-	case n == 2 && c <= 0xC9: // U+0080–U+027F: Latin with accents, IPA
+	case c == 0xC2: // U+0080–U+00BF: no-break space, ©, «, °...
+		t.other++
+	case n == 2 && c <= 0xC9: // U+00C0–U+027F: Latin with accents, IPA
 		t.latin++
 	case n == 2:
 		t.narrow++

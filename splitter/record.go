@@ -27,6 +27,9 @@ type recorder struct {
 	err    error          // the sink's first error; read by others only after sync or done
 	stop   atomic.Bool    // set when the run failed: record nothing more
 	failed atomic.Bool    // err is set
+	// filesFailed is set when a chunk file could not be synced, closed or
+	// renamed (files.Wait returns the error).
+	filesFailed atomic.Bool
 }
 
 // recJob is one thing for the recorder: a batch of rows, a chunk, or (with
@@ -109,33 +112,57 @@ func (r *recorder) batch() []sluice.Request {
 	}
 }
 
-// addRows hands a batch of rows over; it belongs to the recorder now.
-func (r *recorder) addRows(rows []sluice.Request) {
+// addRows hands a batch of rows over; it belongs to the recorder now. It
+// returns the first failure so far, if there is one, so that a failing
+// sink or disk stops the run at once.
+func (r *recorder) addRows(rows []sluice.Request) error {
+	if err := r.failure(); err != nil {
+		return err
+	}
 	r.in <- recJob{rows: rows}
+	return nil
+}
+
+// failure returns the sink's or the chunk files' first error, if either
+// failed.
+func (r *recorder) failure() error {
+	switch {
+	case r.failed.Load():
+		return r.sync()
+	case r.filesFailed.Load():
+		return r.files.Wait()
+	}
+	return nil
 }
 
 // addChunk hands a closed chunk over with its file (flushed, still open
 // under the name tmp): the file is synced, closed and renamed to final in
-// the background, and the chunk recorded. It returns the first error so
+// the background, and the chunk recorded (possibly before its file is
+// synced: close waits for every file). It returns the first failure so
 // far, if there is one.
 func (r *recorder) addChunk(c *sluice.Chunk, f *os.File, tmp, final string) error {
-	if r.failed.Load() {
+	if err := r.failure(); err != nil {
 		f.Close()
-		return r.sync()
+		return err
 	}
 	r.files.Go(func() error {
 		if r.stop.Load() {
 			f.Close()
 			return nil
 		}
-		if err := f.Sync(); err != nil {
+		err := f.Sync()
+		if err != nil {
 			f.Close()
-			return fmt.Errorf("sync chunk: %w", err)
+			err = fmt.Errorf("sync chunk: %w", err)
+		} else if err = f.Close(); err != nil {
+			err = fmt.Errorf("close chunk: %w", err)
+		} else {
+			err = os.Rename(tmp, final)
 		}
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("close chunk: %w", err)
+		if err != nil {
+			r.filesFailed.Store(true)
 		}
-		return os.Rename(tmp, final)
+		return err
 	})
 	r.in <- recJob{c: c}
 	return nil

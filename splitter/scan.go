@@ -451,7 +451,7 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 			if count {
 				// What is neither a letter nor a space among the ASCII
 				// characters (an escape is one) is "other".
-				t.other = int64(i-start-nonASCIIBytes-escExtra) - t.letters - t.spaces
+				t.other += int64(i-start-nonASCIIBytes-escExtra) - t.letters - t.spaces
 				s.text.add(&t)
 			}
 			s.i = i + 1
@@ -483,7 +483,12 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 				} else {
 					// Counted as the character it stands for, not as ASCII.
 					nonASCIIBytes += 6
-					if count {
+					switch {
+					case !count:
+					case v >= 0xD800 && v < 0xDC00: // a surrogate pair's first half: the pair is one character
+						t.astral++
+					case v >= 0xDC00 && v < 0xE000: // its second half
+					default:
 						var e [4]byte
 						n := utf8.EncodeRune(e[:], v)
 						t.addRune(e[0], n)

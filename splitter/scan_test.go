@@ -104,6 +104,9 @@ func TestTextCounts(t *testing.T) {
 		// Escapes: \n and \" are "other"; \u00e9 is an accented letter,
 		// \u4e16 a CJK character.
 		{`{"model":"m","input":"a\nb\"c\u00e9\u4e16"}`, textCounts{letters: 3, latin: 1, other: 2, wide: 1}, 0},
+		// An escaped surrogate pair is one four-byte character, as the raw
+		// emoji; U+0080–U+00BF (no-break space, ©) are "other".
+		{`{"model":"m","input":"\ud83d\ude00😀\u00a0©"}`, textCounts{other: 2, astral: 2}, 0},
 		// Script classes; an input list counts every string.
 		{`{"model":"m","input":["Привет мир","مرحبا","नमस्ते","你好世界","こんにちは","안녕","😀👍","café"]}`,
 			textCounts{letters: 3, latin: 1, spaces: 1, narrow: 14, indic: 6, wide: 11, astral: 2}, 0},

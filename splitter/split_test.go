@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/internal/gen/corpus"
+	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/splitter"
 )
 
@@ -348,5 +349,46 @@ func TestBatchSink(t *testing.T) {
 	sort.Slice(s.reqs, func(i, j int) bool { return s.reqs[i].Ordinal < s.reqs[j].Ordinal })
 	if fmt.Sprint(s.reqs) != fmt.Sprint(want.requests) {
 		t.Error("AddRequests got other rows than AddRequest")
+	}
+}
+
+// failingSink fails the first time it is given request rows.
+type failingSink struct{ calls int }
+
+func (s *failingSink) AddRequest(*sluice.Request) error   { return s.fail() }
+func (s *failingSink) AddRequests([]sluice.Request) error { return s.fail() }
+func (s *failingSink) AddChunk(*sluice.Chunk) error       { return nil }
+func (s *failingSink) FindCustomID(string) (int64, bool, error) {
+	return 0, false, nil
+}
+func (s *failingSink) fail() error { s.calls++; return errors.New("disk full") }
+
+// TestSinkFailureStopsEarly: when the sink fails, the run stops within a
+// few batches of rows instead of reading and writing the rest of the input.
+func TestSinkFailureStopsEarly(t *testing.T) {
+	e := newEnv(t)
+	var b bytes.Buffer
+	for i := range 200_000 {
+		fmt.Fprintf(&b, `{"custom_id":"r%d","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":"some text to embed, line %d"}}`+"\n", i, i)
+	}
+	in := e.write("fail.jsonl", b.Bytes())
+	dir := filepath.Join(e.dir, "jobs", "fail")
+	sink := &failingSink{}
+	_, err := splitter.Split(e.ctx, splitter.Config{Input: in, Dir: dir, Codec: provider.Presets["openai"].Codec()}, sink)
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("Split with a failing sink: %v", err)
+	}
+	if sink.calls != 1 {
+		t.Errorf("the sink was called %d times after it failed", sink.calls-1)
+	}
+	// The one open chunk's file shows how far the writer got.
+	files, _ := filepath.Glob(filepath.Join(dir, "chunks", "*"))
+	var written int64
+	for _, f := range files {
+		st, _ := os.Stat(f)
+		written += st.Size()
+	}
+	if written > int64(b.Len())/10 {
+		t.Errorf("wrote %d of %d bytes of chunks after the sink failed", written, b.Len())
 	}
 }

@@ -114,8 +114,10 @@ func (w *writer) consume() error {
 			}
 		}
 	}
+	if err := w.handRows(); err != nil {
+		return err
+	}
 	w.closed = true
-	w.handRows()
 	if err := w.rec.close(); err != nil {
 		return err
 	}
@@ -174,7 +176,9 @@ func (w *writer) duplicate(r *rec) (string, error) {
 		return "", nil
 	}
 	// The row may still be on its way to the sink.
-	w.handRows()
+	if err := w.handRows(); err != nil {
+		return "", err
+	}
 	if err := w.rec.sync(); err != nil {
 		return "", err
 	}
@@ -257,17 +261,21 @@ func (w *writer) add(r *rec, item []byte) error {
 	g.tokens += r.tokens
 	w.requests++
 	if len(w.rows) == cap(w.rows) {
-		w.handRows()
+		return w.handRows()
 	}
 	return nil
 }
 
 // handRows hands the request rows gathered so far to the recorder.
-func (w *writer) handRows() {
-	if len(w.rows) > 0 {
-		w.rec.addRows(w.rows)
-		w.rows = w.rec.batch()
+func (w *writer) handRows() error {
+	if len(w.rows) == 0 {
+		return nil
 	}
+	if err := w.rec.addRows(w.rows); err != nil {
+		return err
+	}
+	w.rows = w.rec.batch()
+	return nil
 }
 
 // handle makes sure g's open chunk has a file handle, opening the chunk's

@@ -67,12 +67,9 @@ func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.C
 
 // ChunkRequests implements sluice.Store.
 func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
-	key, err := jobKey(ctx, d.db, job)
-	if err != nil {
-		return err
-	}
 	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, line, custom_id, chunk_id, idx, offset, length, tokens,
-		attempt, state FROM requests WHERE id >> 40 = ? AND chunk_id = ? ORDER BY idx`, maxOrdinal, key, chunk)
+		attempt, state FROM requests WHERE id >> 40 = (SELECT key FROM jobs WHERE id = ?) AND chunk_id = ? ORDER BY idx`,
+		maxOrdinal, job, chunk)
 	if err != nil {
 		return err
 	}
@@ -143,36 +140,29 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 
 // RequestStates implements sluice.Store.
 func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error) {
-	key, err := jobKey(ctx, d.db, job)
+	// Counted in one pass over the job's rowid range: a GROUP BY would sort
+	// every row of the job first.
+	var pending, succeeded, failed int64
+	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
+		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
+		FROM requests WHERE `+jobRows, job, job).Scan(&pending, &succeeded, &failed)
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := idRange(key)
-	rows, err := d.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM requests WHERE id BETWEEN ? AND ? GROUP BY state`, lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	m := map[sluice.RequestState]int64{}
-	for rows.Next() {
-		var s sluice.RequestState
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
+	for s, n := range map[sluice.RequestState]int64{sluice.RequestPending: pending, sluice.RequestSucceeded: succeeded,
+		sluice.RequestFailed: failed} {
+		if n > 0 {
+			m[s] = n
 		}
-		m[s] = n
 	}
-	return m, rows.Err()
+	return m, nil
 }
 
 // Expected implements sluice.Store.
 func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bool) error {
-	key, err := jobKey(ctx, d.db, job)
-	if err != nil {
-		return err
-	}
-	lo, hi := idRange(key)
-	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, custom_id FROM requests WHERE id BETWEEN ? AND ? ORDER BY id`, maxOrdinal, lo, hi)
+	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, custom_id FROM requests WHERE `+jobRows+` ORDER BY id`,
+		maxOrdinal, job, job)
 	if err != nil {
 		return err
 	}
@@ -199,12 +189,7 @@ func (d *DB) BatchKnown(ctx context.Context, batchID string) bool {
 
 // RetriedRequests counts a job's requests that needed more than one attempt.
 func (d *DB) RetriedRequests(ctx context.Context, job string) (int64, error) {
-	key, err := jobKey(ctx, d.db, job)
-	if err != nil {
-		return 0, err
-	}
-	lo, hi := idRange(key)
 	var n int64
-	err = d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests WHERE id BETWEEN ? AND ? AND attempt > 1`, lo, hi).Scan(&n)
+	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests WHERE `+jobRows+` AND attempt > 1`, job, job).Scan(&n)
 	return n, err
 }

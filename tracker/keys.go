@@ -22,6 +22,12 @@ func requestID(key, ordinal int64) int64 { return key<<ordinalBits | ordinal }
 // idRange is the first and last request id of a job.
 func idRange(key int64) (lo, hi int64) { return requestID(key, 0), requestID(key, maxOrdinal) }
 
+// jobRows is a condition on requests: the rows of the job whose id is
+// bound to both placeholders (none when there is no such job: a job
+// deleted between two statements shows as empty, not as an error).
+const jobRows = `requests.id BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
+	AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?)`
+
 // querier is what *sql.DB and *sql.Tx share.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row

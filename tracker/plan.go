@@ -28,7 +28,13 @@ type Plan struct {
 	insMany *sql.Stmt
 	args    []any
 	rows    int
-	key     int64 // the job's key: request row ids are (key << 40) | ordinal
+	// conn holds the plan's transactions, with temporary files in memory:
+	// SQLite keeps a statement journal for each multi-row INSERT inside a
+	// transaction (OR FAIL or not), and on disk that journal cost a 1 GB
+	// plan ~290,000 page writes to a file in /var/tmp. Only this
+	// connection: elsewhere a big sort or index build should still spill.
+	conn *sql.Conn
+	key  int64 // the job's key: request row ids are (key << 40) | ordinal
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -43,12 +49,13 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
 	if job.MaxAttempts == 0 {
 		job.MaxAttempts = 3
 	}
-	// A job's key is one more than the largest in use: the rows of a
-	// deleted job went with it, so a key given again finds none.
+	// A job's key is one more than the largest in use by a job or by a
+	// request row: DeleteJob removes a job's rows with it, but should any
+	// survive (a delete by hand), a new job never inherits them.
 	var key int64
 	if err := d.db.QueryRowContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
 		max_attempts, created_at, updated_at, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		(SELECT COALESCE(MAX(key), 0) + 1 FROM jobs)) RETURNING key`,
+		MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests)) + 1) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano()).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
@@ -58,14 +65,33 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
 		return nil, fmt.Errorf("record job %s: the state database holds too many jobs (key %d); start a new state directory", job.ID, key)
 	}
 	p := &Plan{d: d, ctx: ctx, job: job, key: key}
-	if err := p.begin(); err != nil {
+	conn, err := d.db.Conn(ctx)
+	if err == nil {
+		p.conn = conn
+		_, err = conn.ExecContext(ctx, `PRAGMA temp_store = MEMORY`)
+	}
+	if err == nil {
+		err = p.begin()
+	}
+	if err != nil {
+		p.Abort(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return p, nil
 }
 
+// release gives the plan's connection back to the pool, as it found it.
+func (p *Plan) release() {
+	if p.conn == nil {
+		return
+	}
+	p.conn.ExecContext(context.WithoutCancel(p.ctx), `PRAGMA temp_store = DEFAULT`)
+	p.conn.Close()
+	p.conn = nil
+}
+
 func (p *Plan) begin() error {
-	tx, err := p.d.db.BeginTx(p.ctx, nil)
+	tx, err := p.conn.BeginTx(p.ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -145,19 +171,24 @@ func (p *Plan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, reje
 	res, err := p.tx.ExecContext(ctx, `UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
 		requests = ?, rejected = ?, state = ?, updated_at = ? WHERE id = ? AND state = ?`,
 		fp.Size, ns(fp.ModTime), fp.Hash, requests, rejected, sluice.JobPlanned, now, p.job.ID, sluice.JobPlanning)
+	if err == nil {
+		if n, _ := res.RowsAffected(); n != 1 {
+			err = fmt.Errorf("commit plan of job %s: %w", p.job.ID, ErrConflict)
+		}
+	}
 	if err != nil {
 		p.tx.Rollback()
+		p.tx = nil
+		p.release()
 		return err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		p.tx.Rollback()
-		return fmt.Errorf("commit plan of job %s: %w", p.job.ID, ErrConflict)
-	}
-	if err := p.tx.Commit(); err != nil {
+	err = p.tx.Commit()
+	p.tx = nil
+	p.release()
+	if err != nil {
 		return err
 	}
 	p.job.State, p.job.Fingerprint, p.job.Requests, p.job.Rejected = sluice.JobPlanned, fp, requests, rejected
-	p.tx = nil
 	return nil
 }
 
@@ -167,6 +198,7 @@ func (p *Plan) Abort(ctx context.Context) error {
 		p.tx.Rollback()
 		p.tx = nil
 	}
+	p.release()
 	return p.d.DeleteJob(ctx, p.job.ID)
 }
 
@@ -237,8 +269,11 @@ func (p *Plan) insertEach(rs []sluice.Request, cause error) error {
 	for i := range rs {
 		var id string
 		err := p.tx.QueryRowContext(p.ctx, `SELECT custom_id FROM requests WHERE id = ?`, requestID(p.key, rs[i].Ordinal)).Scan(&id)
-		if err == nil && id == rs[i].CustomID {
-			continue
+		switch {
+		case err == nil && id == rs[i].CustomID:
+			continue // inserted by the failed statement
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w (and looking for the row at fault: %v)", cause, err)
 		}
 		if err := p.AddRequest(&rs[i]); err != nil {
 			return err

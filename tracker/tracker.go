@@ -76,7 +76,7 @@ func OpenWith(ctx context.Context, dir string, ms []migrations.Migration) (*DB, 
 	}
 	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_foreign_keys=on&_busy_timeout=%d&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768",
 		path, busy.Milliseconds())
-	sdb, err := sql.Open(driverName, dsn)
+	sdb, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -86,20 +86,6 @@ func OpenWith(ctx context.Context, dir string, ms []migrations.Migration) (*DB, 
 		return nil, d.LockedHint(err)
 	}
 	return d, nil
-}
-
-// driverName is mattn/go-sqlite3 with the connection settings its DSN
-// cannot carry: temporary files in memory. A multi-row INSERT inside a
-// transaction keeps a statement journal (a copy of every page it touches,
-// to undo it), and on disk that journal cost a 1 GB plan ~300,000 page
-// writes to a file in /var/tmp; in memory it costs a copy.
-const driverName = "sqlite3-sluice"
-
-func init() {
-	sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
-		_, err := c.Exec("PRAGMA temp_store = MEMORY", nil)
-		return err
-	}})
 }
 
 // Dir is the state directory.

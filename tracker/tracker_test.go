@@ -435,3 +435,36 @@ func TestMigrationLeanRequests(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestNewJobNeverInheritsRows: a job deleted by hand (not through
+// DeleteJob) leaves its request rows behind; the next job's key is past
+// them, so it neither sees them nor collides with them, and a job that is
+// gone reads as empty.
+func TestNewJobNeverInheritsRows(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	plan := func(job string) {
+		p, err := db.BeginPlan(ctx, &sluice.Job{ID: job, Provider: "openai", Input: "/in", Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.AddRequests([]sluice.Request{{Ordinal: 0, Line: 1, CustomID: "x", Chunk: 1}, {Ordinal: 1, Line: 2, CustomID: "y", Chunk: 1}}); err != nil {
+			t.Fatalf("job %s: %v", job, err)
+		}
+		if err := p.Commit(ctx, sluice.Fingerprint{}, 2, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan("a")
+	if _, err := db.SQL().Exec(`DELETE FROM jobs WHERE id = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	plan("b")
+	st, err := db.RequestStates(ctx, "b")
+	if err != nil || st[sluice.RequestPending] != 2 || len(st) != 1 {
+		t.Errorf("job b: %v %v, want 2 pending", st, err)
+	}
+	if st, err := db.RequestStates(ctx, "a"); err != nil || len(st) != 0 {
+		t.Errorf("deleted job a: %v %v, want no rows and no error", st, err)
+	}
+}
