@@ -11,8 +11,8 @@ import "math/bits"
 // A hit is only a "maybe": two different ids share 48 bits with
 // probability 2^-48, so a file of n ids sees about n²/2^49 false hits
 // (0.03 for 4 million). The splitter confirms every hit with the plan
-// sink (SQLite) and its own pending rows before calling a line a
-// duplicate.
+// sink (SQLite, once the rows queued for it are recorded) before calling a
+// line a duplicate.
 type idSet struct {
 	tabs [1 << 16][]uint32
 	n    [1 << 16]uint16 // entries per table (a table never holds 2^16)
