@@ -93,15 +93,7 @@ func (d *DB) UpdateFingerprint(ctx context.Context, id string, fp sluice.Fingerp
 // DeleteJob removes a job and all its rows.
 func (d *DB) DeleteJob(ctx context.Context, id string) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
-		key, err := jobKey(ctx, tx, id)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		lo, hi := idRange(key)
-		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE id BETWEEN ? AND ?`, lo, hi); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE `+jobRows, id, id); err != nil {
 			return err
 		}
 		for _, q := range []string{`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {

@@ -19,24 +19,18 @@ const (
 
 func requestID(key, ordinal int64) int64 { return key<<ordinalBits | ordinal }
 
-// idRange is the first and last request id of a job.
-func idRange(key int64) (lo, hi int64) { return requestID(key, 0), requestID(key, maxOrdinal) }
-
 // jobRows is a condition on requests: the rows of the job whose id is
 // bound to both placeholders (none when there is no such job: a job
-// deleted between two statements shows as empty, not as an error).
+// deleted between two statements shows as empty, not as an error). The
+// literals are ordinalBits and maxOrdinal; queries by job spell the key as
+// id >> 40 as the indexes of migration 0003 do.
 const jobRows = `requests.id BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
 	AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?)`
 
-// querier is what *sql.DB and *sql.Tx share.
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // jobKey returns the key of job id.
-func jobKey(ctx context.Context, q querier, id string) (int64, error) {
+func jobKey(ctx context.Context, tx *sql.Tx, id string) (int64, error) {
 	var key int64
-	err := q.QueryRowContext(ctx, `SELECT key FROM jobs WHERE id = ?`, id).Scan(&key)
+	err := tx.QueryRowContext(ctx, `SELECT key FROM jobs WHERE id = ?`, id).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}

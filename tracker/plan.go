@@ -125,8 +125,8 @@ func (p *Plan) wrote() error {
 
 // AddRequest implements sluice.PlanSink.
 func (p *Plan) AddRequest(r *sluice.Request) error {
-	if r.Ordinal < 0 || r.Ordinal > maxOrdinal {
-		return fmt.Errorf("record request %q (line %d): ordinal %d out of range", r.CustomID, r.Line, r.Ordinal)
+	if err := checkOrdinal(r); err != nil {
+		return err
 	}
 	attempt := r.Attempt
 	if attempt == 0 {
@@ -202,6 +202,14 @@ func (p *Plan) Abort(ctx context.Context) error {
 	return p.d.DeleteJob(ctx, p.job.ID)
 }
 
+// checkOrdinal refuses an ordinal that does not fit a request row's id.
+func checkOrdinal(r *sluice.Request) error {
+	if r.Ordinal < 0 || r.Ordinal > maxOrdinal {
+		return fmt.Errorf("record request %q (line %d): ordinal %d out of range", r.CustomID, r.Line, r.Ordinal)
+	}
+	return nil
+}
+
 // rowsPerInsert is how many request rows one INSERT statement carries:
 // SQLite's per-statement overhead dominates single-row inserts.
 const rowsPerInsert = 64
@@ -242,8 +250,8 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 	args := p.args[:0]
 	for i := range rs {
 		r := &rs[i]
-		if r.Ordinal < 0 || r.Ordinal > maxOrdinal {
-			return fmt.Errorf("record request %q (line %d): ordinal %d out of range", r.CustomID, r.Line, r.Ordinal)
+		if err := checkOrdinal(r); err != nil {
+			return err
 		}
 		if r.Attempt > 1 {
 			// Not from a plan: every planned request is on its first attempt.
