@@ -15,6 +15,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -94,6 +95,9 @@ type Dispatcher struct {
 	nextID    int64
 	queueFull map[string]bool // models whose provider queue reported full
 	mu        sync.Mutex      // guards queueFull
+	// halted is set by the first fatal error of a round: no new task or
+	// provider call starts; those in flight finish.
+	halted atomic.Bool
 }
 
 // New returns a dispatcher for job.
@@ -279,20 +283,29 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 	}
 	var moved bool
 	var movedMu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
+	// A fatal error stops new work but never cancels the calls in flight:
+	// cancelling them mid-call would leave their chunks in intent states
+	// that the next run must wait out the reconcile grace for (issue 11,
+	// item 6). They finish and record their outcome, as after a first stop
+	// signal; only ctx (a second signal) abandons them.
+	var g errgroup.Group
 	g.SetLimit(d.opts.Concurrency)
 	for _, t := range tasks {
-		if d.stopping(stop) {
+		if d.stopping(stop) || d.halted.Load() {
 			break
 		}
 		g.Go(func() error {
-			m, err := t(gctx)
+			if d.halted.Load() {
+				return nil // a sibling failed fatally while this one waited for a slot
+			}
+			m, err := t(ctx)
 			if m {
 				movedMu.Lock()
 				moved = true
 				movedMu.Unlock()
 			}
 			if err != nil && (errors.Is(err, ErrFatal) || ctx.Err() != nil) {
+				d.halted.Store(true)
 				return err
 			}
 			return nil
