@@ -27,8 +27,14 @@ type Job struct {
 	Requests    int64       `json:"requests"` // valid requests in the input
 	Rejected    int64       `json:"rejected"` // invalid lines skipped (--skip-invalid)
 	MaxAttempts int         `json:"max_attempts"`
-	CreatedAt   time.Time   `json:"created_at"`
-	UpdatedAt   time.Time   `json:"updated_at"`
+	// Endpoint is the provider endpoint the job talks to, as resolved
+	// (empty for the built-in emulator and for jobs of older versions).
+	Endpoint string `json:"endpoint,omitempty"`
+	// ProviderFiles says where the job's files at the provider stand:
+	// ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
+	ProviderFiles string    `json:"provider_files,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // Chunk is a group of requests sharing (url, model) that fits one provider
@@ -68,7 +74,18 @@ type Chunk struct {
 	// provider refused for good; at the dispatcher's bound the attempt
 	// fails and its requests are retried.
 	FetchFailures int `json:"fetch_failures,omitempty"`
+	// QueueRefusals counts the times in a row this chunk's batch failed
+	// token_limit_exceeded while no other batch of its model in the job was
+	// live: the chunk alone is over the provider's enqueued-token limit.
+	QueueRefusals int `json:"queue_refusals,omitempty"`
 }
+
+// Where a job's files at the provider stand (Job.ProviderFiles).
+const (
+	ProviderFilesLive    = "live"    // may still be at the provider
+	ProviderFilesDeleted = "deleted" // deleted once the output was written
+	ProviderFilesKept    = "kept"    // kept on request (--keep-provider-files)
+)
 
 // Request is one input line's row in the tracker.
 type Request struct {

@@ -12,14 +12,14 @@ var _ sluice.Store = (*DB)(nil)
 
 const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
 	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
-	input_tokens, output_tokens, results_path, fetch_failures`
+	input_tokens, output_tokens, results_path, fetch_failures, queue_refusals`
 
 func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 	var c sluice.Chunk
 	var intent, next, sub, ended int64
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
 		&c.EstTokens, &c.Bound, &c.State, &c.FileID, &c.BatchID, &c.BatchStatus, &intent, &next, &c.Polls,
-		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures); err != nil {
+		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures, &c.QueueRefusals); err != nil {
 		return nil, err
 	}
 	c.IntentAt, c.NextPollAt, c.SubmittedAt, c.EndedAt = fromNS(intent), fromNS(next), fromNS(sub), fromNS(ended)
@@ -52,10 +52,11 @@ func (d *DB) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.Chunk
 func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.ChunkState) error {
 	res, err := tx.ExecContext(ctx, `UPDATE chunks SET state = ?, file_id = ?, batch_id = ?, batch_status = ?,
 		intent_at = ?, next_poll_at = ?, polls = ?, submitted_at = ?, ended_at = ?, last_error = ?,
-		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ? WHERE job_id = ? AND id = ? AND state = ?`,
+		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ?, queue_refusals = ?
+		WHERE job_id = ? AND id = ? AND state = ?`,
 		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
 		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.Job, c.ID, from)
+		c.FetchFailures, c.QueueRefusals, c.Job, c.ID, from)
 	if err != nil {
 		return fmt.Errorf("chunk %d: %w", c.ID, err)
 	}

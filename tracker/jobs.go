@@ -11,7 +11,7 @@ import (
 )
 
 const jobCols = `id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
-	state, requests, rejected, max_attempts, created_at, updated_at`
+	state, requests, rejected, max_attempts, created_at, updated_at, endpoint, provider_files`
 
 func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var j sluice.Job
@@ -19,7 +19,7 @@ func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var limits string
 	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
 		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
-		&created, &updated); err != nil {
+		&created, &updated, &j.Endpoint, &j.ProviderFiles); err != nil {
 		return nil, err
 	}
 	j.Fingerprint.ModTime = fromNS(mtime)
@@ -103,4 +103,25 @@ func (d *DB) DeleteJob(ctx context.Context, id string) error {
 		}
 		return nil
 	})
+}
+
+// SetJobSettings records the settings of a job that may change while it
+// runs: the live-batch and enqueued-token limits and the attempts per
+// request (the limits that shaped its plan never change).
+func (d *DB) SetJobSettings(ctx context.Context, id string, limits sluice.Limits, maxAttempts int) error {
+	b, err := json.Marshal(limits)
+	if err != nil {
+		return err
+	}
+	_, err = d.db.ExecContext(ctx, `UPDATE jobs SET limits = ?, max_attempts = ?, updated_at = ? WHERE id = ?`,
+		string(b), maxAttempts, d.now().UnixNano(), id)
+	return err
+}
+
+// SetProviderFiles records where the job's files at the provider stand:
+// sluice.ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
+func (d *DB) SetProviderFiles(ctx context.Context, id, state string) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET provider_files = ?, updated_at = ? WHERE id = ?`,
+		state, d.now().UnixNano(), id)
+	return err
 }

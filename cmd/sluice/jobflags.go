@@ -1,10 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -24,10 +20,14 @@ type jobFlags struct {
 	rejects     string
 	limits      sluice.Limits
 	maxAttempts int
+	// given reports whether a flag was given on the command line (see
+	// checkSettings).
+	given func(name string) bool
 }
 
 func (f *jobFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	f.given = fs.Changed
 	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed)")
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
@@ -65,21 +65,3 @@ func (f *jobFlags) check() error {
 }
 
 var jobName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
-
-// jobID is --job, or a name derived from the input's absolute path and the
-// provider, so the same command always finds the same job.
-func (f *jobFlags) jobID(absInput string) string {
-	if f.job != "" {
-		return f.job
-	}
-	base := filepath.Base(absInput)
-	for _, ext := range []string{".gz", ".zst", ".jsonl", ".json", ".ndjson", ".txt"} {
-		base = strings.TrimSuffix(base, ext)
-	}
-	base = regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(base, "_")
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	sum := sha256.Sum256([]byte(absInput + "\x00" + f.provider + "\x00" + f.baseURL))
-	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))
-}

@@ -86,6 +86,9 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		if err := checkUnchanged(ctx, db, job, st); err != nil {
 			return nil, err
 		}
+		if err := f.checkSettings(ctx, db, job, p, log); err != nil {
+			return nil, err
+		}
 		return &prepared{job: job, reused: true, rejects: f.rejectsPath(job.Dir)}, nil
 	}
 
@@ -95,7 +98,7 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		return nil, err
 	}
 	job = &sluice.Job{ID: id, Provider: p.Name, Input: input, Model: f.model, Dir: dir,
-		Limits: p.Limits.Override(f.limits), MaxAttempts: f.maxAttempts}
+		Limits: p.Limits.Override(f.limits), MaxAttempts: f.maxAttempts, Endpoint: f.endpoint(p)}
 	plan, err := db.BeginPlan(ctx, job)
 	if err != nil {
 		return nil, err

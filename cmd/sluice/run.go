@@ -165,6 +165,9 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 	}()
 
+	if err := checkOutputFree(ctx, g, f.jobID(input), out); err != nil {
+		return err
+	}
 	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log)
 	if err != nil {
 		return err
