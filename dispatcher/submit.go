@@ -44,6 +44,9 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
 		d.createMu.Lock()
 		defer d.createMu.Unlock()
+		if d.halted.Load() {
+			return false, nil // a sibling failed fatally while this one waited
+		}
 	}
 	from := c.State
 	c.State, c.IntentAt = sluice.ChunkCreating, d.opts.Now()

@@ -11,8 +11,13 @@ import (
 // providerFiles lists the files the emulator holds (GET /v1/files).
 func providerFiles(t *testing.T, emu *emulatorProc) []string {
 	t.Helper()
+	return providerFilesKey(t, emu, "sk-x")
+}
+
+func providerFilesKey(t *testing.T, emu *emulatorProc, key string) []string {
+	t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+emu.addr+"/v1/files", nil)
-	req.Header.Set("Authorization", "Bearer sk-x")
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
