@@ -97,10 +97,10 @@ func TestPlanThenRunReusesThePlan(t *testing.T) {
 	}
 }
 
-// TestResumedRunFlags (issue 11, item 9): what shaped a plan cannot change
-// on a planned job (exit 2 naming the flag and --job NEW_NAME); what may
-// change on a live job takes effect.
-func TestResumedRunFlags(t *testing.T) {
+// TestResumedRunRefusesPlanFlags (issue 11, item 9): what shaped a plan
+// cannot change on a planned job: exit 2 naming the flag and --job
+// NEW_NAME.
+func TestResumedRunRefusesPlanFlags(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "4s")
 	dir := t.TempDir()
@@ -123,9 +123,21 @@ func TestResumedRunFlags(t *testing.T) {
 		}
 	}
 	if got := emu.stats(t)["batches_created"]; got != 0 {
-		t.Fatalf("refused runs created %d batches", got)
+		t.Errorf("refused runs created %d batches", got)
 	}
-	// The same value as the plan's is no change.
+}
+
+// TestResumedRunAppliesLiveFlags (issue 11, item 9): a limit that may
+// change on a live job (here --max-live-batches) takes effect on a later
+// run of the same job; the plan's own value given again is no change.
+func TestResumedRunAppliesLiveFlags(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--batch-time", "4s")
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 30)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	common := []string{"--provider", "openai", "--rate", "-1"}
 	run := func(extra ...string) result {
 		return runSluice(t, env, append(append([]string{"run", in, "--out", out, "--once", "--max-batch-requests", "5"}, common...), extra...)...)
 	}
