@@ -4,12 +4,14 @@ package main
 // command means is decided by resolved values, never by how they were
 // given; two jobs never write one output; and what a command says about a
 // job that exists either takes effect or is refused, never silently
-// ignored. README.md, "Jobs and their settings", is the user's side.
+// ignored. README.md, section 4 ("Which job a command means", "Flags on a
+// job that exists"), is the user's side.
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -89,6 +91,12 @@ func (f *jobFlags) jobID(absInput string) string {
 		}
 		ep += accountOf(p)
 	}
+	return derivedJobName(absInput, f.provider, ep)
+}
+
+// derivedJobName is the derived job name: the input's base name, the provider,
+// and a hash of the input's path, the provider and key.
+func derivedJobName(absInput, prov, key string) string {
 	base := filepath.Base(absInput)
 	for _, ext := range []string{".gz", ".zst", ".jsonl", ".json", ".ndjson", ".txt"} {
 		base = strings.TrimSuffix(base, ext)
@@ -97,20 +105,58 @@ func (f *jobFlags) jobID(absInput string) string {
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	sum := sha256.Sum256([]byte(absInput + "\x00" + f.provider + "\x00" + ep))
-	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))
+	sum := sha256.Sum256([]byte(absInput + "\x00" + prov + "\x00" + key))
+	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), prov, hex.EncodeToString(sum[:4]))
 }
 
-// checkOutputFree refuses to run job id into an output path that another
+// legacyJobID is the name earlier versions derived: from --base-url as
+// typed, the empty string when the endpoint came from the environment.
+func (f *jobFlags) legacyJobID(absInput string) string {
+	return derivedJobName(absInput, f.provider, f.baseURL)
+}
+
+// findJobID is the job this command means: jobID, or a job an earlier
+// version planned under its legacy name for the same endpoint given from
+// the environment, so upgrading sluice mid-job never starts the job over
+// and buys its batches again.
+func (f *jobFlags) findJobID(ctx context.Context, db *tracker.DB, absInput string) (string, error) {
+	id := f.jobID(absInput)
+	if f.job != "" {
+		return id, nil
+	}
+	legacy := f.legacyJobID(absInput)
+	if legacy == id {
+		return id, nil
+	}
+	if _, err := db.Job(ctx, id); err == nil || !errors.Is(err, tracker.ErrNotFound) {
+		return id, err
+	}
+	j, err := db.Job(ctx, legacy)
+	switch {
+	case errors.Is(err, tracker.ErrNotFound):
+		return id, nil
+	case err != nil:
+		return "", err
+	case j.Endpoint != "": // planned by this version: another endpoint's job
+		return id, nil
+	}
+	return legacy, nil
+}
+
+// checkOutputFree refuses to run the job of input into an output path that another
 // job, not done yet, will write: two jobs never write one file. A done
 // job's output is written; it no longer holds the path (a new job may
 // replace the file, as any command writing there would).
-func checkOutputFree(ctx context.Context, g *globalFlags, id, out string) error {
+func checkOutputFree(ctx context.Context, g *globalFlags, f *jobFlags, input, out string) error {
 	db, err := g.openDB(ctx)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	id, err := f.findJobID(ctx, db, input)
+	if err != nil {
+		return err
+	}
 	jobs, err := db.Jobs(ctx)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,5 +157,39 @@ func TestResumedRunAppliesLiveFlags(t *testing.T) {
 	}
 	if got := emu.stats(t)["batches_created"]; got != 6 {
 		t.Errorf("%d batches created, want 6", got)
+	}
+}
+
+// TestJobOfEarlierVersionResumes: a job an earlier version planned with the
+// endpoint from the environment had a name hashed without it; upgrading
+// sluice mid-job resumes that job instead of starting (and buying) it
+// again.
+func TestJobOfEarlierVersionResumes(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 12)
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	legacy := derivedJobName(in, "openai", "") // what earlier versions named it
+	if r := runSluice(t, env, "plan", in, "--provider", "openai", "--job", legacy); r.code != 0 {
+		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	}
+	// Earlier versions recorded no endpoint.
+	db, err := sql.Open("sqlite3", filepath.Join(dir, "state", "sluice.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE jobs SET endpoint = ''`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--rate", "-1", "--poll-interval", "50ms")
+	if r.code != 0 || !strings.Contains(r.stderr, "resuming job") {
+		t.Fatalf("run after the upgrade: exit %d, want 0 resuming the job\n%s", r.code, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	if job := onlyJob(t, statusOf(t, env)); job.ID != legacy {
+		t.Errorf("ran job %s, want the earlier version's %s", job.ID, legacy)
 	}
 }

@@ -40,7 +40,12 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	lock, err := db.LockJob(f.jobID(input))
+	id, err := f.findJobID(ctx, db, input)
+	if err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
+	lock, err := db.LockJob(id)
 	if err != nil {
 		db.Close()
 		return nil, nil, nil, err
@@ -50,7 +55,7 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 		db.Close()
 	}
 	bar := newPlanProgress(os.Stderr)
-	pr, err = prepareJob(ctx, db, f, p, input, f.jobID(input), bar.update, log)
+	pr, err = prepareJob(ctx, db, f, p, input, id, bar.update, log)
 	bar.done()
 	if err != nil {
 		close()

@@ -169,7 +169,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 	}()
 
-	if err := checkOutputFree(ctx, g, f.jobID(input), out); err != nil {
+	if err := checkOutputFree(ctx, g, &f.jobFlags, input, out); err != nil {
 		return err
 	}
 	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log)
