@@ -24,7 +24,7 @@ func runSluiceWithin(t *testing.T, limit time.Duration, env []string, args ...st
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("sluice %s did not end within %v\nstderr (tail):\n%s", strings.Join(args, " "), limit, tail(se.String(), 2000))
+		t.Fatalf("sluice %s did not end within %v\nstderr (tail):\n%s", strings.Join(args, " "), limit, lastBytes(se.String(), 2000))
 	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -35,7 +35,7 @@ func runSluiceWithin(t *testing.T, limit time.Duration, env []string, args ...st
 	return result{code: code, stdout: so.String(), stderr: se.String()}
 }
 
-func tail(s string, n int) string {
+func lastBytes(s string, n int) string {
 	if len(s) > n {
 		return "..." + s[len(s)-n:]
 	}
@@ -75,7 +75,7 @@ func TestEnqueuedTokenBudgetCutsChunks(t *testing.T) {
 	r := runSluiceWithin(t, 90*time.Second, env, "run", in, "--out", out, "--provider", "openai", "--max-enqueued-tokens", "2000",
 		"--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms")
 	if r.code != 0 {
-		t.Fatalf("run: exit %d\n%s", r.code, tail(r.stderr, 3000))
+		t.Fatalf("run: exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
 	}
 	checkOutput(t, out, ids)
 	if st := emu.stats(t); st["batches_failed"] != 0 || st["batches_created"] < 2 {
@@ -108,7 +108,7 @@ func TestChunkAloneOverProviderLimitEnds(t *testing.T) {
 	r := runSluiceWithin(t, 90*time.Second, env, "run", in, "--out", out, "--provider", "openai",
 		"--rate", "-1", "--poll-interval", "20ms", "--max-poll-interval", "50ms")
 	if r.code != exitFailures {
-		t.Fatalf("run: exit %d, want 4\n%s", r.code, tail(r.stderr, 3000))
+		t.Fatalf("run: exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 3000))
 	}
 	for _, l := range checkOutput(t, out, ids) {
 		if l.Error == nil || l.Error.Code != "token_limit_exceeded" || !strings.Contains(l.Error.Message, "--max-enqueued-tokens") {

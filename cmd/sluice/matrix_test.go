@@ -193,7 +193,7 @@ func (c *cell) finish(why string) {
 	c.t.Helper()
 	r := runSluiceWithin(c.t, 2*time.Minute, c.env, c.args...)
 	if r.code != 0 {
-		c.t.Fatalf("%s: the same command again: exit %d, want 0\n%s", why, r.code, tail(r.stderr, 3000))
+		c.t.Fatalf("%s: the same command again: exit %d, want 0\n%s", why, r.code, lastBytes(r.stderr, 3000))
 	}
 	for _, o := range checkOutput(c.t, c.out, c.ids) {
 		if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 {
@@ -283,11 +283,11 @@ func (l *liveRun) waitLog(t *testing.T, s string) {
 	for !strings.Contains(l.stderr(), s) {
 		select {
 		case <-l.done:
-			t.Fatalf("the run ended (exit %d) before its log said %q:\n%s", l.code, s, tail(l.stderr(), 3000))
+			t.Fatalf("the run ended (exit %d) before its log said %q:\n%s", l.code, s, lastBytes(l.stderr(), 3000))
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the run's log never said %q:\n%s", s, tail(l.stderr(), 3000))
+			t.Fatalf("the run's log never said %q:\n%s", s, lastBytes(l.stderr(), 3000))
 		}
 	}
 }
@@ -298,7 +298,7 @@ func (l *liveRun) wait(t *testing.T) int {
 	case <-l.done:
 		return l.code
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("the run did not end:\n%s", tail(l.stderr(), 3000))
+		t.Fatalf("the run did not end:\n%s", lastBytes(l.stderr(), 3000))
 	}
 	return -1
 }
@@ -322,7 +322,7 @@ func TestProviderMatrix(t *testing.T) {
 			l.waitLog(t, "batch submitted")
 			l.cmd.Process.Signal(os.Interrupt)
 			if code := l.wait(t); code != exitStopped {
-				t.Fatalf("Ctrl-C once: exit %d, want 3\n%s", code, tail(l.stderr(), 3000))
+				t.Fatalf("Ctrl-C once: exit %d, want 3\n%s", code, lastBytes(l.stderr(), 3000))
 			}
 			// Ctrl-C twice: calls in flight are cancelled; the run stops
 			// with work left.
@@ -333,7 +333,7 @@ func TestProviderMatrix(t *testing.T) {
 			time.Sleep(600 * time.Millisecond) // a second signal counts after 500ms
 			l.cmd.Process.Signal(os.Interrupt)
 			if code := l.wait(t); code == 0 || code == exitUsage {
-				t.Fatalf("Ctrl-C twice: exit %d, want the run stopped with work left\n%s", code, tail(l.stderr(), 3000))
+				t.Fatalf("Ctrl-C twice: exit %d, want the run stopped with work left\n%s", code, lastBytes(l.stderr(), 3000))
 			}
 			c.finish("after Ctrl-C once and twice")
 		})
@@ -379,7 +379,7 @@ func TestProviderMatrix(t *testing.T) {
 			r := runSluiceWithin(t, 90*time.Second, p.env(addr, matrixKey), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
 				"--provider", p.name, "--state", filepath.Join(dir, "state"), "--rate", "-1", "--http-max-wait", "2s")
 			if r.code != exitError || !strings.Contains(r.stderr, addr) {
-				t.Fatalf("dead endpoint: exit %d, want 1 with a message naming %s\n%s", r.code, addr, tail(r.stderr, 3000))
+				t.Fatalf("dead endpoint: exit %d, want 1 with a message naming %s\n%s", r.code, addr, lastBytes(r.stderr, 3000))
 			}
 		})
 
@@ -391,7 +391,7 @@ func TestProviderMatrix(t *testing.T) {
 			c.args = c.with("--concurrency", "6")
 			r := runSluiceWithin(t, time.Minute, wrong, c.args...)
 			if r.code != exitError {
-				t.Fatalf("wrong key: exit %d, want 1\n%s", r.code, tail(r.stderr, 3000))
+				t.Fatalf("wrong key: exit %d, want 1\n%s", r.code, lastBytes(r.stderr, 3000))
 			}
 			if strings.Contains(r.stderr, "wrong") {
 				t.Errorf("the key appears in the output:\n%s", r.stderr)
@@ -399,10 +399,10 @@ func TestProviderMatrix(t *testing.T) {
 			checkNoIntent(t, c.state)
 			r = runSluiceWithin(t, 100*time.Second, c.env, c.args...)
 			if r.code != 0 {
-				t.Fatalf("right key: exit %d\n%s", r.code, tail(r.stderr, 3000))
+				t.Fatalf("right key: exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
 			}
 			if strings.Contains(r.stderr, "waiting in case the earlier run's call still lands") {
-				t.Errorf("the re-run with the right key waited out the reconcile grace:\n%s", tail(r.stderr, 3000))
+				t.Errorf("the re-run with the right key waited out the reconcile grace:\n%s", lastBytes(r.stderr, 3000))
 			}
 			c.finish("after a wrong key")
 		})
