@@ -57,7 +57,7 @@ var matrixProviders = []matrixProvider{
 	{name: "anthropic", input: writeAnthropicInput, reconciles: true, env: func(addr, key string) []string {
 		return []string{"ANTHROPIC_API_KEY=" + key, "ANTHROPIC_BASE_URL=http://" + addr}
 	}},
-	{name: "cloudflare", input: writeCloudflareInput, reconciles: false, env: func(addr, key string) []string {
+	{name: "cloudflare", input: writeCloudflareMatrixInput, reconciles: false, env: func(addr, key string) []string {
 		return []string{"CLOUDFLARE_API_TOKEN=" + key, "CLOUDFLARE_ACCOUNT_ID=acct-matrix", "CLOUDFLARE_BASE_URL=http://" + addr + "/client/v4"}
 	}},
 	{name: "local", input: writeInput, reconciles: true},
@@ -66,7 +66,7 @@ var matrixProviders = []matrixProvider{
 // The key the matrix's emulators accept (SLUICE_EMULATOR_API_KEY).
 const matrixKey = "sk-matrix-right"
 
-func writeCloudflareInput(t *testing.T, dir string, n int) (string, []string) {
+func writeCloudflareMatrixInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
 	var b []byte
 	var ids []string
