@@ -91,6 +91,9 @@ func TestEnqueuedTokenBudgetCutsChunks(t *testing.T) {
 			t.Errorf("chunk %d has %d estimated tokens, over 80%% of the 2,000 budget", c.ID, c.EstTokens)
 		}
 	}
+	if text := runSluice(t, env, "plan", in, "--provider", "openai"); !strings.Contains(text.stdout, "1,600 est. tokens") {
+		t.Errorf("plan does not show the per-chunk token limit (80%% of 2,000):\n%s", text.stdout)
+	}
 }
 
 // TestChunkAloneOverProviderLimitEnds (issue 11, item 5): a chunk the
