@@ -341,7 +341,7 @@ func TestProviderMatrix(t *testing.T) {
 		t.Run(p.name+"/sigkill", func(t *testing.T) {
 			t.Parallel()
 			extra := []string{"--slow-rate", "0.3", "--slow-delay", "60ms", "--seed", "4"}
-			c := newCell(t, p, 60, 800*time.Millisecond, extra...)
+			c := newCell(t, p, 90, 800*time.Millisecond, extra...)
 			args := c.with("--reconcile-grace", "1s", "--max-live-batches", "3")
 			rng := rand.New(rand.NewPCG(uint64(len(p.name)), 2))
 			kills := 0
