@@ -62,13 +62,20 @@ func accountOf(p provider.Preset) string {
 }
 
 // normalizeURL drops what does not change where a URL points: a trailing
-// slash and the case of its scheme and host.
+// slash and the case of its scheme and host; and any credentials in it,
+// which are never stored or shown.
 func normalizeURL(s string) string {
 	s = strings.TrimRight(strings.TrimSpace(s), "/")
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
+		if i := strings.LastIndex(s, "@"); i >= 0 { // unparsable: drop what may be user:password@
+			if j := strings.Index(s, "://"); j >= 0 && j < i {
+				return s[:j+3] + s[i+1:]
+			}
+		}
 		return s
 	}
+	u.User = nil
 	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
 	return strings.TrimRight(u.String(), "/")
 }
