@@ -103,7 +103,7 @@ func TestPlanThenRunReusesThePlan(t *testing.T) {
 // NEW_NAME.
 func TestResumedRunRefusesPlanFlags(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "4s")
+	emu := startEmulator(t, "--batch-time", "30s")
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 30)
 	out := filepath.Join(dir, "out.jsonl")
@@ -133,7 +133,7 @@ func TestResumedRunRefusesPlanFlags(t *testing.T) {
 // run of the same job; the plan's own value given again is no change.
 func TestResumedRunAppliesLiveFlags(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "4s")
+	emu := startEmulator(t, "--batch-time", "30s")
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 30)
 	out := filepath.Join(dir, "out.jsonl")
