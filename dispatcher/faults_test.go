@@ -68,7 +68,7 @@ func TestExpiredBatchesKeepCompletedLines(t *testing.T) {
 			// (rarely) expire on every attempt; it must then say so.
 			got, _ := r.merged()
 			for id, o := range got {
-				if o.Error != nil && (o.Error.Code != "batch_expired" || o.Error.Attempts != attempts) {
+				if o.Error != nil && (o.Error.Code != sluice.CodeBatchExpired || o.Error.Attempts != attempts) {
 					t.Errorf("%s: %+v, want success or batch_expired after %d attempts", id, o.Error, attempts)
 				}
 			}
@@ -105,7 +105,7 @@ func TestAttemptsSpentGiveFinalErrors(t *testing.T) {
 		t.Fatalf("succeeded %d failed %d; want both (half of each batch expires, one attempt)", sum.Succeeded, sum.Failed)
 	}
 	for id, o := range got {
-		if o.Error != nil && (o.Error.Code != "batch_expired" || o.Error.Attempts != 1) {
+		if o.Error != nil && (o.Error.Code != sluice.CodeBatchExpired || o.Error.Attempts != 1) {
 			t.Errorf("%s: error %+v, want batch_expired after 1 attempt", id, o.Error)
 		}
 	}
@@ -160,6 +160,7 @@ func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 	if st := r.emu.Stats(); st.BatchesFailed == 0 {
 		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")
 	}
+	wantRecorded(t, r, sluice.CodeQueueFull, `.`)
 }
 
 func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {

@@ -127,6 +127,11 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
+			if step := goSteps[m.Version]; step != nil {
+				if err := step(ctx, tx); err != nil {
+					return err
+				}
+			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
 				m.Version, m.Name, d.now().Unix())
 			return err
@@ -135,6 +140,12 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 		}
 	}
 	return nil
+}
+
+// goSteps are the parts of migrations that SQL cannot do, by version: each
+// runs after its migration's SQL, in the same transaction.
+var goSteps = map[int]func(context.Context, *sql.Tx) error{
+	4: importJobFiles, // 0004_facts.sql: the job directory's marker files
 }
 
 // tx runs fn in a transaction, committing when it returns nil.

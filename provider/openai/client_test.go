@@ -254,7 +254,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}
 	b, got := finish(t, c, ref, b)
-	if b.Status != sluice.BatchCancelled || got["a"].Kind != sluice.ResultRetryable || got["a"].Line.Error.Code != "batch_cancelled" {
+	if b.Status != sluice.BatchCancelled || got["a"].Kind != sluice.ResultRetryable || got["a"].Line.Error.Code != sluice.CodeBatchCancelled {
 		t.Fatalf("cancelled batch %+v results %+v", b, got)
 	}
 	if _, err := c.Cancel(ctx, "batch_nope"); !errors.Is(err, sluice.ErrNotFound) {
