@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
 
 // ending collects the outcome of one chunk's attempt: which requests are
@@ -39,7 +40,7 @@ type ending struct {
 	// (or retried) only at the end, since a success may still come.
 	held map[int]sluice.Result
 
-	f   *os.File
+	f   *atomicfile.File // the results file
 	w   *bufio.Writer
 	buf []byte
 
@@ -205,16 +206,11 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fatal(err)
 	}
-	f, err := os.Create(path + ".tmp")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return fatal(err)
 	}
-	defer func() {
-		if e.f != nil {
-			e.f.Close()
-			os.Remove(path + ".tmp")
-		}
-	}()
+	defer f.Abort() // nothing once committed
 	e.f, e.w = f, bufio.NewWriterSize(f, 1<<20)
 	if err := fill(e); err != nil {
 		if errors.Is(err, ErrFatal) {
@@ -262,12 +258,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	if err := e.w.Flush(); err != nil {
 		return fatal(err)
 	}
-	if err := e.f.Sync(); err != nil {
-		return fatal(err)
-	}
-	e.f.Close()
-	e.f = nil
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if err := e.f.Commit(); err != nil {
 		return fatal(err)
 	}
 	fin := &sluice.Finish{Chunk: c, From: from, Outcomes: e.outcomes}
