@@ -103,7 +103,7 @@ job's lock, so it is safe to run while cron drives the job.`,
 				}
 				return printStatus(doc, asJSON, withChunks)
 			}
-			db, err := tracker.Open(ctx, dir)
+			db, err := openTracker(ctx, dir)
 			if err != nil {
 				return err
 			}
