@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-batch/sluice/tracker"
 )
 
-// Exit codes (DESIGN.md).
+// Exit codes (docs/contract.md).
 const (
 	exitOK       = 0 // every request succeeded and the output is written
 	exitError    = 1 // an error stopped the run

@@ -83,8 +83,13 @@ driving it now, and what the next run would do. A finished job shows its
 output and errors files and its outcome: succeeded, failed, retried, and the
 wall time from plan to merge.
 
---chunks lists each chunk with its provider ids and its last provider error
-verbatim. --json prints {"state_dir": DIR, "jobs": [...]} for scripts.
+Every error met on a job's batches is kept with its code (docs/contract.md),
+chunk, attempt and time: status counts them and shows the last one.
+
+--chunks lists each chunk with its provider ids and its last error verbatim,
+then every recorded error, oldest first. --json prints {"state_dir": DIR,
+"jobs": [...]} for scripts; each job's "attempt_errors" holds its last 20
+errors (every one with --chunks) and "attempt_errors_total" counts them.
 
 status only reads: it never creates a state directory, and never takes a
 job's lock, so it is safe to run while cron drives the job.`,

@@ -144,7 +144,7 @@ func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error
 // Create streams the chunk file to the model's run URL with
 // ?queueRequest=true and returns the request_id as the batch id. There is
 // no listing to reconcile with, so a create whose answer is lost after the
-// body was sent is repeated: the batch may then run twice (DESIGN.md).
+// body was sent is repeated: the batch may then run twice (docs/crash-safety.md).
 func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, _ string) (sluice.Batch, error) {
 	m, err := model(ref)
 	if err != nil {
