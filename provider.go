@@ -33,7 +33,7 @@ func (b *Batch) QueueFull() bool {
 		return false
 	}
 	for _, e := range b.Errors {
-		if e.Code != "token_limit_exceeded" {
+		if ErrorCode(e.Code) != CodeQueueFull {
 			return false
 		}
 	}
