@@ -29,7 +29,7 @@ type Job struct {
 	MaxAttempts int         `json:"max_attempts"`
 	// CancelRequestedAt is when `sluice cancel` cancelled the job; zero if
 	// it never was. It stays set as the job goes on to merging and done.
-	CancelRequestedAt time.Time `json:"cancel_requested_at,omitempty"`
+	CancelRequestedAt time.Time `json:"cancel_requested_at,omitzero"`
 	CreatedAt         time.Time `json:"created_at"`
 	UpdatedAt         time.Time `json:"updated_at"`
 }

@@ -151,7 +151,7 @@ func TestLineErrors(t *testing.T) {
 func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 	// One attempt only: if a queue-full failure spent it, requests would fail.
 	r := newRig(t, "openai", openAILines(60), sluice.Limits{MaxBatchRequests: 10}, 1,
-		emulator.Options{Seed: 1, EnqueuedTokenLimit: 250, BatchTime: 30 * time.Millisecond})
+		emulator.Options{Seed: 1, EnqueuedTokenLimit: 250, BatchTime: 300 * time.Millisecond})
 	r.run(r.options())
 	ok, failed := checkNothingLost(t, r, 0)
 	if ok != 60 || failed != 0 {
