@@ -1,12 +1,20 @@
 package main
 
 // End-to-end tests of the facts the state database keeps as data (migration
-// 0004): per-attempt errors with their codes, shown by status.
+// 0004): per-attempt errors with their codes, shown by status, and old
+// state directories whose facts were files beside the job.
 
 import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -76,9 +84,84 @@ func TestStatusJSONShowsAttemptErrors(t *testing.T) {
 	if text.code != 0 {
 		t.Fatalf("status --chunks: exit %d\n%s", text.code, text.stderr)
 	}
+	plain := runSluice(t, env, "status")
+	if want := fmt.Sprintf("issues:   %d errors recorded", len(all)); plain.code != 0 || !strings.Contains(plain.stdout, want) {
+		t.Errorf("status does not say %q:\n%s", want, plain.stdout)
+	}
 	for _, e := range all {
 		if !strings.Contains(text.stdout, string(e.Code)+": "+e.Message) {
 			t.Errorf("status --chunks does not list %s: %s\n%s", e.Code, e.Message, text.stdout)
 		}
+	}
+}
+
+// TestOldStateDirIsImported: a state directory written by the sluice
+// before migration 0004 kept a finished job's summary in summary.json and
+// its cancel in a "cancelled" marker file beside the job. This test makes
+// one (a job run to the end, then its database taken back to schema
+// version 3 and the files written as that version wrote them), and checks
+// that the binary imports them: status shows the same summary and the
+// cancel time, and running the job's command again finds the output
+// unchanged through the imported summary instead of rewriting it.
+func TestOldStateDirIsImported(t *testing.T) {
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 12)
+	out := filepath.Join(dir, "out.jsonl")
+	env := stateEnv(dir)
+	if r := runSluice(t, env, "run", in, "--out", out); r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	job := onlyJob(t, statusOf(t, env))
+	if job.Summary == nil || job.Summary.Output != out {
+		t.Fatalf("summary after the run: %+v", job.Summary)
+	}
+	want := *job.Summary
+	before, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Back to version 3, as the old sluice left it.
+	state := filepath.Join(dir, "state")
+	db, err := sql.Open("sqlite3", filepath.Join(state, "sluice.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobDir string
+	if err := db.QueryRow(`SELECT dir FROM jobs WHERE id = ?`, job.ID).Scan(&jobDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE attempt_errors`, `DROP TABLE job_summaries`,
+		`ALTER TABLE jobs DROP COLUMN cancel_requested_at`, `ALTER TABLE chunks DROP COLUMN error_code`,
+		`ALTER TABLE chunks DROP COLUMN stuck`, `DELETE FROM schema_version WHERE version >= 4`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	b, err := json.MarshalIndent(want, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(jobDir, "summary.json"), append(b, '\n'))
+	cancelled := time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC)
+	writeFile(t, filepath.Join(jobDir, "cancelled"), []byte(cancelled.Format(time.RFC3339)+"\n"))
+
+	job = onlyJob(t, statusOf(t, env))
+	if job.Summary == nil || job.Summary.Output != want.Output || job.Summary.Lines != want.Lines ||
+		job.Summary.Succeeded != want.Succeeded || !job.Summary.OutputMTime.Equal(want.OutputMTime) ||
+		!job.Summary.FinishedAt.Equal(want.FinishedAt) || job.Summary.Wall != want.Wall {
+		t.Errorf("status after the migration: summary %+v, want %+v", job.Summary, want)
+	}
+	if !job.CancelRequestedAt.Equal(cancelled) {
+		t.Errorf("cancel_requested_at %v, want %v from the marker file", job.CancelRequestedAt, cancelled)
+	}
+	r := runSluice(t, env, "run", in, "--out", out)
+	if r.code != 0 || !strings.Contains(r.stderr, "output unchanged since") {
+		t.Errorf("run again: exit %d, want 0 and the output found unchanged\n%s", r.code, r.stderr)
+	}
+	if after, err := os.Stat(out); err != nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the output was rewritten (%v): the imported summary was not used", err)
 	}
 }
