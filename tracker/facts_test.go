@@ -222,3 +222,45 @@ func TestAttemptErrorsRecorded(t *testing.T) {
 		t.Errorf("last error: %+v of %d, %v; want the newer one of 2", last, total, err)
 	}
 }
+
+// TestFinishJobRecordsSummary: a job becomes done with its summary in one
+// transaction, only from merging; a later merge replaces the summary.
+func TestFinishJobRecordsSummary(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{}, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	s := &sluice.JobSummary{Output: "/o", Errors: "/e", Order: "input", Lines: 3, Succeeded: 2, Failed: 1,
+		StartedAt: time.Unix(10, 0), FinishedAt: time.Unix(20, 0)}
+	if err := db.FinishJob(ctx, "j", s); !errors.Is(err, tracker.ErrConflict) {
+		t.Fatalf("finish a planned job: %v, want a conflict", err)
+	}
+	if got, _ := db.Summary(ctx, "j"); got != nil {
+		t.Fatalf("a refused finish left a summary: %+v", got)
+	}
+	for _, st := range [][2]sluice.JobState{{sluice.JobPlanned, sluice.JobRunning}, {sluice.JobRunning, sluice.JobMerging}} {
+		if err := db.SetJobState(ctx, "j", st[0], st[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.FinishJob(ctx, "j", s); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := db.Job(ctx, "j")
+	got, err := db.Summary(ctx, "j")
+	if j.State != sluice.JobDone || err != nil || got == nil || got.Lines != 3 || got.Failed != 1 || !got.FinishedAt.Equal(s.FinishedAt) {
+		t.Fatalf("after finish: %s, summary %+v %v", j.State, got, err)
+	}
+	s.Output = "/o2"
+	if err := db.SetSummary(ctx, "j", s); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := db.Summary(ctx, "j"); got.Output != "/o2" {
+		t.Errorf("summary after a second merge: %+v", got)
+	}
+}

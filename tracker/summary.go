@@ -35,6 +35,17 @@ func setSummary(ctx context.Context, tx *sql.Tx, job string, s *sluice.JobSummar
 	return nil
 }
 
+// FinishJob moves a job from merging to done (guarded) and records what
+// its merge produced, in one transaction.
+func (d *DB) FinishJob(ctx context.Context, job string, s *sluice.JobSummary) error {
+	return d.tx(ctx, func(tx *sql.Tx) error {
+		if err := setJobState(ctx, tx, job, sluice.JobMerging, sluice.JobDone, d.now().UnixNano()); err != nil {
+			return err
+		}
+		return setSummary(ctx, tx, job, s)
+	})
+}
+
 // Summary returns what the last merge of a job produced, or nil when the
 // job was never merged.
 func (d *DB) Summary(ctx context.Context, job string) (*sluice.JobSummary, error) {

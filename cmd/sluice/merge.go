@@ -65,12 +65,6 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	if err != nil {
 		return nil, fmt.Errorf("merge job %s: %w", job.ID, err)
 	}
-	if job.State == sluice.JobMerging {
-		if err := db.SetJobState(ctx, job.ID, sluice.JobMerging, sluice.JobDone); err != nil {
-			return nil, err
-		}
-		job.State = sluice.JobDone
-	}
 	js := summarize(ctx, db, job, chunks, sum)
 	js.Cancelled, js.Order = !job.CancelRequestedAt.IsZero(), order
 	if st, err := os.Stat(sum.Output); err == nil {
@@ -79,7 +73,13 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	if st, err := os.Stat(sum.Errors); err == nil {
 		js.ErrorsBytes = st.Size()
 	}
-	if err := db.SetSummary(ctx, job.ID, &js.JobSummary); err != nil {
+	if job.State == sluice.JobMerging {
+		// Done and its summary in one transaction: a done job always has one.
+		if err := db.FinishJob(ctx, job.ID, &js.JobSummary); err != nil {
+			return nil, err
+		}
+		job.State = sluice.JobDone
+	} else if err := db.SetSummary(ctx, job.ID, &js.JobSummary); err != nil {
 		log.Warn().Err(err).Msg("could not save the job summary (status will not show it)")
 	}
 	log.Info().Int64("lines", sum.Lines).Int64("succeeded", sum.Succeeded).Int64("failed", sum.Failed).
