@@ -49,6 +49,13 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, "batch_not_found", fmt.Sprintf("batch %s: %v", c.BatchID, err))
 		}
 		c.Polls++
+		if local(err) {
+			// Our disk, not the provider: polling again cannot help.
+			return false, fatal(fmt.Errorf("poll batch %s of chunk %d: %w", c.BatchID, c.ID, err))
+		}
+		if errors.Is(err, sluice.ErrUnreachable) {
+			return false, fatal(fmt.Errorf("poll batch %s of chunk %d: %w", c.BatchID, c.ID, err))
+		}
 		var ae *sluice.APIError
 		if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
 			// Bad credentials are the user's to fix, not the batch's fault:
@@ -192,6 +199,9 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
 		}
 		os.Remove(dir) // only if empty: a partial fetch is kept for the next try
+		if errors.Is(err, sluice.ErrUnreachable) {
+			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
+		}
 		return d.fetchFailed(ctx, c, "results_unavailable", fmt.Sprintf("download results: %v", err))
 	}
 	stuck, wasStuck := strings.CutPrefix(c.LastError, stuckCode+": ")

@@ -53,6 +53,7 @@
 //	control character U+00XX in a string at column N (must be escaped)
 //	truncated JSON: the line ends before the JSON value is complete
 //	invalid JSON at column N: unexpected character 'C'
+//	invalid JSON at column N: invalid literal "W" (want true, ...)     (a bare word like this)
 //	invalid JSON at column N: invalid escape sequence "\C" in a string
 //	invalid JSON at column N: invalid escape sequence in a string       (bad \uXXXX)
 //	invalid JSON at column N: nesting deeper than 10000 levels

@@ -95,8 +95,8 @@ func (w *writer) consume() error {
 			if re.format == "plain" {
 				return fmt.Errorf("%s: read failed after line %d: %w", w.cfg.Input, w.lines, re.err)
 			}
-			return fmt.Errorf("%s: %s stream is truncated or corrupt after line %d: %w",
-				w.cfg.Input, re.format, w.lines, re.err)
+			return fmt.Errorf("%s: %s stream is truncated or corrupt after line %d: %w: %w",
+				w.cfg.Input, re.format, w.lines, ErrCorrupt, re.err)
 		}
 		if err := w.block(b); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -117,6 +118,9 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		var le *splitter.LineError
 		if errors.As(err, &le) {
 			return nil, withCode(exitUsage, err)
+		}
+		if strings.Contains(err.Error(), input) {
+			return nil, err // it names the input already
 		}
 		return nil, fmt.Errorf("plan %s: %w", input, err)
 	}

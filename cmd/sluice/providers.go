@@ -63,10 +63,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	retry := httpx.Retry{MaxAttempts: n.retries, MaxTotalWait: n.maxRetryWait}
 	rl := httpx.RateLimit{PerSecond: n.rate, Burst: n.burst}
 	plog := log.With().Str("provider", p.Name).Logger()
-	baseURL := f.baseURL
-	if baseURL == "" && p.BaseURLEnv != "" {
-		baseURL = os.Getenv(p.BaseURLEnv)
-	}
+	baseURL := resolveBaseURL(f, p)
 	closer := func() {}
 	key := credential(p)
 	if p.Name == "local" {
@@ -108,8 +105,12 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			closer()
 			return nil, nil, usageErr("provider %s needs $%s", p.Name, p.AccountEnv)
 		}
+		tmp := filepath.Join(stateDir, "tmp")
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return nil, nil, err
+		}
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
-			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: filepath.Join(stateDir, "tmp")})
+			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: tmp})
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

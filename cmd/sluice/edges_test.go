@@ -1,0 +1,398 @@
+package main
+
+// End-to-end tests of the edges a new user hits first (issue 11): each one
+// drives the real binary from a fresh state directory.
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runSluiceFor is runSluice with a time limit: a run still going after d
+// is killed and the test fails (a run that never ends is the bug).
+func runSluiceFor(t *testing.T, d time.Duration, env []string, args ...string) result {
+	t.Helper()
+	cmd := sluiceCmd(env, args...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("run sluice: %v", err)
+		}
+		return result{code: code, stdout: so.String(), stderr: se.String()}
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("sluice %s still running after %v; stderr (last 2000 bytes):\n%s", strings.Join(args, " "), d, tail(se.String(), 2000))
+		return result{}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// writeCloudflareInput writes n Workers AI requests.
+func writeCloudflareInput(t *testing.T, dir string, n int) (string, []string) {
+	t.Helper()
+	var b []byte
+	var ids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("cf-%04d", i)
+		ids = append(ids, id)
+		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"hello %d","max_tokens":16}}`+"\n", id, i)
+	}
+	p := filepath.Join(dir, "cf.jsonl")
+	writeFile(t, p, b)
+	return p, ids
+}
+
+func cloudflareEnv(dir string) []string {
+	return append(stateEnv(dir), "CLOUDFLARE_API_TOKEN=cf-test-token", "CLOUDFLARE_ACCOUNT_ID=acct1")
+}
+
+// Item 1: the Cloudflare provider finishes from a fresh state directory.
+func TestCloudflareFromFreshState(t *testing.T) {
+	emu := startEmulator(t, "--batch-time", "100ms")
+	dir := t.TempDir()
+	in, ids := writeCloudflareInput(t, dir, 12)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceFor(t, 90*time.Second, cloudflareEnv(dir), "run", in, "--out", out, "--provider", "cloudflare",
+		"--base-url", "http://"+emu.addr+"/client/v4", "--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, tail(r.stderr, 3000))
+	}
+	checkOutput(t, out, ids)
+}
+
+// Item 1: a failure of our own disk while polling stops the run (exit 1)
+// with a message naming the path, instead of retrying the poll for ever.
+func TestLocalDiskFailureWhilePollingStops(t *testing.T) {
+	emu := startEmulator(t, "--batch-time", "50ms")
+	dir := t.TempDir()
+	in, _ := writeCloudflareInput(t, dir, 4)
+	// STATE/tmp, where the Cloudflare client keeps a poll's answer, is a
+	// regular file: nothing can be written under it.
+	state := filepath.Join(dir, "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(state, "tmp"), []byte("not a directory\n"))
+	r := runSluiceFor(t, 90*time.Second, cloudflareEnv(dir), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
+		"--provider", "cloudflare", "--base-url", "http://"+emu.addr+"/client/v4", "--poll-interval", "20ms",
+		"--max-poll-interval", "50ms", "--rate", "-1")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, tail(r.stderr, 3000))
+	}
+	if !strings.Contains(r.stderr, filepath.Join(state, "tmp")) {
+		t.Errorf("the error does not name %s:\n%s", filepath.Join(state, "tmp"), tail(r.stderr, 2000))
+	}
+}
+
+// Item 4: a base URL on a closed port ends with exit 1 once --http-max-wait
+// is spent on connection failures, naming the URL and what failed.
+func TestDeadEndpointExits1(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 6)
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-test")
+	r := runSluiceFor(t, 90*time.Second, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai",
+		"--base-url", "http://"+addr+"/v1", "--http-max-wait", "1s", "--poll-interval", "50ms", "--max-poll-interval", "200ms")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, tail(r.stderr, 3000))
+	}
+	last := lastLine(r.stderr)
+	if !strings.Contains(last, "http://"+addr+"/v1") || !strings.Contains(last, "connection refused") {
+		t.Errorf("the last message does not name the URL and the failure: %s", last)
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// Item 3: --out naming the input, by any path, is refused before anything
+// is written, and the input is left as it was.
+func TestOutputIsInputRefused(t *testing.T) {
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 5)
+	orig, _ := os.ReadFile(in)
+	sym := filepath.Join(dir, "link.jsonl")
+	if err := os.Symlink(in, sym); err != nil {
+		t.Fatal(err)
+	}
+	hard := filepath.Join(dir, "hard.jsonl")
+	if err := os.Link(in, hard); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	os.Mkdir(sub, 0o700)
+	for name, out := range map[string]string{
+		"same path": in, "symlink": sym, "hard link": hard, "relative": "sub/../in.jsonl",
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := sluiceCmd(stateEnv(dir), "run", in, "--out", out)
+			cmd.Dir = dir
+			var se bytes.Buffer
+			cmd.Stderr = &se
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			if code != 2 {
+				t.Errorf("exit %d, want 2\n%s", code, se.String())
+			}
+			if !strings.Contains(se.String(), "input") {
+				t.Errorf("the error does not say the output is the input: %s", se.String())
+			}
+			if now, _ := os.ReadFile(in); !bytes.Equal(now, orig) {
+				t.Fatalf("the input was changed")
+			}
+		})
+	}
+	if jobs := statusOf(t, stateEnv(dir)).Jobs; len(jobs) != 0 {
+		t.Errorf("a refused run planned %d jobs", len(jobs))
+	}
+}
+
+// Item 3: what can be checked before planning is checked before planning:
+// the output's directory, the key, the account, the base URL.
+func TestPreflightBeforePlanning(t *testing.T) {
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 5)
+	notDir := filepath.Join(dir, "file")
+	writeFile(t, notDir, []byte("x"))
+	cf, _ := writeCloudflareInput(t, dir, 2)
+	clean := func(env []string) []string {
+		// The test process may have provider variables of its own.
+		out := append([]string(nil), env...)
+		for _, k := range []string{"OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "AZURE_OPENAI_BASE_URL", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_ACCOUNT_ID"} {
+			out = append(out, k+"=")
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"missing output dir", nil, []string{"run", in, "--out", filepath.Join(dir, "nope", "out.jsonl")}, filepath.Join(dir, "nope")},
+		{"output dir is a file", nil, []string{"run", in, "--out", filepath.Join(notDir, "out.jsonl")}, notDir},
+		{"output is a directory", nil, []string{"run", in, "--out", dir}, dir},
+		{"missing key", nil, []string{"run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "openai"}, "OPENAI_API_KEY"},
+		{"missing base URL", []string{"AZURE_OPENAI_API_KEY=k"}, []string{"run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "azure"}, "AZURE_OPENAI_BASE_URL"},
+		{"missing account", []string{"CLOUDFLARE_API_TOKEN=t"}, []string{"run", cf, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "cloudflare"}, "CLOUDFLARE_ACCOUNT_ID"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := append(clean(stateEnv(dir)), c.env...)
+			r := runSluice(t, env, c.args...)
+			if r.code != 2 {
+				t.Errorf("exit %d, want 2\n%s", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stderr, c.want) {
+				t.Errorf("the error does not name %s:\n%s", c.want, r.stderr)
+			}
+			if strings.Contains(r.stderr, "job planned") {
+				t.Errorf("the job was planned before the check:\n%s", r.stderr)
+			}
+			if jobs := statusOf(t, stateEnv(dir)).Jobs; len(jobs) != 0 {
+				t.Errorf("a refused run left %d jobs", len(jobs))
+			}
+		})
+	}
+}
+
+// Item 7: every way of misusing the command line, and bad input, exits 2.
+func TestExitCodesMatchReadme(t *testing.T) {
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 3)
+	empty := filepath.Join(dir, "empty.jsonl")
+	writeFile(t, empty, nil)
+	// A gzip stream cut in the middle.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	orig, _ := os.ReadFile(in)
+	for i := 0; i < 200; i++ {
+		zw.Write(orig)
+	}
+	zw.Close()
+	cut := filepath.Join(dir, "cut.jsonl.gz")
+	writeFile(t, cut, gz.Bytes()[:gz.Len()/2])
+	out := filepath.Join(dir, "out.jsonl")
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"unknown flag", []string{"run", in, "--out", out, "--no-such-flag"}},
+		{"unknown command", []string{"frobnicate"}},
+		{"missing argument", []string{"run", "--out", out}},
+		{"too many arguments", []string{"run", in, in, "--out", out}},
+		{"missing --out", []string{"run", in}},
+		{"bad flag value", []string{"run", in, "--out", out, "--concurrency", "many"}},
+		{"missing input file", []string{"run", filepath.Join(dir, "nope.jsonl"), "--out", out}},
+		{"empty input", []string{"run", empty, "--out", out}},
+		{"truncated gzip", []string{"run", cut, "--out", out}},
+		{"plan empty input", []string{"plan", empty}},
+		{"status unknown flag", []string{"status", "--bogus"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runSluice(t, stateEnv(dir), c.args...)
+			if r.code != 2 {
+				t.Errorf("exit %d, want 2\n%s", r.code, r.stderr)
+			}
+			if strings.Count(r.stderr, "Usage:") > 0 && !strings.Contains(r.stderr, "Error") {
+				t.Errorf("usage shown without the error:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// Item 7: --version names the module version and the commit.
+func TestVersion(t *testing.T) {
+	r := runSluice(t, nil, "--version")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.HasPrefix(r.stdout, "sluice ") || !(strings.Contains(r.stdout, "(devel)") || strings.Contains(r.stdout, "v")) {
+		t.Errorf("--version: %q", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "go1.") {
+		t.Errorf("--version does not name the Go version: %q", r.stdout)
+	}
+	// The commit is the one the build info carries (go build stamps it
+	// unless -buildvcs=false), else the version says it is unknown.
+	info, err := exec.Command("go", "version", "-m", binary).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := ""
+	for _, l := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "build" && strings.HasPrefix(f[1], "vcs.revision=") {
+			commit = strings.TrimPrefix(f[1], "vcs.revision=")
+		}
+	}
+	if commit == "" && !strings.Contains(r.stdout, "commit unknown") {
+		t.Errorf("no commit in the build info, but --version does not say so: %q", r.stdout)
+	}
+	if commit != "" && !strings.Contains(r.stdout, commit) {
+		t.Errorf("--version does not name commit %s: %q", commit, r.stdout)
+	}
+}
+
+// Item 7 and 11: run --help lists the exit codes; plan --help lists only
+// the flags plan takes.
+func TestHelpTexts(t *testing.T) {
+	r := runSluice(t, nil, "run", "--help")
+	for _, want := range []string{"Exit codes", "0 ", "1 ", "2 ", "3 ", "4 "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("run --help lacks %q", want)
+		}
+	}
+	p := runSluice(t, nil, "plan", "--help")
+	if p.code != 0 {
+		t.Fatalf("plan --help: exit %d", p.code)
+	}
+	for _, runOnly := range []string{"--max-live-batches", "--max-attempts", "--out", "--concurrency", "--deadline"} {
+		if strings.Contains(p.stdout, runOnly+" ") {
+			t.Errorf("plan --help lists the run-only flag %s", runOnly)
+		}
+	}
+	for _, planFlag := range []string{"--provider", "--max-batch-bytes", "--skip-invalid", "--json"} {
+		if !strings.Contains(p.stdout, planFlag) {
+			t.Errorf("plan --help lacks %s", planFlag)
+		}
+	}
+}
+
+// Item 7: Ctrl-C twice stops with work left: exit 3, not 1 with "context
+// canceled"; the same command then finishes.
+func TestCtrlCTwiceExits3(t *testing.T) {
+	emu := startEmulator(t, "--batch-time", "3s", "--slow-rate", "1", "--slow-delay", "400ms")
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 60)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-test", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "5", "--poll-interval", "50ms",
+		"--max-poll-interval", "100ms", "--rate", "-1", "--reconcile-grace", "1s"}
+	cmd := sluiceCmd(env, args...)
+	var se syncBuffer
+	cmd.Stderr = &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(se.String(), "batch submitted") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(700 * time.Millisecond) // a second signal counts after 500ms
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 3 {
+		t.Fatalf("exit %d after two Ctrl-C, want 3\n%s", code, tail(se.String(), 3000))
+	}
+	if strings.Contains(lastLine(se.String()), "context canceled") {
+		t.Errorf("the last word is %q", lastLine(se.String()))
+	}
+	r := runSluiceFor(t, 120*time.Second, env, args...)
+	if r.code != 0 {
+		t.Fatalf("the re-run: exit %d\n%s", r.code, tail(r.stderr, 3000))
+	}
+	checkOutput(t, out, ids)
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var _ = json.Marshal
