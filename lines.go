@@ -31,6 +31,9 @@ type LineError struct {
 	Code     string `json:"code"`
 	Message  string `json:"message"`
 	Attempts int    `json:"attempts,omitempty"`
+	// Line is the input line number, for a line rejected as invalid
+	// (code invalid_request; --skip-invalid).
+	Line int64 `json:"line,omitempty"`
 }
 
 // Item is one validated input line as the splitter hands it to a Codec.

@@ -61,6 +61,10 @@ type writer struct {
 	closed   bool // rec is closed
 	rejects  *os.File
 	rejectsW *bufio.Writer
+	// rejected lines as results records for the merge (RejectedResults)
+	rejRes   *os.File
+	rejResW  *bufio.Writer
+	rejBuf   []byte
 	lastProg time.Time
 	rows     []sluice.Request // request rows not yet handed to the recorder
 }
@@ -79,6 +83,11 @@ func newWriter(sp *run) (*writer, error) {
 			return w, fmt.Errorf("rejects file: %w", err)
 		}
 		w.rejects, w.rejectsW = f, bufio.NewWriterSize(f, 64<<10)
+		rf, err := os.OpenFile(filepath.Join(sp.cfg.Dir, RejectedResults), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return w, fmt.Errorf("rejected results: %w", err)
+		}
+		w.rejRes, w.rejResW = rf, bufio.NewWriterSize(rf, 64<<10)
 	}
 	return w, nil
 }
@@ -132,6 +141,16 @@ func (w *writer) consume() error {
 			return err
 		}
 		w.rejects = nil
+		if err := w.rejResW.Flush(); err != nil {
+			return err
+		}
+		if err := w.rejRes.Sync(); err != nil {
+			return err
+		}
+		if err := w.rejRes.Close(); err != nil {
+			return err
+		}
+		w.rejRes = nil
 	}
 	w.sp.progress(w.lines, &w.lastProg, true)
 	if w.requests == 0 {
@@ -209,7 +228,43 @@ func (w *writer) reject(b *block, r *rec) error {
 		return err
 	}
 	w.rejectsW.Write(j)
-	return w.rejectsW.WriteByte('\n')
+	if err := w.rejectsW.WriteByte('\n'); err != nil {
+		return err
+	}
+	// The line's place in the output: before the valid request that
+	// comes next (ordinal w.requests), after the ones before it.
+	w.rejBuf = sluice.AppendResultRecord(w.rejBuf[:0], w.requests, true, RejectedLine(r.line, r.customID, r.reason))
+	_, err = w.rejResW.Write(w.rejBuf)
+	return err
+}
+
+// RejectedResults is the file, in the job directory, where Split writes
+// every line --skip-invalid rejected as a results record (see
+// sluice.AppendResultRecord) for the merge: the ordinal is that of the
+// valid request that follows the line in the input (the number of valid
+// requests before it), so the merge puts the line in its input place, and
+// the record is the line's output line (RejectedLine). Records are in
+// input order.
+const RejectedResults = "rejected.results"
+
+// RejectedCode is the error code of a rejected input line in the output
+// and errors files.
+const RejectedCode = "invalid_request"
+
+// RejectedLine is the output line of an input line rejected as invalid:
+// its custom_id (null when none could be read), no response, and an error
+// with code invalid_request, the reason and the line number.
+func RejectedLine(line int64, customID, reason string) []byte {
+	var id any
+	if customID != "" {
+		id = customID
+	}
+	b, _ := json.Marshal(struct {
+		CustomID any               `json:"custom_id"`
+		Response *sluice.Response  `json:"response"`
+		Error    *sluice.LineError `json:"error"`
+	}{id, nil, &sluice.LineError{Code: RejectedCode, Message: fmt.Sprintf("input line %d: %s", line, reason), Line: line}})
+	return b
 }
 
 // add puts one valid request into its group's open chunk, closing that
@@ -376,6 +431,9 @@ func (w *writer) cleanup() {
 	if w.rejects != nil {
 		w.rejectsW.Flush()
 		w.rejects.Close()
+	}
+	if w.rejRes != nil {
+		w.rejRes.Close()
 	}
 }
 

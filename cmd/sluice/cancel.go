@@ -128,7 +128,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 				return err
 			}
 			printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
-			if sum.Failed > 0 {
+			if failedAny(sum) {
 				return silent(exitFailures)
 			}
 			return nil

@@ -396,3 +396,125 @@ func (b *syncBuffer) String() string {
 }
 
 var _ = json.Marshal
+
+// Item 8: --skip-invalid accounts for every input line. Each rejected line
+// is in the errors file with its line number, custom_id (when readable)
+// and reason; those with a custom_id are in the output too, in input
+// order, as invalid_request errors; the summary counts them; exit 4. A
+// later run without --skip-invalid says the plan was made with it.
+func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
+	dir := t.TempDir()
+	var b []byte
+	type want struct {
+		id       string // "" when none can be read
+		rejected bool
+	}
+	var wants []want
+	for i := 1; i <= 20; i++ {
+		id := fmt.Sprintf("q%02d", i)
+		switch i {
+		case 1: // rejected first: before any valid request
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions"}`+"\n", id)
+			wants = append(wants, want{id, true})
+		case 5:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"GET","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}`+"\n", id)
+			wants = append(wants, want{id, true})
+		case 9:
+			b = append(b, "this is not json\n"...)
+			wants = append(wants, want{"", true})
+		case 14: // a duplicate of line 2's custom_id
+			b = fmt.Appendf(b, `{"custom_id":"q02","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[]}}`+"\n")
+			wants = append(wants, want{"q02", true})
+		case 20: // rejected last: after every valid request
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/nowhere","body":{"model":"gpt-4o-mini"}}`+"\n", id)
+			wants = append(wants, want{id, true})
+		default:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi %d"}]}}`+"\n", id, i)
+			wants = append(wants, want{id, false})
+		}
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	writeFile(t, in, b)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceFor(t, 90*time.Second, stateEnv(dir), "run", in, "--out", out, "--skip-invalid")
+	if r.code != 4 {
+		t.Fatalf("exit %d, want 4 (finished with rejected lines)\n%s", r.code, tail(r.stderr, 3000))
+	}
+	var ids []string
+	for _, w := range wants {
+		if w.id != "" {
+			ids = append(ids, w.id)
+		}
+	}
+	lines := checkOutput(t, out, ids) // every line with a custom_id, in input order
+	k := 0
+	for _, w := range wants {
+		if w.id == "" {
+			continue
+		}
+		o := lines[k]
+		k++
+		if w.rejected != (o.Error != nil && o.Error.Code == "invalid_request") {
+			t.Errorf("output line for %s: rejected %v, got %+v", w.id, w.rejected, o.Error)
+		}
+		if !w.rejected && o.Response == nil {
+			t.Errorf("output line for %s has no response", w.id)
+		}
+	}
+	// The errors file has every rejected line, with its line number.
+	eb, err := os.ReadFile(filepath.Join(dir, "out.errors.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errLines []struct {
+		CustomID *string `json:"custom_id"`
+		Error    struct {
+			Code    string
+			Message string
+			Line    int64
+		}
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(eb)), "\n") {
+		var e struct {
+			CustomID *string `json:"custom_id"`
+			Error    struct {
+				Code    string
+				Message string
+				Line    int64
+			}
+		}
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("errors line %q: %v", l, err)
+		}
+		errLines = append(errLines, e)
+	}
+	wantLines := []int64{1, 5, 9, 14, 20}
+	if len(errLines) != len(wantLines) {
+		t.Fatalf("errors file has %d lines, want %d:\n%s", len(errLines), len(wantLines), eb)
+	}
+	for i, e := range errLines {
+		w := wants[wantLines[i]-1]
+		got := ""
+		if e.CustomID != nil {
+			got = *e.CustomID
+		}
+		if e.Error.Line != wantLines[i] || got != w.id || e.Error.Code != "invalid_request" || e.Error.Message == "" {
+			t.Errorf("errors line %d: %+v (custom_id %q), want line %d custom_id %q", i+1, e.Error, got, wantLines[i], w.id)
+		}
+	}
+	if !strings.Contains(errLines[2].Error.Message, "column 1") || !strings.Contains(errLines[3].Error.Message, "duplicate") {
+		t.Errorf("reasons: %q, %q", errLines[2].Error.Message, errLines[3].Error.Message)
+	}
+	if !strings.Contains(r.stdout, "20 input lines") || !strings.Contains(r.stdout, "15 succeeded") || !strings.Contains(r.stdout, "5 rejected") {
+		t.Errorf("the summary does not count every line:\n%s", r.stdout)
+	}
+	// The same command without --skip-invalid reuses the plan, and says so.
+	r = runSluiceFor(t, 60*time.Second, stateEnv(dir), "run", in, "--out", out)
+	if r.code != 4 {
+		t.Errorf("re-run without --skip-invalid: exit %d, want 4\n%s", r.code, tail(r.stderr, 2000))
+	}
+	if !strings.Contains(r.stderr, "planned with --skip-invalid") {
+		t.Errorf("the re-run does not say the plan was made with --skip-invalid:\n%s", tail(r.stderr, 2000))
+	}
+	checkOutput(t, out, ids)
+}

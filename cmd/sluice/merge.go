@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/merger"
+	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -30,7 +31,8 @@ type jobSummary struct {
 	Lines        int64     `json:"lines"`
 	Succeeded    int64     `json:"succeeded"`
 	Failed       int64     `json:"failed"`
-	Retried      int64     `json:"retried"` // requests sent in more than one batch
+	Rejected     int64     `json:"rejected,omitempty"` // input lines rejected as invalid (--skip-invalid)
+	Retried      int64     `json:"retried"`            // requests sent in more than one batch
 	Batches      int       `json:"batches"`
 	RetryBatches int       `json:"retry_batches"`
 	InputTokens  int64     `json:"input_tokens"`
@@ -74,7 +76,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	if job.State == sluice.JobDone {
 		if js := previousSummary(job); js.current(out, errorsOut, order) {
 			log.Info().Str("output", out).Str("errors", errorsOut).Msg("job done before; output unchanged since")
-			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed,
+			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed, Rejected: js.Rejected,
 				OutputBytes: js.OutputBytes, Output: js.Output, Errors: js.Errors}, nil
 		}
 	}
@@ -95,7 +97,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	sum, err := merger.Merge(ctx, merger.Config{
 		Output: out, ErrorsPath: errorsOut, Order: order, Files: files, Total: job.Requests,
 		Expected: func(yield func(int64, string) bool) error { return db.Expected(ctx, job.ID, yield) },
-		TempDir:  filepath.Dir(out),
+		TempDir:  filepath.Dir(out), Rejected: rejectedResults(job, log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("merge job %s: %w", job.ID, err)
@@ -125,7 +127,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*sluice.Chunk, sum *merger.Summary) jobSummary {
 	n := countChunks(chunks)
 	js := jobSummary{Output: sum.Output, Errors: sum.Errors, Lines: sum.Lines, Succeeded: sum.Succeeded,
-		Failed: sum.Failed, Retried: retriedRequests(ctx, db, job.ID), Batches: n.submitted,
+		Failed: sum.Failed, Rejected: sum.Rejected, Retried: retriedRequests(ctx, db, job.ID), Batches: n.submitted,
 		RetryBatches: n.retryBatches, StartedAt: job.CreatedAt, FinishedAt: time.Now()}
 	for _, c := range chunks {
 		js.InputTokens += c.InputTokens
@@ -197,7 +199,14 @@ func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.
 	if js.Cancelled {
 		verb = "cancelled"
 	}
-	fmt.Fprintf(w, "job %s %s: %s requests: %s succeeded, %s failed", job.ID, verb, commas(sum.Lines), commas(sum.Succeeded), commas(sum.Failed))
+	if sum.Rejected > 0 {
+		// Every input line is counted: requests, and lines rejected as
+		// invalid (some of which had no custom_id to put in the output).
+		fmt.Fprintf(w, "job %s %s: %s input lines: %s succeeded, %s failed, %s rejected as invalid (%s)", job.ID, verb,
+			commas(sum.Succeeded+sum.Failed+sum.Rejected), commas(sum.Succeeded), commas(sum.Failed), commas(sum.Rejected), sluiceRejectedCode)
+	} else {
+		fmt.Fprintf(w, "job %s %s: %s requests: %s succeeded, %s failed", job.ID, verb, commas(sum.Lines), commas(sum.Succeeded), commas(sum.Failed))
+	}
 	if js.Retried > 0 {
 		fmt.Fprintf(w, " (%s retried in %s retry batches)", commas(js.Retried), commas(int64(js.RetryBatches)))
 	}
@@ -205,8 +214,8 @@ func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.
 	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s this run, %s since planned\n",
 		commas(int64(js.Batches)), commas(js.InputTokens), commas(js.OutputTokens), shortDuration(wall), js.Wall)
 	fmt.Fprintf(w, "output: %s\n", sum.Output)
-	if sum.Failed > 0 {
-		fmt.Fprintf(w, "errors: %s (%s lines)\n", sum.Errors, commas(sum.Failed))
+	if n := sum.Failed + sum.Rejected; n > 0 {
+		fmt.Fprintf(w, "errors: %s (%s)\n", sum.Errors, plural(n, "line", "lines"))
 	}
 }
 
@@ -223,3 +232,24 @@ func printProgressSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) 
 		commas(states[sluice.RequestSucceeded]), commas(states[sluice.RequestFailed]), commas(states[sluice.RequestPending]),
 		commas(int64(n.live)), commas(int64(n.waiting)), commas(int64(n.done+n.failed)))
 }
+
+const sluiceRejectedCode = splitter.RejectedCode
+
+// rejectedResults is the job's file of lines rejected as invalid, for the
+// merge ("" when the job has none).
+func rejectedResults(job *sluice.Job, log zerolog.Logger) string {
+	if job.Rejected == 0 {
+		return ""
+	}
+	p := filepath.Join(job.Dir, splitter.RejectedResults)
+	if _, err := os.Stat(p); err != nil {
+		// A plan made by a sluice before rejected lines were merged.
+		log.Warn().Int64("rejected", job.Rejected).Msg("the rejected lines of this job are only in its rejects file (planned by an older sluice); plan again with --job NEW_NAME to have them in the output and errors files")
+		return ""
+	}
+	return p
+}
+
+// failedAny reports whether a merge should exit 4: some request failed,
+// or some input line was rejected.
+func failedAny(sum *merger.Summary) bool { return sum.Failed > 0 || sum.Rejected > 0 }

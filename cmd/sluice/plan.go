@@ -52,6 +52,9 @@ A bad line stops planning with its file, line number, custom_id and reason
 				return err
 			}
 			defer closeJob()
+			if pr.reused {
+				noteSkipInvalid(log, &f, pr)
+			}
 			chunks, err := db.Chunks(ctx, pr.job.ID)
 			if err != nil {
 				return err

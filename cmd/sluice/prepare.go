@@ -150,3 +150,17 @@ func checkUnchanged(ctx context.Context, db *tracker.DB, job *sluice.Job, st os.
 	}
 	return db.UpdateFingerprint(ctx, job.ID, now)
 }
+
+// noteSkipInvalid tells a run without --skip-invalid that the plan it
+// reuses was made with it: its bad lines were rejected, not refused, and
+// stay so (they are in the errors file and, with a custom_id, in the
+// output as invalid_request lines). Planning anew is the way to be stopped
+// by them.
+func noteSkipInvalid(log zerolog.Logger, f *jobFlags, pr *prepared) {
+	if pr.job.Rejected == 0 || f.skipInvalid {
+		return
+	}
+	log.Warn().Int64("rejected", pr.job.Rejected).Str("rejects", pr.rejects).
+		Msgf("this job was planned with --skip-invalid: %d input lines were rejected and are reported as %s in the errors file; the plan is kept as it was (to be stopped by bad lines instead, fix them or plan a new job with --job NEW_NAME)",
+			pr.job.Rejected, splitter.RejectedCode)
+}

@@ -183,6 +183,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	job := pr.job
 	if pr.reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
+		noteSkipInvalid(log, &f.jobFlags, pr)
 	} else {
 		log.Info().Int64("requests", job.Requests).Int64("rejected", job.Rejected).Msg("job planned")
 	}
@@ -245,7 +246,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return err
 	}
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
-	if sum.Failed > 0 {
+	if failedAny(sum) {
 		return silent(exitFailures)
 	}
 	return nil

@@ -280,12 +280,12 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 		if j.Output != "" {
 			fmt.Fprintf(w, "  output:   %s\n", j.Output)
 		}
-		if j.Summary != nil && j.Summary.Failed > 0 {
+		if j.Summary != nil && (j.Summary.Failed > 0 || j.Summary.Rejected > 0) {
 			fmt.Fprintf(w, "  errors:   %s\n", j.Errors)
 		}
 		fmt.Fprintf(w, "  requests: %s; %s in all", countsLine(j.Requests, requestOrder), commas(j.Total))
 		if j.Rejected > 0 {
-			fmt.Fprintf(w, " (%s bad lines skipped)", commas(j.Rejected))
+			fmt.Fprintf(w, " (and %s input lines rejected as invalid, in the errors file)", commas(j.Rejected))
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  chunks:   %s\n", countsLine(j.Chunks, chunkOrder))
