@@ -4,11 +4,13 @@ package main
 // drives the real binary from a fresh state directory.
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,4 +519,93 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 		t.Errorf("the re-run does not say the plan was made with --skip-invalid:\n%s", tail(r.stderr, 2000))
 	}
 	checkOutput(t, out, ids)
+}
+
+// Item 11: the small things a new user reads first.
+func TestFirstHourMessages(t *testing.T) {
+	dir := t.TempDir()
+	// The plan of a one-chunk Cloudflare file: singular nouns, the exact
+	// byte limit.
+	cf, _ := writeCloudflareInput(t, dir, 1)
+	r := runSluice(t, cloudflareEnv(dir), "plan", cf, "--provider", "cloudflare")
+	if r.code != 0 {
+		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "1 request in 1 chunk,") {
+		t.Errorf("plan does not say \"1 request in 1 chunk\":\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "9,999,999 bytes") || strings.Contains(r.stdout, "10.00 MB") {
+		t.Errorf("the 9,999,999-byte limit is not shown exactly:\n%s", r.stdout)
+	}
+	// A line that starts with a bare word: the column of the word.
+	bad := filepath.Join(dir, "bad.jsonl")
+	writeFile(t, bad, []byte("this is not json\n"))
+	r = runSluice(t, stateEnv(dir), "plan", bad)
+	if r.code != 2 || !strings.Contains(r.stderr, "bad.jsonl:1: invalid JSON at column 1: invalid literal \"this\"") {
+		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+	// An error names its path once.
+	empty := filepath.Join(dir, "empty.jsonl")
+	writeFile(t, empty, nil)
+	r = runSluice(t, stateEnv(dir), "run", empty, "--out", filepath.Join(dir, "o.jsonl"))
+	if r.code != 2 || strings.Count(r.stderr, empty) != 1 {
+		t.Errorf("exit %d, the path should appear once: %s", r.code, r.stderr)
+	}
+}
+
+// Item 11: the emulator's banner gives every family's base URL, one line
+// each.
+func TestEmulatorBannerNamesEveryFamily(t *testing.T) {
+	cmd := exec.Command(binary, "emulate", "--addr", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var banner []string
+	timeout := time.After(30 * time.Second)
+	for len(banner) < 4 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("emulate ended; banner so far: %q", banner)
+			}
+			banner = append(banner, l)
+		case <-timeout:
+			t.Fatalf("banner so far: %q", banner)
+		}
+	}
+	addr := strings.Fields(banner[0][strings.Index(banner[0], "http://")+len("http://"):])[0]
+	u := "http://" + addr
+	for i, want := range []string{"OPENAI_BASE_URL=" + u + "/v1", "ANTHROPIC_BASE_URL=" + u, "CLOUDFLARE_BASE_URL=" + u + "/client/v4"} {
+		if !strings.Contains(banner[i+1], want) {
+			t.Errorf("banner line %d is %q, want %s", i+2, banner[i+1], want)
+		}
+	}
+	// Each URL answers as its family's API.
+	for path, wantStatus := range map[string]int{"/v1/batches": 200, "/v1/messages/batches": 200} {
+		req, _ := http.NewRequest("GET", u+path, nil)
+		req.Header.Set("Authorization", "Bearer x")
+		req.Header.Set("x-api-key", "x")
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != wantStatus {
+			t.Errorf("GET %s: %d", path, resp.StatusCode)
+		}
+	}
 }

@@ -205,10 +205,10 @@ func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.
 		fmt.Fprintf(w, "job %s %s: %s input lines: %s succeeded, %s failed, %s rejected as invalid (%s)", job.ID, verb,
 			commas(sum.Succeeded+sum.Failed+sum.Rejected), commas(sum.Succeeded), commas(sum.Failed), commas(sum.Rejected), sluiceRejectedCode)
 	} else {
-		fmt.Fprintf(w, "job %s %s: %s requests: %s succeeded, %s failed", job.ID, verb, commas(sum.Lines), commas(sum.Succeeded), commas(sum.Failed))
+		fmt.Fprintf(w, "job %s %s: %s: %s succeeded, %s failed", job.ID, verb, plural(sum.Lines, "request", "requests"), commas(sum.Succeeded), commas(sum.Failed))
 	}
 	if js.Retried > 0 {
-		fmt.Fprintf(w, " (%s retried in %s retry batches)", commas(js.Retried), commas(int64(js.RetryBatches)))
+		fmt.Fprintf(w, " (%s retried in %s)", commas(js.Retried), plural(int64(js.RetryBatches), "retry batch", "retry batches"))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s this run, %s since planned\n",

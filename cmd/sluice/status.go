@@ -215,10 +215,10 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 	case sluice.JobMerging:
 		return "merge the results into the output"
 	case sluice.JobPlanned:
-		return fmt.Sprintf("submit %d batches", waiting)
+		return "submit " + plural(int64(waiting), "batch", "batches")
 	case sluice.JobCancelled:
 		if unsettled > 0 {
-			parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+			parts = append(parts, "check " + plural(int64(unsettled), "chunk", "chunks") + " caught mid-call (uploading/creating) against the provider")
 		}
 		if live > 0 {
 			parts = append(parts, fmt.Sprintf("wait for %d cancelled batches to end", live))
@@ -230,10 +230,10 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 		return strings.Join(parts, "; ") + " ('sluice cancel " + j.ID + "' or 'sluice run' again)"
 	}
 	if unsettled > 0 {
-		parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+		parts = append(parts, "check " + plural(int64(unsettled), "chunk", "chunks") + " caught mid-call (uploading/creating) against the provider")
 	}
 	if waiting > 0 {
-		parts = append(parts, fmt.Sprintf("submit %d batches", waiting))
+		parts = append(parts, "submit " + plural(int64(waiting), "batch", "batches"))
 	}
 	if poll != "" {
 		parts = append(parts, poll)
@@ -297,7 +297,7 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 			}
 			retried := "none retried"
 			if s.Retried > 0 {
-				retried = fmt.Sprintf("%s retried in %s retry batches", commas(s.Retried), commas(int64(s.RetryBatches)))
+				retried = fmt.Sprintf("%s retried in %s", commas(s.Retried), plural(int64(s.RetryBatches), "retry batch", "retry batches"))
 			}
 			fmt.Fprintf(w, "  result:   %s succeeded, %s failed, %s; %s %s, wall time %s since planned\n",
 				commas(s.Succeeded), commas(s.Failed), retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
