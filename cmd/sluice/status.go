@@ -218,7 +218,7 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 		return "submit " + plural(int64(waiting), "batch", "batches")
 	case sluice.JobCancelled:
 		if unsettled > 0 {
-			parts = append(parts, "check " + plural(int64(unsettled), "chunk", "chunks") + " caught mid-call (uploading/creating) against the provider")
+			parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
 		}
 		if live > 0 {
 			parts = append(parts, fmt.Sprintf("wait for %d cancelled batches to end", live))
@@ -230,10 +230,10 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 		return strings.Join(parts, "; ") + " ('sluice cancel " + j.ID + "' or 'sluice run' again)"
 	}
 	if unsettled > 0 {
-		parts = append(parts, "check " + plural(int64(unsettled), "chunk", "chunks") + " caught mid-call (uploading/creating) against the provider")
+		parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
 	}
 	if waiting > 0 {
-		parts = append(parts, "submit " + plural(int64(waiting), "batch", "batches"))
+		parts = append(parts, "submit "+plural(int64(waiting), "batch", "batches"))
 	}
 	if poll != "" {
 		parts = append(parts, poll)
