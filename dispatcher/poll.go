@@ -208,6 +208,12 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 	stuck, _, _ = strings.Cut(stuck, ";")
 	var bad *sluice.MalformedLines
 	err = d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
+		if b.Status == sluice.BatchCancelled && !wasStuck {
+			// A batch cancelled before it ran some lines (in validating,
+			// it ran none) leaves them out of its files: they were
+			// cancelled, not lost.
+			e.missingCode, e.missingMsg = "batch_cancelled", "the batch was cancelled before this request ran"
+		}
 		if wasStuck {
 			// Cancelled by us: what it finished is kept, the rest retried.
 			e.notes = append(e.notes, fmt.Sprintf("%s: %s; cancelled at the provider (ended %s), its finished lines kept",

@@ -609,3 +609,29 @@ func TestEmulatorBannerNamesEveryFamily(t *testing.T) {
 		}
 	}
 }
+
+// Item 11: a batch cancelled while validating (it ran nothing, and its
+// files have no line) gives its requests batch_cancelled, not
+// missing_result.
+func TestCancelWhileValidatingSaysCancelled(t *testing.T) {
+	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 9)
+	out := filepath.Join(dir, "out.jsonl")
+	base := "http://" + emu.addr + "/v1"
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	r := runSluiceFor(t, 60*time.Second, env, "run", in, "--out", out, "--provider", "openai", "--base-url", base, "--once", "--rate", "-1")
+	if r.code != exitStopped {
+		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, r.stderr)
+	}
+	job := onlyJob(t, statusOf(t, env))
+	r = runSluiceFor(t, 60*time.Second, env, "cancel", job.ID, "--base-url", base, "--poll-interval", "50ms", "--max-poll-interval", "100ms")
+	if r.code != exitFailures {
+		t.Fatalf("cancel: exit %d, want 4\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, l := range checkOutput(t, out, ids) {
+		if l.Error == nil || l.Error.Code != "batch_cancelled" {
+			t.Errorf("%s: %+v, want error batch_cancelled", l.CustomID, l.Error)
+		}
+	}
+}
