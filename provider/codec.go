@@ -19,6 +19,13 @@ import (
 type OpenAICodec struct {
 	endpoints map[string]bool
 	list      string
+	provider  string // named in errors ("" reads "this provider")
+}
+
+// Named returns c naming provider in its errors.
+func (c OpenAICodec) Named(provider string) OpenAICodec {
+	c.provider = provider
+	return c
 }
 
 // NewOpenAICodec returns a codec accepting the given endpoints.
@@ -32,9 +39,33 @@ func NewOpenAICodec(endpoints []string) OpenAICodec {
 
 func (c OpenAICodec) Validate(it *sluice.Item) error {
 	if !c.endpoints[it.URL] {
-		return fmt.Errorf("url %q is not a batch endpoint of this provider (accepted: %s)", it.URL, c.list)
+		name := "this provider"
+		if c.provider != "" {
+			name = "provider " + c.provider
+		}
+		return fmt.Errorf("url %q is not a batch endpoint of %s (accepted: %s)%s", it.URL, name, c.list, otherFamily(it.URL, c.provider))
 	}
 	return nil
+}
+
+// otherFamily says which provider takes a url of another family's API.
+// The built-in emulator behind --provider local serves OpenAI's API only
+// (one job has one wire format: one codec, one envelope per chunk file);
+// `sluice emulate` serves every family, each on its own base URL.
+func otherFamily(url, provider string) string {
+	var fam string
+	switch {
+	case url == "/v1/messages":
+		fam = "anthropic"
+	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
+		fam = "cloudflare"
+	default:
+		return ""
+	}
+	if provider == "local" {
+		return fmt.Sprintf("; it is a %s url: --provider local emulates the OpenAI batch API only; to try %s lines without an account, run 'sluice emulate' and use --provider %s with its base URL", fam, fam, fam)
+	}
+	return fmt.Sprintf("; it is a %s url: use --provider %s", fam, fam)
 }
 
 func (OpenAICodec) Envelope() sluice.Envelope { return sluice.Envelope{} }

@@ -168,5 +168,5 @@ func (p Preset) Codec() sluice.Codec {
 	case FamilyCloudflare:
 		return CloudflareCodec{}
 	}
-	return NewOpenAICodec(p.Endpoints)
+	return NewOpenAICodec(p.Endpoints).Named(p.Name)
 }

@@ -73,7 +73,7 @@
 //	body.model must be a string, got TYPE
 //	body.model is empty
 //	PROVIDER REASON                     (the text of Codec.Validate's error, e.g.)
-//	  url "/v1/x" is not a batch endpoint of this provider (accepted: ...)
+//	  url "/v1/x" is not a batch endpoint of provider P (accepted: ...)[; it is an anthropic url: ...]
 //	  custom_id "a b" does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$
 //	  body.max_tokens must be a number >= 1 for Anthropic
 //	  body.messages must be an array for Anthropic

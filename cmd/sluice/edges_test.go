@@ -635,3 +635,20 @@ func TestCancelWhileValidatingSaysCancelled(t *testing.T) {
 		}
 	}
 }
+
+// Item 11: --provider local names itself when it refuses another family's
+// lines, and says how to run them without an account.
+func TestLocalNamesItselfForOtherFamilies(t *testing.T) {
+	dir := t.TempDir()
+	anth, _ := writeAnthropicInput(t, dir, 2)
+	r := runSluice(t, stateEnv(dir), "plan", anth)
+	if r.code != 2 || !strings.Contains(r.stderr, "provider local") || !strings.Contains(r.stderr, "--provider anthropic") ||
+		strings.Contains(r.stderr, "this provider") {
+		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+	cf, _ := writeCloudflareInput(t, dir, 2)
+	r = runSluice(t, stateEnv(dir), "plan", cf, "--provider", "openai")
+	if r.code != 2 || !strings.Contains(r.stderr, "provider openai") || !strings.Contains(r.stderr, "--provider cloudflare") {
+		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+}
