@@ -92,7 +92,7 @@ func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back 
 		if uerr := d.store.UpdateChunk(context.WithoutCancel(ctx), c, intent); uerr != nil {
 			return fatal(uerr)
 		}
-		return fatal(fmt.Errorf("chunk %d: %s: %w", c.ID, what, err))
+		return fatal(err) // the provider's error names the call and the chunk
 	}
 	if errors.As(err, &ae) && !ae.Retryable() {
 		// The provider refuses this body for good: spend the attempt.
