@@ -44,8 +44,11 @@
 // bad line goes to the rejects file as one JSON line
 // {"line":N,"custom_id":"ID","reason":"REASON","raw":"THE LINE"} (custom_id
 // left out when unknown; raw is the line as a JSON string, invalid UTF-8
-// bytes replaced by U+FFFD, cut to 1 KiB for over-long lines) and Split
-// goes on. Reasons, in the order they are checked (N is a 1-based byte
+// bytes replaced by U+FFFD, cut to 1 KiB for over-long lines), and to
+// DIR/rejected.results (RejectedResults) as a results record for the
+// merge, and Split goes on: no line is dropped (the merger puts each in
+// the errors file, and with a custom_id in the output, in its input
+// place, with code invalid_request). Reasons, in the order they are checked (N is a 1-based byte
 // column):
 //
 //	line is longer than 67108864 bytes
@@ -97,7 +100,8 @@
 // ("FILE: no requests: the input is empty", or "...: all N non-blank lines
 // were rejected (see REJECTS)", both wrapping ErrNoRequests); a cut or
 // corrupt compressed file ("FILE: zstd stream is truncated or corrupt after
-// line N: ERROR", where N is the last whole line read); read errors.
+// line N: ERROR", where N is the last whole line read, wrapping
+// ErrCorrupt); read errors.
 //
 // # Uniqueness of custom_id
 //
