@@ -341,12 +341,14 @@ func TestHelpTexts(t *testing.T) {
 // Item 7: Ctrl-C twice stops with work left: exit 3, not 1 with "context
 // canceled"; the same command then finishes.
 func TestCtrlCTwiceExits3(t *testing.T) {
-	emu := startEmulator(t, "--batch-time", "3s", "--slow-rate", "1", "--slow-delay", "400ms")
+	// Every call takes 1.5s: the second signal, 700ms after the first,
+	// finds calls in flight to cancel.
+	emu := startEmulator(t, "--batch-time", "2s", "--slow-rate", "1", "--slow-delay", "1500ms")
 	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 60)
+	in, ids := writeInput(t, dir, 24)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-test", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
-	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "5", "--poll-interval", "50ms",
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--poll-interval", "50ms",
 		"--max-poll-interval", "100ms", "--rate", "-1", "--reconcile-grace", "1s"}
 	cmd := sluiceCmd(env, args...)
 	var se syncBuffer
@@ -355,7 +357,8 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(se.String(), "batch submitted") && time.Now().Before(deadline) {
+	// Uploaded: the creates (1.5s each) are in flight.
+	for !strings.Contains(se.String(), "chunk uploaded") && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cmd.Process.Signal(syscall.SIGINT)
@@ -371,6 +374,9 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	}
 	if strings.Contains(lastLine(se.String()), "context canceled") {
 		t.Errorf("the last word is %q", lastLine(se.String()))
+	}
+	if !strings.Contains(se.String(), "cancelling calls in flight") {
+		t.Errorf("the second signal did not cancel calls in flight:\n%s", tail(se.String(), 3000))
 	}
 	r := runSluiceFor(t, 120*time.Second, env, args...)
 	if r.code != 0 {
