@@ -525,6 +525,9 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 		t.Errorf("the re-run does not say the plan was made with --skip-invalid:\n%s", tail(r.stderr, 2000))
 	}
 	checkOutput(t, out, ids)
+	if st := runSluice(t, stateEnv(dir), "status"); !strings.Contains(st.stdout, "5 rejected as invalid") {
+		t.Errorf("status does not count the rejected lines:\n%s", st.stdout)
+	}
 }
 
 // Item 11: the small things a new user reads first.

@@ -285,7 +285,7 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 		}
 		fmt.Fprintf(w, "  requests: %s; %s in all", countsLine(j.Requests, requestOrder), commas(j.Total))
 		if j.Rejected > 0 {
-			fmt.Fprintf(w, " (and %s input lines rejected as invalid, in the errors file)", commas(j.Rejected))
+			fmt.Fprintf(w, " (and %s rejected as invalid, in the errors file)", plural(j.Rejected, "input line", "input lines"))
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  chunks:   %s\n", countsLine(j.Chunks, chunkOrder))
@@ -299,16 +299,20 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 			if s.Retried > 0 {
 				retried = fmt.Sprintf("%s retried in %s", commas(s.Retried), plural(int64(s.RetryBatches), "retry batch", "retry batches"))
 			}
-			fmt.Fprintf(w, "  result:   %s succeeded, %s failed, %s; %s %s, wall time %s since planned\n",
-				commas(s.Succeeded), commas(s.Failed), retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
+			failed := commas(s.Failed) + " failed"
+			if s.Rejected > 0 {
+				failed += ", " + commas(s.Rejected) + " rejected as invalid"
+			}
+			fmt.Fprintf(w, "  result:   %s succeeded, %s, %s; %s %s, wall time %s since planned\n",
+				commas(s.Succeeded), failed, retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
 		}
 		for i, b := range j.Live {
 			if i == maxLiveLines && !withChunks {
 				fmt.Fprintf(w, "  live:     ... and %d more (sluice status %s --chunks lists every chunk)\n", len(j.Live)-i, j.ID)
 				break
 			}
-			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s requests) batch %s status %s, submitted %s ago\n",
-				b.Chunk, b.Attempt, b.Model, commas(int64(b.Requests)), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
+			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s) batch %s status %s, submitted %s ago\n",
+				b.Chunk, b.Attempt, b.Model, plural(int64(b.Requests), "request", "requests"), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
 		}
 		fmt.Fprintf(w, "  next:     %s\n", j.Next)
 		if withChunks {
