@@ -83,3 +83,23 @@ type Codec interface {
 	// AppendItem appends the wire form of one item to dst.
 	AppendItem(dst []byte, it *Item) ([]byte, error)
 }
+
+// RoutedCodec is the Codec of a provider that speaks the APIs of several
+// families (--provider local, whose emulator serves them all): each url is
+// written in the wire format, envelope and per-batch limits of the family
+// that serves it. Lines of one chunk share a url, so a chunk has one format.
+type RoutedCodec interface {
+	Codec
+	// For returns the codec and the per-batch limits (zero: none) of url.
+	For(url string) (Codec, Limits)
+}
+
+// CodecFor is the codec of url's chunks: c itself, or what a RoutedCodec
+// routes url to.
+func CodecFor(c Codec, url string) Codec {
+	if r, ok := c.(RoutedCodec); ok {
+		cc, _ := r.For(url)
+		return cc
+	}
+	return c
+}

@@ -43,16 +43,13 @@ func (c OpenAICodec) Validate(it *sluice.Item) error {
 		if c.provider != "" {
 			name = "provider " + c.provider
 		}
-		return fmt.Errorf("url %q is not a batch endpoint of %s (accepted: %s)%s", it.URL, name, c.list, otherFamily(it.URL, c.provider))
+		return fmt.Errorf("url %q is not a batch endpoint of %s (accepted: %s)%s", it.URL, name, c.list, otherFamily(it.URL))
 	}
 	return nil
 }
 
 // otherFamily says which provider takes a url of another family's API.
-// The built-in emulator behind --provider local serves OpenAI's API only
-// (one job has one wire format: one codec, one envelope per chunk file);
-// `sluice emulate` serves every family, each on its own base URL.
-func otherFamily(url, provider string) string {
+func otherFamily(url string) string {
 	var fam string
 	switch {
 	case url == "/v1/messages":
@@ -62,10 +59,7 @@ func otherFamily(url, provider string) string {
 	default:
 		return ""
 	}
-	if provider == "local" {
-		return fmt.Sprintf("; it is a %s url: --provider local emulates the OpenAI batch API only; to try %s lines without an account, run 'sluice emulate' and use --provider %s with its base URL", fam, fam, fam)
-	}
-	return fmt.Sprintf("; it is a %s url: use --provider %s", fam, fam)
+	return fmt.Sprintf("; it is a %s url: use --provider %s (or local, which takes every family)", fam, fam)
 }
 
 func (OpenAICodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
@@ -190,4 +184,46 @@ func withModel(body []byte, model string) ([]byte, error) {
 func appendJSONString(dst []byte, s string) []byte {
 	b, _ := json.Marshal(s) // a string always marshals
 	return append(dst, b...)
+}
+
+// FamilyOf is the API family whose batch endpoint url is: Anthropic's
+// /v1/messages, Cloudflare's /ai/run[/...], else OpenAI's.
+func FamilyOf(url string) Family {
+	switch {
+	case url == "/v1/messages":
+		return FamilyAnthropic
+	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
+		return FamilyCloudflare
+	}
+	return FamilyOpenAI
+}
+
+// MixedCodec is the sluice.RoutedCodec of --provider local: OpenAI lines in
+// the OpenAI format, /v1/messages lines in Anthropic's, /ai/run lines in
+// Cloudflare's, each under its family's per-batch limits.
+type MixedCodec struct {
+	OpenAI OpenAICodec
+}
+
+func (m MixedCodec) For(url string) (sluice.Codec, sluice.Limits) {
+	switch FamilyOf(url) {
+	case FamilyAnthropic:
+		return AnthropicCodec{}, Presets["anthropic"].Limits
+	case FamilyCloudflare:
+		return CloudflareCodec{}, Presets["cloudflare"].Limits
+	}
+	return m.OpenAI, sluice.Limits{}
+}
+
+func (m MixedCodec) Validate(it *sluice.Item) error {
+	c, _ := m.For(it.URL)
+	return c.Validate(it)
+}
+
+// Envelope is the OpenAI one; a chunk's own is that of For(its url).
+func (m MixedCodec) Envelope() sluice.Envelope { return m.OpenAI.Envelope() }
+
+func (m MixedCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	c, _ := m.For(it.URL)
+	return c.AppendItem(dst, it)
 }

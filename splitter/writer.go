@@ -24,6 +24,11 @@ const (
 type group struct {
 	url, model string
 	seq        int // order of first appearance
+	// The wire framing, file extension and limits of the group's chunks:
+	// the writer's, or those of the family of url (sluice.RoutedCodec).
+	env sluice.Envelope
+	ext string
+	lim sluice.Limits
 
 	// The open chunk; n == 0 when there is none.
 	tmp       string // its file while open (renamed when it closes)
@@ -70,13 +75,11 @@ type writer struct {
 }
 
 func newWriter(sp *run) (*writer, error) {
-	w := &writer{sp: sp, cfg: &sp.cfg, env: sp.cfg.Codec.Envelope(), ext: ".jsonl",
+	env := sp.cfg.Codec.Envelope()
+	w := &writer{sp: sp, cfg: &sp.cfg, env: env, ext: extOf(env),
 		groups: make(map[groupKey]*group), ids: new(idSet), nextID: 1}
 	w.rec = newRecorder(sp.sink)
 	w.rows = w.rec.batch()
-	if len(w.env.Header) > 0 || len(w.env.Footer) > 0 {
-		w.ext = ".json"
-	}
 	if sp.cfg.SkipInvalid {
 		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
@@ -273,16 +276,20 @@ func (w *writer) add(r *rec, item []byte) error {
 	k := groupKey{r.url, r.model}
 	g := w.groups[k]
 	if g == nil {
-		g = &group{url: r.url, model: r.model, seq: len(w.order)}
+		g = &group{url: r.url, model: r.model, seq: len(w.order), env: w.env, ext: w.ext, lim: w.cfg.Limits}
+		if rc, ok := w.cfg.Codec.(sluice.RoutedCodec); ok {
+			c, fam := rc.For(r.url)
+			g.env, g.ext, g.lim = c.Envelope(), extOf(c.Envelope()), tighter(w.cfg.Limits, fam)
+		}
 		w.groups[k] = g
 		w.order = append(w.order, g)
 	}
-	lim := &w.cfg.Limits
+	lim := &g.lim
 	size := int64(len(item))
 	if g.n > 0 {
 		bound := ""
 		switch {
-		case lim.MaxBatchBytes > 0 && w.env.Size(g.n+1, g.itemBytes+size) > lim.MaxBatchBytes:
+		case lim.MaxBatchBytes > 0 && g.env.Size(g.n+1, g.itemBytes+size) > lim.MaxBatchBytes:
 			bound = "bytes"
 		case lim.MaxBatchRequests > 0 && g.n+1 > lim.MaxBatchRequests:
 			bound = "requests"
@@ -299,11 +306,11 @@ func (w *writer) add(r *rec, item []byte) error {
 		return err
 	}
 	if g.n == 0 {
-		g.w.Write(w.env.Header)
-		g.size = int64(len(w.env.Header))
+		g.w.Write(g.env.Header)
+		g.size = int64(len(g.env.Header))
 	} else {
-		g.w.Write(w.env.Sep)
-		g.size += int64(len(w.env.Sep))
+		g.w.Write(g.env.Sep)
+		g.size += int64(len(g.env.Sep))
 	}
 	if _, err := g.w.Write(item); err != nil {
 		return fmt.Errorf("write chunk: %w", err)
@@ -392,14 +399,14 @@ func (w *writer) closeChunk(g *group, bound string) error {
 		return err
 	}
 	g.w.Write(w.env.Footer)
-	g.size += int64(len(w.env.Footer))
+	g.size += int64(len(g.env.Footer))
 	if err := g.w.Flush(); err != nil {
 		return fmt.Errorf("write chunk: %w", err)
 	}
-	if want := w.env.Size(g.n, g.itemBytes); g.size != want {
+	if want := g.env.Size(g.n, g.itemBytes); g.size != want {
 		return fmt.Errorf("splitter: chunk of %d items is %d bytes, want %d", g.n, g.size, want)
 	}
-	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, w.ext))
+	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, g.ext))
 	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
 		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound}
 	// The recorder fsyncs, closes and renames the file, and records it.
@@ -453,4 +460,28 @@ func syncDir(dir string) error {
 		return err
 	}
 	return nil
+}
+
+// extOf is the chunk file extension of an envelope: .jsonl for JSON
+// lines, .json for one JSON document.
+func extOf(env sluice.Envelope) string {
+	if len(env.Header) > 0 || len(env.Footer) > 0 {
+		return ".json"
+	}
+	return ".jsonl"
+}
+
+// tighter is a with each per-batch limit of b that is smaller (or that a
+// lacks).
+func tighter(a, b sluice.Limits) sluice.Limits {
+	min64 := func(x, y int64) int64 {
+		if x <= 0 || y > 0 && y < x {
+			return y
+		}
+		return x
+	}
+	a.MaxBatchBytes = min64(a.MaxBatchBytes, b.MaxBatchBytes)
+	a.MaxBatchRequests = int(min64(int64(a.MaxBatchRequests), int64(b.MaxBatchRequests)))
+	a.MaxBatchTokens = min64(a.MaxBatchTokens, b.MaxBatchTokens)
+	return a
 }

@@ -645,19 +645,88 @@ func TestCancelWhileValidatingSaysCancelled(t *testing.T) {
 	}
 }
 
-// Item 11: --provider local names itself when it refuses another family's
-// lines, and says how to run them without an account.
-func TestLocalNamesItselfForOtherFamilies(t *testing.T) {
+// Item 11: --provider local takes the lines of every family its emulator
+// serves (OpenAI, Anthropic, Cloudflare) in one job; a provider of one
+// family names itself, and the one to use, when it refuses another's.
+func TestLocalServesEveryFamily(t *testing.T) {
 	dir := t.TempDir()
-	anth, _ := writeAnthropicInput(t, dir, 2)
-	r := runSluice(t, stateEnv(dir), "plan", anth)
-	if r.code != 2 || !strings.Contains(r.stderr, "provider local") || !strings.Contains(r.stderr, "--provider anthropic") ||
-		strings.Contains(r.stderr, "this provider") {
-		t.Errorf("exit %d: %s", r.code, r.stderr)
+	var b []byte
+	var ids []string
+	for i := 0; i < 30; i++ {
+		id := fmt.Sprintf("mix_%03d", i)
+		ids = append(ids, id)
+		switch i % 3 {
+		case 0:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+		case 1:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/messages","body":{"model":"claude-3-5-haiku-latest","max_tokens":16,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+		default:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"q %d","max_tokens":16}}`+"\n", id, i)
+		}
+	}
+	in := filepath.Join(dir, "mixed.jsonl")
+	writeFile(t, in, b)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceFor(t, 90*time.Second, stateEnv(dir), "run", in, "--out", out, "--max-batch-requests", "4", "--local-batch-time", "100ms")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, tail(r.stderr, 3000))
+	}
+	for _, l := range checkOutput(t, out, ids) {
+		if l.Error != nil || l.Response == nil || l.Response.StatusCode != 200 {
+			t.Errorf("%s: %+v", l.CustomID, l)
+		}
 	}
 	cf, _ := writeCloudflareInput(t, dir, 2)
 	r = runSluice(t, stateEnv(dir), "plan", cf, "--provider", "openai")
 	if r.code != 2 || !strings.Contains(r.stderr, "provider openai") || !strings.Contains(r.stderr, "--provider cloudflare") {
 		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// Item 11: a mixed-family job on --provider local survives SIGKILLs at
+// random moments: the same command then finishes with every line once, in
+// order.
+func TestLocalMixedSurvivesKills(t *testing.T) {
+	dir := t.TempDir()
+	var b []byte
+	var ids []string
+	for i := 0; i < 90; i++ {
+		id := fmt.Sprintf("k_%03d", i)
+		ids = append(ids, id)
+		switch i % 3 {
+		case 0:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"d %d"}}`+"\n", id, i)
+		case 1:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/messages","body":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+		default:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run","body":{"model":"@cf/baai/bge-small-en-v1.5","text":["d %d"]}}`+"\n", id, i)
+		}
+	}
+	in := filepath.Join(dir, "mixed.jsonl")
+	writeFile(t, in, b)
+	out := filepath.Join(dir, "out.jsonl")
+	args := []string{"run", in, "--out", out, "--max-batch-requests", "6", "--local-batch-time", "300ms", "--poll-interval", "20ms", "--max-poll-interval", "60ms"}
+	kills := 0
+	for i := 0; i < 12; i++ {
+		killed, code := killAfter(t, sluiceCmd(stateEnv(dir), args...), time.Duration(150+37*i)*time.Millisecond)
+		if !killed {
+			if code != 0 {
+				t.Fatalf("run %d: exit %d", i, code)
+			}
+			break
+		}
+		kills++
+	}
+	r := runSluiceFor(t, 120*time.Second, stateEnv(dir), args...)
+	if r.code != 0 {
+		t.Fatalf("final run after %d kills: exit %d\n%s", kills, r.code, tail(r.stderr, 3000))
+	}
+	for _, l := range checkOutput(t, out, ids) {
+		if l.Error != nil {
+			t.Errorf("%s: %+v", l.CustomID, l.Error)
+		}
+	}
+	if kills < 4 {
+		t.Errorf("only %d kills landed", kills)
 	}
 }
