@@ -31,11 +31,11 @@ type jobFlags struct {
 func (f *jobFlags) register(cmd *cobra.Command) {
 	f.maxAttempts = defaultMaxAttempts
 	fs := cmd.Flags()
-	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed)")
+	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed; it takes OpenAI, Anthropic and Cloudflare lines)")
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
-	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip bad input lines, writing each with its reason to the rejects file, instead of stopping at the first one")
+	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "reject bad input lines instead of stopping at the first one: each is written with its line number and reason to the rejects file and the errors file (code invalid_request), and, when it has a custom_id, to the output in its place; the run then exits 4")
 	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
 	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")
