@@ -28,11 +28,11 @@ type Response struct {
 // LineError is a request-level failure that is not an HTTP answer of the
 // endpoint (expired, cancelled, missing from the provider's files, ...).
 type LineError struct {
-	Code     string `json:"code"`
-	Message  string `json:"message"`
-	Attempts int    `json:"attempts,omitempty"`
+	Code     ErrorCode `json:"code"` // see errorcode.go
+	Message  string    `json:"message"`
+	Attempts int       `json:"attempts,omitempty"`
 	// Line is the input line number, for a line rejected as invalid
-	// (code invalid_request; --skip-invalid).
+	// (CodeInvalidRequest; --skip-invalid).
 	Line int64 `json:"line,omitempty"`
 }
 

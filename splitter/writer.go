@@ -252,7 +252,7 @@ const RejectedResults = "rejected.results"
 
 // RejectedCode is the error code of a rejected input line in the output
 // and errors files.
-const RejectedCode = "invalid_request"
+const RejectedCode = sluice.CodeInvalidRequest
 
 // RejectedLine is the output line of an input line rejected as invalid:
 // its custom_id (null when none could be read), no response, and an error
