@@ -57,7 +57,9 @@ const (
 	CodeResultsUnreadable ErrorCode = "results_unreadable"
 	// CodeInvalidRequest: the provider refused the chunk's upload or batch
 	// create for good (a 4xx other than 401, 403, 408, 409, 429): the body
-	// as sent will never be accepted.
+	// as sent will never be accepted. Also the code of an input line that
+	// --skip-invalid rejected (error.line is its line number; see
+	// splitter.RejectedLine).
 	CodeInvalidRequest ErrorCode = "invalid_request"
 	// CodeCancelled: the job was cancelled (`sluice cancel`) before this
 	// request was submitted.

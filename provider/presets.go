@@ -168,5 +168,9 @@ func (p Preset) Codec() sluice.Codec {
 	case FamilyCloudflare:
 		return CloudflareCodec{}
 	}
-	return NewOpenAICodec(p.Endpoints)
+	if p.Name == "local" {
+		// The built-in emulator serves every family: so does local.
+		return MixedCodec{OpenAI: NewOpenAICodec(p.Endpoints).Named(p.Name)}
+	}
+	return NewOpenAICodec(p.Endpoints).Named(p.Name)
 }

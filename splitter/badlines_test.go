@@ -70,7 +70,7 @@ func badLines() []badLine {
 		{name: "non-string url", line: `{"custom_id":"m4","method":"POST","url":7,"body":{"model":"m","input":"x"}}`,
 			customID: "m4", reason: "url must be a string, got a number"},
 		{name: "unknown url", line: `{"custom_id":"m5","method":"POST","url":"/v1/nope","body":{"model":"m","input":"x"}}`,
-			customID: "m5", reason: `url "/v1/nope" is not a batch endpoint of this provider (accepted: ` + openaiURLs + `)`},
+			customID: "m5", reason: `url "/v1/nope" is not a batch endpoint of provider openai (accepted: ` + openaiURLs + `)`},
 		{name: "missing body", line: `{"custom_id":"m6","method":"POST","url":"/v1/embeddings"}`, customID: "m6", reason: "missing body"},
 		{name: "non-object body", line: `{"custom_id":"m7","method":"POST","url":"/v1/embeddings","body":"x"}`,
 			customID: "m7", reason: "body must be a JSON object, got a string"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -126,6 +127,9 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		if errors.As(err, &le) {
 			return nil, withCode(exitUsage, err)
 		}
+		if strings.Contains(err.Error(), input) {
+			return nil, err // it names the input already
+		}
 		return nil, fmt.Errorf("plan %s: %w", input, err)
 	}
 	return &prepared{job: job, res: res, rejects: rejects}, nil
@@ -153,4 +157,18 @@ func checkUnchanged(ctx context.Context, db *tracker.DB, job *sluice.Job, st os.
 		return changed(fmt.Sprintf("modified %s, content differs", st.ModTime().Format(time.RFC3339)))
 	}
 	return db.UpdateFingerprint(ctx, job.ID, now)
+}
+
+// noteSkipInvalid tells a run without --skip-invalid that the plan it
+// reuses was made with it: its bad lines were rejected, not refused, and
+// stay so (they are in the errors file and, with a custom_id, in the
+// output as invalid_request lines). Planning anew is the way to be stopped
+// by them.
+func noteSkipInvalid(log zerolog.Logger, f *jobFlags, pr *prepared) {
+	if pr.job.Rejected == 0 || f.skipInvalid {
+		return
+	}
+	log.Warn().Int64("rejected", pr.job.Rejected).Str("rejects", pr.rejects).
+		Msgf("this job was planned with --skip-invalid: %d input lines were rejected and are reported as %s in the errors file; the plan is kept as it was (to be stopped by bad lines instead, fix them or plan a new job with --job NEW_NAME)",
+			pr.job.Rejected, splitter.RejectedCode)
 }

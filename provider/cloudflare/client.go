@@ -230,6 +230,11 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 	if err != nil {
 		return sluice.Batch{}, err
 	}
+	// The directory is made here, not only in New: a state directory is
+	// fresh on a first run, and may be cleaned while a job waits.
+	if err := os.MkdirAll(c.tmp, 0o700); err != nil {
+		return sluice.Batch{}, err
+	}
 	f, err := os.CreateTemp(c.tmp, "sluice-cloudflare-"+provider.SafeFileName(batchID)+"-*.json")
 	if err != nil {
 		return sluice.Batch{}, err
