@@ -332,8 +332,8 @@ func TestProviderMatrix(t *testing.T) {
 			l.cmd.Process.Signal(os.Interrupt)
 			time.Sleep(600 * time.Millisecond) // a second signal counts after 500ms
 			l.cmd.Process.Signal(os.Interrupt)
-			if code := l.wait(t); code == 0 || code == exitUsage {
-				t.Fatalf("Ctrl-C twice: exit %d, want the run stopped with work left\n%s", code, lastBytes(l.stderr(), 3000))
+			if code := l.wait(t); code != exitStopped {
+				t.Fatalf("Ctrl-C twice: exit %d, want 3 (stopped with work left)\n%s", code, lastBytes(l.stderr(), 3000))
 			}
 			c.finish("after Ctrl-C once and twice")
 		})

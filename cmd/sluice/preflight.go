@@ -23,7 +23,6 @@ func checkCredentials(f *jobFlags, p provider.Preset) error {
 		return usageErr("provider %s needs an account id in $%s", p.Name, p.AccountEnv)
 	}
 	if f.resolvedBaseURL(p) == "" { // identity.go: flag, else environment, else preset
-
 		env := ""
 		if p.BaseURLEnv != "" {
 			env = " or $" + p.BaseURLEnv
