@@ -80,3 +80,12 @@ type Codec interface {
 	// AppendItem appends the wire form of one item to dst.
 	AppendItem(dst []byte, it *Item) ([]byte, error)
 }
+
+// ResultTranslator is implemented by codecs that translate lines into the
+// provider's native form (chat completions lines sent to Anthropic, say):
+// the dispatcher passes every result it decodes through TranslateResult,
+// which puts the answer back into the shape of the line's own API
+// (docs/translation.md). ref names the chunk the result came from.
+type ResultTranslator interface {
+	TranslateResult(ref BatchRef, r *Result)
+}

@@ -20,6 +20,7 @@ type jobFlags struct {
 	baseURL     string
 	job         string
 	model       string
+	modelMap    string
 	skipInvalid bool
 	rejects     string
 	limits      sluice.Limits
@@ -32,6 +33,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
+	fs.StringVar(&f.modelMap, "model-map", "", "old=new,...: send /v1/chat/completions lines written for model old to model new (e.g. gpt-4o-mini=claude-haiku-4-5); chat lines are translated for anthropic and cloudflare (docs/translation.md)")
 	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip bad input lines, writing each with its reason to the rejects file, instead of stopping at the first one")
 	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
@@ -58,6 +60,9 @@ func (f *jobFlags) check() error {
 	if f.maxAttempts < 1 {
 		return usageErr("--max-attempts must be at least 1")
 	}
+	if _, err := provider.ParseModelMap(f.modelMap); err != nil {
+		return withCode(exitUsage, err)
+	}
 	if f.job != "" && !jobName.MatchString(f.job) {
 		return usageErr("--job %q: use letters, digits, '.', '_' and '-' (at most 100)", f.job)
 	}
@@ -80,6 +85,11 @@ func (f *jobFlags) jobID(absInput string) string {
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	sum := sha256.Sum256([]byte(absInput + "\x00" + f.provider + "\x00" + f.baseURL))
+	key := absInput + "\x00" + f.provider + "\x00" + f.baseURL
+	if f.modelMap != "" {
+		// Another mapping is another job; without one, ids stay as they were.
+		key += "\x00" + f.modelMap
+	}
+	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))
 }
