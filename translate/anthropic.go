@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -378,12 +380,17 @@ func anthropicResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 			hasText = true
 		case "tool_use":
 			name, input := b.Get("name"), b.Get("input")
-			if name.Type != gjson.String || !input.IsObject() {
+			if name.Type != gjson.String || name.Str == "" || !input.IsObject() {
 				err = errf("", "a tool_use block needs a name and an input object")
 				return false
 			}
 			if name.Str == formatTool {
-				text.WriteString(input.Raw)
+				var buf bytes.Buffer
+				if json.Compact(&buf, []byte(input.Raw)) != nil {
+					buf.Reset()
+					buf.WriteString(input.Raw)
+				}
+				text.Write(buf.Bytes())
 				hasText = true
 				return true
 			}
@@ -400,7 +407,7 @@ func anthropicResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 			calls = append(calls, `,"type":"function","function":{"name":`...)
 			calls = appendStr(calls, name)
 			calls = append(calls, `,"arguments":`...)
-			calls = appendString(calls, input.Raw)
+			calls = appendJSONString(calls, input.Raw)
 			calls = append(calls, "}}"...)
 		}
 		return true

@@ -78,6 +78,15 @@ type tool struct {
 	strict      gjson.Result
 }
 
+// arr returns r if it is an array, else an absent value (gjson's ForEach
+// calls its iterator once for a value that is not an array or object).
+func arr(r gjson.Result) gjson.Result {
+	if r.IsArray() {
+		return r
+	}
+	return gjson.Result{}
+}
+
 // present reports whether r holds a value (absent and null do not).
 func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
 

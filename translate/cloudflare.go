@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"bytes"
+	"encoding/json"
 	"github.com/tidwall/gjson"
 )
 
@@ -204,7 +206,12 @@ func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 		ch.text = &s
 	case resp.IsObject() || resp.IsArray():
 		// JSON mode answers with the JSON value itself.
-		s := resp.Raw
+		var buf bytes.Buffer
+		if json.Compact(&buf, []byte(resp.Raw)) != nil {
+			buf.Reset()
+			buf.WriteString(resp.Raw)
+		}
+		s := buf.String()
 		ch.text = &s
 	case !present(resp):
 	default:
@@ -216,7 +223,7 @@ func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 	if present(calls) && !calls.IsArray() {
 		return dst, errf("", "tool_calls must be an array")
 	}
-	calls.ForEach(func(_, tc gjson.Result) bool {
+	arr(calls).ForEach(func(_, tc gjson.Result) bool {
 		name, args := tc.Get("name"), tc.Get("arguments")
 		if !name.Exists() { // OpenAI-shaped call
 			name, args = tc.Get("function.name"), tc.Get("function.arguments")
@@ -242,7 +249,7 @@ func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 		case args.Type == gjson.String:
 			ch.calls = appendStr(ch.calls, args)
 		case args.IsObject():
-			ch.calls = appendString(ch.calls, args.Raw)
+			ch.calls = appendJSONString(ch.calls, args.Raw)
 		default:
 			ch.calls = append(ch.calls, `"{}"`...)
 		}

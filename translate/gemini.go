@@ -313,7 +313,7 @@ func geminiResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 	}
 	var err error
 	ci := 0
-	cands.ForEach(func(_, cand gjson.Result) bool {
+	arr(cands).ForEach(func(_, cand gjson.Result) bool {
 		var ch choice
 		var text []byte
 		has := false
@@ -323,7 +323,7 @@ func geminiResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 			err = errf("", "content.parts must be an array")
 			return false
 		}
-		parts.ForEach(func(_, p gjson.Result) bool {
+		arr(parts).ForEach(func(_, p gjson.Result) bool {
 			if p.Get("thought").Bool() {
 				return true // thinking is not part of the answer
 			}
@@ -352,7 +352,7 @@ func geminiResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 				ch.calls = appendStr(ch.calls, name)
 				ch.calls = append(ch.calls, `,"arguments":`...)
 				if args.IsObject() {
-					ch.calls = appendString(ch.calls, args.Raw)
+					ch.calls = appendJSONString(ch.calls, args.Raw)
 				} else {
 					ch.calls = append(ch.calls, `"{}"`...)
 				}

@@ -144,6 +144,9 @@ func compatRequest(dst []byte, c *chat, model string, warn func(Warning), d *dia
 		{"presence_penalty", c.presence}, {"frequency_penalty", c.frequency},
 		{"response_format", c.format}, {"tool_choice", c.toolChoice}, {"parallel_tool_calls", c.parallel},
 		{"logit_bias", c.logitBias}, {"reasoning_effort", c.reasoning}} {
+		if f.key == "logit_bias" && !d.logitBias {
+			continue // empty (checked above): OpenAI's default
+		}
 		if present(f.v) {
 			dst = appendKey(dst, &first, f.key)
 			dst = append(dst, f.v.Raw...)

@@ -134,7 +134,7 @@ func openAIResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 		case ct.IsArray():
 			var s []byte
 			has := false
-			ct.ForEach(func(_, p gjson.Result) bool {
+			arr(ct).ForEach(func(_, p gjson.Result) bool {
 				if t := p.Get("type").String(); t == "text" || t == "output_text" {
 					s = append(s, p.Get("text").String()...)
 					has = true
@@ -151,7 +151,15 @@ func openAIResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 			return false
 		}
 		n := 0
-		msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		tcs := msg.Get("tool_calls")
+		if present(tcs) && !tcs.IsArray() {
+			err = errf("", "tool_calls must be an array")
+			return false
+		}
+		if !tcs.IsArray() {
+			tcs = gjson.Result{}
+		}
+		tcs.ForEach(func(_, tc gjson.Result) bool {
 			name := tc.Get("function.name")
 			if name.Type != gjson.String || name.Str == "" {
 				err = errf("", "a tool call needs a function name")
@@ -175,7 +183,7 @@ func openAIResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 			case args.Type == gjson.String:
 				out.calls = appendStr(out.calls, args)
 			case args.IsObject():
-				out.calls = appendString(out.calls, args.Raw)
+				out.calls = appendJSONString(out.calls, args.Raw)
 			default:
 				out.calls = append(out.calls, `"{}"`...)
 			}

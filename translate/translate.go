@@ -18,6 +18,7 @@
 package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -82,13 +83,17 @@ func (t *Target) Request(dst, body []byte, model string, warn func(Warning)) ([]
 	if err := parseChat(body, &c); err != nil {
 		return dst, err
 	}
-	if warn == nil {
-		warn = func(Warning) {}
-	}
+	// Warnings are told only for a request that translates.
+	var warns []Warning
 	start := len(dst)
-	out, err := t.request(dst, &c, model, warn)
+	out, err := t.request(dst, &c, model, func(w Warning) { warns = append(warns, w) })
 	if err != nil {
 		return dst[:start], err
+	}
+	if warn != nil {
+		for _, w := range warns {
+			warn(w)
+		}
 	}
 	return out, nil
 }
@@ -148,6 +153,16 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// appendJSONString appends raw JSON (an object, say) as a JSON string,
+// compacted first.
+func appendJSONString(dst []byte, raw string) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, []byte(raw)) == nil {
+		raw = buf.String()
+	}
+	return appendString(dst, raw)
 }
 
 // appendStr appends a gjson string value: its raw JSON when it is a
