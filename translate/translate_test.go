@@ -162,9 +162,9 @@ func TestFieldMapping(t *testing.T) {
 			"temperature": "0.5", "top_p": "0.8", "stop_sequences": `["STOP"]`,
 			"messages.#": "3", "messages.0.role": `"user"`,
 			"messages.0.content.1.source": `{"type":"base64","media_type":"image/jpeg","data":"/9j/AAAA"}`,
-			"messages.1.role": `"assistant"`, "messages.1.content.0.text": `"calling"`,
+			"messages.1.role":             `"assistant"`, "messages.1.content.0.text": `"calling"`,
 			"messages.1.content.1": `{"type":"tool_use","id":"call_a","name":"f","input":{"x":[1,2]}}`,
-			"messages.2.role": `"user"`, "messages.2.content.0": `{"type":"tool_result","tool_use_id":"call_a","content":"done"}`,
+			"messages.2.role":      `"user"`, "messages.2.content.0": `{"type":"tool_result","tool_use_id":"call_a","content":"done"}`,
 			"tools.0.input_schema.type": `"object"`, "tools.0.description": `"d"`,
 			"tool_choice": `{"type":"tool","name":"f"}`,
 		})
@@ -177,9 +177,9 @@ func TestFieldMapping(t *testing.T) {
 		check(t, out, map[string]string{
 			"model": "", "systemInstruction.parts.0.text": `"sys \"one\""`,
 			"contents.0.parts.1.inlineData": `{"mimeType":"image/jpeg","data":"/9j/AAAA"}`,
-			"contents.1.role": `"model"`, "contents.1.parts.1.functionCall": `{"name":"f","args":{"x":[1,2]}}`,
+			"contents.1.role":               `"model"`, "contents.1.parts.1.functionCall": `{"name":"f","args":{"x":[1,2]}}`,
 			"contents.2.parts.0.functionResponse": `{"name":"f","response":{"content":"done"}}`,
-			"generationConfig.maxOutputTokens": "77", "generationConfig.temperature": "0.5",
+			"generationConfig.maxOutputTokens":    "77", "generationConfig.temperature": "0.5",
 			"generationConfig.topP": "0.8", "generationConfig.stopSequences": `["STOP"]`,
 			"toolConfig.functionCallingConfig": `{"mode":"ANY","allowedFunctionNames":["f"]}`,
 		})
@@ -208,8 +208,8 @@ func TestFieldMapping(t *testing.T) {
 		}
 		check(t, out, map[string]string{
 			"model": "", "max_tokens": "77", "messages.0.role": `"system"`,
-			"messages.1.content.1": `{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/AAAA"}}`,
-			"messages.3": `{"role":"tool","content":"done","tool_call_id":"call_a"}`,
+			"messages.1.content.1":  `{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/AAAA"}}`,
+			"messages.3":            `{"role":"tool","content":"done","tool_call_id":"call_a"}`,
 			"tools.0.function.name": `"f"`,
 		})
 	})
