@@ -3,6 +3,7 @@ package provider
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-batch/sluice"
@@ -19,15 +20,35 @@ const ChatURL = "/v1/chat/completions"
 type chatFamily struct {
 	target    *translate.Target
 	nativeURL func(model string) string
+	// check, when set, stands in for the family codec's Validate on a
+	// translated line: it checks what the codec checks of the line itself
+	// (the custom_id's form, say) and fills it.Model, leaving out the
+	// checks of the body that the translator's output meets by
+	// construction, which would read the body a second time. Nil: the
+	// codec's Validate runs on the native line.
+	check func(it *sluice.Item) error
 }
 
 // chatFamilies are the families whose chat completions lines are
 // translated. A family wires in with one entry; families not listed
 // (OpenAI and compatible) take chat lines as they are.
 var chatFamilies = map[Family]chatFamily{
-	FamilyAnthropic:  {translate.Anthropic, func(string) string { return "/v1/messages" }},
-	FamilyCloudflare: {translate.Cloudflare, func(m string) string { return "/ai/run/" + m }},
+	FamilyAnthropic: {translate.Anthropic, func(string) string { return "/v1/messages" }, func(it *sluice.Item) error {
+		// AnthropicCodec.Validate's other checks are of max_tokens and
+		// messages, which the translation always writes.
+		if !AnthropicCustomID.MatchString(it.CustomID) {
+			return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
+		}
+		return nil
+	}},
+	// CloudflareCodec.Validate takes the model from the url and checks the
+	// body has no external_reference, which the translation never writes.
+	FamilyCloudflare: {translate.Cloudflare, func(m string) string { return "/ai/run/" + m }, func(*sluice.Item) error { return nil }},
 }
+
+// bufs are the buffers of translated bodies, from Validate to AppendItem
+// of the same line (the splitter calls one right after the other).
+var bufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // Translates reports whether the family translates chat completions lines.
 func (f Family) Translates() bool { _, ok := chatFamilies[f]; return ok }
@@ -115,13 +136,23 @@ func (c chatCodec) Validate(it *sluice.Item) error {
 		line := it.Line
 		warn = func(w translate.Warning) { c.opts.Warn(line, w) }
 	}
-	body, err := c.fam.target.Request(make([]byte, 0, len(it.Body)+64), it.Body, it.Model, warn)
+	// The splitter has checked the line is valid JSON.
+	buf := bufs.Get().(*[]byte)
+	body, err := c.fam.target.RequestValid((*buf)[:0], it.Body, it.Model, warn)
 	if err != nil {
+		bufs.Put(buf)
 		return fmt.Errorf("cannot translate for %s: %w", c.fam.target.Name, err)
 	}
+	*buf = body
 	native := *it
 	native.URL, native.Body, native.ModelFromJob = c.fam.nativeURL(it.Model), body, false
-	if err := c.inner.Validate(&native); err != nil {
+	if c.fam.check != nil {
+		err = c.fam.check(&native)
+	} else {
+		err = c.inner.Validate(&native)
+	}
+	if err != nil {
+		bufs.Put(buf)
 		return fmt.Errorf("translated for %s: %w", c.fam.target.Name, err)
 	}
 	it.Body, it.Model, it.ModelFromJob = body, native.Model, false
@@ -134,7 +165,12 @@ func (c chatCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
 	}
 	native := *it
 	native.URL = c.fam.nativeURL(it.Model)
-	return c.inner.AppendItem(dst, &native)
+	dst, err := c.inner.AppendItem(dst, &native)
+	// The translated body is copied into dst: its buffer goes back.
+	b := it.Body[:0]
+	it.Body = nil
+	bufs.Put(&b)
+	return dst, err
 }
 
 // TranslateResult turns the answer to a translated chat completions line

@@ -69,7 +69,7 @@ func anthropicRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]
 			for _, m := range c.messages[:i] {
 				for _, p := range m.parts {
 					if p.kind == "image" {
-						return dst, errf(p.path, "anthropic takes no images in the system prompt")
+						return dst, errf(p.path(), "anthropic takes no images in the system prompt")
 					}
 					if n > 0 {
 						dst = append(dst, ',')
@@ -85,7 +85,7 @@ func anthropicRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]
 	}
 	for _, m := range c.messages {
 		if present(m.name) {
-			return dst, errf(m.path+".name", "anthropic has no participant names, and the name can change the answer")
+			return dst, errf(m.path()+".name", "anthropic has no participant names, and the name can change the answer")
 		}
 	}
 	dst = appendKey(dst, &first, "messages")
@@ -100,7 +100,7 @@ func anthropicRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]
 		var err error
 		switch m.role {
 		case "system", "developer":
-			return dst, errf(m.path+".role", "anthropic takes system instructions only before the conversation, not after its first turn")
+			return dst, errf(m.path()+".role", "anthropic takes system instructions only before the conversation, not after its first turn")
 		case "user":
 			dst = append(dst, `{"role":"user","content":`...)
 			dst, err = anthropicContent(dst, m.parts)
@@ -274,7 +274,7 @@ func anthropicContent(dst []byte, parts []part) ([]byte, error) {
 	dst = append(dst, '[')
 	n := 0
 	for _, p := range parts {
-		if p.kind != "image" && p.text.Str == "" {
+		if p.kind != "image" && isEmpty(p.text) {
 			continue // Anthropic rejects empty text blocks
 		}
 		if n > 0 {
@@ -290,7 +290,7 @@ func anthropicContent(dst []byte, parts []part) ([]byte, error) {
 		u := p.url.String()
 		if mt, data, ok := dataURI(u); ok {
 			if !anthropicImageTypes[mt] {
-				return dst, errf(p.path+".image_url.url", "anthropic takes jpeg, png, gif and webp images, not %s", mt)
+				return dst, errf(p.path()+".image_url.url", "anthropic takes jpeg, png, gif and webp images, not %s", mt)
 			}
 			dst = append(dst, `{"type":"image","source":{"type":"base64","media_type":`...)
 			dst = appendString(dst, mt)
@@ -302,7 +302,7 @@ func anthropicContent(dst []byte, parts []part) ([]byte, error) {
 			dst = appendStr(dst, p.url)
 			dst = append(dst, "}}"...)
 		} else {
-			return dst, errf(p.path+".image_url.url", "must be an http(s) URL or a base64 data URI")
+			return dst, errf(p.path()+".image_url.url", "must be an http(s) URL or a base64 data URI")
 		}
 	}
 	return append(dst, ']'), nil
@@ -319,7 +319,7 @@ func anthropicAssistant(dst []byte, m *msg) ([]byte, error) {
 	dst = append(dst, '[')
 	n := 0
 	for _, p := range m.parts {
-		if p.text.Str == "" {
+		if isEmpty(p.text) {
 			continue
 		}
 		if n > 0 {
@@ -344,7 +344,7 @@ func anthropicAssistant(dst []byte, m *msg) ([]byte, error) {
 		dst = append(dst, '}')
 	}
 	if n == 0 {
-		return dst, errf(m.path+".content", "anthropic rejects an empty assistant turn")
+		return dst, errf(m.path()+".content", "anthropic rejects an empty assistant turn")
 	}
 	return append(dst, ']'), nil
 }

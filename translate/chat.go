@@ -3,6 +3,7 @@ package translate
 import (
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -43,7 +44,7 @@ type param struct {
 
 // msg is one message of "messages".
 type msg struct {
-	path       string // messages[i]
+	idx        int    // its index in messages
 	role       string // system, developer, user, assistant, tool
 	content    gjson.Result
 	parts      []part // content as parts (a string is one text part)
@@ -54,11 +55,31 @@ type msg struct {
 
 // part is one content part.
 type part struct {
-	path   string
+	mi, pi int          // messages[mi].content[pi]; pi partContent: .content; partRefusal: .refusal
 	kind   string       // text, refusal, image
 	text   gjson.Result // text and refusal parts
 	url    gjson.Result // image parts: image_url.url
 	detail string       // image parts: image_url.detail
+}
+
+const (
+	partContent = -1
+	partRefusal = -2
+)
+
+// msgPath is the body path of message i (built only for errors).
+func msgPath(i int) string { return "messages[" + strconv.Itoa(i) + "]" }
+
+func (m *msg) path() string { return msgPath(m.idx) }
+
+func (p *part) path() string {
+	switch p.pi {
+	case partContent:
+		return msgPath(p.mi) + ".content"
+	case partRefusal:
+		return msgPath(p.mi) + ".refusal"
+	}
+	return msgPath(p.mi) + ".content[" + strconv.Itoa(p.pi) + "]"
 }
 
 // toolCall is one of an assistant message's tool_calls.
@@ -90,21 +111,22 @@ func arr(r gjson.Result) gjson.Result {
 // present reports whether r holds a value (absent and null do not).
 func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
 
-// parseChat reads body into c, checking what every target needs: the
-// shapes of messages, content parts, tool calls and tools.
-func parseChat(body []byte, c *chat) error {
-	if !gjson.ValidBytes(body) {
-		return errf("", "body is not valid JSON")
+// parseValid reads a body known to be valid JSON into c, checking what
+// every target needs: the shapes of messages, content parts, tool calls
+// and tools.
+func parseValid(body []byte, c *chat) error {
+	if len(body) == 0 {
+		return errf("", "body must be a JSON object")
 	}
-	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
+	// The values read point into body, which outlives c: no copy.
+	raw := unsafe.String(&body[0], len(body))
+	if i := skipWS(raw, 0); i >= len(raw) || raw[i] != '{' {
 		return errf("", "body must be a JSON object")
 	}
 	var err error
 	var maxTokens, maxCompletion gjson.Result
 	var user, safety gjson.Result
-	root.ForEach(func(k, v gjson.Result) bool {
-		key := k.String()
+	members(raw, func(key string, v gjson.Result) bool {
 		if v.Type == gjson.Null {
 			return true // null is the default of every optional parameter
 		}
@@ -307,16 +329,15 @@ func parseMessages(v gjson.Result, c *chat) error {
 	}
 	var err error
 	i := 0
-	v.ForEach(func(_, m gjson.Result) bool {
-		path := "messages[" + strconv.Itoa(i) + "]"
+	elements(v.Raw, func(m gjson.Result) bool {
+		idx := i
 		i++
 		if !m.IsObject() {
-			err = errf(path, "must be an object")
+			err = errf(msgPath(idx), "must be an object")
 			return false
 		}
-		var mm msg
-		mm, err = parseMessage(path, m)
-		c.messages = append(c.messages, mm)
+		c.messages = append(c.messages, msg{idx: idx})
+		err = parseMessage(&c.messages[len(c.messages)-1], m)
 		return err == nil
 	})
 	if err == nil && len(c.messages) == 0 {
@@ -325,16 +346,16 @@ func parseMessages(v gjson.Result, c *chat) error {
 	return err
 }
 
-func parseMessage(path string, m gjson.Result) (msg, error) {
-	mm := msg{path: path}
+func parseMessage(mm *msg, m gjson.Result) error {
 	var err error
-	m.ForEach(func(k, v gjson.Result) bool {
+	var refusal gjson.Result
+	members(m.Raw, func(key string, v gjson.Result) bool {
 		if v.Type == gjson.Null {
 			return true
 		}
-		switch key := k.String(); key {
+		switch key {
 		case "role":
-			mm.role = v.String()
+			mm.role = v.Str
 		case "content":
 			mm.content = v
 		case "name":
@@ -342,114 +363,128 @@ func parseMessage(path string, m gjson.Result) (msg, error) {
 		case "tool_call_id":
 			mm.toolCallID = v
 		case "tool_calls":
-			mm.toolCalls, err = parseToolCalls(path, v)
+			mm.toolCalls, err = parseToolCalls(mm.path(), v)
 		case "refusal":
 			// The assistant's refusal text of an earlier turn: kept as text.
 			if v.Type != gjson.String {
-				err = errf(path+".refusal", "must be a string")
-			} else if v.Str != "" {
-				mm.parts = append(mm.parts, part{path: path + ".refusal", kind: "refusal", text: v})
+				err = errf(mm.path()+".refusal", "must be a string")
+			} else if !isEmpty(v) {
+				refusal = v
 			}
 		case "function_call":
-			err = errf(path+".function_call", "the deprecated function_call is not translated; use tool_calls")
+			err = errf(mm.path()+".function_call", "the deprecated function_call is not translated; use tool_calls")
 		case "audio":
-			err = errf(path+".audio", "audio is not translated")
+			err = errf(mm.path()+".audio", "audio is not translated")
 		default:
-			err = errf(path+"."+key, "is not a field of a chat message")
+			err = errf(mm.path()+"."+key, "is not a field of a chat message")
 		}
 		return err == nil
 	})
 	if err != nil {
-		return mm, err
+		return err
 	}
 	switch mm.role {
 	case "system", "developer", "user", "assistant":
 	case "tool":
 		if mm.toolCallID.Type != gjson.String || mm.toolCallID.Str == "" {
-			return mm, errf(path+".tool_call_id", "is required on a tool message")
+			return errf(mm.path()+".tool_call_id", "is required on a tool message")
 		}
 	case "":
-		return mm, errf(path+".role", "is required")
+		return errf(mm.path()+".role", "is required")
 	case "function":
-		return mm, errf(path+".role", "the deprecated function role is not translated; use tool")
+		return errf(mm.path()+".role", "the deprecated function role is not translated; use tool")
 	default:
-		return mm, errf(path+".role", "unknown role %q", mm.role)
+		return errf(mm.path()+".role", "unknown role %q", mm.role)
 	}
 	if present(mm.name) && mm.name.Type != gjson.String {
-		return mm, errf(path+".name", "must be a string")
+		return errf(mm.path()+".name", "must be a string")
 	}
-	refusal := mm.parts
-	mm.parts = nil
 	switch c := mm.content; {
 	case !present(c):
 		if mm.role != "assistant" {
-			return mm, errf(path+".content", "is required on a %s message", mm.role)
+			return errf(mm.path()+".content", "is required on a %s message", mm.role)
 		}
 	case c.Type == gjson.String:
-		mm.parts = append(mm.parts, part{path: path + ".content", kind: "text", text: c})
+		mm.parts = append(mm.parts, part{mi: mm.idx, pi: partContent, kind: "text", text: c})
 	case c.IsArray():
 		j := 0
 		var perr error
-		c.ForEach(func(_, p gjson.Result) bool {
-			pp := path + ".content[" + strconv.Itoa(j) + "]"
-			j++
+		elements(c.Raw, func(p gjson.Result) bool {
 			var pt part
-			pt, perr = parsePart(pp, mm.role, p)
+			pt, perr = parsePart(mm.idx, j, mm.role, p)
+			j++
 			mm.parts = append(mm.parts, pt)
 			return perr == nil
 		})
 		if perr != nil {
-			return mm, perr
+			return perr
 		}
 	default:
-		return mm, errf(path+".content", "must be a string or an array of content parts")
+		return errf(mm.path()+".content", "must be a string or an array of content parts")
 	}
-	mm.parts = append(mm.parts, refusal...)
+	if present(refusal) {
+		mm.parts = append(mm.parts, part{mi: mm.idx, pi: partRefusal, kind: "refusal", text: refusal})
+	}
 	if mm.role == "assistant" && len(mm.parts) == 0 && len(mm.toolCalls) == 0 {
-		return mm, errf(path, "an assistant message needs content or tool_calls")
+		return errf(mm.path(), "an assistant message needs content or tool_calls")
 	}
-	return mm, nil
+	return nil
 }
 
-func parsePart(path, role string, p gjson.Result) (part, error) {
+func parsePart(mi, pi int, role string, p gjson.Result) (part, error) {
+	at := part{mi: mi, pi: pi}
+	path := at.path
 	if !p.IsObject() {
-		return part{}, errf(path, "must be an object")
+		return part{}, errf(path(), "must be an object")
 	}
-	switch typ := p.Get("type").String(); typ {
-	case "text":
-		t := p.Get("text")
-		if t.Type != gjson.String {
-			return part{}, errf(path+".text", "must be a string")
+	var typ string
+	var t gjson.Result
+	members(p.Raw, func(k string, v gjson.Result) bool {
+		switch k {
+		case "type":
+			typ = v.Str
+		case "text":
+			t = v
 		}
-		return part{path: path, kind: "text", text: t}, nil
+		return true
+	})
+	switch typ {
+	case "text":
+		if t.Type != gjson.String {
+			return part{}, errf(path()+".text", "must be a string")
+		}
+		at.kind, at.text = "text", t
+		return at, nil
 	case "refusal":
 		t := p.Get("refusal")
 		if role != "assistant" || t.Type != gjson.String {
-			return part{}, errf(path, "a refusal part belongs to an assistant message and holds a string")
+			return part{}, errf(path(), "a refusal part belongs to an assistant message and holds a string")
 		}
-		return part{path: path, kind: "refusal", text: t}, nil
+		at.kind, at.text = "refusal", t
+		return at, nil
 	case "image_url":
 		if role != "user" {
-			return part{}, errf(path, "images are allowed in user messages only")
+			return part{}, errf(path(), "images are allowed in user messages only")
 		}
 		iu := p.Get("image_url")
 		u := iu.Get("url")
 		if u.Type != gjson.String || u.Str == "" {
-			return part{}, errf(path+".image_url.url", "is required")
+			return part{}, errf(path()+".image_url.url", "is required")
 		}
 		d := iu.Get("detail").String()
 		switch d {
 		case "", "auto", "low", "high":
 		default:
-			return part{}, errf(path+".image_url.detail", "must be auto, low or high")
+			return part{}, errf(path()+".image_url.detail", "must be auto, low or high")
 		}
-		return part{path: path, kind: "image", url: u, detail: d}, nil
+		at.kind, at.url, at.detail = "image", u, d
+		return at, nil
 	case "input_audio":
-		return part{}, errf(path, "audio input is not translated")
+		return part{}, errf(path(), "audio input is not translated")
 	case "file":
-		return part{}, errf(path, "file parts are not translated")
+		return part{}, errf(path(), "file parts are not translated")
 	default:
-		return part{}, errf(path+".type", "unknown content part type %q", typ)
+		return part{}, errf(path()+".type", "unknown content part type %q", typ)
 	}
 }
 

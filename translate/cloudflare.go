@@ -51,7 +51,7 @@ func cloudflareRequest(dst []byte, c *chat, model string, warn func(Warning)) ([
 	}
 	for _, m := range c.messages {
 		if present(m.name) {
-			return dst, errf(m.path+".name", "Workers AI has no participant names, and the name can change the answer")
+			return dst, errf(m.path()+".name", "Workers AI has no participant names, and the name can change the answer")
 		}
 	}
 
@@ -180,7 +180,7 @@ func cloudflareContent(dst []byte, parts []part) ([]byte, error) {
 			continue
 		}
 		if _, _, ok := dataURI(p.url.String()); !ok {
-			return dst, errf(p.path+".image_url.url", "Workers AI takes images as base64 data URIs only, not URLs")
+			return dst, errf(p.path()+".image_url.url", "Workers AI takes images as base64 data URIs only, not URLs")
 		}
 		dst = append(dst, `{"type":"image_url","image_url":{"url":`...)
 		dst = appendStr(dst, p.url)

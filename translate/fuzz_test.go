@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unicode/utf8"
 )
 
 // fuzzResult: whatever the answer, Result never panics, and what it
@@ -71,6 +72,27 @@ func FuzzTranslateRequest(f *testing.F) {
 			if jerr := json.Unmarshal(out, &v); jerr != nil {
 				t.Fatalf("%s: translated body is not a JSON object: %v\nin:  %s\nout: %s", tn, jerr, body, out)
 			}
+		}
+	})
+}
+
+// FuzzUnquote: the string decoder of the request iterators agrees with
+// encoding/json on every valid JSON string.
+func FuzzUnquote(f *testing.F) {
+	for _, s := range []string{`""`, `"plain"`, `"a\"b\\c\/d\n\t\r\b\f"`, `"\u00e9\u4e2d"`, `"\ud83d\ude00 x"`, `"\ud800 lone"`, `"\udc00\ud800"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, lit string) {
+		var want string
+		// Request checks UTF-8 no more than gjson does; the splitter checks it.
+		if !utf8.ValidString(lit) || json.Unmarshal([]byte(lit), &want) != nil || len(lit) < 2 || lit[0] != '"' {
+			return
+		}
+		if got := unquote(lit); got != want {
+			t.Fatalf("unquote(%q) = %q, want %q", lit, got, want)
+		}
+		if end := skipString(lit, 0); end != len(lit) {
+			t.Fatalf("skipString(%q) = %d, want %d", lit, end, len(lit))
 		}
 	})
 }

@@ -43,7 +43,7 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 	}
 	for _, m := range c.messages {
 		if present(m.name) {
-			return dst, errf(m.path+".name", "gemini has no participant names, and the name can change the answer")
+			return dst, errf(m.path()+".name", "gemini has no participant names, and the name can change the answer")
 		}
 	}
 	// Tool results name the function; OpenAI names the call: look the
@@ -67,7 +67,7 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 		var err error
 		switch m.role {
 		case "system", "developer":
-			return dst, errf(m.path+".role", "gemini takes system instructions only before the conversation, not after its first turn")
+			return dst, errf(m.path()+".role", "gemini takes system instructions only before the conversation, not after its first turn")
 		case "user":
 			dst = append(dst, `{"role":"user","parts":[`...)
 			dst, err = geminiParts(dst, m.parts, false)
@@ -87,7 +87,7 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 				dst = append(dst, "}}"...)
 			}
 			if dst[len(dst)-1] == '[' {
-				return dst, errf(m.path+".content", "gemini rejects an empty model turn")
+				return dst, errf(m.path()+".content", "gemini rejects an empty model turn")
 			}
 			dst = append(dst, "]}"...)
 		case "tool":
@@ -97,7 +97,7 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 				t := &c.messages[k]
 				name, ok := names[t.toolCallID.Str]
 				if !ok {
-					return dst, errf(t.path+".tool_call_id", "names no tool call of an earlier assistant message; gemini needs the function's name")
+					return dst, errf(t.path()+".tool_call_id", "names no tool call of an earlier assistant message; gemini needs the function's name")
 				}
 				if k > j {
 					dst = append(dst, ',')
@@ -105,24 +105,24 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 				dst = append(dst, `{"functionResponse":{"name":`...)
 				dst = appendString(dst, name)
 				dst = append(dst, `,"response":`...)
-				text, ok := singleText(t.parts)
+				txt, ok := singleText(t.parts)
 				if !ok {
 					var sb strings.Builder
 					for _, p := range t.parts {
 						if p.kind == "image" {
-							return dst, errf(p.path, "gemini takes no images in a function response")
+							return dst, errf(p.path(), "gemini takes no images in a function response")
 						}
-						sb.WriteString(p.text.String())
+						sb.WriteString(text(p.text))
 					}
-					text = gjson.Result{Type: gjson.String, Str: sb.String()}
+					txt = gjson.Result{Type: gjson.String, Str: sb.String()}
 				}
 				// A JSON object result is the response; anything else is
 				// wrapped as {"content": text}.
-				if s := strings.TrimSpace(text.String()); gjson.Valid(s) && gjson.Parse(s).IsObject() {
+				if s := strings.TrimSpace(text(txt)); gjson.Valid(s) && gjson.Parse(s).IsObject() {
 					dst = append(dst, s...)
 				} else {
 					dst = append(dst, `{"content":`...)
-					dst = appendStr(dst, text)
+					dst = appendStr(dst, txt)
 					dst = append(dst, '}')
 				}
 				dst = append(dst, "}}"...)
@@ -142,7 +142,7 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 		for _, m := range c.messages[:i] {
 			for _, p := range m.parts {
 				if p.kind == "image" {
-					return dst, errf(p.path, "gemini takes no images in the system instruction")
+					return dst, errf(p.path(), "gemini takes no images in the system instruction")
 				}
 				if k > 0 {
 					dst = append(dst, ',')
@@ -253,7 +253,7 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 func geminiParts(dst []byte, parts []part, model bool) ([]byte, error) {
 	n := 0
 	for _, p := range parts {
-		if p.kind != "image" && p.text.Str == "" && (model || len(parts) > 1) {
+		if p.kind != "image" && isEmpty(p.text) && (model || len(parts) > 1) {
 			continue
 		}
 		if n > 0 {
@@ -276,7 +276,7 @@ func geminiParts(dst []byte, parts []part, model bool) ([]byte, error) {
 			continue
 		}
 		if !isHTTP(u) && !strings.HasPrefix(u, "gs://") {
-			return dst, errf(p.path+".image_url.url", "must be an http(s) or gs:// URL or a base64 data URI")
+			return dst, errf(p.path()+".image_url.url", "must be an http(s) or gs:// URL or a base64 data URI")
 		}
 		dst = append(dst, `{"fileData":{`...)
 		clean, _, _ := strings.Cut(u, "?")

@@ -92,7 +92,7 @@ func compatRequest(dst []byte, c *chat, model string, warn func(Warning), d *dia
 		}
 		if present(m.name) {
 			if !d.names && m.role != "tool" {
-				return dst, errf(m.path+".name", "%s has no participant names, and the name can change the answer", d.name)
+				return dst, errf(m.path()+".name", "%s has no participant names, and the name can change the answer", d.name)
 			}
 			if d.names || m.role == "tool" {
 				dst = append(dst, `,"name":`...)

@@ -79,8 +79,17 @@ type Meta struct {
 // possibly mapped); the body's own "model" is not used. warn, which may be
 // nil, is called for each parameter left out.
 func (t *Target) Request(dst, body []byte, model string, warn func(Warning)) ([]byte, error) {
+	if !gjson.ValidBytes(body) {
+		return dst, errf("", "body is not valid JSON")
+	}
+	return t.RequestValid(dst, body, model, warn)
+}
+
+// RequestValid is Request for a body already known to be valid JSON (the
+// splitter's scanner checks every line), without checking it again.
+func (t *Target) RequestValid(dst, body []byte, model string, warn func(Warning)) ([]byte, error) {
 	var c chat
-	if err := parseChat(body, &c); err != nil {
+	if err := parseValid(body, &c); err != nil {
 		return dst, err
 	}
 	// Warnings are told only for a request that translates.
