@@ -12,13 +12,15 @@ import (
 	"github.com/openai/openai-go/v3"
 )
 
-// writeChatInput writes n OpenAI chat completions lines in several shapes
+// writeChatInput writes n OpenAI chat completions lines in seven shapes
 // (system prompt, multi-turn, image by data URI, tools with a tool call and
-// its result, JSON mode, JSON schema, stop sequences when stops is true),
+// its result, JSON mode, JSON schema, a forced tool call; stop sequences
+// and tool_choice "required" when anthropic is true, tool_choice "none"
+// otherwise, as Workers AI takes neither),
 // each ending with the user message "q <i> ..." the emulator's fake model
 // echoes, and returns the path, the custom_ids and each line's last user
 // message.
-func writeChatInput(t *testing.T, dir string, n int, stops bool) (string, []string, []string) {
+func writeChatInput(t *testing.T, dir string, n int, anthropic bool) (string, []string, []string) {
 	t.Helper()
 	p := filepath.Join(dir, "chat.jsonl")
 	f, err := os.Create(p)
@@ -36,7 +38,7 @@ func writeChatInput(t *testing.T, dir string, n int, stops bool) (string, []stri
 		user := map[string]any{"role": "user", "content": lasts[i]}
 		body := map[string]any{"model": "gpt-4o-mini", "max_tokens": 64}
 		var msgs []any
-		switch i % 6 {
+		switch i % 7 {
 		case 0:
 			msgs = []any{map[string]any{"role": "system", "content": "Answer briefly."}, user}
 			body["temperature"] = 0.3
@@ -61,8 +63,15 @@ func writeChatInput(t *testing.T, dir string, n int, stops bool) (string, []stri
 			body["response_format"] = map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "answer",
 				"schema": map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}}}}
 			body["top_p"] = 0.9
-			if stops {
+			if anthropic {
 				body["stop"] = []string{"END"}
+			}
+		case 6:
+			msgs = []any{user}
+			body["tools"] = tools
+			body["tool_choice"] = "none"
+			if anthropic {
+				body["tool_choice"] = "required"
 			}
 		}
 		body["messages"] = msgs
@@ -75,6 +84,11 @@ func writeChatInput(t *testing.T, dir string, n int, stops bool) (string, []stri
 	}
 	f.Close()
 	return p, ids, lasts
+}
+
+func mustJSONString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // echo is the emulator's fake answer to a last user message.
@@ -100,7 +114,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 	for _, c := range []struct {
 		provider, model string
 		env             []string
-		stops           bool
+		anthropic       bool
 	}{
 		{"anthropic", "claude-haiku-4-5", []string{"ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://" + emu.addr}, true},
 		{"cloudflare", "@cf/meta/llama-3.3-70b-instruct-fp8-fast", []string{"CLOUDFLARE_API_TOKEN=cf-test", "CLOUDFLARE_ACCOUNT_ID=acct1",
@@ -108,7 +122,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 	} {
 		t.Run(c.provider, func(t *testing.T) {
 			dir := t.TempDir()
-			in, ids, lasts := writeChatInput(t, dir, 10_000, c.stops)
+			in, ids, lasts := writeChatInput(t, dir, 10_000, c.anthropic)
 			out := filepath.Join(dir, "out.jsonl")
 			r := runSluice(t, c.env, "run", in, "--out", out, "--provider", c.provider, "--state", filepath.Join(dir, "state"),
 				"--model-map", "gpt-4o-mini="+c.model, "--max-batch-requests", "4000",
@@ -129,10 +143,30 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 					t.Fatalf("%s: not a chat.completion: %s", o.CustomID, o.Response.Body)
 				}
 				ch := cc.Choices[0]
+				if i%7 == 6 && c.anthropic {
+					// The forced tool is called: a tool call comes back.
+					tc := ch.Message.ToolCalls
+					if ch.FinishReason != "tool_calls" || len(tc) != 1 || tc[0].Function.Name != "lookup" || tc[0].ID == "" ||
+						tc[0].Function.Arguments != `{"echo":`+mustJSONString(echo(lasts[i]))+`}` {
+						t.Fatalf("%s: want a lookup tool call, got %s", o.CustomID, o.Response.Body)
+					}
+					continue
+				}
 				if ch.Message.Role != "assistant" || ch.FinishReason != "stop" {
 					t.Fatalf("%s: choice %+v", o.CustomID, ch)
 				}
-				if want := echo(lasts[i]); ch.Message.Content != want {
+				got := ch.Message.Content
+				if i%7 == 4 || i%7 == 5 {
+					// JSON mode: the emulator answers {"echo": …} (through
+					// the forced response-format tool on Anthropic, as a
+					// JSON value on Workers AI); the content is its JSON.
+					var js struct{ Echo string }
+					if err := json.Unmarshal([]byte(got), &js); err != nil {
+						t.Fatalf("%s: JSON mode content %q is not JSON: %v", o.CustomID, got, err)
+					}
+					got = js.Echo
+				}
+				if want := echo(lasts[i]); got != want {
 					t.Fatalf("%s: content %q, want %q (the translated request lost its last user message)", o.CustomID, ch.Message.Content, want)
 				}
 				if cc.Model != c.model {
