@@ -19,6 +19,7 @@ func anthropicRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]
 	if _, err := others(c, target, warn, nil); err != nil {
 		return dst, err
 	}
+	imageDetail(c, target, warn)
 	if err := noPenalties(c, target); err != nil {
 		return dst, err
 	}

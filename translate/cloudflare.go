@@ -18,6 +18,7 @@ func cloudflareRequest(dst []byte, c *chat, model string, warn func(Warning)) ([
 	if _, err := others(c, target, warn, nil); err != nil {
 		return dst, err
 	}
+	imageDetail(c, target, warn)
 	if present(c.logitBias) && len(c.logitBias.Map()) > 0 {
 		return dst, errf("logit_bias", "cloudflare has no logit bias")
 	}

@@ -96,3 +96,16 @@ func oneChoice(c *chat, target string) error {
 	}
 	return nil
 }
+
+// imageDetail warns, once per request, of image_url.detail low or high,
+// which target has no knob for: it sizes images itself.
+func imageDetail(c *chat, target string, warn func(Warning)) {
+	for i := range c.messages {
+		for _, p := range c.messages[i].parts {
+			if p.kind == "image" && (p.detail == "low" || p.detail == "high") {
+				warn(Warning{Param: "image_url.detail", Reason: target + " has no image detail setting; it sizes images itself"})
+				return
+			}
+		}
+	}
+}

@@ -23,6 +23,7 @@ func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byt
 	if _, err := others(c, target, warn, nil); err != nil {
 		return dst, err
 	}
+	imageDetail(c, target, warn)
 	if present(c.logitBias) && len(c.logitBias.Map()) > 0 {
 		return dst, errf("logit_bias", "gemini has no logit bias")
 	}
