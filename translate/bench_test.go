@@ -39,7 +39,7 @@ func BenchmarkRequest(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				var err error
-				dst, err = tg.Request(dst[:0], bodies[i%len(bodies)], "m", nil)
+				dst, err = tg.RequestValid(dst[:0], bodies[i%len(bodies)], "m", nil)
 				if err != nil {
 					b.Fatal(err)
 				}

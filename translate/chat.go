@@ -126,18 +126,41 @@ func parseValid(body []byte, c *chat) error {
 	var err error
 	var maxTokens, maxCompletion gjson.Result
 	var user, safety gjson.Result
-	members(raw, func(key string, v gjson.Result) bool {
+	membersAt(raw, skipWS(raw, 0), func(key string, at int) (int, bool) {
+		if key == "messages" && raw[at] == '[' {
+			// Read in place: the messages are most of the body.
+			end, merr := parseMessages(raw, at, c)
+			err = merr
+			return end, err == nil
+		}
+		v, end := value(raw, at)
+		return end, chatParam(c, key, v, &err, &maxTokens, &maxCompletion, &user, &safety)
+	})
+	if err != nil {
+		return err
+	}
+	if c.messages == nil {
+		return errf("messages", "is required (an array of at least one message)")
+	}
+	return finishChat(c, maxTokens, maxCompletion, user, safety)
+}
+
+// chatParam reads one top-level parameter into c.
+func chatParam(c *chat, key string, v gjson.Result, errp *error, maxTokens, maxCompletion, user, safety *gjson.Result) bool {
+	var err error
+	defer func() { *errp = err }()
+	{
 		if v.Type == gjson.Null {
 			return true // null is the default of every optional parameter
 		}
 		switch key {
 		case "model":
 		case "messages":
-			err = parseMessages(v, c)
+			err = errf("messages", "must be an array")
 		case "max_tokens":
-			maxTokens = v
+			*maxTokens = v
 		case "max_completion_tokens":
-			maxCompletion = v
+			*maxCompletion = v
 		case "temperature":
 			c.temperature, err = number(key, v)
 		case "top_p":
@@ -179,9 +202,9 @@ func parseValid(body []byte, c *chat) error {
 		case "tool_choice":
 			c.toolChoice = v
 		case "user":
-			user = v
+			*user = v
 		case "safety_identifier":
-			safety = v
+			*safety = v
 		case "reasoning_effort":
 			c.reasoning = v
 		case "modalities", "audio", "metadata", "service_tier", "verbosity", "web_search_options",
@@ -192,13 +215,11 @@ func parseValid(body []byte, c *chat) error {
 			err = errf(key, "is not an OpenAI chat completions parameter sluice knows how to translate")
 		}
 		return err == nil
-	})
-	if err != nil {
-		return err
 	}
-	if c.messages == nil {
-		return errf("messages", "is required (an array of at least one message)")
-	}
+}
+
+// finishChat checks what depends on several parameters.
+func finishChat(c *chat, maxTokens, maxCompletion, user, safety gjson.Result) error {
 	switch {
 	case present(maxCompletion) && present(maxTokens) && maxCompletion.Raw != maxTokens.Raw:
 		return errf("max_completion_tokens", "and max_tokens disagree; set one")
@@ -323,33 +344,51 @@ func parseTools(v gjson.Result, c *chat) error {
 	return err
 }
 
-func parseMessages(v gjson.Result, c *chat) error {
-	if !v.IsArray() {
-		return errf("messages", "must be an array")
-	}
+// parseMessages reads the messages array starting at raw[at] and returns
+// the index past it.
+func parseMessages(raw string, at int, c *chat) (int, error) {
 	var err error
 	i := 0
-	elements(v.Raw, func(m gjson.Result) bool {
+	c.messages = c.messages[:0]
+	end := elementsAt(raw, at, func(at int) (int, bool) {
 		idx := i
 		i++
-		if !m.IsObject() {
+		if raw[at] != '{' {
+			_, end := value(raw, at)
 			err = errf(msgPath(idx), "must be an object")
-			return false
+			return end, false
 		}
 		c.messages = append(c.messages, msg{idx: idx})
-		err = parseMessage(&c.messages[len(c.messages)-1], m)
-		return err == nil
+		var end int
+		end, err = parseMessage(&c.messages[len(c.messages)-1], raw, at)
+		return end, err == nil
 	})
 	if err == nil && len(c.messages) == 0 {
-		return errf("messages", "must hold at least one message")
+		return end, errf("messages", "must hold at least one message")
 	}
-	return err
+	return end, err
 }
 
-func parseMessage(mm *msg, m gjson.Result) error {
+// parseMessage reads the message object starting at raw[at] and returns
+// the index past it.
+func parseMessage(mm *msg, raw string, at int) (int, error) {
 	var err error
 	var refusal gjson.Result
-	members(m.Raw, func(key string, v gjson.Result) bool {
+	end := membersAt(raw, at, func(key string, at int) (int, bool) {
+		v, end := value(raw, at)
+		return end, messageField(mm, key, v, &refusal, &err)
+	})
+	if err != nil {
+		return end, err
+	}
+	return end, checkMessage(mm, refusal)
+}
+
+// messageField reads one field of a message.
+func messageField(mm *msg, key string, v gjson.Result, refusal *gjson.Result, errp *error) bool {
+	var err error
+	defer func() { *errp = err }()
+	{
 		if v.Type == gjson.Null {
 			return true
 		}
@@ -369,7 +408,7 @@ func parseMessage(mm *msg, m gjson.Result) error {
 			if v.Type != gjson.String {
 				err = errf(mm.path()+".refusal", "must be a string")
 			} else if !isEmpty(v) {
-				refusal = v
+				*refusal = v
 			}
 		case "function_call":
 			err = errf(mm.path()+".function_call", "the deprecated function_call is not translated; use tool_calls")
@@ -379,10 +418,12 @@ func parseMessage(mm *msg, m gjson.Result) error {
 			err = errf(mm.path()+"."+key, "is not a field of a chat message")
 		}
 		return err == nil
-	})
-	if err != nil {
-		return err
 	}
+}
+
+// checkMessage checks a message read whole and splits its content into
+// parts.
+func checkMessage(mm *msg, refusal gjson.Result) error {
 	switch mm.role {
 	case "system", "developer", "user", "assistant":
 	case "tool":

@@ -19,61 +19,84 @@ import (
 // members calls fn for each member of the object raw, in order, until fn
 // returns false.
 func members(raw string, fn func(key string, v gjson.Result) bool) {
-	i := skipWS(raw, 0)
+	membersAt(raw, skipWS(raw, 0), func(key string, at int) (int, bool) {
+		v, end := value(raw, at)
+		return end, fn(key, v)
+	})
+}
+
+// membersAt walks the object starting at raw[i]: fn gets each key and the
+// index of its value and returns the index just past the value (read with
+// value, or by a parser of its own, so a big value is read once) and
+// whether to go on. It returns the index past the object.
+func membersAt(raw string, i int, fn func(key string, at int) (int, bool)) int {
 	if i >= len(raw) || raw[i] != '{' {
-		return
+		return i
 	}
 	i++
 	for {
 		i = skipWS(raw, i)
-		if i >= len(raw) || raw[i] == '}' {
-			return
+		if i >= len(raw) {
+			return i
+		}
+		if raw[i] == '}' {
+			return i + 1
 		}
 		if raw[i] == ',' {
 			i = skipWS(raw, i+1)
 		}
 		if i >= len(raw) || raw[i] != '"' {
-			return
+			return i
 		}
 		kend := skipString(raw, i)
 		key := unquote(raw[i:kend])
 		i = skipWS(raw, kend)
 		if i >= len(raw) || raw[i] != ':' {
-			return
+			return i
 		}
-		i = skipWS(raw, i+1)
-		v, end := value(raw, i)
+		end, ok := fn(key, skipWS(raw, i+1))
+		if !ok {
+			return end
+		}
 		i = end
-		if !fn(key, v) {
-			return
-		}
 	}
 }
 
 // elements calls fn for each element of the array raw, in order, until
 // fn returns false.
 func elements(raw string, fn func(v gjson.Result) bool) {
-	i := skipWS(raw, 0)
+	elementsAt(raw, skipWS(raw, 0), func(at int) (int, bool) {
+		v, end := value(raw, at)
+		return end, fn(v)
+	})
+}
+
+// elementsAt walks the array starting at raw[i] as membersAt walks an
+// object.
+func elementsAt(raw string, i int, fn func(at int) (int, bool)) int {
 	if i >= len(raw) || raw[i] != '[' {
-		return
+		return i
 	}
 	i++
 	for {
 		i = skipWS(raw, i)
-		if i >= len(raw) || raw[i] == ']' {
-			return
+		if i >= len(raw) {
+			return i
+		}
+		if raw[i] == ']' {
+			return i + 1
 		}
 		if raw[i] == ',' {
 			i = skipWS(raw, i+1)
 		}
 		if i >= len(raw) {
-			return
+			return i
 		}
-		v, end := value(raw, i)
+		end, ok := fn(i)
+		if !ok {
+			return end
+		}
 		i = end
-		if !fn(v) {
-			return
-		}
 	}
 }
 
