@@ -58,6 +58,9 @@ type ChatOptions struct {
 	// ModelMap maps a line's model to the model sent (--model-map); models
 	// not in it are sent as they are.
 	ModelMap map[string]string
+	// DefaultMaxTokens is the output token limit of translated lines that
+	// set none (--default-max-tokens); 0: none.
+	DefaultMaxTokens int64
 	// Warn is told of each parameter left out of a translated line. It is
 	// called from the splitter's workers at once: it must be safe for
 	// concurrent use. Nil: warnings are dropped.
@@ -138,7 +141,8 @@ func (c chatCodec) Validate(it *sluice.Item) error {
 	}
 	// The splitter has checked the line is valid JSON.
 	buf := bufs.Get().(*[]byte)
-	body, err := c.fam.target.RequestValid((*buf)[:0], it.Body, it.Model, warn)
+	body, err := c.fam.target.Translate((*buf)[:0], it.Body, translate.Options{
+		Model: it.Model, Warn: warn, Valid: true, DefaultMaxTokens: c.opts.DefaultMaxTokens})
 	if err != nil {
 		bufs.Put(buf)
 		return fmt.Errorf("cannot translate for %s: %w", c.fam.target.Name, err)

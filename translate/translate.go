@@ -79,29 +79,50 @@ type Meta struct {
 // possibly mapped); the body's own "model" is not used. warn, which may be
 // nil, is called for each parameter left out.
 func (t *Target) Request(dst, body []byte, model string, warn func(Warning)) ([]byte, error) {
-	if !gjson.ValidBytes(body) {
-		return dst, errf("", "body is not valid JSON")
-	}
-	return t.RequestValid(dst, body, model, warn)
+	return t.Translate(dst, body, Options{Model: model, Warn: warn})
 }
 
 // RequestValid is Request for a body already known to be valid JSON (the
 // splitter's scanner checks every line), without checking it again.
 func (t *Target) RequestValid(dst, body []byte, model string, warn func(Warning)) ([]byte, error) {
+	return t.Translate(dst, body, Options{Model: model, Warn: warn, Valid: true})
+}
+
+// Options are the caller's choices for Translate.
+type Options struct {
+	Model string        // the model to send
+	Warn  func(Warning) // told of each parameter left out; may be nil
+	Valid bool          // body is known to be valid JSON: do not check it again
+	// DefaultMaxTokens is the output token limit sent for a body that sets
+	// neither max_tokens nor max_completion_tokens (0: none is sent, and
+	// targets that require one, Anthropic, reject the body).
+	DefaultMaxTokens int64
+}
+
+// Translate is Request with every option.
+func (t *Target) Translate(dst, body []byte, o Options) ([]byte, error) {
+	if !o.Valid && !gjson.ValidBytes(body) {
+		return dst, errf("", "body is not valid JSON")
+	}
 	var c chat
 	if err := parseValid(body, &c); err != nil {
 		return dst, err
 	}
+	if !present(c.maxTokens) && o.DefaultMaxTokens > 0 {
+		raw := strconv.FormatInt(o.DefaultMaxTokens, 10)
+		c.maxTokens = gjson.Result{Type: gjson.Number, Raw: raw, Num: float64(o.DefaultMaxTokens)}
+		c.maxTokensName = "max_tokens"
+	}
 	// Warnings are told only for a request that translates.
 	var warns []Warning
 	start := len(dst)
-	out, err := t.request(dst, &c, model, func(w Warning) { warns = append(warns, w) })
+	out, err := t.request(dst, &c, o.Model, func(w Warning) { warns = append(warns, w) })
 	if err != nil {
 		return dst[:start], err
 	}
-	if warn != nil {
+	if o.Warn != nil {
 		for _, w := range warns {
-			warn(w)
+			o.Warn(w)
 		}
 	}
 	return out, nil

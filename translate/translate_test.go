@@ -251,3 +251,19 @@ func TestResultRejectsWrongShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultMaxTokens: the default fills only bodies that set no limit.
+func TestDefaultMaxTokens(t *testing.T) {
+	none := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	if _, err := Anthropic.Translate(nil, none, Options{Model: "c"}); err == nil {
+		t.Fatal("anthropic took a body without max_tokens")
+	}
+	out, err := Anthropic.Translate(nil, none, Options{Model: "c", DefaultMaxTokens: 300})
+	if err != nil || gjson.GetBytes(out, "max_tokens").Raw != "300" {
+		t.Fatalf("%s %v", out, err)
+	}
+	out, err = Gemini.Translate(nil, req(""), Options{Model: "g", DefaultMaxTokens: 300})
+	if err != nil || gjson.GetBytes(out, "generationConfig.maxOutputTokens").Raw != "10" {
+		t.Fatalf("the default replaced the body's own limit: %s %v", out, err)
+	}
+}

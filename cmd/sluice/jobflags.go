@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ type jobFlags struct {
 	job         string
 	model       string
 	modelMap    string
+	maxTokens   int64
 	skipInvalid bool
 	rejects     string
 	limits      sluice.Limits
@@ -34,6 +36,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
 	fs.StringVar(&f.modelMap, "model-map", "", "old=new,...: send /v1/chat/completions lines written for model old to model new (e.g. gpt-4o-mini=claude-haiku-4-5); chat lines are translated for anthropic and cloudflare (docs/translation.md)")
+	fs.Int64Var(&f.maxTokens, "default-max-tokens", 0, "max_tokens for translated /v1/chat/completions lines that set neither max_tokens nor max_completion_tokens (Anthropic requires one; without this flag such lines are refused)")
 	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip bad input lines, writing each with its reason to the rejects file, instead of stopping at the first one")
 	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
@@ -59,6 +62,9 @@ func (f *jobFlags) check() error {
 	}
 	if f.maxAttempts < 1 {
 		return usageErr("--max-attempts must be at least 1")
+	}
+	if f.maxTokens < 0 {
+		return usageErr("--default-max-tokens must not be negative")
 	}
 	if _, err := provider.ParseModelMap(f.modelMap); err != nil {
 		return withCode(exitUsage, err)
@@ -86,9 +92,10 @@ func (f *jobFlags) jobID(absInput string) string {
 		base = base[:40]
 	}
 	key := absInput + "\x00" + f.provider + "\x00" + f.baseURL
-	if f.modelMap != "" {
-		// Another mapping is another job; without one, ids stay as they were.
-		key += "\x00" + f.modelMap
+	if f.modelMap != "" || f.maxTokens != 0 {
+		// Other requests are another job; without these flags, ids stay as
+		// they were.
+		key += "\x00" + f.modelMap + "\x00" + strconv.FormatInt(f.maxTokens, 10)
 	}
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))

@@ -109,7 +109,7 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		return nil, withCode(exitUsage, err)
 	}
 	warns := &chatWarnings{}
-	codec := p.PlanCodec(provider.ChatOptions{ModelMap: modelMap, Warn: warns.add})
+	codec := p.PlanCodec(provider.ChatOptions{ModelMap: modelMap, DefaultMaxTokens: f.maxTokens, Warn: warns.add})
 	res, err := splitter.Split(ctx, splitter.Config{
 		Input: input, Dir: dir, Codec: codec, Limits: job.Limits, Model: f.model,
 		SkipInvalid: f.skipInvalid, RejectsPath: rejects, Progress: progress,

@@ -214,6 +214,19 @@ func TestChatLineRejectedAtPlanTime(t *testing.T) {
 	if n := strings.Count(r.stderr, "body.store"); n != 1 || !strings.Contains(r.stderr, `"lines":3`) {
 		t.Fatalf("want one warning about body.store on 3 lines, stderr:\n%s", r.stderr)
 	}
+
+	// Anthropic needs max_tokens: a line without one is refused, unless
+	// --default-max-tokens gives it one.
+	in2 := filepath.Join(dir, "nomax.jsonl")
+	writeFile(t, in2, []byte(`{"custom_id":"n1","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`+"\n"))
+	r = runSluice(t, env, "plan", in2, "--provider", "anthropic")
+	if r.code != 2 || !strings.Contains(r.stderr, "nomax.jsonl:1") || !strings.Contains(r.stderr, "body.max_tokens") {
+		t.Fatalf("without max_tokens: exit %d\n%s", r.code, r.stderr)
+	}
+	r = runSluice(t, env, "plan", in2, "--provider", "anthropic", "--default-max-tokens", "256", "--json")
+	if r.code != 0 {
+		t.Fatalf("--default-max-tokens: exit %d\n%s", r.code, r.stderr)
+	}
 }
 
 // TestNativeLinesUntouched: with --provider anthropic, /v1/messages lines
