@@ -199,7 +199,7 @@ func (c chatCodec) TranslateResult(ref sluice.BatchRef, r *sluice.Result) {
 	if err != nil {
 		r.Kind = sluice.ResultFailed
 		r.Line.Response = nil
-		r.Line.Error = &sluice.LineError{Code: "untranslatable_response",
+		r.Line.Error = &sluice.LineError{Code: sluice.CodeUntranslatableResponse,
 			Message: fmt.Sprintf("the %s answer could not be translated to a chat.completion: %v", c.fam.target.Name, err)}
 		return
 	}
