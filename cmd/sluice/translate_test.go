@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 )
@@ -257,4 +259,55 @@ func TestNativeLinesUntouched(t *testing.T) {
 	if cc.Object != "chat.completion" {
 		t.Fatalf("the chat line's answer was not translated: %s", lines[1].Response.Body)
 	}
+}
+
+// TestChatLinesSurviveSIGKILL: chat lines on --provider anthropic, the run
+// SIGKILLed at random moments and run again each time: in the end every
+// line has a chat.completion answering it, and no request ran twice at
+// the provider. (Translation is done when chunks are written and when
+// results are read, both of which a rerun repeats from what is on disk.)
+func TestChatLinesSurviveSIGKILL(t *testing.T) {
+	emu := startEmulator(t, "--batch-time", "800ms", "--slow-rate", "0.3", "--slow-delay", "100ms", "--seed", "5")
+	dir := t.TempDir()
+	in, ids, lasts := writeChatInput(t, dir, 240, true)
+	env := []string{"ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://" + emu.addr}
+	out := filepath.Join(dir, "out.jsonl")
+	args := []string{"run", in, "--out", out, "--provider", "anthropic", "--model-map", "gpt-4o-mini=claude-haiku-4-5",
+		"--max-batch-requests", "12", "--poll-interval", "20ms", "--max-poll-interval", "80ms", "--rate", "-1",
+		"--reconcile-grace", "1s", "--state", filepath.Join(dir, "state")}
+	rng := rand.New(rand.NewPCG(3, 4))
+	kills := 0
+	for i := 0; i < 15; i++ {
+		killed, code := killAfter(t, sluiceCmd(env, args...), time.Duration(30+rng.IntN(300))*time.Millisecond)
+		if !killed {
+			if code != 0 {
+				t.Fatalf("run %d ended with exit %d", i, code)
+			}
+			break
+		}
+		kills++
+	}
+	if kills < 5 {
+		t.Fatalf("only %d kills landed", kills)
+	}
+	if r := runSluice(t, env, args...); r.code != 0 {
+		t.Fatalf("final run: exit %d\n%s", r.code, r.stderr)
+	}
+	for i, o := range checkOutput(t, out, ids) {
+		var cc openai.ChatCompletion
+		if o.Response == nil || o.Response.StatusCode != 200 || json.Unmarshal(o.Response.Body, &cc) != nil ||
+			cc.Object != "chat.completion" || len(cc.Choices) != 1 {
+			t.Fatalf("%s: not a chat.completion: %+v", o.CustomID, o)
+		}
+		if i%7 == 6 || i%7 == 4 || i%7 == 5 {
+			continue // tool call and JSON answers: TestChatLinesOnAnyProvider reads them
+		}
+		if want := echo(lasts[i]); cc.Choices[0].Message.Content != want {
+			t.Fatalf("%s: content %q, want %q", o.CustomID, cc.Choices[0].Message.Content, want)
+		}
+	}
+	if n := emu.stats(t)["requests_processed_more_than_once"]; n != 0 {
+		t.Fatalf("%d requests processed more than once after %d kills", n, kills)
+	}
+	t.Logf("%d kills", kills)
 }
