@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,8 @@ type jobFlags struct {
 	baseURL     string
 	job         string
 	model       string
+	modelMap    string
+	maxTokens   int64
 	skipInvalid bool
 	rejects     string
 	limits      sluice.Limits
@@ -35,6 +38,8 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
+	fs.StringVar(&f.modelMap, "model-map", "", "old=new,...: send /v1/chat/completions lines written for model old to model new (e.g. gpt-4o-mini=claude-haiku-4-5); chat lines are translated for anthropic and cloudflare (docs/translation.md)")
+	fs.Int64Var(&f.maxTokens, "default-max-tokens", 0, "max_tokens for translated /v1/chat/completions lines that set neither max_tokens nor max_completion_tokens (Anthropic requires one; without this flag such lines are refused)")
 	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "reject bad input lines instead of stopping at the first one: each is written with its line number and reason to the rejects file and the errors file (code invalid_request), and, when it has a custom_id, to the output in its place; the run then exits 4")
 	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
@@ -67,6 +72,12 @@ func (f *jobFlags) check() error {
 	if f.maxAttempts < 1 {
 		return usageErr("--max-attempts must be at least 1")
 	}
+	if f.maxTokens < 0 {
+		return usageErr("--default-max-tokens must not be negative")
+	}
+	if _, err := provider.ParseModelMap(f.modelMap); err != nil {
+		return withCode(exitUsage, err)
+	}
 	if f.job != "" && !jobName.MatchString(f.job) {
 		return usageErr("--job %q: use letters, digits, '.', '_' and '-' (at most 100)", f.job)
 	}
@@ -89,6 +100,12 @@ func (f *jobFlags) jobID(absInput string) string {
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	sum := sha256.Sum256([]byte(absInput + "\x00" + f.provider + "\x00" + f.baseURL))
+	key := absInput + "\x00" + f.provider + "\x00" + f.baseURL
+	if f.modelMap != "" || f.maxTokens != 0 {
+		// Other requests are another job; without these flags, ids stay as
+		// they were.
+		key += "\x00" + f.modelMap + "\x00" + strconv.FormatInt(f.maxTokens, 10)
+	}
+	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))
 }
