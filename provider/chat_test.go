@@ -150,3 +150,24 @@ func TestTranslateResult(t *testing.T) {
 		t.Fatalf("a line error was changed: %+v", r)
 	}
 }
+
+// A model map on --provider local must keep its codec routed: Anthropic and
+// Cloudflare lines are still written in their own family's format.
+func TestPlanCodecModelMapKeepsLocalRouted(t *testing.T) {
+	p := Presets["local"]
+	c := p.PlanCodec(ChatOptions{ModelMap: map[string]string{"a": "b"}})
+	r, ok := c.(sluice.RoutedCodec)
+	if !ok {
+		t.Fatalf("local's plan codec with a model map is %T, not a RoutedCodec", c)
+	}
+	for url, want := range map[string]sluice.Codec{
+		"/v1/messages":                AnthropicCodec{},
+		"/ai/run/@cf/meta/llama-3-8b": CloudflareCodec{},
+		"/v1/chat/completions":        p.nativeCodec().(MixedCodec).OpenAI,
+	} {
+		got, _ := r.For(url)
+		if string(got.Envelope().Header) != string(want.Envelope().Header) || string(got.Envelope().Footer) != string(want.Envelope().Footer) {
+			t.Errorf("%s: envelope %q…%q, want %q…%q", url, got.Envelope().Header, got.Envelope().Footer, want.Envelope().Header, want.Envelope().Footer)
+		}
+	}
+}
