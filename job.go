@@ -26,6 +26,9 @@ type Job struct {
 	State       JobState    `json:"state"`
 	Requests    int64       `json:"requests"` // valid requests in the input
 	Rejected    int64       `json:"rejected"` // invalid lines skipped (--skip-invalid)
+	// Reused counts requests answered at planning from earlier jobs'
+	// results (--reuse, docs/money.md): in no chunk, succeeded from the start.
+	Reused int64 `json:"reused,omitempty"`
 	MaxAttempts int         `json:"max_attempts"`
 	CreatedAt   time.Time   `json:"created_at"`
 	UpdatedAt   time.Time   `json:"updated_at"`
@@ -68,6 +71,16 @@ type Chunk struct {
 	// provider refused for good; at the dispatcher's bound the attempt
 	// fails and its requests are retried.
 	FetchFailures int `json:"fetch_failures,omitempty"`
+	// MaxOutputTokens is the sum of its requests' max output tokens
+	// (max_tokens, max_completion_tokens or max_output_tokens), and
+	// NoMaxRequests counts its requests that set none: together the upper
+	// bound of its output (docs/money.md).
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
+	NoMaxRequests   int   `json:"no_max_requests,omitempty"`
+	// UsageEstTokens is, once the chunk ended, sluice's input estimate of
+	// the requests whose results reported usage: InputTokens /
+	// UsageEstTokens is how far the estimate was off.
+	UsageEstTokens int64 `json:"usage_est_tokens,omitempty"`
 }
 
 // Request is one input line's row in the tracker.
@@ -82,6 +95,12 @@ type Request struct {
 	Tokens   int64        // estimated input tokens
 	Attempt  int          // attempt of its current chunk
 	State    RequestState // pending, succeeded, failed
+	// MaxOutput is its max output tokens (-1: it sets none). Not stored:
+	// the splitter sums it into its chunk.
+	MaxOutput int64
+	// BodyKey is its key in the ledger of bought answers (docs/money.md);
+	// nil when unknown.
+	BodyKey []byte
 }
 
 // BatchRef names the chunk a provider call is for. Providers put it in

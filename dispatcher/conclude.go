@@ -38,13 +38,15 @@ type ending struct {
 	// (or retried) only at the end, since a success may still come.
 	held map[int]sluice.Result
 
-	f   *os.File
-	w   *bufio.Writer
-	buf []byte
+	f       *os.File
+	w       *bufio.Writer
+	buf     []byte
+	written int64 // bytes of records written to the results file
 
 	outcomes  []sluice.Outcome
 	retry     []int
 	usage     sluice.Usage
+	usageEst  int64 // sluice's input estimate of the results with usage (docs/money.md)
 	unknown   int // results for custom_ids not in this chunk
 	doubled   int // further results for the same custom_id
 	upgraded  int // of those, how many replaced an earlier, worse result
@@ -117,11 +119,17 @@ func (e *ending) add(r sluice.Result) error {
 		old := e.held[i] // an error: a success is never replaced
 		e.usage.InputTokens -= old.Usage.InputTokens
 		e.usage.OutputTokens -= old.Usage.OutputTokens
+		if old.Usage.InputTokens > 0 {
+			e.usageEst -= e.reqs[i].Tokens
+		}
 		delete(e.held, i)
 	}
 	e.rank[i] = rank
 	e.usage.InputTokens += r.Usage.InputTokens
 	e.usage.OutputTokens += r.Usage.OutputTokens
+	if r.Usage.InputTokens > 0 {
+		e.usageEst += e.reqs[i].Tokens
+	}
 	if r.Kind == sluice.ResultSucceeded {
 		return e.final(i, false, r.Line)
 	}
@@ -150,7 +158,9 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 	if failed {
 		st = sluice.RequestFailed
 	}
-	e.outcomes = append(e.outcomes, sluice.Outcome{Ordinal: e.reqs[i].Ordinal, State: st})
+	e.outcomes = append(e.outcomes, sluice.Outcome{Ordinal: e.reqs[i].Ordinal, State: st,
+		Offset: e.written, Length: int64(len(e.buf))})
+	e.written += int64(len(e.buf))
 	return nil
 }
 
@@ -280,6 +290,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	c.EndedAt = d.opts.Now()
 	c.InputTokens += e.usage.InputTokens
 	c.OutputTokens += e.usage.OutputTokens
+	c.UsageEstTokens += e.usageEst
 	if notes := e.describe(missing); len(notes) > 0 {
 		c.LastError = strings.Join(notes, "; ")
 	}

@@ -34,6 +34,8 @@ type group struct {
 	size      int64 // bytes written to it so far (header, items, separators)
 	itemBytes int64
 	tokens    int64
+	maxOut    int64 // sum of its requests' max output tokens
+	noMax     int   // its requests that set none
 	id        int64 // the open chunk's id, given when it opened
 }
 
@@ -63,6 +65,9 @@ type writer struct {
 	rejectsW *bufio.Writer
 	lastProg time.Time
 	rows     []sluice.Request // request rows not yet handed to the recorder
+
+	reuser *reuser // nil without Config.Reuse
+	slab   []byte  // where request keys are copied to (bodyKey)
 }
 
 func newWriter(sp *run) (*writer, error) {
@@ -72,6 +77,9 @@ func newWriter(sp *run) (*writer, error) {
 	w.rows = w.rec.batch()
 	if len(w.env.Header) > 0 || len(w.env.Footer) > 0 {
 		w.ext = ".json"
+	}
+	if rs, ok := sp.sink.(ReuseSink); ok && sp.cfg.Reuse && sp.cfg.KeyScope != "" {
+		w.reuser = &reuser{sink: rs, bodies: new(idSet), sources: map[string]int64{}, open: map[string]*os.File{}}
 	}
 	if sp.cfg.SkipInvalid {
 		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -121,6 +129,11 @@ func (w *writer) consume() error {
 	if err := w.rec.close(); err != nil {
 		return err
 	}
+	if w.reuser != nil {
+		if err := w.reuser.close(w.cfg.Dir); err != nil {
+			return err
+		}
+	}
 	if err := syncDir(filepath.Join(w.cfg.Dir, chunksDir)); err != nil {
 		return err
 	}
@@ -145,6 +158,13 @@ func (w *writer) consume() error {
 }
 
 func (w *writer) block(b *block) error {
+	var hits map[int]sluice.Answer
+	if w.reuser != nil {
+		var err error
+		if hits, err = w.reuser.lookup(b); err != nil {
+			return err
+		}
+	}
 	for i := range b.recs {
 		r := &b.recs[i]
 		if r.reason == "" {
@@ -161,6 +181,17 @@ func (w *writer) block(b *block) error {
 				return err
 			}
 			continue
+		}
+		if w.reuser != nil && w.reuser.first(r) {
+			if a, ok := hits[i]; ok {
+				done, err := w.reuse(r, a)
+				if err != nil {
+					return err
+				}
+				if done {
+					continue
+				}
+			}
 		}
 		if err := w.add(r, b.items[r.item:r.item+r.itemLen]); err != nil {
 			return err
@@ -254,7 +285,13 @@ func (w *writer) add(r *rec, item []byte) error {
 		return fmt.Errorf("write chunk: %w", err)
 	}
 	w.rows = append(w.rows, sluice.Request{Ordinal: w.requests, Line: r.line, CustomID: r.customID, Chunk: g.id,
-		Index: g.n, Offset: g.size, Length: len(item), Tokens: r.tokens, Attempt: 1, State: sluice.RequestPending})
+		Index: g.n, Offset: g.size, Length: len(item), Tokens: r.tokens, Attempt: 1, State: sluice.RequestPending,
+		BodyKey: w.bodyKey(r)})
+	if r.maxOut >= 0 {
+		g.maxOut += r.maxOut
+	} else {
+		g.noMax++
+	}
 	g.size += size
 	g.n++
 	g.itemBytes += size
@@ -346,7 +383,8 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	}
 	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, w.ext))
 	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
-		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound}
+		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound,
+		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax}
 	// The recorder fsyncs, closes and renames the file, and records it.
 	f := g.f
 	g.f = nil
@@ -356,7 +394,7 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	}
 	w.chunks = append(w.chunks, c)
 	w.bytes += g.size
-	g.n, g.size, g.itemBytes, g.tokens = 0, 0, 0, 0
+	g.n, g.size, g.itemBytes, g.tokens, g.maxOut, g.noMax = 0, 0, 0, 0, 0, 0
 	return nil
 }
 
@@ -377,12 +415,19 @@ func (w *writer) cleanup() {
 		w.rejectsW.Flush()
 		w.rejects.Close()
 	}
+	if w.reuser != nil {
+		w.reuser.close(w.cfg.Dir)
+	}
 }
 
 func (w *writer) result() *Result {
 	// Chunks close in another order than they opened (and got their ids).
 	slices.SortFunc(w.chunks, func(a, b sluice.Chunk) int { return cmp.Compare(a.ID, b.ID) })
-	return &Result{Lines: w.lines, Requests: w.requests, Rejected: w.rejected, Bytes: w.bytes, Chunks: w.chunks}
+	res := &Result{Lines: w.lines, Requests: w.requests, Rejected: w.rejected, Bytes: w.bytes, Chunks: w.chunks}
+	if u := w.reuser; u != nil {
+		res.Reused, res.ReuseSources, res.ReusedFiles, res.ReuseRefused = int64(u.idx), u.sources, u.files, u.refused
+	}
+	return res
 }
 
 func syncDir(dir string) error {

@@ -24,6 +24,8 @@ type jobFlags struct {
 	rejects     string
 	limits      sluice.Limits
 	maxAttempts int
+	money       moneyFlags
+	reuse       bool
 }
 
 func (f *jobFlags) register(cmd *cobra.Command) {
@@ -39,6 +41,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&f.limits.MaxBatchTokens, "max-batch-tokens", 0, "estimated input tokens per batch (default: no limit)")
 	fs.IntVar(&f.limits.MaxLiveBatches, "max-live-batches", 0, "batches live at the provider at once (default: the provider's limit, else no limit)")
 	fs.Int64Var(&f.limits.MaxEnqueuedTokens, "max-enqueued-tokens", 0, "estimated input tokens live at the provider per model, e.g. your OpenAI tier's enqueued-token limit (default: no limit)")
+	f.money.register(cmd, f)
 	fs.IntVar(&f.maxAttempts, "max-attempts", 3, "attempts per request: requests that expire, are cancelled, or fail with 429/5xx are retried in new batches up to this many times")
 }
 

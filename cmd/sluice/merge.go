@@ -91,6 +91,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 			files = append(files, filepath.Join(job.Dir, c.ResultsPath))
 		}
 	}
+	files = append(files, reusedFiles(job)...)
 	log.Info().Int("files", len(files)).Str("output", out).Msg("merging results")
 	sum, err := merger.Merge(ctx, merger.Config{
 		Output: out, ErrorsPath: errorsOut, Order: order, Files: files, Total: job.Requests,
