@@ -28,10 +28,10 @@ type Job struct {
 	Rejected    int64       `json:"rejected"` // invalid lines skipped (--skip-invalid)
 	// Reused counts requests answered at planning from earlier jobs'
 	// results (--reuse, docs/money.md): in no chunk, succeeded from the start.
-	Reused int64 `json:"reused,omitempty"`
-	MaxAttempts int         `json:"max_attempts"`
-	CreatedAt   time.Time   `json:"created_at"`
-	UpdatedAt   time.Time   `json:"updated_at"`
+	Reused      int64     `json:"reused,omitempty"`
+	MaxAttempts int       `json:"max_attempts"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // Chunk is a group of requests sharing (url, model) that fits one provider

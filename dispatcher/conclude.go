@@ -47,9 +47,9 @@ type ending struct {
 	retry     []int
 	usage     sluice.Usage
 	usageEst  int64 // sluice's input estimate of the results with usage (docs/money.md)
-	unknown   int // results for custom_ids not in this chunk
-	doubled   int // further results for the same custom_id
-	upgraded  int // of those, how many replaced an earlier, worse result
+	unknown   int   // results for custom_ids not in this chunk
+	doubled   int   // further results for the same custom_id
+	upgraded  int   // of those, how many replaced an earlier, worse result
 	malformed *sluice.MalformedLines
 
 	// missingCode and missingMsg describe requests without a result;

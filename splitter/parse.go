@@ -22,7 +22,7 @@ type rec struct {
 	tokens   int64
 	maxOut   int64    // max output tokens; -1 when the body sets none
 	key      [16]byte // ledger key (docs/money.md); zero without Config.KeyScope
-	item     int // the item's bytes are block.items[item:item+itemLen]
+	item     int      // the item's bytes are block.items[item:item+itemLen]
 	itemLen  int
 	raw      int // the raw line is block.data[raw:raw+rawLen]
 	rawLen   int
