@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -9,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/splitter"
@@ -20,7 +24,8 @@ import (
 
 // moneyFlags are the flags of plan and run about money.
 type moneyFlags struct {
-	prices string
+	prices  string
+	maxCost float64 // run only
 }
 
 func (m *moneyFlags) register(cmd *cobra.Command, f *jobFlags) {
@@ -81,4 +86,62 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// registerRun adds the flags only run has.
+func (m *moneyFlags) registerRun(cmd *cobra.Command) {
+	cmd.Flags().Float64Var(&m.maxCost, "max-cost", 0, "spend cap in USD for this job: never submit a batch that could take its committed spend (actual cost of ended batches + upper bound of live ones + the new one) past it; when nothing more fits, let live batches end and exit 3 (docs/money.md). Needs a price for every model (--prices)")
+}
+
+// checkRun checks the money flags of run before any work and returns the
+// price table.
+func (m *moneyFlags) checkRun() (*pricing.Table, error) {
+	if m.maxCost < 0 || math.IsNaN(m.maxCost) || math.IsInf(m.maxCost, 0) {
+		return nil, usageErr("--max-cost %v: want a positive amount of USD", m.maxCost)
+	}
+	return m.table()
+}
+
+// priceOf prices the models of a job at preset p.
+func priceOf(t *pricing.Table, p provider.Preset) func(string) (pricing.Price, bool) {
+	return func(model string) (pricing.Price, bool) { return t.Lookup(p.Name, model) }
+}
+
+// checkCap refuses a spend cap that cannot be kept: a model of a chunk
+// still to run without a price, or without a bound on its output. It
+// records the cap (status shows it) before anything is submitted.
+func (m *moneyFlags) checkCap(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table) error {
+	if m.maxCost <= 0 {
+		return db.SetMaxCost(ctx, job.ID, nil)
+	}
+	chunks, err := db.Chunks(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	for _, c := range chunks {
+		if c.State.Terminal() {
+			continue
+		}
+		pr, ok := t.Lookup(p.Name, c.Model)
+		if !ok {
+			return usageErr("--max-cost: no price for model %q at provider %s, so its cost is unknown and the cap could not be kept; give its batch prices with --prices FILE (docs/money.md)", c.Model, p.Name)
+		}
+		if e := pricing.Of(pr, true, sluice.Learned{}, pricing.WorkOf(c)); !e.Bounded() {
+			return usageErr("--max-cost: %d request(s) for model %q set no max_tokens and the model's output ceiling is unknown, so the cap could not be kept; set max_tokens in the requests or max_output_tokens for the model with --prices FILE", c.NoMaxRequests, c.Model)
+		}
+	}
+	return db.SetMaxCost(ctx, job.ID, &m.maxCost)
+}
+
+// capReached ends a run the spend cap stopped: exit 3 with what was
+// committed.
+func capReached(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table, limit float64) error {
+	printProgressSummary(ctx, db, job)
+	chunks, err := db.Chunks(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	learned, _ := db.Learned(ctx)
+	s := dispatcher.SpendOf(chunks, priceOf(t, p), learned)
+	return withCode(exitStopped, fmt.Errorf("%s; run again with a higher --max-cost to carry on", dispatcher.CapMessage(s.Committed, limit)))
 }
