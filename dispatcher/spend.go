@@ -139,7 +139,7 @@ func CapMessage(committed, limit float64) string {
 // USD formats an amount of dollars with the precision small amounts need.
 func USD(x float64) string {
 	switch {
-	case x >= 100:
+	case x >= 1:
 		return fmt.Sprintf("$%.2f", x)
 	case x >= 0.01:
 		return fmt.Sprintf("$%.4f", x)

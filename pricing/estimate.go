@@ -85,7 +85,9 @@ func Of(p Price, known bool, l sluice.Learned, w Work) Estimate {
 }
 
 // Bounded reports whether the estimate has a finite upper bound.
-func (e Estimate) Bounded() bool { return e.Known && !math.IsInf(e.MaxCost, 0) && !math.IsNaN(e.MaxCost) }
+func (e Estimate) Bounded() bool {
+	return e.Known && !math.IsInf(e.MaxCost, 0) && !math.IsNaN(e.MaxCost)
+}
 
 // WorkOf is the work of a chunk.
 func WorkOf(c *sluice.Chunk) Work {

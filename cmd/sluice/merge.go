@@ -21,24 +21,25 @@ import (
 // finished job's outcome (counts, paths, wall time) without re-reading the
 // output.
 type jobSummary struct {
-	Output       string    `json:"output"`
-	Errors       string    `json:"errors"`
-	Order        string    `json:"order"`
-	OutputBytes  int64     `json:"output_bytes"`
-	OutputMTime  time.Time `json:"output_mtime"`
-	ErrorsBytes  int64     `json:"errors_bytes"`
-	Lines        int64     `json:"lines"`
-	Succeeded    int64     `json:"succeeded"`
-	Failed       int64     `json:"failed"`
-	Retried      int64     `json:"retried"` // requests sent in more than one batch
-	Batches      int       `json:"batches"`
-	RetryBatches int       `json:"retry_batches"`
-	InputTokens  int64     `json:"input_tokens"`
-	OutputTokens int64     `json:"output_tokens"`
-	Cancelled    bool      `json:"cancelled,omitempty"`
-	StartedAt    time.Time `json:"started_at"` // when the job was planned
-	FinishedAt   time.Time `json:"finished_at"`
-	Wall         string    `json:"wall_time"` // planned to merged, across every run
+	Output       string     `json:"output"`
+	Errors       string     `json:"errors"`
+	Order        string     `json:"order"`
+	OutputBytes  int64      `json:"output_bytes"`
+	OutputMTime  time.Time  `json:"output_mtime"`
+	ErrorsBytes  int64      `json:"errors_bytes"`
+	Lines        int64      `json:"lines"`
+	Succeeded    int64      `json:"succeeded"`
+	Failed       int64      `json:"failed"`
+	Retried      int64      `json:"retried"` // requests sent in more than one batch
+	Batches      int        `json:"batches"`
+	RetryBatches int        `json:"retry_batches"`
+	InputTokens  int64      `json:"input_tokens"`
+	OutputTokens int64      `json:"output_tokens"`
+	Cancelled    bool       `json:"cancelled,omitempty"`
+	StartedAt    time.Time  `json:"started_at"` // when the job was planned
+	FinishedAt   time.Time  `json:"finished_at"`
+	Wall         string     `json:"wall_time"` // planned to merged, across every run
+	Money        *spendJSON `json:"money,omitempty"`
 }
 
 const (
@@ -133,6 +134,7 @@ func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*s
 		js.OutputTokens += c.OutputTokens
 	}
 	js.Wall = shortDuration(js.FinishedAt.Sub(js.StartedAt))
+	js.Money = jobMoney(ctx, db, job, chunks)
 	if old := previousSummary(job); !old.FinishedAt.IsZero() {
 		// A re-run of a done job rewrites the output: the job finished then.
 		js.FinishedAt, js.Wall = old.FinishedAt, old.Wall
@@ -205,6 +207,11 @@ func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s this run, %s since planned\n",
 		commas(int64(js.Batches)), commas(js.InputTokens), commas(js.OutputTokens), shortDuration(wall), js.Wall)
+	if js.Money == nil {
+		chunks, _ := db.Chunks(ctx, job.ID)
+		js.Money = jobMoney(ctx, db, job, chunks)
+	}
+	writeMoney(w, js.Money, func(l string) string { return l + ": " })
 	fmt.Fprintf(w, "output: %s\n", sum.Output)
 	if sum.Failed > 0 {
 		fmt.Fprintf(w, "errors: %s (%s lines)\n", sum.Errors, commas(sum.Failed))

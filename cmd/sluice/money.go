@@ -40,6 +40,7 @@ func (m *moneyFlags) table() (*pricing.Table, error) {
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
+	activePrices = t
 	return t, nil
 }
 

@@ -173,3 +173,78 @@ func fromJobs(m map[string]int64) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// activePrices is the price table of this command (--prices, else the
+// built-in one), for the summaries that print spend.
+var activePrices *pricing.Table
+
+func pricesInForce() *pricing.Table {
+	if activePrices == nil {
+		activePrices = pricing.Builtin()
+	}
+	return activePrices
+}
+
+// spendJSON is a job's money in status --json and summary.json.
+type spendJSON struct {
+	ActualUSD    *float64 `json:"actual_usd"`    // priced provider usage of ended batches; null: unknown
+	CommittedUSD *float64 `json:"committed_usd"` // actual + upper bound of live batches; null: unknown
+	CapUSD       *float64 `json:"cap_usd"`       // the last run's --max-cost; null: none
+	PriceSource  string   `json:"price_source"`
+	Unpriced     []string `json:"unpriced_models"`
+	// EstInputTokens is sluice's estimate of the requests whose results
+	// reported usage, InputTokens that usage, InputRatio the one over the
+	// other (issue 11 item 5: estimate vs actual).
+	EstInputTokens int64            `json:"est_input_tokens"`
+	InputTokens    int64            `json:"input_tokens"`
+	InputRatio     *float64         `json:"input_ratio"`
+	Reused         int64            `json:"reused_requests"`
+	ReusedFrom     map[string]int64 `json:"reused_from"`
+}
+
+func jobMoney(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*sluice.Chunk) *spendJSON {
+	tbl := pricesInForce()
+	learned, _ := db.Learned(ctx)
+	s := dispatcher.SpendOf(chunks, func(m string) (pricing.Price, bool) { return tbl.Lookup(job.Provider, m) }, learned)
+	m := &spendJSON{PriceSource: tbl.Source, Unpriced: s.Unpriced, Reused: job.Reused}
+	if m.Unpriced == nil {
+		m.Unpriced = []string{}
+	}
+	if len(s.Unpriced) == 0 {
+		m.ActualUSD, m.CommittedUSD = finite(s.Actual), finite(s.Committed)
+	}
+	m.CapUSD, _ = db.MaxCost(ctx, job.ID)
+	var l sluice.Learned
+	for _, c := range chunks {
+		l = l.Add(sluice.Learned{EstTokens: c.UsageEstTokens, InputTokens: c.InputTokens, OutputTokens: c.OutputTokens})
+	}
+	m.EstInputTokens, m.InputTokens = l.EstTokens, l.InputTokens
+	m.InputRatio = ratioPtr(l.InputRatio())
+	m.ReusedFrom, _ = db.ReuseSources(ctx, job.ID)
+	return m
+}
+
+// writeMoney prints a job's money lines, indented as prefix says.
+func writeMoney(w io.Writer, m *spendJSON, label func(string) string) {
+	if m == nil {
+		return
+	}
+	line := costCell(m.ActualUSD) + " spent (provider usage priced with " + m.PriceSource + " prices)"
+	if m.CommittedUSD != nil && m.ActualUSD != nil && *m.CommittedUSD > *m.ActualUSD {
+		line += ", committed " + costCell(m.CommittedUSD) + " with live batches at their upper bound"
+	}
+	if m.CapUSD != nil {
+		line += ", cap " + dispatcher.USD(*m.CapUSD)
+	}
+	if len(m.Unpriced) > 0 {
+		line += "; no price for " + strings.Join(m.Unpriced, ", ")
+	}
+	fmt.Fprintln(w, label("spend")+line)
+	if m.InputRatio != nil {
+		fmt.Fprintf(w, "%sinput tokens ~%s estimated, %s reported by the provider (x%.3f)\n", label("estimate"),
+			commas(m.EstInputTokens), commas(m.InputTokens), *m.InputRatio)
+	}
+	if m.Reused > 0 {
+		fmt.Fprintf(w, "%s%s requests answered from earlier jobs' results, not bought again (%s)\n", label("reused"), commas(m.Reused), fromJobs(m.ReusedFrom))
+	}
+}
