@@ -46,12 +46,11 @@ const reuseBatch = 256
 // whose request and results are still recorded. Nothing is held in memory
 // beyond one batch.
 func (p *Plan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error) error {
-	for len(keys) > 0 {
-		n := min(len(keys), reuseBatch)
-		if err := p.lookupBatch(keys[:n], fn); err != nil {
+	for off := 0; off < len(keys); off += reuseBatch {
+		batch := keys[off:min(len(keys), off+reuseBatch)]
+		if err := p.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
 			return err
 		}
-		keys = keys[n:]
 	}
 	return nil
 }
