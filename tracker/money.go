@@ -44,7 +44,8 @@ const reuseBatch = 256
 // LookupReuse looks keys up in the ledger, reuseBatch at a time, and calls
 // fn with the index in keys of each key that has an answer in another job
 // whose request and results are still recorded. Nothing is held in memory
-// beyond one batch.
+// beyond one batch. It may be called while the plan's rows are being
+// recorded.
 func (p *Plan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error) error {
 	for off := 0; off < len(keys); off += reuseBatch {
 		batch := keys[off:min(len(keys), off+reuseBatch)]
@@ -71,7 +72,11 @@ func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) err
 		JOIN jobs j ON j.key = l.request >> 40
 		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
 		WHERE l.key IN (?` + strings.Repeat(",?", len(keys)-1) + `) AND r.state = 'succeeded' AND j.key != ? AND c.results_path != ''`
-	rows, err := p.tx.QueryContext(p.ctx, q, args...)
+	// On a connection of its own, not the plan's transaction: the plan's
+	// rows are recorded, and its transactions committed, by another
+	// goroutine meanwhile (WAL lets the read run beside them), and the
+	// answers are all in other jobs' committed rows.
+	rows, err := p.d.db.QueryContext(p.ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("ledger lookup: %w", err)
 	}
