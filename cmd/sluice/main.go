@@ -111,8 +111,8 @@ crashes and reboots, and merges every result back into one file keyed by the
 original custom_ids, in input order.
 
 Exit codes: 0 all requests succeeded and the output is written; 1 an error
-stopped the run; 2 bad usage or bad input; 3 stopped by --deadline or --once
-with work still running (run again later); 4 finished and output written,
+stopped the run; 2 bad usage or bad input; 3 stopped by --deadline, --once or
+--max-cost with work still running (run again later); 4 finished and output written,
 but some requests failed permanently (see the errors file).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
