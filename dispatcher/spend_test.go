@@ -199,3 +199,46 @@ func TestSpendCapResumedWithHigherCap(t *testing.T) {
 		t.Errorf("%d requests bought twice", n)
 	}
 }
+
+// TestLearnedRatioCorrectsEnqueuedTokens: once finished batches of a model
+// taught that its input usage runs at twice the estimate, chunks count at
+// twice their estimate against --max-enqueued-tokens (issue 11 item 5):
+// two chunks that fit the budget by the estimate no longer go live
+// together.
+func TestLearnedRatioCorrectsEnqueuedTokens(t *testing.T) {
+	var lines []string
+	for i := 0; i < 20; i++ {
+		lines = append(lines, fmt.Sprintf(`{"custom_id":"q-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"same length question %02d"}]}}`, i, i%10))
+	}
+	maxLive := func(ratio float64) int {
+		r := newRig(t, "openai", lines, sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{BatchTime: 150 * time.Millisecond})
+		chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
+		// Room for two chunks by the estimate, not for two at twice it.
+		r.job.Limits.MaxEnqueuedTokens = chunks[0].EstTokens*5/2 + 1
+		o := r.options()
+		if ratio > 0 {
+			o.Learned = func(context.Context) (map[string]sluice.Learned, error) {
+				return map[string]sluice.Learned{"gpt-4o-mini": {EstTokens: 1000, InputTokens: int64(1000 * ratio), OutputTokens: 10}}, nil
+			}
+		}
+		most := 0
+		o.OnTick = func(cs []*sluice.Chunk) {
+			n := 0
+			for _, c := range cs {
+				if c.State.Live() {
+					n++
+				}
+			}
+			most = max(most, n)
+		}
+		r.run(o)
+		r.merged()
+		return most
+	}
+	if n := maxLive(0); n != 2 {
+		t.Errorf("by the estimate: at most %d live at once, want 2", n)
+	}
+	if n := maxLive(2); n != 1 {
+		t.Errorf("with the learned ratio 2: at most %d live at once, want 1", n)
+	}
+}
