@@ -95,12 +95,9 @@ type Request struct {
 	Tokens   int64        // estimated input tokens
 	Attempt  int          // attempt of its current chunk
 	State    RequestState // pending, succeeded, failed
-	// MaxOutput is its max output tokens (-1: it sets none). Not stored:
-	// the splitter sums it into its chunk.
-	MaxOutput int64
 	// BodyKey is its key in the ledger of bought answers (docs/money.md);
 	// nil when unknown.
-	BodyKey []byte
+	BodyKey []byte `json:",omitempty"`
 }
 
 // BatchRef names the chunk a provider call is for. Providers put it in

@@ -324,7 +324,7 @@ func TestKilledDuringMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := len(base) + 1
+	next := base[len(base)-1].Version + 1
 	slow := append(append([]migrations.Migration{}, base...), migrations.Migration{Version: next, Name: "slow.sql",
 		SQL: `CREATE TABLE filler (x INTEGER);
 WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 200000000) INSERT INTO filler SELECT i FROM c;`})
