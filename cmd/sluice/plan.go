@@ -24,8 +24,12 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 validates every line, groups lines by (url, model), cuts chunks under the
 provider's limits measured on its wire format, writes them into the job's
 directory under the state directory, and prints the plan: per chunk the url,
-model, request count, wire bytes, estimated input tokens and the limit that
-closed it. A later 'sluice run' of the same input reuses this plan.
+model, request count, wire bytes, estimated input tokens, the limit that
+closed it and its estimated cost, then the total cost expected and at most
+(docs/money.md: prices, --prices, how estimates learn from finished
+batches). With --reuse (the default), requests an earlier job already
+bought are answered from its results and left out of the chunks. A later
+'sluice run' of the same input reuses this plan.
 
 A bad line stops planning with its file, line number, custom_id and reason
 (exit 2), unless --skip-invalid is given.`,

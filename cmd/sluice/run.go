@@ -47,6 +47,11 @@ Everything is recorded in the state directory before and after each call to
 the provider, so killing sluice at any moment and running the same command
 again resumes the job without buying any batch twice.
 
+Money (docs/money.md): --max-cost USD never lets the job's committed spend
+pass the cap (exit 3 when nothing more fits; run again with a higher cap),
+and --reuse (the default) answers requests an earlier job already bought
+from its results instead of buying them again.
+
 Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
