@@ -290,6 +290,15 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	c.EndedAt = d.opts.Now()
 	c.InputTokens += e.usage.InputTokens
 	c.OutputTokens += e.usage.OutputTokens
+	if bu, ok := d.prov.(sluice.BatchUsage); ok && bu.UsagePerBatch() && e.usage.InputTokens > 0 {
+		// The batch's usage covers every request it answered.
+		e.usageEst = 0
+		for i, rank := range e.rank {
+			if rank != rankNone {
+				e.usageEst += e.reqs[i].Tokens
+			}
+		}
+	}
 	c.UsageEstTokens += e.usageEst
 	if notes := e.describe(missing); len(notes) > 0 {
 		c.LastError = strings.Join(notes, "; ")

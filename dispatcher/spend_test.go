@@ -242,3 +242,38 @@ func TestLearnedRatioCorrectsEnqueuedTokens(t *testing.T) {
 		t.Errorf("with the learned ratio 2: at most %d live at once, want 1", n)
 	}
 }
+
+// TestUsageEstimateMatchesReportedRequests: what a chunk's usage is
+// compared with is the estimate of exactly the requests the usage covers:
+// per request for OpenAI, the whole answered batch for Cloudflare (one
+// usage per batch). With every line answered, that is the chunk's whole
+// estimate.
+func TestUsageEstimateMatchesReportedRequests(t *testing.T) {
+	for _, c := range []struct {
+		preset string
+		lines  []string
+	}{{"openai", openAILines(30)}, {"cloudflare", cloudflareLines(20)}} {
+		t.Run(c.preset, func(t *testing.T) {
+			r := newRig(t, c.preset, c.lines, sluice.Limits{MaxBatchRequests: 10}, 3, emulator.Options{Seed: 5})
+			r.run(r.options())
+			chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
+			withUsage := 0
+			for _, ch := range chunks {
+				if ch.InputTokens == 0 {
+					continue
+				}
+				withUsage++
+				if ch.UsageEstTokens != ch.EstTokens {
+					t.Errorf("chunk %d (%s): estimate of the requests with usage %d, want the chunk's %d", ch.ID, ch.Model, ch.UsageEstTokens, ch.EstTokens)
+				}
+			}
+			if withUsage == 0 {
+				t.Fatal("no chunk reported usage")
+			}
+			l, _ := r.db.Learned(context.Background())
+			if len(l) == 0 {
+				t.Error("nothing learned")
+			}
+		})
+	}
+}
