@@ -3,6 +3,7 @@ package splitter
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -15,11 +16,59 @@ import (
 // Reuse of earlier jobs' answers at planning (docs/money.md). For each
 // block of lines the writer looks the valid requests' keys up in the
 // ledger (one query per 256 keys: nothing of the ledger is held in
-// memory); a request whose body is the first of its kind in this job and
-// has an answer is not put into a chunk: the answer's record is read from
-// its results file, given the request's custom_id (the response stays
-// byte for byte), and written to the job's own reused-NNNN.results files,
-// so the job does not depend on the source job afterwards.
+// memory); a request whose key has an answer is not put into a chunk: the
+// answer's record is read from its results file, given the request's
+// custom_id (the response stays byte for byte), and written to the job's
+// own reused-NNNN.results files, so the job does not depend on the source
+// job afterwards.
+//
+// Identical bodies within a job are never collapsed: the n-th copy of a
+// body in a job has a key of its own (copySet), so it can only be
+// answered by the n-th copy of an earlier job. A file of five samples per
+// prompt run again reuses the five answers; with a sixth sample per
+// prompt it buys only the sixth.
+
+// copySet numbers the copies of each body within a job, in input order.
+// Whether a body was seen is asked of a compact filter (48 bits per
+// request, like the custom_id filter); only bodies seen more than once are
+// counted in a map, so memory grows with the repeated bodies, not with
+// every request.
+type copySet struct {
+	seen   *idSet
+	counts map[[16]byte]uint32
+}
+
+func newCopySet() *copySet { return &copySet{seen: new(idSet), counts: map[[16]byte]uint32{}} }
+
+// number gives each valid request of b the key of its copy: the body's
+// key for the first copy, a key derived from it and n for the n-th repeat
+// (also, with probability 2^-48, for a first copy the filter mistakes for
+// a repeat: that request is bought, never answered wrongly).
+func (c *copySet) number(b *block) {
+	for i := range b.recs {
+		r := &b.recs[i]
+		if r.reason != "" {
+			continue
+		}
+		if !c.seen.add(binary.LittleEndian.Uint64(r.key[:8])) {
+			continue
+		}
+		n := c.counts[r.key] + 1
+		c.counts[r.key] = n
+		r.key = copyKey(r.key, n)
+	}
+}
+
+// copyKey is the key of the n-th repeat of a body whose key is k.
+func copyKey(k [16]byte, n uint32) (out [16]byte) {
+	var b [21]byte
+	copy(b[:16], k[:])
+	b[16] = '#'
+	binary.LittleEndian.PutUint32(b[17:], n)
+	sum := sha256.Sum256(b[:])
+	copy(out[:], sum[:16])
+	return out
+}
 
 // ReuseSink is a plan sink that can look keys up in the ledger.
 type ReuseSink interface {
@@ -35,7 +84,6 @@ const (
 // reuser is the writer's reuse state.
 type reuser struct {
 	sink    ReuseSink
-	bodies  *idSet // bodies seen in this job (48 bits of their key)
 	files   []string
 	f       *os.File
 	w       *bufio.Writer
@@ -74,12 +122,6 @@ func (u *reuser) lookup(b *block) (map[int]sluice.Answer, error) {
 		return nil, fmt.Errorf("look up earlier answers: %w", err)
 	}
 	return hits, nil
-}
-
-// first reports whether r's body is the first of its kind in this job (a
-// repeat, or 2^-48 of the firsts, is bought: never collapsed).
-func (u *reuser) first(r *rec) bool {
-	return !u.bodies.add(binary.LittleEndian.Uint64(r.key[:8]))
 }
 
 // answer reads a's record back and rewrites it for custom_id; ok is false

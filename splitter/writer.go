@@ -66,8 +66,9 @@ type writer struct {
 	lastProg time.Time
 	rows     []sluice.Request // request rows not yet handed to the recorder
 
-	reuser *reuser // nil without Config.Reuse
-	slab   []byte  // where request keys are copied to (bodyKey)
+	reuser *reuser  // nil without Config.Reuse
+	copies *copySet // nil without Config.KeyScope
+	slab   []byte   // where request keys are copied to (bodyKey)
 }
 
 func newWriter(sp *run) (*writer, error) {
@@ -78,8 +79,11 @@ func newWriter(sp *run) (*writer, error) {
 	if len(w.env.Header) > 0 || len(w.env.Footer) > 0 {
 		w.ext = ".json"
 	}
+	if sp.cfg.KeyScope != "" {
+		w.copies = newCopySet()
+	}
 	if rs, ok := sp.sink.(ReuseSink); ok && sp.cfg.Reuse && sp.cfg.KeyScope != "" {
-		w.reuser = &reuser{sink: rs, bodies: new(idSet), sources: map[string]int64{}, open: map[string]*os.File{}}
+		w.reuser = &reuser{sink: rs, sources: map[string]int64{}, open: map[string]*os.File{}}
 	}
 	if sp.cfg.SkipInvalid {
 		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -158,6 +162,9 @@ func (w *writer) consume() error {
 }
 
 func (w *writer) block(b *block) error {
+	if w.copies != nil {
+		w.copies.number(b)
+	}
 	var hits map[int]sluice.Answer
 	if w.reuser != nil {
 		var err error
@@ -182,15 +189,13 @@ func (w *writer) block(b *block) error {
 			}
 			continue
 		}
-		if w.reuser != nil && w.reuser.first(r) {
-			if a, ok := hits[i]; ok {
-				done, err := w.reuse(r, a)
-				if err != nil {
-					return err
-				}
-				if done {
-					continue
-				}
+		if a, ok := hits[i]; ok {
+			done, err := w.reuse(r, a)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
 			}
 		}
 		if err := w.add(r, b.items[r.item:r.item+r.itemLen]); err != nil {

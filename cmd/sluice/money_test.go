@@ -60,7 +60,7 @@ func response(t *testing.T, line string) string {
 // new bodies (the emulator's requests_processed grows by exactly their
 // count), and writes the reused answers byte for byte; a file grown by
 // 10% and run as a new job buys exactly that 10%; --reuse=false buys
-// everything again; within one job identical bodies are all bought.
+// everything again; within one job identical bodies are never collapsed.
 func TestReuseAcrossJobsBuysOnlyNewBodies(t *testing.T) {
 	emu := startEmulator(t)
 	dir := t.TempDir()
@@ -149,25 +149,45 @@ func TestReuseAcrossJobsBuysOnlyNewBodies(t *testing.T) {
 	}
 
 	// Within one job, identical bodies are never collapsed: four copies of
-	// a new body are four purchases; a later job of the same four copies
-	// reuses one answer for the first copy and buys the other three (each
-	// copy must stay a sample of its own).
+	// a new body are four purchases, four answers. A later job of the same
+	// four copies reuses the four answers, copy for copy; one of five
+	// copies buys only the fifth.
 	var same []string
 	for i := 0; i < 4; i++ {
 		same = append(same, chatLine(fmt.Sprintf("s-%d", i), "gpt-4o-mini", "tell me a random story", 20))
 	}
-	sIn, tIn := filepath.Join(dir, "s.jsonl"), filepath.Join(dir, "t.jsonl")
+	sIn, tIn, uIn := filepath.Join(dir, "s.jsonl"), filepath.Join(dir, "t.jsonl"), filepath.Join(dir, "u.jsonl")
 	writeLines(t, sIn, same)
 	writeLines(t, tIn, same)
+	writeLines(t, uIn, append(append([]string{}, same...), chatLine("s-4", "gpt-4o-mini", "tell me a random story", 20)))
 	before = processed()
 	run(sIn, filepath.Join(dir, "s.out.jsonl"))
 	if n := processed() - before; n != 4 {
 		t.Errorf("four identical bodies in one job bought %d, want 4", n)
 	}
+	so := outputByID(t, filepath.Join(dir, "s.out.jsonl"))
+	distinct := map[string]bool{}
+	for _, l := range so {
+		distinct[response(t, l)] = true
+	}
+	if len(distinct) != 4 {
+		t.Errorf("four copies got %d distinct answers, want 4 (each bought on its own)", len(distinct))
+	}
 	before = processed()
 	run(tIn, filepath.Join(dir, "t.out.jsonl"))
-	if n := processed() - before; n != 3 {
-		t.Errorf("the same four in a later job bought %d, want 3 (the first reused)", n)
+	if n := processed() - before; n != 0 {
+		t.Errorf("the same four copies in a later job bought %d, want 0", n)
+	}
+	to := outputByID(t, filepath.Join(dir, "t.out.jsonl"))
+	for id, l := range to {
+		if response(t, l) != response(t, so[id]) {
+			t.Errorf("copy %s: not the answer of the same copy in the first job", id)
+		}
+	}
+	before = processed()
+	run(uIn, filepath.Join(dir, "u.out.jsonl"))
+	if n := processed() - before; n != 1 {
+		t.Errorf("five copies after four bought %d, want 1", n)
 	}
 	if n := emu.stats(t)["requests_processed_more_than_once"]; n != 0 {
 		t.Errorf("%d requests executed twice within a job", n)
