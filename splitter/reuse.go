@@ -93,6 +93,8 @@ type reuser struct {
 	refused int64
 	open    map[string]*os.File
 	buf     []byte
+	rec     []byte // the source record read back
+	line    []byte // the answer rewritten
 	keys    [][]byte
 	pos     []int
 }
@@ -144,7 +146,10 @@ func (u *reuser) answer(a sluice.Answer, customID string) (line []byte, ok bool)
 	if a.Length <= 0 || a.Length > 1<<30 {
 		return nil, false
 	}
-	rec := make([]byte, a.Length)
+	if cap(u.rec) < int(a.Length) {
+		u.rec = make([]byte, a.Length)
+	}
+	rec := u.rec[:a.Length]
 	if _, err := f.ReadAt(rec, a.Offset); err != nil {
 		return nil, false
 	}
@@ -158,8 +163,8 @@ func (u *reuser) answer(a sluice.Answer, customID string) (line []byte, ok bool)
 		return nil, false
 	}
 	newID, _ := json.Marshal(customID)
-	out := append(append([]byte(`{"custom_id":`), newID...), old[len(prefix):]...)
-	return out, true
+	u.line = append(append(append(u.line[:0], `{"custom_id":`...), newID...), old[len(prefix):]...)
+	return u.line, true
 }
 
 // write appends a reused request's final record to the job's reused files.

@@ -66,17 +66,24 @@ func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) err
 		args = append(args, k)
 	}
 	args = append(args, p.key)
-	q := `SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.offset, l.length
-		FROM ledger l
-		JOIN requests r ON r.id = l.request
-		JOIN jobs j ON j.key = l.request >> 40
-		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
-		WHERE l.key IN (?` + strings.Repeat(",?", len(keys)-1) + `) AND r.state = 'succeeded' AND j.key != ? AND c.results_path != ''`
 	// On a connection of its own, not the plan's transaction: the plan's
 	// rows are recorded, and its transactions committed, by another
 	// goroutine meanwhile (WAL lets the read run beside them), and the
-	// answers are all in other jobs' committed rows.
-	rows, err := p.d.db.QueryContext(p.ctx, q, args...)
+	// answers are all in other jobs' committed rows. A full batch's
+	// statement is prepared once (parsing a 256-key join each time cost
+	// more than running it).
+	var rows *sql.Rows
+	var err error
+	if len(keys) == reuseBatch {
+		if p.lookup == nil {
+			if p.lookup, err = p.d.db.PrepareContext(p.ctx, lookupQuery(reuseBatch)); err != nil {
+				return fmt.Errorf("ledger lookup: %w", err)
+			}
+		}
+		rows, err = p.lookup.QueryContext(p.ctx, args...)
+	} else {
+		rows, err = p.d.db.QueryContext(p.ctx, lookupQuery(len(keys)), args...)
+	}
 	if err != nil {
 		return fmt.Errorf("ledger lookup: %w", err)
 	}
@@ -182,4 +189,14 @@ func (d *DB) MaxCost(ctx context.Context, job string) (*float64, error) {
 		return nil, nil
 	}
 	return &v.Float64, nil
+}
+
+// lookupQuery finds the answers to n keys (then the plan's job key).
+func lookupQuery(n int) string {
+	return `SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.offset, l.length
+		FROM ledger l
+		JOIN requests r ON r.id = l.request
+		JOIN jobs j ON j.key = l.request >> 40
+		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
+		WHERE l.key IN (?` + strings.Repeat(",?", n-1) + `) AND r.state = 'succeeded' AND j.key != ? AND c.results_path != ''`
 }

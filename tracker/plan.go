@@ -35,6 +35,8 @@ type Plan struct {
 	// connection: elsewhere a big sort or index build should still spill.
 	conn *sql.Conn
 	key  int64 // the job's key: request row ids are (key << 40) | ordinal
+	// lookup is the prepared ledger lookup of LookupReuse (money.go).
+	lookup *sql.Stmt
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -82,6 +84,10 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
 
 // release gives the plan's connection back to the pool, as it found it.
 func (p *Plan) release() {
+	if p.lookup != nil {
+		p.lookup.Close()
+		p.lookup = nil
+	}
 	if p.conn == nil {
 		return
 	}
