@@ -1,8 +1,11 @@
 package dispatcher
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/pricing"
@@ -145,4 +148,53 @@ func USD(x float64) string {
 		return fmt.Sprintf("$%.4f", x)
 	}
 	return fmt.Sprintf("$%.6f", x)
+}
+
+// maxOutputKeys are the names of a request's max output tokens, as JSON
+// keys with their quotes.
+var maxOutputKeys = [][]byte{[]byte(`"max_tokens"`), []byte(`"max_completion_tokens"`), []byte(`"max_output_tokens"`)}
+
+// itemMaxOutput is the upper bound of the output of one wire item of a
+// chunk, for the chunks of a retry (their requests' max output tokens are
+// not stored apart): the largest number given to one of the max output
+// keys anywhere in the item. A key inside a string cannot match (its
+// quotes are escaped there), and one nested deeper only raises the bound.
+// ok is false when the item sets none.
+func itemMaxOutput(item []byte) (n int64, ok bool) {
+	for _, k := range maxOutputKeys {
+		rest := item
+		for {
+			i := bytes.Index(rest, k)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(k):]
+			j := 0
+			for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t' || rest[j] == '\n' || rest[j] == '\r') {
+				j++
+			}
+			if j >= len(rest) || rest[j] != ':' {
+				continue
+			}
+			j++
+			for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t' || rest[j] == '\n' || rest[j] == '\r') {
+				j++
+			}
+			end := j
+			for end < len(rest) && (rest[end] >= '0' && rest[end] <= '9' || rest[end] == '.' || rest[end] == 'e' || rest[end] == 'E' || rest[end] == '+' || rest[end] == '-') {
+				end++
+			}
+			if end == j {
+				continue
+			}
+			f, err := strconv.ParseFloat(string(rest[j:end]), 64)
+			if err != nil || f < 0 || f > 1e15 {
+				continue
+			}
+			if v := int64(math.Ceil(f)); !ok || v > n {
+				n, ok = v, true
+			}
+		}
+	}
+	return n, ok
 }
