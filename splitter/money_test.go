@@ -38,7 +38,7 @@ func TestMaxOutputTokensPerChunk(t *testing.T) {
 
 // TestBodyKeys: a request's ledger key ignores whitespace between JSON
 // tokens and custom_id, and changes with the body's text, the model, the
-// url and the scope.
+// url, the scope, and the copy (the n-th repeat of a body in a file).
 func TestBodyKeys(t *testing.T) {
 	e := newEnv(t)
 	in := e.write("in.jsonl", []byte(strings.Join([]string{
@@ -48,7 +48,8 @@ func TestBodyKeys(t *testing.T) {
 		`{"custom_id":"d","method":"POST","url":"/v1/chat/completions","body":{"model":"n","messages":[{"role":"user","content":"hi there"}]}}`,
 		`{"custom_id":"e","method":"POST","url":"/v1/responses","body":{"model":"m","messages":[{"role":"user","content":"hi there"}]}}`,
 	}, "\n")+"\n"))
-	keys := func(scope string) map[string]string {
+	spaced := e.write("spaced.jsonl", []byte(`{"custom_id":"b", "method": "POST", "url": "/v1/chat/completions", "body": { "model" : "m", "messages": [ {"role": "user", "content": "hi there"} ] }}`+"\n"))
+	keysOf := func(in, scope string) map[string]string {
 		e.mustSplit(in, "openai", sluice.Limits{}, func(c *splitter.Config) { c.KeyScope = scope })
 		m := map[string]string{}
 		rows, err := e.db.SQL().Query(`SELECT custom_id, COALESCE(hex(body_key), '') FROM requests WHERE id >> 40 = (SELECT key FROM jobs WHERE id = ?)`, fmt.Sprintf("j%d", e.n))
@@ -63,11 +64,18 @@ func TestBodyKeys(t *testing.T) {
 		}
 		return m
 	}
+	keys := func(scope string) map[string]string { return keysOf(in, scope) }
 	k1 := keys("openai\x00https://api.openai.com/v1")
 	if len(k1) != 5 || k1["a"] == "" {
 		t.Fatalf("keys %v", k1)
 	}
-	if k1["a"] != k1["b"] {
+	// b is a second copy of a's body in the same file: a key of its own
+	// (copies are never collapsed); alone in a file, the first copy, it
+	// has a's key whatever its whitespace.
+	if k1["a"] == k1["b"] {
+		t.Error("the second copy of a body has the first one's key")
+	}
+	if ks := keysOf(spaced, "openai\x00https://api.openai.com/v1"); ks["b"] != k1["a"] {
 		t.Error("whitespace between tokens changed the key")
 	}
 	for _, id := range []string{"c", "d", "e"} {
