@@ -74,15 +74,25 @@ func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) err
 	// more than running it).
 	var rows *sql.Rows
 	var err error
+	if p.lookConn == nil {
+		// A connection of the plan's own for lookups, with a small page
+		// cache: the lookups read scattered pages once each.
+		if p.lookConn, err = p.d.db.Conn(p.ctx); err != nil {
+			return fmt.Errorf("ledger lookup: %w", err)
+		}
+		if _, err = p.lookConn.ExecContext(p.ctx, `PRAGMA cache_size = -4096`); err != nil {
+			return fmt.Errorf("ledger lookup: %w", err)
+		}
+	}
 	if len(keys) == reuseBatch {
 		if p.lookup == nil {
-			if p.lookup, err = p.d.db.PrepareContext(p.ctx, lookupQuery(reuseBatch)); err != nil {
+			if p.lookup, err = p.lookConn.PrepareContext(p.ctx, lookupQuery(reuseBatch)); err != nil {
 				return fmt.Errorf("ledger lookup: %w", err)
 			}
 		}
 		rows, err = p.lookup.QueryContext(p.ctx, args...)
 	} else {
-		rows, err = p.d.db.QueryContext(p.ctx, lookupQuery(len(keys)), args...)
+		rows, err = p.lookConn.QueryContext(p.ctx, lookupQuery(len(keys)), args...)
 	}
 	if err != nil {
 		return fmt.Errorf("ledger lookup: %w", err)

@@ -36,7 +36,8 @@ type Plan struct {
 	conn *sql.Conn
 	key  int64 // the job's key: request row ids are (key << 40) | ordinal
 	// lookup is the prepared ledger lookup of LookupReuse (money.go).
-	lookup *sql.Stmt
+	lookup   *sql.Stmt
+	lookConn *sql.Conn
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -87,6 +88,11 @@ func (p *Plan) release() {
 	if p.lookup != nil {
 		p.lookup.Close()
 		p.lookup = nil
+	}
+	if p.lookConn != nil {
+		p.lookConn.ExecContext(context.WithoutCancel(p.ctx), `PRAGMA cache_size = -32768`)
+		p.lookConn.Close()
+		p.lookConn = nil
 	}
 	if p.conn == nil {
 		return
