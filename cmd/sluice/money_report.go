@@ -185,7 +185,7 @@ func pricesInForce() *pricing.Table {
 	return activePrices
 }
 
-// spendJSON is a job's money in status --json and summary.json.
+// spendJSON is a job's money in status --json and the run summary.
 type spendJSON struct {
 	ActualUSD    *float64 `json:"actual_usd"`    // priced provider usage of ended batches; null: unknown
 	CommittedUSD *float64 `json:"committed_usd"` // actual + upper bound of live batches; null: unknown
