@@ -64,6 +64,11 @@ const (
 	// CodeCancelled: the job was cancelled (`sluice cancel`) before this
 	// request was submitted.
 	CodeCancelled ErrorCode = "cancelled"
+	// CodeUntranslatableResponse: the provider answered a translated
+	// /v1/chat/completions line with a 2xx whose body is not its response
+	// shape, so it cannot be given as a chat.completion
+	// (docs/translation.md). Final: asking again would get the same.
+	CodeUntranslatableResponse ErrorCode = "untranslatable_response"
 
 	// CodePollFailed (status only): a poll failed for a reason that may pass
 	// (the network, a 5xx, a 429 after the HTTP layer's retries); it is

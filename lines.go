@@ -103,3 +103,12 @@ func CodecFor(c Codec, url string) Codec {
 	}
 	return c
 }
+
+// ResultTranslator is implemented by codecs that translate lines into the
+// provider's native form (chat completions lines sent to Anthropic, say):
+// the dispatcher passes every result it decodes through TranslateResult,
+// which puts the answer back into the shape of the line's own API
+// (docs/translation.md). ref names the chunk the result came from.
+type ResultTranslator interface {
+	TranslateResult(ref BatchRef, r *Result)
+}

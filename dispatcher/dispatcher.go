@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/pricing"
 )
 
 // Options tune a dispatcher.
@@ -68,6 +69,15 @@ type Options struct {
 	// enqueued-token limit, and sending it again cannot help. Default 3
 	// (the org's queue may hold other work for a while).
 	MaxQueueRefusals int
+	// MaxCost, when positive, caps the job's committed spend in USD (see
+	// spend.go); Price prices a model (pricing.Table.Lookup for the job's
+	// provider).
+	MaxCost float64
+	Price   func(model string) (pricing.Price, bool)
+	// Learned, if set, returns per model what finished batches taught
+	// about the input estimate (tracker.DB.Learned); the cap and
+	// MaxEnqueuedTokens use it.
+	Learned func(ctx context.Context) (map[string]sluice.Learned, error)
 }
 
 // DefaultStuckAfter is Options.StuckAfter's default: the 24h completion
@@ -108,6 +118,9 @@ type Dispatcher struct {
 	// halted is set by the first fatal error of a round: no new task or
 	// provider call starts; those in flight finish.
 	halted atomic.Bool
+	// capped is set by a round that found the spend cap leaves room for
+	// no waiting chunk while none is in flight.
+	capped bool
 }
 
 // New returns a dispatcher for job.
@@ -180,6 +193,9 @@ func (d *Dispatcher) Run(ctx context.Context, stop <-chan struct{}) (Outcome, er
 		if err != nil {
 			return Stopped, err
 		}
+		if d.capped && !progressed {
+			return CapReached, nil
+		}
 		if d.opts.Once {
 			// Rounds repeat only while they move something (a batch ended
 			// and left retries, a submission); a cron run never sleeps.
@@ -227,14 +243,20 @@ func allTerminal(chunks []*sluice.Chunk) bool {
 func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*sluice.Chunk) (bool, error) {
 	now := d.opts.Now()
 	lim := d.job.Limits
-	live := 0
+	learned := d.lessons(ctx)
+	spend := d.newCapCheck(chunks, learned)
+	d.capped = false
+	live, flying := 0, 0
 	liveTokens := map[string]int64{}
 	liveByModel := map[string]int{}
 	for _, c := range chunks {
 		if c.State.Live() {
 			live++
-			liveTokens[c.Model] += c.EstTokens
+			liveTokens[c.Model] += queueTokens(c, learned)
 			liveByModel[c.Model]++
+		}
+		if inFlight(c.State) {
+			flying++
 		}
 	}
 	// For providers whose batches name no chunk, a batch a crashed run may
@@ -272,11 +294,15 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 				}
 				d.setQueueFull(c.Model, false)
 			}
-			if lim.MaxEnqueuedTokens > 0 && liveByModel[c.Model] > 0 && liveTokens[c.Model]+c.EstTokens > lim.MaxEnqueuedTokens {
+			if lim.MaxEnqueuedTokens > 0 && liveByModel[c.Model] > 0 && liveTokens[c.Model]+queueTokens(c, learned) > lim.MaxEnqueuedTokens {
+				continue
+			}
+			if !spend.admit(c) {
 				continue
 			}
 			live++
-			liveTokens[c.Model] += c.EstTokens
+			flying++
+			liveTokens[c.Model] += queueTokens(c, learned)
 			liveByModel[c.Model]++
 			admitted = append(admitted, c)
 			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.submit(ctx, c) })
@@ -292,6 +318,9 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 			}
 			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })
 		}
+	}
+	if spend != nil && spend.blocked > 0 && flying == 0 {
+		d.capped = true
 	}
 	if len(tasks) == 0 {
 		return false, nil

@@ -237,7 +237,14 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			e.notesCode = sluice.CodeBatchStuck
 			e.missingCode, e.missingMsg = sluice.CodeBatchStuck, "the batch was "+stuck+" and cancelled; this request got no result"
 		}
-		err := d.prov.Decode(ctx, ref, files, e.lookup, e.add)
+		add := e.add
+		if rt, ok := d.prov.Codec().(sluice.ResultTranslator); ok {
+			add = func(r sluice.Result) error {
+				rt.TranslateResult(ref, &r)
+				return e.add(r)
+			}
+		}
+		err := d.prov.Decode(ctx, ref, files, e.lookup, add)
 		if errors.As(err, &bad) {
 			// Lines that do not parse were skipped; every other line was
 			// read. Their requests count as missing.

@@ -2,8 +2,9 @@
 // embedded in the binary. Each file is applied in its own transaction, in
 // order, and recorded in the schema_version table; a duplicate version is
 // an error at start. Versions may have gaps: numbers are handed out to
-// branches of work in advance, and they land in any order, so the tracker
-// applies every migration it has not recorded yet, whatever came before.
+// branches of work in advance (docs/money.md names 0005 as the ledger's),
+// and they land in any order, so the tracker applies every migration it has
+// not recorded yet, whatever came before.
 package migrations
 
 import (

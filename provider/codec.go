@@ -91,7 +91,7 @@ type AnthropicCodec struct{}
 
 func (AnthropicCodec) Validate(it *sluice.Item) error {
 	if it.URL != "/v1/messages" {
-		return fmt.Errorf("url %q is not a batch endpoint of Anthropic (accepted: /v1/messages)", it.URL)
+		return fmt.Errorf("url %q is not a batch endpoint of Anthropic (accepted: /v1/messages, and /v1/chat/completions translated)", it.URL)
 	}
 	if !AnthropicCustomID.MatchString(it.CustomID) {
 		return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
@@ -141,7 +141,7 @@ func (CloudflareCodec) Validate(it *sluice.Item) error {
 			return errors.New("url /ai/run needs body.model or --model")
 		}
 	default:
-		return fmt.Errorf("url %q is not a Workers AI endpoint (accepted: /ai/run/{model}, /ai/run)", it.URL)
+		return fmt.Errorf("url %q is not a Workers AI endpoint (accepted: /ai/run/{model}, /ai/run, and /v1/chat/completions translated)", it.URL)
 	}
 	if gjson.GetBytes(it.Body, "external_reference").Exists() {
 		return errors.New("body.external_reference is set, but sluice sends custom_id there")

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -98,7 +99,17 @@ func (f *jobFlags) jobID(absInput string) string {
 		}
 		ep += accountOf(p)
 	}
-	return derivedJobName(absInput, f.provider, ep)
+	return derivedJobName(absInput, f.provider, ep+f.requestsKey())
+}
+
+// requestsKey is what else makes other requests of the same input: a model
+// map and a default max_tokens (translation) are another job. Empty
+// without them, so names stay as they were.
+func (f *jobFlags) requestsKey() string {
+	if f.modelMap == "" && f.maxTokens == 0 {
+		return ""
+	}
+	return "\x00" + f.modelMap + "\x00" + strconv.FormatInt(f.maxTokens, 10)
 }
 
 // derivedJobName is the derived job name: the input's base name, the provider,
@@ -119,7 +130,7 @@ func derivedJobName(absInput, prov, key string) string {
 // legacyJobID is the name earlier versions derived: from --base-url as
 // typed, the empty string when the endpoint came from the environment.
 func (f *jobFlags) legacyJobID(absInput string) string {
-	return derivedJobName(absInput, f.provider, f.baseURL)
+	return derivedJobName(absInput, f.provider, f.baseURL+f.requestsKey())
 }
 
 // findJobID is the job this command means: jobID, or a job an earlier

@@ -16,10 +16,14 @@ type jobFlags struct {
 	baseURL     string
 	job         string
 	model       string
+	modelMap    string
+	maxTokens   int64
 	skipInvalid bool
 	rejects     string
 	limits      sluice.Limits
 	maxAttempts int
+	money       moneyFlags
+	reuse       bool
 	// given reports whether a flag was given on the command line (see
 	// checkSettings).
 	given func(name string) bool
@@ -35,12 +39,15 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
+	fs.StringVar(&f.modelMap, "model-map", "", "old=new,...: send /v1/chat/completions lines written for model old to model new (e.g. gpt-4o-mini=claude-haiku-4-5); chat lines are translated for anthropic and cloudflare (docs/translation.md)")
+	fs.Int64Var(&f.maxTokens, "default-max-tokens", 0, "max_tokens for translated /v1/chat/completions lines that set neither max_tokens nor max_completion_tokens (Anthropic requires one; without this flag such lines are refused)")
 	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "reject bad input lines instead of stopping at the first one: each is written with its line number and reason to the rejects file and the errors file (code invalid_request), and, when it has a custom_id, to the output in its place; the run then exits 4")
 	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
 	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")
 	fs.Int64Var(&f.limits.MaxBatchTokens, "max-batch-tokens", 0, "estimated input tokens per batch (default: no limit)")
 	fs.Int64Var(&f.limits.MaxEnqueuedTokens, "max-enqueued-tokens", 0, "estimated input tokens live at the provider per model, e.g. your OpenAI tier's enqueued-token limit (default: no limit)")
+	f.money.register(cmd, f)
 }
 
 const defaultMaxAttempts = 3
@@ -66,6 +73,12 @@ func (f *jobFlags) check() error {
 	}
 	if f.maxAttempts < 1 {
 		return usageErr("--max-attempts must be at least 1")
+	}
+	if f.maxTokens < 0 {
+		return usageErr("--default-max-tokens must not be negative")
+	}
+	if _, err := provider.ParseModelMap(f.modelMap); err != nil {
+		return withCode(exitUsage, err)
 	}
 	if f.job != "" && !jobName.MatchString(f.job) {
 		return usageErr("--job %q: use letters, digits, '.', '_' and '-' (at most 100)", f.job)

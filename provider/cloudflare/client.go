@@ -97,6 +97,10 @@ func New(cfg Config) (*Client, error) {
 		pollQ: !cfg.PollWithoutQueueRequest, tmp: cfg.TempDir, log: cfg.Logger}
 	if c.tmp == "" {
 		c.tmp = os.TempDir()
+	} else if err := os.MkdirAll(c.tmp, 0o700); err != nil {
+		// Poll writes each answer here before Fetch reads it: without the
+		// directory no batch could ever be read.
+		return nil, fmt.Errorf("provider %s: temp dir: %w", p.Name, err)
 	}
 	c.hc = httpx.New(httpx.Config{
 		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
