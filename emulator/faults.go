@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		if !s.authorized(w, r, fam) {
 			return
 		}
-		slow, fault := s.drawFault()
+		slow, fault := s.drawFault(r)
 		if slow {
 			s.bump(func(st *Stats) { st.SlowCalls++ })
 			if !sleepCtx(r.Context(), s.opts.SlowDelay) {
@@ -85,13 +86,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // drawFault decides, deterministically from the seed and the call order,
-// whether this call is slow and which fault (if any) it gets.
-func (s *Server) drawFault() (slow bool, fault string) {
+// whether this call is slow and which fault (if any) it gets; with
+// Options.FaultScript, the script names the fault.
+func (s *Server) drawFault(r *http.Request) (slow bool, fault string) {
 	s.faultMu.Lock()
 	defer s.faultMu.Unlock()
 	uSlow, uFault, k := s.faultRNG.Float64(), s.faultRNG.Float64(), s.faultRNG.IntN(1<<30)
 	slow = uSlow < s.opts.SlowRate
-	if uFault < s.opts.HTTPFaultRate {
+	if s.opts.FaultScript != nil {
+		fault = s.opts.FaultScript(r.Method, r.URL.Path)
+		if !slices.Contains(allFaultKinds, fault) {
+			fault = ""
+		}
+	} else if uFault < s.opts.HTTPFaultRate {
 		fault = s.opts.FaultKinds[k%len(s.opts.FaultKinds)]
 	}
 	return

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"slices"
 	"time"
 )
 
@@ -28,6 +29,13 @@ type Options struct {
 	// FaultKinds restricts the injected faults to a subset of "429", "500",
 	// "502", "503", "reset". Empty means all of them.
 	FaultKinds []string
+	// FaultScript, when set, decides the fault of every API call in place
+	// of HTTPFaultRate: it gets the call's method and URL path (no query)
+	// and returns "" (no fault) or one of the fault kinds above (anything
+	// else is no fault). Tests use it to play an exact sequence, such as a
+	// create reset after it ran followed by failing listings. It is called
+	// under a lock, one call at a time, in the order calls arrive.
+	FaultScript func(method, path string) string
 	// SlowRate is the share of API calls delayed by SlowDelay.
 	SlowRate  float64
 	SlowDelay time.Duration
@@ -148,6 +156,9 @@ var DefaultCloudflareModels = []string{
 	"@cf/openai/gpt-oss-120b",
 }
 
+// allFaultKinds are the faults the emulator can inject.
+var allFaultKinds = []string{"429", "500", "502", "503", "reset"}
+
 func (o *Options) applyDefaults() {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
@@ -190,6 +201,6 @@ func (o *Options) applyDefaults() {
 		o.StuckPhase = stFinalizing
 	}
 	if len(o.FaultKinds) == 0 {
-		o.FaultKinds = []string{"429", "500", "502", "503", "reset"}
+		o.FaultKinds = slices.Clone(allFaultKinds)
 	}
 }

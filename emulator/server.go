@@ -44,7 +44,7 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	opts.applyDefaults()
 	for _, k := range opts.FaultKinds {
-		if !slices.Contains([]string{"429", "500", "502", "503", "reset"}, k) {
+		if !slices.Contains(allFaultKinds, k) {
 			return nil, fmt.Errorf("emulator: unknown fault kind %q (want 429, 500, 502, 503 or reset)", k)
 		}
 	}
