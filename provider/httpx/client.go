@@ -149,7 +149,9 @@ type Call struct {
 	// after the whole body was sent, or a 2xx answer broke mid-body), before
 	// the call is repeated and before giving up. It looks for what the call
 	// would have created; done true ends the call with ErrReconciled, so a
-	// create is not repeated into a duplicate.
+	// create is not repeated into a duplicate. When Reconcile itself fails,
+	// the call ends with an error wrapping sluice.ErrUnsettled: it is not
+	// repeated blind.
 	Reconcile func(ctx context.Context) (done bool, err error)
 }
 
@@ -292,7 +294,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		if !ok {
 			if ambiguous && call.Reconcile != nil {
 				if done, rerr := call.Reconcile(ctx); rerr != nil {
-					return fmt.Errorf("%w; reconciling: %w", lastErr, rerr)
+					return fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
 				} else if done {
 					return ErrReconciled
 				}
@@ -322,7 +324,10 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		if ambiguous && call.Reconcile != nil {
 			done, rerr := call.Reconcile(ctx)
 			if rerr != nil {
-				return fmt.Errorf("%w; reconciling: %w", lastErr, rerr)
+				// The attempt may have landed and the lookup failed: the
+				// outcome is unknown, and repeating the call could make a
+				// duplicate. The caller must look again first.
+				return fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
 			}
 			if done {
 				return ErrReconciled
