@@ -76,7 +76,7 @@ func badLines() []badLine {
 		{name: "non-object body", line: `{"custom_id":"m7","method":"POST","url":"/v1/embeddings","body":"x"}`,
 			customID: "m7", reason: "body must be a JSON object, got a string"},
 		{name: "missing model", line: `{"custom_id":"m8","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}`,
-			customID: "m8", reason: "missing body.model (and no job model is set)"},
+			customID: "m8", reason: "missing body.model (and no --model given)"},
 		{name: "non-string model", line: `{"custom_id":"m9","method":"POST","url":"/v1/embeddings","body":{"model":4,"input":"x"}}`,
 			customID: "m9", reason: "body.model must be a string, got a number"},
 		{name: "empty model", line: `{"custom_id":"m10","method":"POST","url":"/v1/embeddings","body":{"model":"","input":"x"}}`,
