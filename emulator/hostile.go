@@ -99,6 +99,7 @@ func (s *Server) malform(b *batchRec, i int, data []byte) []byte {
 	}
 	return editLine(data, func(m map[string]json.RawMessage) {
 		delete(m, "custom_id")
+		delete(m, "key") // Gemini
 		if b.Family == famCloudflare {
 			delete(m, "id")
 			delete(m, "external_reference")
@@ -113,6 +114,10 @@ func (s *Server) ghost(b *batchRec, i int, data []byte) []byte {
 		if b.Family == famCloudflare {
 			m["external_reference"] = id
 			m["id"] = json.RawMessage(strconv.Itoa(b.N + i)) // no index of the batch
+			return
+		}
+		if b.Family == famGemini {
+			m["key"] = id
 			return
 		}
 		m["custom_id"] = id
@@ -133,6 +138,9 @@ func (s *Server) conflicting(b *batchRec, i int, data []byte) []byte {
 		case famAnthropic:
 			m["result"] = mustJSON(map[string]any{"type": "errored", "error": map[string]any{
 				"type": "error", "error": map[string]any{"type": "api_error", "message": msg}}})
+		case famGemini:
+			delete(m, "response")
+			m[s.opts.GeminiLineErrorField] = mustJSON(gemStatusLine("INTERNAL", msg))
 		default:
 			delete(m, "result")
 			m["success"] = json.RawMessage("false")
