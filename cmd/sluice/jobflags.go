@@ -29,7 +29,7 @@ type jobFlags struct {
 func (f *jobFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed)")
-	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
+	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4; Gemini: https://generativelanguage.googleapis.com, no version); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
 	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip bad input lines, writing each with its reason to the rejects file, instead of stopping at the first one")

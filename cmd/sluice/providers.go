@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/anthropic"
 	"github.com/sluice-batch/sluice/provider/cloudflare"
+	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/openai"
 	"github.com/sluice-batch/sluice/tracker"
@@ -31,6 +32,11 @@ type netFlags struct {
 	maxRetryWait     time.Duration
 	completionWindow string
 	localBatchTime   time.Duration
+	gemini           struct {
+		apiVersion   string
+		chunkBytes   int64
+		downloadPath string
+	}
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -41,6 +47,9 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default 10m)")
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
 	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed")
+	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
+	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
+	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
 }
 
 // credential returns the first of the preset's key variables that is set.
@@ -110,6 +119,14 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		}
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
 			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: filepath.Join(stateDir, "tmp")})
+	case provider.FamilyGemini:
+		if dp := n.gemini.downloadPath; dp != "download" && dp != "api" {
+			closer()
+			return nil, nil, usageErr("--gemini-download-path %q: want download or api", dp)
+		}
+		prov, err = gemini.New(gemini.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			Limits: f.limits, Logger: plog, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
+			SDKDownloadPath: n.gemini.downloadPath == "api"})
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}
