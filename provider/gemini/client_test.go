@@ -423,6 +423,8 @@ func TestDecodeLine(t *testing.T) {
 		{`{"key":"a","error":{"code":503,"message":"x","status":"UNAVAILABLE"}}`, sluice.ResultRetryable, "UNAVAILABLE", false},
 		{`{"key":"a","error":{"code":400,"message":"x"}}`, sluice.ResultFailed, "INVALID_ARGUMENT", false},
 		{`{"key":"a","status":{"code":4}}`, sluice.ResultRetryable, "DEADLINE_EXCEEDED", false},
+		{`{"key":"a","status":{"code":1,"message":"cancelled"}}`, sluice.ResultRetryable, "CANCELLED", false},
+		{`{"key":"a","status":{"code":7,"message":"denied"}}`, sluice.ResultFailed, "PERMISSION_DENIED", false},
 		{`{"response":{}}`, 0, "", true},
 		{`{"key":"a"}`, 0, "", true},
 		{`{"key":"a","response":{"cand`, 0, "", true},

@@ -19,8 +19,8 @@ import (
 //     plus thoughtsTokenCount out);
 //   - {"key","status"} (or "error"): a google.rpc.Status; an error line
 //     {code: the status name (RESOURCE_EXHAUSTED, ...), message}, retryable
-//     when the HTTP status that name stands for is (429, 5xx, 408), else
-//     failed for good.
+//     when the HTTP status that name stands for is (429, 5xx, 408) and for
+//     CANCELLED and ABORTED, else failed for good.
 //
 // A line that does not parse is skipped and Decode goes on; it then
 // returns a *sluice.MalformedLines naming each skipped file:line.
@@ -62,6 +62,9 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	}
 	name, status := StatusOf(st)
 	res.Kind = provider.StatusKind(status)
+	if name == "CANCELLED" || name == "ABORTED" {
+		res.Kind = sluice.ResultRetryable // not a verdict on the request
+	}
 	msg := st.Get("message").String()
 	if msg == "" {
 		msg = "the request failed with " + name
