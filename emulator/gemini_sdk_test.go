@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -303,5 +304,94 @@ func TestGeminiUploadProtocol(t *testing.T) {
 		if info.BaseURLs[k] != v {
 			t.Errorf("info %s = %q, want %q", k, info.BaseURLs[k], v)
 		}
+	}
+}
+
+// TestGeminiPersistence: with DataDir, an upload session half sent, then a
+// running batch, survive a restart of the emulator; the batch completes
+// with its responses and the duplicate counter still knows its keys.
+func TestGeminiPersistence(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	opts := Options{DataDir: dir, BatchTime: 10 * time.Second, Now: clk.Now, GeminiUploadGranularity: 8}
+	s1, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts1 := httptest.NewServer(s1.Handler())
+	req := func(ts *httptest.Server, method, url string, hdr map[string]string, body string) *http.Response {
+		t.Helper()
+		if !strings.HasPrefix(url, "http") {
+			url = ts.URL + url
+		}
+		r, _ := http.NewRequest(method, url, strings.NewReader(body))
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	data := `{"key":"p-1","request":{"contents":[{"parts":[{"text":"one"}]}]}}` + "\n" +
+		`{"key":"p-2","request":{"contents":[{"parts":[{"text":"two"}]}]}}` + "\n"
+	resp := req(ts1, "POST", "/gemini/upload/v1beta/files", map[string]string{"X-Goog-Upload-Protocol": "resumable",
+		"X-Goog-Upload-Command": "start", "X-Goog-Upload-Header-Content-Length": fmt.Sprint(len(data))}, `{"file":{"displayName":"sluice-jp-c1-a1.jsonl"}}`)
+	up := resp.Header.Get("X-Goog-Upload-URL")
+	if r := req(ts1, "POST", up, map[string]string{"X-Goog-Upload-Command": "upload", "X-Goog-Upload-Offset": "0"}, data[:64]); r.StatusCode != 200 {
+		t.Fatalf("first chunk: %d", r.StatusCode)
+	}
+	ts1.Close()
+	s1.Close()
+
+	s2, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts2 := httptest.NewServer(s2.Handler())
+	up2 := strings.Replace(up, ts1.URL, ts2.URL, 1)
+	if r := req(ts2, "POST", up2, map[string]string{"X-Goog-Upload-Command": "query"}, ""); r.Header.Get("X-Goog-Upload-Size-Received") != "64" {
+		t.Fatalf("query after restart: %v", r.Header)
+	}
+	r := req(ts2, "POST", up2, map[string]string{"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "64"}, data[64:])
+	var fin struct{ File struct{ Name string } }
+	json.NewDecoder(r.Body).Decode(&fin)
+	if r.StatusCode != 200 || fin.File.Name == "" {
+		t.Fatalf("finalize after restart: %d", r.StatusCode)
+	}
+	r = req(ts2, "POST", "/gemini/v1beta/models/gemini-x:batchGenerateContent", nil,
+		`{"batch":{"display_name":"sluice-jp-c1-a1","input_config":{"file_name":"`+fin.File.Name+`"}}}`)
+	var op struct{ Name string }
+	json.NewDecoder(r.Body).Decode(&op)
+	if r.StatusCode != 200 || op.Name == "" {
+		t.Fatalf("create: %d", r.StatusCode)
+	}
+	clk.Advance(5 * time.Second)
+	req(ts2, "GET", "/gemini/v1beta/"+op.Name, nil, "") // running
+	ts2.Close()
+	s2.Close()
+
+	s3, ts3 := start(t, opts)
+	clk.Advance(6 * time.Second)
+	r = req(ts3, "GET", "/gemini/v1/"+op.Name, nil, "")
+	var got struct {
+		Done     bool
+		Metadata struct {
+			State  string
+			Output struct{ ResponsesFile string }
+		}
+	}
+	json.NewDecoder(r.Body).Decode(&got)
+	if !got.Done || got.Metadata.State != "BATCH_STATE_SUCCEEDED" || got.Metadata.Output.ResponsesFile == "" {
+		t.Fatalf("after the second restart: %+v", got)
+	}
+	b, _ := io.ReadAll(req(ts3, "GET", "/gemini/v1beta/"+got.Metadata.Output.ResponsesFile+":download?alt=media", nil, "").Body)
+	if strings.Count(string(b), `"response"`) != 2 {
+		t.Fatalf("responses: %s", b)
+	}
+	if st := s3.Stats().ByFamily["gemini"]; st.BatchesCreated != 1 || st.RequestsProcessed != 2 {
+		t.Errorf("stats after restarts: %+v", st)
 	}
 }
