@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
@@ -182,4 +184,68 @@ func TestGeminiWrongKeyExits1(t *testing.T) {
 		t.Fatalf("right key in GOOGLE_API_KEY: exit %d\n%s", r.code, r.stderr)
 	}
 	checkOutput(t, out, ids)
+}
+
+// TestEmulateBannerAndInfo: `sluice emulate` prints one line per family
+// with its base URL, GET /_emulator/info answers the same table, and each
+// base URL serves its family's listing there.
+func TestEmulateBannerAndInfo(t *testing.T) {
+	cmd := sluiceCmd(nil, "emulate", "--addr", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	banner := map[string]string{}
+	var root string
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 5 && f[0] == "sluice" && f[3] == "on":
+			root = f[4]
+		case len(f) == 4 && f[1] == "base" && f[2] == "URL":
+			banner[f[0]] = f[3]
+		}
+		if len(banner) == 5 {
+			break
+		}
+	}
+	go io.Copy(io.Discard, stderr)
+	if root == "" || len(banner) != 5 {
+		t.Fatalf("banner: root %q, families %v", root, banner)
+	}
+	resp, err := http.Get(root + "/_emulator/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		BaseURLs map[string]string `json:"base_urls"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"openai": root + "/v1", "azure": root + "/openai/v1", "anthropic": root,
+		"cloudflare": root + "/client/v4", "gemini": root + "/gemini"}
+	for fam, u := range want {
+		if banner[fam] != u || info.BaseURLs[fam] != u {
+			t.Errorf("%s: banner %q, info %q, want %q", fam, banner[fam], info.BaseURLs[fam], u)
+		}
+	}
+	// Each base URL is where that family's SDK finds its API.
+	for fam, path := range map[string]string{"openai": "/batches", "azure": "/batches", "anthropic": "/v1/messages/batches",
+		"gemini": "/v1beta/batches"} {
+		r, err := http.Get(info.BaseURLs[fam] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			t.Errorf("%s: GET %s%s: %d", fam, info.BaseURLs[fam], path, r.StatusCode)
+		}
+	}
 }
