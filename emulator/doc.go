@@ -34,7 +34,7 @@
 //	  commands upload, "upload, finalize", finalize, query, cancel
 //	GET /gemini/{v}/files  GET|DELETE /gemini/{v}/files/{id}
 //	GET /gemini/{v}/files/{id}:download?alt=media  GET /gemini/download/{v}/files/{id}:download?alt=media
-//	POST /gemini/{v}/models/{model}:batchGenerateContent  (file input)
+//	POST /gemini/{v}/models/{model}:batchGenerateContent  (file or inlined requests)
 //	POST /gemini/{v}/models/{model}:generateContent  (direct call)
 //	GET /gemini/{v}/batches  GET|DELETE /gemini/{v}/batches/{id}  POST /gemini/{v}/batches/{id}:cancel
 //

@@ -647,9 +647,9 @@ func (s *Server) gemModelCall(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) gemCreateBatch(w http.ResponseWriter, r *http.Request, model string) {
-	body, err := readLimited(r, 1<<20)
-	if err != nil {
-		gemError(w, http.StatusBadRequest, err.Error())
+	body, err := readLimited(r, gemInlineMaxBytes+1)
+	if err != nil || len(body) > gemInlineMaxBytes {
+		gemError(w, http.StatusBadRequest, fmt.Sprintf("The request is larger than the %s bytes inlined batches may carry; upload the requests as a file.", commas(gemInlineMaxBytes)))
 		return
 	}
 	type inputConfig struct {
@@ -683,15 +683,15 @@ func (s *Server) gemCreateBatch(w http.ResponseWriter, r *http.Request, model st
 		return
 	}
 	fileName := cmp(ic.FileName, ic.FileNameSnake)
-	if fileName == "" {
-		if len(ic.Requests) > 0 {
-			gemError(w, http.StatusBadRequest, "The emulator serves batches from an uploaded file (input_config.file_name); inlined requests are not implemented.")
-			return
-		}
-		gemError(w, http.StatusBadRequest, "* GenerateContentBatch.input_config.file_name: exactly one input source is required\n")
+	dn := cmp(req.Batch.DisplayName, req.Batch.DisplayNameSnake)
+	if (fileName == "") == (len(ic.Requests) == 0) {
+		gemError(w, http.StatusBadRequest, "* GenerateContentBatch.input_config: exactly one of file_name and requests is required\n")
 		return
 	}
-	dn := cmp(req.Batch.DisplayName, req.Batch.DisplayNameSnake)
+	if fileName == "" {
+		s.gemCreateInline(w, model, dn, ic.Requests)
+		return
+	}
 	fid := strings.TrimPrefix(fileName, "files/")
 	now := s.now()
 	s.mu.Lock()
@@ -750,6 +750,94 @@ func (s *Server) gemCreateBatch(w http.ResponseWriter, r *http.Request, model st
 		s.forget(b)
 	}
 	writeJSON(w, http.StatusOK, answer)
+}
+
+// gemInlineMaxBytes bounds a create request with inlined requests (the
+// docs: inline requests total under 20 MB).
+const gemInlineMaxBytes = 20_000_000
+
+// gemCreateInline creates a batch from inputConfig.requests
+// ({"requests":[{"request":…,"metadata":{"key":…}}]}): the requests are
+// spooled as {"key","request","metadata"} lines, and their responses come
+// back in the Operation, in request order, as
+// output.inlinedResponses.inlinedResponses [{"response"|"error","metadata"}].
+func (s *Server) gemCreateInline(w http.ResponseWriter, model, displayName string, raw json.RawMessage) {
+	var in struct {
+		Requests []struct {
+			Request  json.RawMessage   `json:"request"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(raw, &in); err != nil || len(in.Requests) == 0 {
+		gemError(w, http.StatusBadRequest, "* GenerateContentBatch.input_config.requests.requests: at least one request is required\n")
+		return
+	}
+	var buf bytes.Buffer
+	var tokens int64
+	for i, it := range in.Requests {
+		if len(it.Request) == 0 || it.Request[0] != '{' {
+			gemError(w, http.StatusBadRequest, fmt.Sprintf("* GenerateContentBatch.input_config.requests.requests[%d].request: request is required\n", i))
+			return
+		}
+		buf.Write(mustJSON(map[string]any{"key": it.Metadata["key"], "request": it.Request, "metadata": it.Metadata}))
+		buf.WriteByte('\n')
+		tokens += approxTokens(len(it.Request))
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tick(now)
+	if lim := s.opts.GeminiMaxActiveBatches; lim > 0 && s.activeOf(famGemini) >= lim {
+		gemError(w, http.StatusTooManyRequests, fmt.Sprintf("You have reached the limit of %d concurrent batch jobs. Wait for some to finish.", lim))
+		return
+	}
+	if lim := s.opts.EnqueuedTokenLimit; lim > 0 && s.enqueued(famGemini, model, "")+tokens > lim {
+		gemError(w, http.StatusTooManyRequests, fmt.Sprintf(
+			"Enqueued tokens for %s would exceed the limit of %s. Try again once some batches have ended.", model, commas(lim)))
+		return
+	}
+	seq := s.nextSeq()
+	id := gemID(s.opts.Seed, "gembatch", int(seq), 36)
+	if err := writeFileAtomic(s.batchInput(id), buf.Bytes(), s.persist); err != nil {
+		gemError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	b := &batchRec{ID: id, Family: famGemini, Seq: seq, Created: now, Model: model, Inline: true,
+		DisplayName: displayName, JobKey: jobKeyFromFilename(displayName), N: len(in.Requests), Tokens: tokens,
+		FailInjected: unit(h64(s.opts.Seed, "vfail", id, 0)) < s.opts.ValidationFailRate,
+		ExpireFate:   unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
+		Status:       stValidating}
+	s.drawBatchFates(b)
+	s.batches[id], s.active[id] = b, b
+	s.saveBatch(b)
+	s.bump(func(st *Stats) {
+		st.BatchesCreated++
+		fs := st.family(famGemini)
+		fs.BatchesCreated++
+		st.ByFamily[famGemini] = fs
+	})
+	s.saveState()
+	s.logf("emulator: gemini batch %s created: %d inlined requests for %s", id, b.N, model)
+	answer := s.gemBatchJSON(b, now)
+	if s.forgets(b) {
+		s.forget(b)
+	}
+	writeJSON(w, http.StatusOK, answer)
+}
+
+// gemInlined reads the inlined responses of an ended inline batch.
+func (s *Server) gemInlined(b *batchRec) []json.RawMessage {
+	data, err := os.ReadFile(s.batchResults(b.ID))
+	if err != nil {
+		return nil
+	}
+	var out []json.RawMessage
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		if l = bytes.TrimSpace(l); len(l) > 0 {
+			out = append(out, json.RawMessage(l))
+		}
+	}
+	return out
 }
 
 // activeOf counts a family's batches that have not ended. Caller holds s.mu.
@@ -886,8 +974,10 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 		}
 	}
 	md := map[string]any{"@type": gemBatchType, "model": b.Model, "name": "batches/" + b.ID,
-		"inputConfig": map[string]any{"fileName": b.InputFileID}, "createTime": gemTime(b.Created),
-		"updateTime": gemTime(updated), "batchStats": stats, "state": gemState(b)}
+		"createTime": gemTime(b.Created), "updateTime": gemTime(updated), "batchStats": stats, "state": gemState(b)}
+	if !b.Inline {
+		md["inputConfig"] = map[string]any{"fileName": b.InputFileID} // omitted for inlined requests (obs)
+	}
 	if b.DisplayName != "" {
 		md["displayName"] = b.DisplayName
 	}
@@ -900,6 +990,11 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 	if b.OutputFileID != "" {
 		md["output"] = map[string]any{"responsesFile": "files/" + b.OutputFileID}
 		op["response"] = map[string]any{"@type": gemOutputType, "responsesFile": "files/" + b.OutputFileID}
+	}
+	if b.Inline && b.Status != stFailed {
+		inl := map[string]any{"inlinedResponses": s.gemInlined(b)}
+		md["output"] = map[string]any{"inlinedResponses": inl}
+		op["response"] = map[string]any{"@type": gemOutputType, "inlinedResponses": inl}
 	}
 	if b.Status == stFailed && len(b.Errors) > 0 {
 		msgs := make([]string, len(b.Errors))

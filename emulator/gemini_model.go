@@ -166,8 +166,9 @@ func gemStatusLine(name, msg string) map[string]any {
 // result line: Gemini's output has responses only for requests it ran.
 func (s *Server) runGeminiLine(b *batchRec, i int, line []byte, done bool, undone string) lineResult {
 	var ln struct {
-		Key     json.RawMessage `json:"key"`
-		Request json.RawMessage `json:"request"`
+		Key      json.RawMessage `json:"key"`
+		Request  json.RawMessage `json:"request"`
+		Metadata json.RawMessage `json:"metadata"`
 	}
 	json.Unmarshal(line, &ln)
 	var key string
@@ -185,6 +186,9 @@ func (s *Server) runGeminiLine(b *batchRec, i int, line []byte, done bool, undon
 		keyJSON = json.RawMessage(`""`)
 	}
 	errLine := func(name, msg string) []byte {
+		if b.Inline {
+			return mustJSON(map[string]any{"error": gemStatusLine(name, msg), "metadata": ln.Metadata})
+		}
 		return mustJSON(map[string]any{"key": keyJSON, s.opts.GeminiLineErrorField: gemStatusLine(name, msg)})
 	}
 	switch f := s.lineFate(b, i); f {
@@ -200,6 +204,8 @@ func (s *Server) runGeminiLine(b *batchRec, i int, line []byte, done bool, undon
 		switch {
 		case f == fateOmit:
 			r.kind, r.dest = outOmitted, destNone
+		case m.status == 200 && b.Inline:
+			r.kind, r.data = outSucceeded, mustJSON(map[string]any{"response": json.RawMessage(m.body), "metadata": ln.Metadata})
 		case m.status == 200:
 			d := append([]byte(`{"key":`), keyJSON...)
 			d = append(d, `,"response":`...)

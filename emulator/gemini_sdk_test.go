@@ -395,3 +395,50 @@ func TestGeminiPersistence(t *testing.T) {
 		t.Errorf("stats after restarts: %+v", st)
 	}
 }
+
+// TestGeminiSDKInlinedRequests: a batch of inlined requests (the docs'
+// first example) through the SDK: responses come back in the Operation, in
+// request order, with their metadata, and a system instruction and
+// generation config of the SDK's InlinedRequest.Config reach the model.
+func TestGeminiSDKInlinedRequests(t *testing.T) {
+	clk := newClock()
+	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now, LineErrorRate: 0.3, Seed: 2})
+	ctx := context.Background()
+	c := genaiClient(t, ts.URL+"/gemini", "v1beta", "any")
+	var reqs []*genai.InlinedRequest
+	for i := 0; i < 12; i++ {
+		reqs = append(reqs, &genai.InlinedRequest{Contents: genai.Text(fmt.Sprintf("question number %d", i)),
+			Metadata: map[string]string{"key": fmt.Sprintf("req-%d", i)},
+			Config:   &genai.GenerateContentConfig{SystemInstruction: genai.NewContentFromText("be brief", genai.RoleUser), MaxOutputTokens: 3}})
+	}
+	job, err := c.Batches.Create(ctx, "gemini-2.5-flash", &genai.BatchJobSource{InlinedRequests: reqs}, &genai.CreateBatchJobConfig{DisplayName: "inline"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if job.State != genai.JobStatePending || job.Dest != nil {
+		t.Fatalf("created: %+v", job)
+	}
+	clk.Advance(11 * time.Second)
+	job, err = c.Batches.Get(ctx, job.Name, nil)
+	if err != nil || job.State != genai.JobStateSucceeded || job.Dest == nil || len(job.Dest.InlinedResponses) != 12 {
+		t.Fatalf("after the batch time: %+v, %v", job, err)
+	}
+	errs := 0
+	for i, r := range job.Dest.InlinedResponses {
+		if r.Metadata["key"] != fmt.Sprintf("req-%d", i) {
+			t.Fatalf("response %d has metadata %v: not in request order", i, r.Metadata)
+		}
+		switch {
+		case r.Error != nil:
+			errs++
+			if r.Error.Code == nil || *r.Error.Code == 0 || r.Error.Message == "" {
+				t.Errorf("response %d: error %+v", i, r.Error)
+			}
+		case r.Response == nil || r.Response.Candidates[0].FinishReason != genai.FinishReasonMaxTokens:
+			t.Errorf("response %d: %+v, want cut at 3 tokens", i, r.Response)
+		}
+	}
+	if errs == 0 || errs == 12 {
+		t.Errorf("%d of 12 inlined responses are errors at LineErrorRate 0.3", errs)
+	}
+}

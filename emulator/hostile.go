@@ -68,6 +68,9 @@ type lineFaults struct {
 }
 
 func (s *Server) lineFaultsOf(b *batchRec, i int) lineFaults {
+	if b.Inline {
+		return lineFaults{} // inlined responses are part of the Operation, not a file
+	}
 	f := lineFaults{malformed: s.fated("malformed", b.ID, i, s.opts.MalformedLineRate)}
 	if !f.malformed {
 		f.dup = s.fated("dupline", b.ID, i, s.opts.DuplicateLineRate)

@@ -276,6 +276,9 @@ func (s *Server) perm(b *batchRec) []int32 {
 	for i := range p {
 		p[i] = int32(i)
 	}
+	if b.Inline {
+		return p // inlined responses come back in request order
+	}
 	r := rand.New(rand.NewPCG(uint64(s.opts.Seed), h64(s.opts.Seed, "perm", b.ID, 0)))
 	r.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
 	return p

@@ -205,7 +205,7 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 		if b.ErrorFileID, err = s.commitOutputFile(errW, b.ID+"_error.jsonl", t, exp); err != nil {
 			return err
 		}
-	} else if b.Family == famGemini {
+	} else if b.Family == famGemini && !b.Inline {
 		if err := s.commitGeminiOutput(b, outW, t); err != nil {
 			return err
 		}

@@ -83,6 +83,7 @@ type batchRec struct {
 	OutputExpiresSec int64             `json:"output_expires_sec,omitempty"`
 	Account          string            `json:"account,omitempty"`
 	DisplayName      string            `json:"display_name,omitempty"` // Gemini
+	Inline           bool              `json:"inline,omitempty"`       // Gemini inlined requests
 	JobKey           string            `json:"job_key"`
 	N                int               `json:"n"`
 	Tokens           int64             `json:"tokens"`
