@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
 
 // The Gemini Developer API family (Batch Mode + Files API), served under
@@ -108,7 +110,7 @@ func (s *Server) saveUpload(u *gemUploadRec) {
 	if !s.persist {
 		return
 	}
-	if err := writeJSONAtomic(s.uploadPath(u.ID, ".json"), u, true); err != nil {
+	if err := writeJSONAtomic(s.uploadPath(u.ID, ".json"), u); err != nil {
 		s.logf("emulator: saving upload %s: %v", u.ID, err)
 	}
 }
@@ -798,7 +800,7 @@ func (s *Server) gemCreateInline(w http.ResponseWriter, model, displayName strin
 	}
 	seq := s.nextSeq()
 	id := gemID(s.opts.Seed, "gembatch", int(seq), 36)
-	if err := writeFileAtomic(s.batchInput(id), buf.Bytes(), s.persist); err != nil {
+	if err := atomicfile.WriteFile(s.batchInput(id), buf.Bytes()); err != nil {
 		gemError(w, http.StatusInternalServerError, err.Error())
 		return
 	}

@@ -159,7 +159,7 @@ func TestClientRoundTrip(t *testing.T) {
 				t.Errorf("%s: %+v", id, r)
 			}
 		case r.Line.Error != nil:
-			kinds[r.Line.Error.Code] = r.Kind
+			kinds[string(r.Line.Error.Code)] = r.Kind
 		default:
 			t.Errorf("%s: neither response nor error", id)
 		}
@@ -440,7 +440,7 @@ func TestDecodeLine(t *testing.T) {
 			t.Errorf("%s: %+v, %v", tc.line, r, err)
 			continue
 		}
-		if tc.code != "" && (r.Line.Error == nil || r.Line.Error.Code != tc.code) {
+		if tc.code != "" && (r.Line.Error == nil || string(r.Line.Error.Code) != tc.code) {
 			t.Errorf("%s: error %+v, want code %s", tc.line, r.Line.Error, tc.code)
 		}
 		if tc.code == "" && (r.Usage.InputTokens != 3 || r.Usage.OutputTokens != 9) {

@@ -69,6 +69,6 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	if msg == "" {
 		msg = "the request failed with " + name
 	}
-	res.Line.Error = &sluice.LineError{Code: name, Message: msg}
+	res.Line.Error = &sluice.LineError{Code: sluice.ErrorCode(name), Message: msg}
 	return res, nil
 }
