@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -170,6 +169,20 @@ func TestClientRoundTrip(t *testing.T) {
 		if got, ok := kinds[code]; !ok || got != k {
 			t.Errorf("line error %s: kind %v (seen %v), want %v", code, got, ok, k)
 		}
+	}
+	// The SDKs' download path gives the same file as the docs' one.
+	docs, err := c.Fetch(ctx, ref, b, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdk, err := newClient(t, base, func(cfg *gemini.Config) { cfg.SDKDownloadPath = true }).Fetch(ctx, ref, b, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := os.ReadFile(docs[0])
+	d2, _ := os.ReadFile(sdk[0])
+	if len(d1) == 0 || string(d1) != string(d2) {
+		t.Errorf("download paths disagree: %d and %d bytes", len(d1), len(d2))
 	}
 	if st := s.Stats().ByFamily["gemini"]; st.RequestsProcessed != 60 || st.RequestsProcessedMoreThanOnce != 0 {
 		t.Errorf("stats: %+v", st)
@@ -484,5 +497,4 @@ func TestCodec(t *testing.T) {
 			t.Errorf("%s %s: accepted", it.URL, it.Body)
 		}
 	}
-	_ = strconv.Itoa
 }
