@@ -18,7 +18,7 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		return nil, nil, err
 	}
 	defer src.Close()
-	env := d.prov.Codec().Envelope()
+	env := sluice.CodecFor(d.prov.Codec(), c.URL).Envelope()
 	lim := d.job.Limits
 	ext := filepath.Ext(c.Path)
 	var (
@@ -102,6 +102,11 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		moved = append(moved, r)
 		cur.Requests++
 		cur.EstTokens += r.Tokens
+		if n, ok := itemMaxOutput(item); ok {
+			cur.MaxOutputTokens += n
+		} else {
+			cur.NoMaxRequests++
+		}
 		itemB += int64(len(item))
 	}
 	if err := closeCur("end"); err != nil {

@@ -26,16 +26,19 @@ const (
 type Family struct {
 	Name string
 	Path string
+	// Env is the variable the family's SDKs (and sluice) read the base URL
+	// from.
+	Env string
 }
 
 // Families lists every family served, in banner order. GET /_emulator/info
 // and the banner of `sluice emulate` are both made from it.
 var Families = []Family{
-	{"openai", "/v1"},
-	{"azure", "/openai/v1"},
-	{"anthropic", ""},
-	{"cloudflare", "/client/v4"},
-	{famGemini, geminiPrefix},
+	{"openai", "/v1", "OPENAI_BASE_URL"},
+	{"anthropic", "", "ANTHROPIC_BASE_URL"},
+	{"cloudflare", "/client/v4", "CLOUDFLARE_BASE_URL"},
+	{famGemini, geminiPrefix, "GOOGLE_GEMINI_BASE_URL"},
+	{"azure", "/openai/v1", "AZURE_OPENAI_BASE_URL"},
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root

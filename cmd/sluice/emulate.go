@@ -39,7 +39,7 @@ custom_id of one job executed twice: money spent twice), also per family.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return emulator.ListenAndServe(ctx, addr, o, func(a string) {
-				fmt.Fprint(os.Stderr, banner(a))
+				fmt.Fprint(os.Stderr, emulatorBanner(a))
 			})
 		},
 	}
@@ -69,15 +69,16 @@ custom_id of one job executed twice: money spent twice), also per family.`,
 	return cmd
 }
 
-// banner is what emulate prints at start: where it listens, then one line
-// per family with the base URL its SDK and --base-url take (the table
-// GET /_emulator/info answers from).
-func banner(addr string) string {
+// emulatorBanner says where the emulator listens and, one line per
+// family, the base URL to give each provider's SDK (and sluice), with the
+// variable that SDK reads it from: the table GET /_emulator/info answers
+// from (emulator.Families).
+func emulatorBanner(addr string) string {
 	root := "http://" + addr
 	var b strings.Builder
 	fmt.Fprintf(&b, "sluice emulator listening on %s\n", root)
 	for _, f := range emulator.Families {
-		fmt.Fprintf(&b, "  %-10s base URL %s%s\n", f.Name, root, f.Path)
+		fmt.Fprintf(&b, "  %-11s %s=%s%s\n", f.Name+":", f.Env, root, f.Path)
 	}
 	return b.String()
 }

@@ -207,8 +207,9 @@ func TestEmulateBannerAndInfo(t *testing.T) {
 		switch {
 		case len(f) == 5 && f[0] == "sluice" && f[3] == "on":
 			root = f[4]
-		case len(f) == 4 && f[1] == "base" && f[2] == "URL":
-			banner[f[0]] = f[3]
+		case len(f) == 2 && strings.HasSuffix(f[0], ":") && strings.Contains(f[1], "="):
+			_, u, _ := strings.Cut(f[1], "=")
+			banner[strings.TrimSuffix(f[0], ":")] = u
 		}
 		if len(banner) == 5 {
 			break

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,18 +48,27 @@ Everything is recorded in the state directory before and after each call to
 the provider, so killing sluice at any moment and running the same command
 again resumes the job without buying any batch twice.
 
+Money (docs/money.md): --max-cost USD never lets the job's committed spend
+pass the cap (exit 3 when nothing more fits; run again with a higher cap),
+and --reuse (the default) answers requests an earlier job already bought
+from its results instead of buying them again.
+
 Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
 
 Credentials come from the environment only: OPENAI_API_KEY, ANTHROPIC_API_KEY,
 CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID, AZURE_OPENAI_API_KEY,
-NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.`,
+NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
+
+` + exitCodesHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd.Context(), g, &f, args[0]) },
 	}
 	f.register(cmd)
+	f.registerRun(cmd)
 	f.net.register(cmd)
+	f.money.registerRun(cmd)
 	fs := cmd.Flags()
 	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
 	fs.StringVar(&f.errorsOut, "errors", "", "errors file for requests that failed for good (default: OUTPUT with .errors before the extension)")
@@ -100,7 +110,9 @@ func parseDeadline(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, usageErr("--deadline %q: want a clock time like 07:00, a duration like 8h, or RFC 3339", s)
 }
 
-func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) error {
+func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) (err error) {
+	var cancelled atomic.Bool // by a second signal
+	defer func() { err = stoppedBySignal(err, cancelled.Load()) }()
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -111,6 +123,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return usageErr("--concurrency must be at least 1")
 	}
 	deadline, err := parseDeadline(f.deadline, time.Now())
+	if err != nil {
+		return err
+	}
+	prices, err := f.money.checkRun()
 	if err != nil {
 		return err
 	}
@@ -128,6 +144,9 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	out, err := filepath.Abs(f.out)
 	if err != nil {
+		return err
+	}
+	if err := preflight(f, p, input, out); err != nil {
 		return err
 	}
 
@@ -156,6 +175,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 					close(stop)
 				} else {
 					log.Warn().Msg("cancelling calls in flight")
+					cancelled.Store(true)
 					cancel()
 					return
 				}
@@ -173,11 +193,15 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	job := pr.job
 	if pr.reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
+		noteSkipInvalid(log, &f.jobFlags, pr)
 	} else {
 		log.Info().Int64("requests", job.Requests).Int64("rejected", job.Rejected).Msg("job planned")
 	}
 	if job.Output != "" && job.Output != out && job.State != sluice.JobPlanned {
 		log.Warn().Str("was", job.Output).Str("now", out).Msg("output path differs from the first run's; writing to the new one")
+	}
+	if err := f.money.checkCap(ctx, db, job, p, prices); err != nil {
+		return err
 	}
 	if err := db.SetJobOutput(ctx, job.ID, out); err != nil {
 		return err
@@ -207,11 +231,15 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
 			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,
 			StuckAfter: f.stuckAfter,
+			MaxCost:    f.money.maxCost, Price: priceOf(prices, p), Learned: db.Learned,
 		})
 		outcome, err := d.Run(ctx, stop)
 		bar.done()
 		if err != nil {
 			return err
+		}
+		if outcome == dispatcher.CapReached {
+			return capReached(ctx, db, job, p, prices, f.money.maxCost)
 		}
 		if outcome == dispatcher.Stopped {
 			why := "stopped"
@@ -235,7 +263,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return err
 	}
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
-	if sum.Failed > 0 {
+	if failedAny(sum) {
 		return silent(exitFailures)
 	}
 	return nil

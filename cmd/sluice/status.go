@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -47,6 +48,7 @@ type statusJob struct {
 	Next         string                        `json:"next_action"`
 	Summary      *jobSummary                   `json:"summary,omitempty"`
 	ChunkList    []*sluice.Chunk               `json:"chunk_list,omitempty"`
+	Money        *spendJSON                    `json:"money"`
 	// CancelRequestedAt is when `sluice cancel` cancelled the job.
 	CancelRequestedAt time.Time `json:"cancel_requested_at,omitzero"`
 	// AttemptErrors are the errors recorded for the job's chunk attempts,
@@ -73,6 +75,7 @@ type statusBatch struct {
 
 func newStatusCmd(g *globalFlags) *cobra.Command {
 	var asJSON, withChunks bool
+	var pricesFile string
 	cmd := &cobra.Command{
 		Use:   "status [JOB]",
 		Short: "Show jobs, their requests and chunks by state, live batches and the next action",
@@ -96,6 +99,11 @@ job's lock, so it is safe to run while cron drives the job.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			tbl, err := pricing.Load(pricesFile)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			activePrices = tbl
 			dir, err := g.stateDir()
 			if err != nil {
 				return err
@@ -137,6 +145,7 @@ job's lock, so it is safe to run while cron drives the job.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document {\"state_dir\": DIR, \"jobs\": [...]}")
 	cmd.Flags().BoolVar(&withChunks, "chunks", false, "list every chunk with its provider ids and last error")
+	cmd.Flags().StringVar(&pricesFile, "prices", "", "JSON or YAML file of batch prices that overrides or extends the built-in table, for the spend shown (docs/money.md)")
 	return cmd
 }
 
@@ -216,6 +225,7 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 			FinishedAt: j.UpdatedAt, Cancelled: !j.CancelRequestedAt.IsZero()},
 			Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
 	}
+	s.Money = jobMoney(ctx, db, j, chunks)
 	s.Next = nextAction(j, len(s.Live), waiting, unsettled, nextPoll)
 	if s.RunningPID > 0 && j.State != sluice.JobDone {
 		s.Next += fmt.Sprintf(" (sluice pid %d is on it now)", s.RunningPID)
@@ -242,10 +252,10 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 	case sluice.JobMerging:
 		return "merge the results into the output"
 	case sluice.JobPlanned:
-		return fmt.Sprintf("submit %d batches", waiting)
+		return "submit " + plural(int64(waiting), "batch", "batches")
 	case sluice.JobCancelled:
 		if unsettled > 0 {
-			parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+			parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
 		}
 		if live > 0 {
 			parts = append(parts, fmt.Sprintf("wait for %d cancelled batches to end", live))
@@ -257,10 +267,10 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 		return strings.Join(parts, "; ") + " ('sluice cancel " + j.ID + "' or 'sluice run' again)"
 	}
 	if unsettled > 0 {
-		parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+		parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
 	}
 	if waiting > 0 {
-		parts = append(parts, fmt.Sprintf("submit %d batches", waiting))
+		parts = append(parts, "submit "+plural(int64(waiting), "batch", "batches"))
 	}
 	if poll != "" {
 		parts = append(parts, poll)
@@ -307,16 +317,17 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 		if j.Output != "" {
 			fmt.Fprintf(w, "  output:   %s\n", j.Output)
 		}
-		if j.Summary != nil && j.Summary.Failed > 0 {
+		if j.Summary != nil && (j.Summary.Failed > 0 || j.Summary.Rejected > 0) {
 			fmt.Fprintf(w, "  errors:   %s\n", j.Errors)
 		}
 		fmt.Fprintf(w, "  requests: %s; %s in all", countsLine(j.Requests, requestOrder), commas(j.Total))
 		if j.Rejected > 0 {
-			fmt.Fprintf(w, " (%s bad lines skipped)", commas(j.Rejected))
+			fmt.Fprintf(w, " (and %s rejected as invalid, in the errors file)", plural(j.Rejected, "input line", "input lines"))
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  chunks:   %s\n", countsLine(j.Chunks, chunkOrder))
 		fmt.Fprintf(w, "  tokens:   %s input, %s output used (planned ~%s input)\n", commas(j.InputTokens), commas(j.OutputTokens), commas(j.EstTokens))
+		writeMoney(w, j.Money, func(l string) string { return fmt.Sprintf("  %-10s", l+":") })
 		if s := j.Summary; s != nil && j.State == sluice.JobDone {
 			verb := "merged"
 			if s.Cancelled {
@@ -324,18 +335,22 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 			}
 			retried := "none retried"
 			if s.Retried > 0 {
-				retried = fmt.Sprintf("%s retried in %s retry batches", commas(s.Retried), commas(int64(s.RetryBatches)))
+				retried = fmt.Sprintf("%s retried in %s", commas(s.Retried), plural(int64(s.RetryBatches), "retry batch", "retry batches"))
 			}
-			fmt.Fprintf(w, "  result:   %s succeeded, %s failed, %s; %s %s, wall time %s since planned\n",
-				commas(s.Succeeded), commas(s.Failed), retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
+			failed := commas(s.Failed) + " failed"
+			if s.Rejected > 0 {
+				failed += ", " + commas(s.Rejected) + " rejected as invalid"
+			}
+			fmt.Fprintf(w, "  result:   %s succeeded, %s, %s; %s %s, wall time %s since planned\n",
+				commas(s.Succeeded), failed, retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
 		}
 		for i, b := range j.Live {
 			if i == maxLiveLines && !withChunks {
 				fmt.Fprintf(w, "  live:     ... and %d more (sluice status %s --chunks lists every chunk)\n", len(j.Live)-i, j.ID)
 				break
 			}
-			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s requests) batch %s status %s, submitted %s ago\n",
-				b.Chunk, b.Attempt, b.Model, commas(int64(b.Requests)), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
+			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s) batch %s status %s, submitted %s ago\n",
+				b.Chunk, b.Attempt, b.Model, plural(int64(b.Requests), "request", "requests"), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
 		}
 		fmt.Fprintf(w, "  next:     %s\n", j.Next)
 		if withChunks {
