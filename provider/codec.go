@@ -50,13 +50,8 @@ func (c OpenAICodec) Validate(it *sluice.Item) error {
 
 // otherFamily says which provider takes a url of another family's API.
 func otherFamily(url string) string {
-	var fam string
-	switch {
-	case url == "/v1/messages":
-		fam = "anthropic"
-	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
-		fam = "cloudflare"
-	default:
+	fam := FamilyOf(url)
+	if fam == FamilyOpenAI {
 		return ""
 	}
 	return fmt.Sprintf("; it is a %s url: use --provider %s (or local, which takes every family)", fam, fam)
@@ -232,20 +227,24 @@ func appendJSONString(dst []byte, s string) []byte {
 }
 
 // FamilyOf is the API family whose batch endpoint url is: Anthropic's
-// /v1/messages, Cloudflare's /ai/run[/...], else OpenAI's.
+// /v1/messages, Cloudflare's /ai/run[/...], Gemini's
+// /{v1beta,v1}/models/{model}:generateContent, else OpenAI's.
 func FamilyOf(url string) Family {
 	switch {
 	case url == "/v1/messages":
 		return FamilyAnthropic
 	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
 		return FamilyCloudflare
+	case strings.HasSuffix(url, ":generateContent") && geminiURL.MatchString(url):
+		return FamilyGemini
 	}
 	return FamilyOpenAI
 }
 
 // MixedCodec is the sluice.RoutedCodec of --provider local: OpenAI lines in
 // the OpenAI format, /v1/messages lines in Anthropic's, /ai/run lines in
-// Cloudflare's, each under its family's per-batch limits.
+// Cloudflare's, :generateContent lines in Gemini's, each under its family's
+// per-batch limits.
 type MixedCodec struct {
 	OpenAI OpenAICodec
 }
@@ -256,6 +255,8 @@ func (m MixedCodec) For(url string) (sluice.Codec, sluice.Limits) {
 		return AnthropicCodec{}, Presets["anthropic"].Limits
 	case FamilyCloudflare:
 		return CloudflareCodec{}, Presets["cloudflare"].Limits
+	case FamilyGemini:
+		return GeminiCodec{}, Presets["gemini"].Limits
 	}
 	return m.OpenAI, sluice.Limits{}
 }

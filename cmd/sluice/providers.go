@@ -168,5 +168,12 @@ func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir strin
 	if err != nil {
 		return nil, err
 	}
-	return &mixedLocal{openai: oa, anthropic: an, cloudflare: cf, codec: local.Codec()}, nil
+	gp := provider.Presets["gemini"]
+	gp.Name = local.Name
+	gm, err := gemini.New(gemini.Config{Preset: gp, BaseURL: root + "/gemini", APIKey: "local", Retry: retry, RateLimit: rl,
+		Limits: f.limits, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &mixedLocal{openai: oa, anthropic: an, cloudflare: cf, gemini: gm, codec: local.Codec()}, nil
 }
