@@ -48,7 +48,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default 8)")
 	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default 10m)")
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
-	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed")
+	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll)")
 	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
 	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
 	fs.StringVar(&n.gemini.mimeType, "gemini-mime-type", "", "--provider gemini: mimeType of uploaded chunk files (default application/jsonl; Google's docs pass jsonl)")
@@ -149,8 +149,10 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir string, retry httpx.Retry, rl httpx.RateLimit,
 	f *jobFlags, log zerolog.Logger, db *tracker.DB) (sluice.Provider, error) {
 	local := provider.Presets["local"]
+	// Each family's client keeps its wire format and limits, but calls the
+	// in-process emulator at local's rate, not the real API's.
 	ap := provider.Presets["anthropic"]
-	ap.Name = local.Name
+	ap.Name, ap.RequestsPerSecond, ap.Burst = local.Name, local.RequestsPerSecond, local.Burst
 	an, err := anthropic.New(anthropic.Config{Preset: ap, BaseURL: root, APIKey: "local", Retry: retry, RateLimit: rl,
 		Limits: f.limits, Logger: log,
 		Claimed: func(id string) bool { return db.BatchKnown(context.WithoutCancel(ctx), id) }})
@@ -158,7 +160,7 @@ func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir strin
 		return nil, err
 	}
 	cp := provider.Presets["cloudflare"]
-	cp.Name = local.Name
+	cp.Name, cp.RequestsPerSecond, cp.Burst = local.Name, local.RequestsPerSecond, local.Burst
 	tmp := filepath.Join(stateDir, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, err
