@@ -33,9 +33,9 @@ func checkNothingLost(t *testing.T, r *rig, allowedTwice int64) (succeeded, fail
 }
 
 func TestHTTPFaultStorm(t *testing.T) {
-	for _, preset := range []string{"openai", "anthropic", "cloudflare"} {
+	for _, preset := range []string{"openai", "anthropic", "cloudflare", "gemini"} {
 		t.Run(preset, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(45), "anthropic": anthropicLines(30), "cloudflare": cloudflareLines(30)}[preset]
+			lines := map[string][]string{"openai": openAILines(45), "anthropic": anthropicLines(30), "cloudflare": cloudflareLines(30), "gemini": geminiLines(30)}[preset]
 			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 5}, 3,
 				emulator.Options{Seed: 7, HTTPFaultRate: 0.3, RetryAfter: 10 * time.Millisecond})
 			r.run(r.options())
@@ -220,16 +220,39 @@ func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 }
 
 func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {
-	r := newRig(t, "openai", openAILines(40), sluice.Limits{MaxBatchRequests: 5}, 8,
-		emulator.Options{Seed: 9, ValidationFailRate: 0.4})
+	for _, preset := range []string{"openai", "gemini"} {
+		t.Run(preset, func(t *testing.T) {
+			lines := map[string][]string{"openai": openAILines(40), "gemini": geminiLines(40)}[preset]
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 5}, 8,
+				emulator.Options{Seed: 9, ValidationFailRate: 0.4})
+			opts := r.options()
+			opts.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
+			r.run(opts)
+			ok, failed := checkNothingLost(t, r, 0)
+			if ok != 40 || failed != 0 {
+				t.Errorf("succeeded %d failed %d", ok, failed)
+			}
+			if st := r.emu.Stats(); st.BatchesFailed == 0 {
+				t.Fatal("no batch failed validation: the test proves nothing")
+			}
+		})
+	}
+}
+
+// TestGeminiExpiredBatchesRetried: an expired Gemini batch has no
+// results; every one of its requests goes to a new batch, and nothing is
+// executed twice.
+func TestGeminiExpiredBatchesRetried(t *testing.T) {
+	r := newRig(t, "gemini", geminiLines(30), sluice.Limits{MaxBatchRequests: 5}, 8,
+		emulator.Options{Seed: 4, ExpireRate: 0.4})
 	opts := r.options()
-	opts.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
+	opts.Concurrency = 1
 	r.run(opts)
 	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 40 || failed != 0 {
+	if ok != 30 || failed != 0 {
 		t.Errorf("succeeded %d failed %d", ok, failed)
 	}
-	if st := r.emu.Stats(); st.BatchesFailed == 0 {
-		t.Fatal("no batch failed validation: the test proves nothing")
+	if st := r.emu.Stats(); st.BatchesExpired == 0 {
+		t.Fatal("no batch expired: the test proves nothing")
 	}
 }

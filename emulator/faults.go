@@ -127,6 +127,24 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) 
 			cfError(w, http.StatusUnauthorized, 10000, "Authentication error")
 			return false
 		}
+	case famGemini:
+		// Google answers a wrong key 400 INVALID_ARGUMENT (reason
+		// API_KEY_INVALID) and a missing one 403 PERMISSION_DENIED.
+		got := r.Header.Get("x-goog-api-key")
+		if got == "" {
+			got = r.URL.Query().Get("key")
+		}
+		switch {
+		case got == "":
+			gemErrorStatus(w, http.StatusForbidden, "PERMISSION_DENIED",
+				"Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.")
+			return false
+		case got != key:
+			gemErrorStatus(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.",
+				map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+					"domain": "googleapis.com", "metadata": map[string]any{"service": "generativelanguage.googleapis.com"}})
+			return false
+		}
 	default:
 		if bearer != key && r.Header.Get("api-key") != key {
 			shown := bearer

@@ -170,6 +170,9 @@ func smallField(part io.Reader) string {
 func (s *Server) lookupFile(w http.ResponseWriter, r *http.Request) *fileRec {
 	id := r.PathValue("id")
 	f := s.files[id]
+	if f != nil && f.Family != "" {
+		f = nil // another family's file
+	}
 	if f == nil {
 		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+id, "id", "")
 	}
@@ -250,7 +253,7 @@ func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	all := make([]*fileRec, 0, len(s.files))
 	for _, f := range s.files {
-		if purpose == "" || f.Purpose == purpose {
+		if f.Family == "" && (purpose == "" || f.Purpose == purpose) {
 			all = append(all, f)
 		}
 	}

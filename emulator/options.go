@@ -126,6 +126,21 @@ type Options struct {
 	// "error":"message" instead of the default "error":{"code":N,"message":"…"}.
 	CloudflareItemErrorString bool
 
+	// Gemini limits: bytes of an uploaded file (default 2 GB, the Files API
+	// and batch input limit) and batches pending or running at once
+	// (default 100; create beyond it answers 429 RESOURCE_EXHAUSTED).
+	GeminiMaxFileBytes     int64
+	GeminiMaxActiveBatches int
+	// GeminiUploadGranularity is the X-Goog-Upload-Chunk-Granularity a
+	// resumable upload announces (default 8 MiB): chunks other than the last
+	// must be a multiple of it, and a chunk cut short keeps only whole
+	// multiples of it.
+	GeminiUploadGranularity int64
+	// GeminiLineErrorField names the field of a failed line in a Gemini
+	// responses file: "status" (default) or "error" (the shape is
+	// unconfirmed).
+	GeminiLineErrorField string
+
 	// EmbeddingDim is the dimension of fake embeddings (default 8).
 	EmbeddingDim int
 
@@ -190,6 +205,18 @@ func (o *Options) applyDefaults() {
 	}
 	if o.CloudflareModels == nil {
 		o.CloudflareModels = DefaultCloudflareModels
+	}
+	if o.GeminiMaxFileBytes <= 0 {
+		o.GeminiMaxFileBytes = 2_000_000_000
+	}
+	if o.GeminiMaxActiveBatches == 0 {
+		o.GeminiMaxActiveBatches = 100
+	}
+	if o.GeminiUploadGranularity <= 0 {
+		o.GeminiUploadGranularity = 8 << 20
+	}
+	if o.GeminiLineErrorField == "" {
+		o.GeminiLineErrorField = "status"
 	}
 	if o.EmbeddingDim <= 0 {
 		o.EmbeddingDim = 8

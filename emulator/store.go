@@ -22,6 +22,13 @@ type fileRec struct {
 	Purpose   string `json:"purpose"`
 	// Lost: the content answers 404 (OutputFile404Rate).
 	Lost bool `json:"lost,omitempty"`
+	// Gemini files: Family "gemini" (OpenAI files leave it empty), the
+	// display name in Filename, and these.
+	Family   string    `json:"family,omitempty"`
+	MimeType string    `json:"mime_type,omitempty"`
+	SHA256   string    `json:"sha256,omitempty"` // base64
+	Source   string    `json:"source,omitempty"` // UPLOADED or GENERATED
+	Created  time.Time `json:"created,omitempty"`
 }
 
 // batchError is one entry of an OpenAI batch's errors.data.
@@ -75,6 +82,8 @@ type batchRec struct {
 	Metadata         map[string]string `json:"metadata,omitempty"`
 	OutputExpiresSec int64             `json:"output_expires_sec,omitempty"`
 	Account          string            `json:"account,omitempty"`
+	DisplayName      string            `json:"display_name,omitempty"` // Gemini
+	Inline           bool              `json:"inline,omitempty"`       // Gemini inlined requests
 	JobKey           string            `json:"job_key"`
 	N                int               `json:"n"`
 	Tokens           int64             `json:"tokens"`
@@ -128,7 +137,7 @@ func (s *Server) batchResults(id string) string {
 }
 
 func (s *Server) initDirs() error {
-	for _, d := range []string{"files", "batches", "tmp"} {
+	for _, d := range []string{"files", "batches", "tmp", "uploads"} {
 		if err := os.MkdirAll(filepath.Join(s.dir, d), 0o755); err != nil {
 			return err
 		}
@@ -183,7 +192,7 @@ func (s *Server) load() error {
 			s.active[b.ID] = &b
 		}
 	}
-	return nil
+	return s.loadUploads()
 }
 
 func readJSON(path string, v any) error {

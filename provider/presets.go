@@ -1,8 +1,8 @@
 // Package provider holds what every provider client shares: the table of
 // provider presets (base URL, credentials, limits, endpoints) and the wire
 // codecs that turn a validated input line into the bytes of a chunk file.
-// The clients themselves live in the subpackages openai, anthropic and
-// cloudflare.
+// The clients themselves live in the subpackages openai, anthropic,
+// cloudflare and gemini.
 package provider
 
 import (
@@ -20,6 +20,7 @@ const (
 	FamilyOpenAI     Family = "openai"     // Files + Batches (OpenAI and compatible)
 	FamilyAnthropic  Family = "anthropic"  // Message Batches
 	FamilyCloudflare Family = "cloudflare" // Workers AI async batch
+	FamilyGemini     Family = "gemini"     // Gemini Developer API Batch Mode + Files API
 )
 
 // Preset is everything sluice knows about one provider by default. Every
@@ -43,6 +44,9 @@ type Preset struct {
 	Endpoints []string
 	// CompletionWindow is sent on batch create (OpenAI family).
 	CompletionWindow string
+	// APIVersion is put between the base URL and every path (Gemini:
+	// v1beta; the base URL carries no version, as the Google SDKs take it).
+	APIVersion string
 	// RequestsPerSecond and Burst are the client-side rate limit of API
 	// calls (uploads, creates, polls, downloads), kept under the provider's
 	// documented or usual limits so sluice does not collect 429s. Zero
@@ -134,6 +138,20 @@ var Presets = map[string]Preset{
 		RequestsPerSecond: 3, Burst: 5,
 		Notes: "payload under 10 MB; no listing, so a crash inside submit cannot be reconciled",
 	},
+	"gemini": {
+		Name: "gemini", Family: FamilyGemini, BaseURL: "https://generativelanguage.googleapis.com", BaseURLEnv: "GOOGLE_GEMINI_BASE_URL",
+		// As the Google SDKs: GOOGLE_API_KEY wins over GEMINI_API_KEY.
+		KeyEnv: []string{"GOOGLE_API_KEY", "GEMINI_API_KEY"}, AuthHeader: "x-goog-api-key",
+		// 2 GB per input file; 100 concurrent batches per project. No
+		// request count per batch is documented: 100,000 is sluice's
+		// choice (docs/providers/gemini.md), overridable.
+		Limits:     sluice.Limits{MaxBatchBytes: 2_000_000_000, MaxBatchRequests: 100_000, MaxLiveBatches: 100},
+		Endpoints:  []string{"/v1beta/models/{model}:generateContent", "/v1/models/{model}:generateContent"},
+		APIVersion: "v1beta",
+		// No batch-API rate limit is documented; kept low like Anthropic's.
+		RequestsPerSecond: 2, Burst: 5,
+		Notes: "2 GB per input file, 100 concurrent batches, batches expire after 48h; model from the url",
+	},
 }
 
 var openAIEndpoints = []string{
@@ -172,6 +190,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return AnthropicCodec{}
 	case FamilyCloudflare:
 		return CloudflareCodec{}
+	case FamilyGemini:
+		return GeminiCodec{}
 	}
 	if p.Name == "local" {
 		// The built-in emulator serves every family: so does local.

@@ -652,14 +652,16 @@ func TestLocalServesEveryFamily(t *testing.T) {
 	dir := t.TempDir()
 	var b []byte
 	var ids []string
-	for i := 0; i < 30; i++ {
+	for i := 0; i < 40; i++ {
 		id := fmt.Sprintf("mix_%03d", i)
 		ids = append(ids, id)
-		switch i % 3 {
+		switch i % 4 {
 		case 0:
 			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
 		case 1:
 			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/messages","body":{"model":"claude-3-5-haiku-latest","max_tokens":16,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+		case 2:
+			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1beta/models/gemini-2.5-flash:generateContent","body":{"contents":[{"role":"user","parts":[{"text":"q %d"}]}]}}`+"\n", id, i)
 		default:
 			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"q %d","max_tokens":16}}`+"\n", id, i)
 		}
@@ -686,9 +688,15 @@ func TestLocalServesEveryFamily(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "provider openai") || !strings.Contains(r.stderr, "--provider cloudflare") {
 		t.Errorf("exit %d: %s", r.code, r.stderr)
 	}
+	gdir := t.TempDir()
+	gm, _ := writeGeminiInput(t, gdir, 2)
+	r = runSluice(t, stateEnv(gdir), "plan", gm, "--provider", "openai")
+	if r.code != 2 || !strings.Contains(r.stderr, "--provider gemini") {
+		t.Errorf("gemini lines on openai: exit %d: %s", r.code, r.stderr)
+	}
 	emb := filepath.Join(dir, "emb.jsonl")
 	writeFile(t, emb, []byte(`{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"x"}}`+"\n"))
-	for _, prov := range []string{"anthropic", "cloudflare"} {
+	for _, prov := range []string{"anthropic", "cloudflare", "gemini"} {
 		r = runSluice(t, stateEnv(dir), "plan", emb, "--provider", prov)
 		if r.code != 2 || !strings.Contains(r.stderr, "--provider openai") {
 			t.Errorf("%s: exit %d: %s", prov, r.code, r.stderr)

@@ -60,6 +60,7 @@ var matrixProviders = []matrixProvider{
 	{name: "cloudflare", input: writeCloudflareMatrixInput, reconciles: false, env: func(addr, key string) []string {
 		return []string{"CLOUDFLARE_API_TOKEN=" + key, "CLOUDFLARE_ACCOUNT_ID=acct-matrix", "CLOUDFLARE_BASE_URL=http://" + addr + "/client/v4"}
 	}},
+	{name: "gemini", input: writeGeminiInput, reconciles: true, env: geminiEnv},
 	{name: "local", input: writeInput, reconciles: true},
 }
 
