@@ -76,13 +76,66 @@ type gemRequest struct {
 	SystemSnake *gemContent   `json:"system_instruction"`
 	GenConfig   *gemGenConfig `json:"generationConfig"`
 	GenConfigSn *gemGenConfig `json:"generation_config"`
+	Tools       []gemTool     `json:"tools"`
+	ToolConfig  *gemToolConf  `json:"toolConfig"`
+	ToolConfSn  *gemToolConf  `json:"tool_config"`
+}
+
+// gemTool is a Tool: only its function declarations' names are read.
+type gemTool struct {
+	Decls   []struct{ Name string } `json:"functionDeclarations"`
+	DeclsSn []struct{ Name string } `json:"function_declarations"`
+}
+
+// gemToolConf is a ToolConfig's function calling config.
+type gemToolConf struct {
+	FC   *gemFCConfig `json:"functionCallingConfig"`
+	FCSn *gemFCConfig `json:"function_calling_config"`
+}
+
+type gemFCConfig struct {
+	Mode      string   `json:"mode"`
+	Allowed   []string `json:"allowedFunctionNames"`
+	AllowedSn []string `json:"allowed_function_names"`
+}
+
+// forcedFunction is the function a request forces (function calling mode
+// ANY: one of allowedFunctionNames, else of the declared functions), or "".
+func (r *gemRequest) forcedFunction() string {
+	tc := r.ToolConfig
+	if tc == nil {
+		tc = r.ToolConfSn
+	}
+	if tc == nil {
+		return ""
+	}
+	fc := tc.FC
+	if fc == nil {
+		fc = tc.FCSn
+	}
+	if fc == nil || fc.Mode != "ANY" {
+		return ""
+	}
+	if names := append(fc.Allowed, fc.AllowedSn...); len(names) > 0 {
+		return names[0]
+	}
+	for _, t := range r.Tools {
+		for _, d := range append(t.Decls, t.DeclsSn...) {
+			if d.Name != "" {
+				return d.Name
+			}
+		}
+	}
+	return ""
 }
 
 type gemGenConfig struct {
-	MaxOutputTokens      int64 `json:"maxOutputTokens"`
-	MaxOutputTokensSnake int64 `json:"max_output_tokens"`
-	CandidateCount       int   `json:"candidateCount"`
-	CandidateCountSnake  int   `json:"candidate_count"`
+	MaxOutputTokens      int64  `json:"maxOutputTokens"`
+	MaxOutputTokensSnake int64  `json:"max_output_tokens"`
+	CandidateCount       int    `json:"candidateCount"`
+	CandidateCountSnake  int    `json:"candidate_count"`
+	MimeType             string `json:"responseMimeType"`
+	MimeTypeSnake        string `json:"response_mime_type"`
 }
 
 // runGemini executes one GenerateContentRequest for model ("models/x" or
@@ -110,9 +163,11 @@ func (s *Server) runGemini(model string, req []byte) (m modelOut, statusName str
 	}
 	var maxOut int64
 	n := 1
+	jsonMode := false
 	if gc != nil {
 		maxOut = max(gc.MaxOutputTokens, gc.MaxOutputTokensSnake)
 		n = max(n, gc.CandidateCount, gc.CandidateCountSnake)
+		jsonMode = gc.MimeType == "application/json" || gc.MimeTypeSnake == "application/json"
 	}
 	var all strings.Builder
 	if sys != nil {
@@ -138,9 +193,19 @@ func (s *Server) runGemini(model string, req []byte) (m modelOut, statusName str
 		finish = "MAX_TOKENS"
 	}
 	in, out := approxTokens(all.Len()), approxTokens(len(text))*int64(n)
+	// A forced function (mode ANY) is called with the answer as its
+	// arguments, as Gemini answers one: a functionCall part, finishReason
+	// STOP. JSON mode (responseMimeType application/json) answers with a
+	// JSON value as the text.
+	part := map[string]any{"text": text}
+	if fn := r.forcedFunction(); fn != "" {
+		part = map[string]any{"functionCall": map[string]any{"name": fn, "args": map[string]any{"echo": text}}}
+	} else if jsonMode {
+		part = map[string]any{"text": string(mustJSON(map[string]any{"echo": text}))}
+	}
 	cands := make([]any, n)
 	for i := range cands {
-		cands[i] = map[string]any{"content": map[string]any{"parts": []any{map[string]any{"text": text}}, "role": "model"},
+		cands[i] = map[string]any{"content": map[string]any{"parts": []any{part}, "role": "model"},
 			"finishReason": finish, "index": i}
 	}
 	usage := map[string]any{"totalTokenCount": in + out}

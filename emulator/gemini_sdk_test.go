@@ -442,3 +442,50 @@ func TestGeminiSDKInlinedRequests(t *testing.T) {
 		t.Errorf("%d of 12 inlined responses are errors at LineErrorRate 0.3", errs)
 	}
 }
+
+// TestGeminiSDKJSONModeAndForcedCall: the fake model answers JSON mode
+// (responseMimeType application/json) with a JSON value as the text, and
+// a forced function call (mode ANY) with a functionCall part carrying the
+// answer as its arguments, as Gemini does; the SDK reads both.
+func TestGeminiSDKJSONModeAndForcedCall(t *testing.T) {
+	_, ts := start(t, Options{APIKey: "gm-key"})
+	ctx := context.Background()
+	c := genaiClient(t, ts.URL+"/gemini", "v1beta", "gm-key")
+	prompt := genai.Text("q 1: what?")
+
+	r, err := c.Models.GenerateContent(ctx, "gemini-2.5-flash", prompt, &genai.GenerateContentConfig{ResponseMIMEType: "application/json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js struct{ Echo string }
+	if err := json.Unmarshal([]byte(r.Text()), &js); err != nil || js.Echo != "echo: ?tahw :1 q" {
+		t.Fatalf("JSON mode: text %q (%v)", r.Text(), err)
+	}
+
+	tools := []*genai.Tool{{FunctionDeclarations: []*genai.FunctionDeclaration{{Name: "other"}, {Name: "lookup"}}}}
+	for _, tc := range []struct {
+		cfg  *genai.FunctionCallingConfig
+		want string
+	}{
+		{&genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny, AllowedFunctionNames: []string{"lookup"}}, "lookup"},
+		{&genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeAny}, "other"},
+		{&genai.FunctionCallingConfig{Mode: genai.FunctionCallingConfigModeNone}, ""},
+	} {
+		r, err := c.Models.GenerateContent(ctx, "gemini-2.5-flash", prompt, &genai.GenerateContentConfig{
+			Tools: tools, ToolConfig: &genai.ToolConfig{FunctionCallingConfig: tc.cfg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := r.FunctionCalls()
+		if tc.want == "" {
+			if len(calls) != 0 || r.Text() != "echo: ?tahw :1 q" {
+				t.Fatalf("mode %s: calls %v, text %q", tc.cfg.Mode, calls, r.Text())
+			}
+			continue
+		}
+		if len(calls) != 1 || calls[0].Name != tc.want || calls[0].Args["echo"] != "echo: ?tahw :1 q" ||
+			r.Candidates[0].FinishReason != genai.FinishReasonStop {
+			t.Fatalf("mode %s: want a call of %s, got %+v", tc.cfg.Mode, tc.want, r.Candidates[0].Content)
+		}
+	}
+}

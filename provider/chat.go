@@ -44,6 +44,14 @@ var chatFamilies = map[Family]chatFamily{
 	// CloudflareCodec.Validate takes the model from the url and checks the
 	// body has no external_reference, which the translation never writes.
 	FamilyCloudflare: {translate.Cloudflare, func(m string) string { return "/ai/run/" + m }, func(*sluice.Item) error { return nil }},
+	// GeminiCodec.Validate runs on the native line: it takes the model
+	// from the url and checks body.contents.
+	FamilyGemini: {translate.Gemini, func(m string) string {
+		if strings.HasPrefix(m, "tunedModels/") {
+			return "/v1beta/" + m + ":generateContent"
+		}
+		return "/v1beta/models/" + strings.TrimPrefix(m, "models/") + ":generateContent"
+	}, nil},
 }
 
 // bufs are the buffers of translated bodies, from Validate to AppendItem
