@@ -83,6 +83,21 @@ func TestPlanCodecModelMap(t *testing.T) {
 	if string(out) != `{"messages":[{"role":"user","content":"x"}],"external_reference":"d"}` || it.Model != "@cf/meta/llama-3.1-8b-instruct" {
 		t.Fatalf("cloudflare item %s (model %q)", out, it.Model)
 	}
+
+	gc := Presets["gemini"].PlanCodec(ChatOptions{ModelMap: map[string]string{"gpt-4o-mini": "gemini-2.5-flash"}})
+	it = chatItem("e", `{"model":"gpt-4o-mini","max_tokens":9,"messages":[{"role":"user","content":"x"}]}`)
+	if err := gc.Validate(it); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = gc.AppendItem(nil, it)
+	want = `{"key":"e","request":{"contents":[{"role":"user","parts":[{"text":"x"}]}],"generationConfig":{"maxOutputTokens":9}}}` + "\n"
+	if string(out) != want || it.Model != "gemini-2.5-flash" || it.URL != ChatURL {
+		t.Fatalf("gemini item\n got %s\nwant %s(model %q)", out, want, it.Model)
+	}
+	it = chatItem("f", `{"model":"tunedModels/mine","messages":[{"role":"user","content":"x"}]}`)
+	if err := gc.Validate(it); err != nil || it.Model != "tunedModels/mine" {
+		t.Fatalf("a tuned model: %v (model %q)", err, it.Model)
+	}
 }
 
 // TestPlanCodecWarnings: warnings reach ChatOptions.Warn with the line.

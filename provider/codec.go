@@ -208,7 +208,7 @@ func GeminiModel(url string) (string, bool) {
 func (GeminiCodec) Validate(it *sluice.Item) error {
 	model, ok := GeminiModel(it.URL)
 	if !ok {
-		return fmt.Errorf("url %q is not a Gemini endpoint (accepted: /v1beta/models/{model}:generateContent, /v1/models/{model}:generateContent)%s", it.URL, otherFamily(it.URL, FamilyGemini))
+		return fmt.Errorf("url %q is not a Gemini endpoint (accepted: /v1beta/models/{model}:generateContent, /v1/models/{model}:generateContent, and /v1/chat/completions translated)%s", it.URL, otherFamily(it.URL, FamilyGemini))
 	}
 	if it.Model != "" && !it.ModelFromJob && strings.TrimPrefix(it.Model, "models/") != model {
 		return fmt.Errorf("body.model %q is not the model of the url (%s)", it.Model, model)

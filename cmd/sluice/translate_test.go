@@ -17,12 +17,12 @@ import (
 // writeChatInput writes n OpenAI chat completions lines in seven shapes
 // (system prompt, multi-turn, image by data URI, tools with a tool call and
 // its result, JSON mode, JSON schema, a forced tool call; stop sequences
-// and tool_choice "required" when anthropic is true, tool_choice "none"
+// and tool_choice "required" when required is true, tool_choice "none"
 // otherwise, as Workers AI takes neither),
 // each ending with the user message "q <i> ..." the emulator's fake model
 // echoes, and returns the path, the custom_ids and each line's last user
 // message.
-func writeChatInput(t *testing.T, dir string, n int, anthropic bool) (string, []string, []string) {
+func writeChatInput(t *testing.T, dir string, n int, required bool) (string, []string, []string) {
 	t.Helper()
 	p := filepath.Join(dir, "chat.jsonl")
 	f, err := os.Create(p)
@@ -65,14 +65,14 @@ func writeChatInput(t *testing.T, dir string, n int, anthropic bool) (string, []
 			body["response_format"] = map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "answer",
 				"schema": map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}}}}
 			body["top_p"] = 0.9
-			if anthropic {
+			if required {
 				body["stop"] = []string{"END"}
 			}
 		case 6:
 			msgs = []any{user}
 			body["tools"] = tools
 			body["tool_choice"] = "none"
-			if anthropic {
+			if required {
 				body["tool_choice"] = "required"
 			}
 		}
@@ -106,7 +106,7 @@ func echo(s string) string {
 }
 
 // TestChatLinesOnAnyProvider runs one 10,000-line OpenAI chat completions
-// file to completion with --provider anthropic and --provider cloudflare
+// file to completion with --provider anthropic, cloudflare and gemini
 // against `sluice emulate`, from fresh state directories, with
 // --model-map: every output line must carry a chat.completion the OpenAI
 // SDK parses, answering that line's last user message (so the translated
@@ -116,15 +116,22 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 	for _, c := range []struct {
 		provider, model string
 		env             []string
-		anthropic       bool
+		// required: the family takes tool_choice "required" and stop
+		// sequences (Workers AI takes neither); the forced tool's call
+		// comes back.
+		required bool
+		// usage: the family's answers count tokens, so the
+		// chat.completion's usage is checked.
+		usage bool
 	}{
-		{"anthropic", "claude-haiku-4-5", []string{"ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://" + emu.addr}, true},
+		{"anthropic", "claude-haiku-4-5", []string{"ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://" + emu.addr}, true, true},
 		{"cloudflare", "@cf/meta/llama-3.3-70b-instruct-fp8-fast", []string{"CLOUDFLARE_API_TOKEN=cf-test", "CLOUDFLARE_ACCOUNT_ID=acct1",
-			"CLOUDFLARE_BASE_URL=http://" + emu.addr + "/client/v4"}, false},
+			"CLOUDFLARE_BASE_URL=http://" + emu.addr + "/client/v4"}, false, false},
+		{"gemini", "gemini-2.5-flash", geminiEnv(emu.addr, "gm-test"), true, true},
 	} {
 		t.Run(c.provider, func(t *testing.T) {
 			dir := t.TempDir()
-			in, ids, lasts := writeChatInput(t, dir, 10_000, c.anthropic)
+			in, ids, lasts := writeChatInput(t, dir, 10_000, c.required)
 			out := filepath.Join(dir, "out.jsonl")
 			r := runSluice(t, c.env, "run", in, "--out", out, "--provider", c.provider, "--state", filepath.Join(dir, "state"),
 				"--model-map", "gpt-4o-mini="+c.model, "--max-batch-requests", "4000",
@@ -145,7 +152,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 					t.Fatalf("%s: not a chat.completion: %s", o.CustomID, o.Response.Body)
 				}
 				ch := cc.Choices[0]
-				if i%7 == 6 && c.anthropic {
+				if i%7 == 6 && c.required {
 					// The forced tool is called: a tool call comes back.
 					tc := ch.Message.ToolCalls
 					if ch.FinishReason != "tool_calls" || len(tc) != 1 || tc[0].Function.Name != "lookup" || tc[0].ID == "" ||
@@ -161,7 +168,8 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 				if i%7 == 4 || i%7 == 5 {
 					// JSON mode: the emulator answers {"echo": …} (through
 					// the forced response-format tool on Anthropic, as a
-					// JSON value on Workers AI); the content is its JSON.
+					// JSON value on Workers AI, as JSON text on Gemini);
+					// the content is its JSON.
 					var js struct{ Echo string }
 					if err := json.Unmarshal([]byte(got), &js); err != nil {
 						t.Fatalf("%s: JSON mode content %q is not JSON: %v", o.CustomID, got, err)
@@ -174,7 +182,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 				if cc.Model != c.model {
 					t.Fatalf("%s: model %q, want the mapped %q", o.CustomID, cc.Model, c.model)
 				}
-				if c.provider == "anthropic" && (cc.Usage.PromptTokens == 0 || cc.Usage.TotalTokens != cc.Usage.PromptTokens+cc.Usage.CompletionTokens) {
+				if c.usage && (cc.Usage.PromptTokens == 0 || cc.Usage.TotalTokens != cc.Usage.PromptTokens+cc.Usage.CompletionTokens) {
 					t.Fatalf("%s: usage %+v", o.CustomID, cc.Usage)
 				}
 			}
