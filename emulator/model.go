@@ -155,6 +155,15 @@ func (s *Server) chat(body []byte, model string, created int64) modelOut {
 		MaxTokens           int64      `json:"max_tokens"`
 		MaxCompletionTokens int64      `json:"max_completion_tokens"`
 		N                   int        `json:"n"`
+		ResponseFormat      struct {
+			Type string `json:"type"`
+		} `json:"response_format"`
+		Tools []struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+		ToolChoice json.RawMessage `json:"tool_choice"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		return badRequest("Invalid request body: "+err.Error(), "", "invalid_value")
@@ -176,10 +185,31 @@ func (s *Server) chat(body []byte, model string, created int64) modelOut {
 		finish = "length"
 	}
 	n := max(req.N, 1)
+	msg := chatMessage{Role: "assistant", Content: &text, Annotations: []any{}}
+	// A forced tool (tool_choice "required", or a named function) is
+	// called with the answer as its arguments, as the model answers a
+	// forced tool: content null, one tool call; finish_reason tool_calls
+	// for "required", stop for a named function (as OpenAI reports it).
+	// JSON mode (response_format json_object or json_schema) answers with
+	// a JSON value as the content.
+	var choice string
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	switch {
+	case json.Unmarshal(req.ToolChoice, &choice) == nil && (choice == "required" || choice == "any") && len(req.Tools) > 0:
+		msg.Content, msg.ToolCalls, finish = nil, toolCall(body, req.Tools[0].Function.Name, text), "tool_calls"
+	case json.Unmarshal(req.ToolChoice, &named) == nil && named.Function.Name != "":
+		msg.Content, msg.ToolCalls = nil, toolCall(body, named.Function.Name, text)
+	case req.ResponseFormat.Type == "json_object" || req.ResponseFormat.Type == "json_schema":
+		js := string(mustJSON(map[string]any{"echo": text}))
+		msg.Content = &js
+	}
 	choices := make([]chatChoice, n)
 	for i := range choices {
-		choices[i] = chatChoice{Index: i, FinishReason: finish,
-			Message: chatMessage{Role: "assistant", Content: text, Annotations: []any{}}}
+		choices[i] = chatChoice{Index: i, FinishReason: finish, Message: msg}
 	}
 	in, out := approxTokens(len(all)), approxTokens(len(text))*int64(n)
 	return modelOut{200, mustJSON(chatCompletion{ID: "chatcmpl-" + bodyID(body, 12), Object: "chat.completion",
@@ -207,9 +237,17 @@ type chatChoice struct {
 
 type chatMessage struct {
 	Role        string  `json:"role"`
-	Content     string  `json:"content"`
+	Content     *string `json:"content"`
 	Refusal     *string `json:"refusal"`
+	ToolCalls   []any   `json:"tool_calls,omitempty"`
 	Annotations []any   `json:"annotations"`
+}
+
+// toolCall is the one tool call of a forced tool: name called with
+// {"echo": text}.
+func toolCall(body []byte, name, text string) []any {
+	return []any{map[string]any{"id": "call_" + bodyID(body, 24), "type": "function",
+		"function": map[string]any{"name": name, "arguments": string(mustJSON(map[string]any{"echo": text}))}}}
 }
 
 type usage struct {

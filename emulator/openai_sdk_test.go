@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -269,5 +270,58 @@ func TestOpenAISyncEndpoints(t *testing.T) {
 	var apiErr *openai.Error
 	if !asErr(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "messages" {
 		t.Fatalf("missing messages: %v", err)
+	}
+}
+
+// TestOpenAIChatJSONModeAndForcedTool: the fake chat model answers JSON
+// mode with a JSON value as the content and a forced tool (tool_choice
+// "required" or a named function) with one tool call carrying the answer
+// as its arguments, as OpenAI-shaped APIs do; the SDK parses both.
+func TestOpenAIChatJSONModeAndForcedTool(t *testing.T) {
+	_, ts := start(t, Options{})
+	const msgs = `"messages":[{"role":"user","content":"q 1: what?"}]`
+	const tools = `"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}},{"type":"function","function":{"name":"other"}}]`
+	const want = "echo: ?tahw :1 q"
+	for _, c := range []struct {
+		extra, tool, finish string
+	}{
+		{`"response_format":{"type":"json_object"}`, "", "stop"},
+		{`"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object"}}}`, "", "stop"},
+		{tools + `,"tool_choice":"required"`, "lookup", "tool_calls"},
+		{tools + `,"tool_choice":{"type":"function","function":{"name":"other"}}`, "other", "stop"},
+		{tools + `,"tool_choice":"none"`, "", "stop"},
+	} {
+		body := `{"model":"gpt-4o-mini",` + msgs + `,` + c.extra + `}`
+		resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cc openai.ChatCompletion
+		err = json.NewDecoder(resp.Body).Decode(&cc)
+		resp.Body.Close()
+		if err != nil || len(cc.Choices) != 1 {
+			t.Fatalf("%s: %v %+v", c.extra, err, cc)
+		}
+		ch := cc.Choices[0]
+		if ch.FinishReason != c.finish {
+			t.Fatalf("%s: finish_reason %q, want %q", c.extra, ch.FinishReason, c.finish)
+		}
+		var js struct{ Echo string }
+		switch {
+		case c.tool != "":
+			tc := ch.Message.ToolCalls
+			if len(tc) != 1 || tc[0].ID == "" || tc[0].Function.Name != c.tool || ch.Message.Content != "" ||
+				json.Unmarshal([]byte(tc[0].Function.Arguments), &js) != nil || js.Echo != want {
+				t.Fatalf("%s: want a call of %s, got %s", c.extra, c.tool, ch.Message.RawJSON())
+			}
+		case strings.Contains(c.extra, "json"):
+			if err := json.Unmarshal([]byte(ch.Message.Content), &js); err != nil || js.Echo != want {
+				t.Fatalf("%s: content %q (%v)", c.extra, ch.Message.Content, err)
+			}
+		default:
+			if ch.Message.Content != want || len(ch.Message.ToolCalls) != 0 {
+				t.Fatalf("%s: %s", c.extra, ch.Message.RawJSON())
+			}
+		}
 	}
 }
