@@ -61,7 +61,7 @@ func (s *Server) nextEvent(b *batchRec) (t time.Time, ev string, ok bool) {
 		return s.at(b, 0.1), evValidated, true
 	case stInProgress:
 		end := s.runEnd(b)
-		if exp := b.Created.Add(completionWindow); end.After(exp) {
+		if exp := b.Created.Add(b.window()); end.After(exp) {
 			return exp, evExpire, true
 		}
 		switch {
@@ -105,7 +105,7 @@ func (s *Server) apply(b *batchRec, ev string, t time.Time) {
 	tp := &t
 	switch ev {
 	case evValidated:
-		if b.Family == famOpenAI {
+		if filesFamily(b.Family) {
 			s.validateOpenAI(b, t)
 		}
 		if b.Status == stValidating {
@@ -176,7 +176,7 @@ func (s *Server) validateOpenAI(b *batchRec, t time.Time) {
 	case b.FailInjected:
 		s.fail(b, t, batchError{Code: "invalid_request",
 			Message: "The batch input file failed validation (injected by the emulator's ValidationFailRate)."})
-	case s.opts.EnqueuedTokenLimit > 0:
+	case s.opts.EnqueuedTokenLimit > 0 && b.Family == famOpenAI:
 		if q := s.enqueued(b.Family, b.Model, b.ID); q+b.Tokens > s.opts.EnqueuedTokenLimit {
 			s.fail(b, t, batchError{Code: "token_limit_exceeded", Message: fmt.Sprintf(
 				"Enqueued token limit reached for %s in organization org-emulator. Limit: %s enqueued tokens. "+

@@ -74,6 +74,9 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.tick(now)
 	f := s.files[req.InputFileID]
+	if f != nil && fileFamily(f) != famOpenAI {
+		f = nil
+	}
 	if f == nil {
 		s.mu.Unlock()
 		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+req.InputFileID, "input_file_id", "")
@@ -110,17 +113,7 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.drawBatchFates(b)
-	s.batches[id], s.active[id] = b, b
-	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famOpenAI)
-		fs.BatchesCreated++
-		st.ByFamily[famOpenAI] = fs
-	})
-	s.saveState()
-	s.logf("emulator: openai batch %s created: %d requests, model %q, %d scan errors", id, b.N, b.Model, len(b.ScanErrors))
+	s.addBatch(b)
 	answer := s.oaiBatchJSON(b, now)
 	if s.forgets(b) {
 		s.forget(b)

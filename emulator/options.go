@@ -106,6 +106,14 @@ type Options struct {
 	// bytes (default 256_000_000).
 	AnthropicMaxRequests int
 	AnthropicMaxBytes    int64
+	// Mistral limits: requests per job (default 1_000_000, the guide's
+	// figure; docs/providers/mistral.md). Its files are bounded by
+	// MaxFileBytes.
+	MistralMaxRequests int
+	// Together limits: requests per batch (default 50000) and bytes of a
+	// batch input file (default 100_000_000).
+	TogetherMaxRequests int
+	TogetherMaxBytes    int64
 	// CloudflareMaxBytes: a payload of this size or more gets 413 / 3006
 	// (default 10_000_000).
 	CloudflareMaxBytes int64
@@ -123,7 +131,7 @@ type Options struct {
 
 	// APIKey, if non-empty, is enforced: OpenAI "Authorization: Bearer" (or
 	// Azure "api-key"), Anthropic "x-api-key" plus "anthropic-version",
-	// Cloudflare "Authorization: Bearer". If empty, anything is accepted.
+	// Cloudflare, Mistral and Together "Authorization: Bearer". If empty, anything is accepted.
 	APIKey string
 
 	// Now is the clock (default time.Now).
@@ -172,6 +180,15 @@ func (o *Options) applyDefaults() {
 	}
 	if o.AnthropicMaxBytes <= 0 {
 		o.AnthropicMaxBytes = 256_000_000
+	}
+	if o.MistralMaxRequests <= 0 {
+		o.MistralMaxRequests = 1_000_000
+	}
+	if o.TogetherMaxRequests <= 0 {
+		o.TogetherMaxRequests = 50000
+	}
+	if o.TogetherMaxBytes <= 0 {
+		o.TogetherMaxBytes = 100_000_000
 	}
 	if o.CloudflareMaxBytes <= 0 {
 		o.CloudflareMaxBytes = 10_000_000

@@ -178,11 +178,13 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.antCancel)
 	mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.antResults)
 	mux.HandleFunc("POST /client/v4/accounts/{account}/ai/run/{model...}", s.cfRun)
+	s.mistralRoutes(mux)
+	s.togetherRoutes(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		familyError(w, familyOf(r.URL.Path), http.StatusNotFound,
+		familyError(w, errorFamily(r.URL.Path), http.StatusNotFound,
 			"Unknown request URL: "+r.Method+" "+r.URL.Path+".")
 	})
 	return mux

@@ -22,6 +22,25 @@ type fileRec struct {
 	Purpose   string `json:"purpose"`
 	// Lost: the content answers 404 (OutputFile404Rate).
 	Lost bool `json:"lost,omitempty"`
+	// Family is the API family that owns the file ("" = OpenAI); each
+	// family sees only its own files.
+	Family string `json:"family,omitempty"`
+	// Result: a batch's output or error file (downloads may be cut).
+	Result bool `json:"result,omitempty"`
+	// SampleType is Mistral's sample_type.
+	SampleType string `json:"sample_type,omitempty"`
+	// Pending: a Together file announced by POST /files whose bytes were
+	// not PUT yet; Processed: preprocessed (Together).
+	Pending   bool `json:"pending,omitempty"`
+	Processed bool `json:"processed,omitempty"`
+}
+
+// fileFamily is the family that owns f.
+func fileFamily(f *fileRec) string {
+	if f.Family == "" {
+		return famOpenAI
+	}
+	return f.Family
 }
 
 // batchError is one entry of an OpenAI batch's errors.data.
@@ -74,13 +93,18 @@ type batchRec struct {
 	CompletionWindow string            `json:"completion_window,omitempty"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
 	OutputExpiresSec int64             `json:"output_expires_sec,omitempty"`
-	Account          string            `json:"account,omitempty"`
-	JobKey           string            `json:"job_key"`
-	N                int               `json:"n"`
-	Tokens           int64             `json:"tokens"`
-	ScanErrors       []batchError      `json:"scan_errors,omitempty"`
-	FailInjected     bool              `json:"fail_injected,omitempty"`
-	ExpireFate       bool              `json:"expire_fate,omitempty"`
+	// WindowSec is how long the batch may run before it expires (0: 24h;
+	// Mistral's timeout_hours).
+	WindowSec int64 `json:"window_sec,omitempty"`
+	// InputFiles are Mistral's input_files.
+	InputFiles   []string     `json:"input_files,omitempty"`
+	Account      string       `json:"account,omitempty"`
+	JobKey       string       `json:"job_key"`
+	N            int          `json:"n"`
+	Tokens       int64        `json:"tokens"`
+	ScanErrors   []batchError `json:"scan_errors,omitempty"`
+	FailInjected bool         `json:"fail_injected,omitempty"`
+	ExpireFate   bool         `json:"expire_fate,omitempty"`
 	// Stuck is the phase the batch never leaves (StuckRate), or "".
 	Stuck string `json:"stuck,omitempty"`
 	// OutputLost: its output answers 404 (OutputFile404Rate).
@@ -101,6 +125,14 @@ type batchRec struct {
 	Counts       lineCounts   `json:"counts"`
 	InputTokens  int64        `json:"input_tokens"`
 	OutputTokens int64        `json:"output_tokens"`
+}
+
+// window is how long b may run before it expires.
+func (b *batchRec) window() time.Duration {
+	if b.WindowSec > 0 {
+		return time.Duration(b.WindowSec) * time.Second
+	}
+	return completionWindow
 }
 
 // endedAt is when a batch reached a terminal status.

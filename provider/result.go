@@ -23,6 +23,15 @@ func UploadName(ref sluice.BatchRef) string {
 		"-a" + strconv.Itoa(ref.Attempt) + ".jsonl"
 }
 
+// UploadedSize is the size of ref's chunk file as uploaded (its size on
+// disk, else ref.Bytes), which Find matches against file listings.
+func UploadedSize(ref sluice.BatchRef) int64 {
+	if st, err := os.Stat(ref.Path); err == nil {
+		return st.Size()
+	}
+	return ref.Bytes
+}
+
 // Metadata keys put on batches (OpenAI family) to find them after a crash.
 const (
 	MetaJob     = "sluice_job"

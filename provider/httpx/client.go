@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -149,6 +150,10 @@ type Call struct {
 	// would have created; done true ends the call with ErrReconciled, so a
 	// create is not repeated into a duplicate.
 	Reconcile func(ctx context.Context) (done bool, err error)
+	// Statuses are non-2xx statuses handled as answers, not errors (the
+	// 302 of Together's upload, sent by a client that does not follow
+	// redirects).
+	Statuses []int
 }
 
 // ErrReconciled ends a call whose Reconcile found its effect at the
@@ -269,7 +274,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 			}
 			retry, lastErr = true, err
 			ambiguous = ambiguous || sent
-		case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		case resp.StatusCode >= 200 && resp.StatusCode < 300 || slices.Contains(call.Statuses, resp.StatusCode):
 			herr := handle(resp)
 			var re *ReadError
 			if herr == nil || !errors.As(herr, &re) {

@@ -243,7 +243,7 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 	var w batchObject
 	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches/"+url.PathEscape(batchID), nil)}, &w)
 	if err != nil {
-		return sluice.Batch{}, notFound(fmt.Sprintf("poll batch %s", batchID), err)
+		return sluice.Batch{}, NotFound(fmt.Sprintf("poll batch %s", batchID), err)
 	}
 	return w.toBatch(), nil
 }
@@ -253,7 +253,7 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 	var w batchObject
 	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil)}, &w)
 	if err != nil {
-		return sluice.Batch{}, notFound(fmt.Sprintf("cancel batch %s", batchID), err)
+		return sluice.Batch{}, NotFound(fmt.Sprintf("cancel batch %s", batchID), err)
 	}
 	return w.toBatch(), nil
 }
@@ -263,6 +263,14 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 // <batch>.errors.jsonl. A missing or empty error file is no error (Azure
 // gives even a clean batch an empty one); empty files are not returned.
 func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	return FetchFiles(ctx, c.hc, func(id string) string { return c.url("/files/"+url.PathEscape(id)+"/content", nil) }, b, dir, c.log)
+}
+
+// FetchFiles downloads b's output and error files, whose content contentURL
+// names, into dir as <batch>.output.jsonl and <batch>.errors.jsonl, for
+// every client of a files-based batch API (OpenAI, Mistral, Together). A
+// missing or empty error file is no error; empty files are not returned.
+func FetchFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID string) string, b sluice.Batch, dir string, log zerolog.Logger) ([]string, error) {
 	var paths []string
 	for _, f := range []struct {
 		id, suffix string
@@ -272,13 +280,13 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 			continue
 		}
 		path := filepath.Join(dir, provider.SafeFileName(b.ID)+f.suffix)
-		n, err := c.hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files/"+url.PathEscape(f.id)+"/content", nil)}, path)
+		n, err := hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: contentURL(f.id)}, path)
 		switch {
 		case err != nil && f.optional && httpx.IsNotFound(err):
-			c.log.Debug().Str("file_id", f.id).Msg("error file not found; treated as empty")
+			log.Debug().Str("file_id", f.id).Msg("error file not found; treated as empty")
 			continue
 		case err != nil:
-			return paths, notFound(fmt.Sprintf("download file %s of batch %s", f.id, b.ID), err)
+			return paths, NotFound(fmt.Sprintf("download file %s of batch %s", f.id, b.ID), err)
 		case n == 0:
 			os.Remove(path)
 			continue
@@ -291,12 +299,18 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 // Forget deletes files (DELETE /files/{id}); a file already gone is no
 // error.
 func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+	return DeleteFiles(ctx, c.hc, func(id string) string { return c.url("/files/"+url.PathEscape(id), nil) }, fileIDs...)
+}
+
+// DeleteFiles deletes files with DELETE fileURL(id); a file already gone
+// is no error.
+func DeleteFiles(ctx context.Context, hc *httpx.Client, fileURL func(fileID string) string, fileIDs ...string) error {
 	var errs []error
 	for _, id := range fileIDs {
 		if id == "" {
 			continue
 		}
-		err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: c.url("/files/"+url.PathEscape(id), nil)}, nil)
+		err := hc.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: fileURL(id)}, nil)
 		if err != nil && !httpx.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete file %s: %w", id, err))
 		}
@@ -304,8 +318,8 @@ func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...str
 	return errors.Join(errs...)
 }
 
-// notFound wraps err with what, adding sluice.ErrNotFound to a 404.
-func notFound(what string, err error) error {
+// NotFound wraps err with what, adding sluice.ErrNotFound to a 404.
+func NotFound(what string, err error) error {
 	if httpx.IsNotFound(err) {
 		return fmt.Errorf("%s: %w: %w", what, sluice.ErrNotFound, err)
 	}
