@@ -19,7 +19,9 @@ import (
 	"github.com/sluice-batch/sluice/provider/anthropic"
 	"github.com/sluice-batch/sluice/provider/cloudflare"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/provider/together"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -31,6 +33,8 @@ type netFlags struct {
 	maxRetryWait     time.Duration
 	completionWindow string
 	localBatchTime   time.Duration
+	togetherUpload   string
+	mistralTimeout   int
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -40,6 +44,8 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default 8)")
 	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default 10m)")
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
+	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
+	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")
 	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed")
 }
 
@@ -110,6 +116,12 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		}
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
 			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: filepath.Join(stateDir, "tmp")})
+	case provider.FamilyMistral:
+		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			Limits: f.limits, Logger: plog, TimeoutHours: n.mistralTimeout})
+	case provider.FamilyTogether:
+		prov, err = together.New(together.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			Limits: f.limits, Logger: plog, Upload: n.togetherUpload, CompletionWindow: n.completionWindow})
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}
