@@ -19,7 +19,7 @@ import (
 // output, no request executed twice at the provider, no chunk left in an
 // intent state, and a sound database.
 func TestCrashAnywhere(t *testing.T) {
-	for _, family := range []string{"openai", "anthropic"} {
+	for _, family := range []string{"openai", "anthropic", "mistral", "together"} {
 		t.Run(family, func(t *testing.T) {
 			emu := startEmulator(t, "--batch-time", "800ms", "--slow-rate", "0.3", "--slow-delay", "100ms", "--seed", "4")
 			dir := t.TempDir()
@@ -28,12 +28,16 @@ func TestCrashAnywhere(t *testing.T) {
 			var ids []string
 			var env []string
 			args := []string{"--provider", family, "--max-batch-requests", "12", "--poll-interval", "20ms", "--max-poll-interval", "80ms", "--rate", "-1", "--reconcile-grace", "1s", "--state", state}
-			if family == "openai" {
+			switch family {
+			case "openai":
 				input, ids = writeInput(t, dir, 360)
 				env = []string{"OPENAI_API_KEY=sk-test", "OPENAI_BASE_URL=http://" + emu.addr + "/v1"}
-			} else {
+			case "anthropic":
 				input, ids = writeAnthropicInput(t, dir, 240)
 				env = []string{"ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://" + emu.addr}
+			default:
+				input, ids = writeChatInput(t, dir, 240)
+				env = familyEnv(family, "key-test", emu.addr)
 			}
 			out := filepath.Join(dir, "out.jsonl")
 			runArgs := append([]string{"run", input, "--out", out}, args...)
@@ -64,6 +68,9 @@ func TestCrashAnywhere(t *testing.T) {
 				}
 			}
 			st := emu.stats(t)
+			if fs := emu.familyStats(t, family); fs["requests_processed"] < int64(len(ids)) || fs["requests_processed_more_than_once"] != 0 {
+				t.Errorf("%s counters %v", family, fs)
+			}
 			if st["requests_processed_more_than_once"] != 0 {
 				t.Errorf("requests processed more than once: %d after %d kills", st["requests_processed_more_than_once"], kills)
 			}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// familyEnv is the environment that points sluice at the emulator for a
+// family, as a user would set it.
+func familyEnv(family, key, addr string) []string {
+	switch family {
+	case "mistral":
+		return []string{"MISTRAL_API_KEY=" + key, "MISTRAL_BASE_URL=http://" + addr + "/mistral"}
+	case "together":
+		return []string{"TOGETHER_API_KEY=" + key, "TOGETHER_BASE_URL=http://" + addr + "/together/v1"}
+	}
+	panic("no env for " + family)
+}
+
+// familyStats reads /_emulator/stats .by_family[family].
+func (e *emulatorProc) familyStats(t *testing.T, family string) map[string]int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + e.addr + "/_emulator/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		ByFamily map[string]map[string]int64 `json:"by_family"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st.ByFamily[family]
+}
+
+// writeChatInput writes n chat-completion lines over two models.
+func writeChatInput(t *testing.T, dir string, n int) (string, []string) {
+	t.Helper()
+	var b []byte
+	var ids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("c%05d", i)
+		ids = append(ids, id)
+		model := []string{"mistral-small-latest", "meta-llama/Llama-3.3-70B-Instruct-Turbo"}[i%2]
+		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":64,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"question %d"}]}}`+"\n", id, model, i)
+	}
+	p := filepath.Join(dir, "in.jsonl")
+	writeFile(t, p, b)
+	return p, ids
+}
+
+// TestRunMistralTogether: `sluice run --provider mistral|together
+// --base-url EMU/...` from a fresh state directory completes with every
+// custom_id once, in input order, each a chat.completion, and the
+// emulator ran every request once.
+func TestRunMistralTogether(t *testing.T) {
+	for _, tc := range []struct{ family, base, key string }{
+		{"mistral", "/mistral", "MISTRAL_API_KEY"},
+		{"together", "/together/v1", "TOGETHER_API_KEY"},
+	} {
+		t.Run(tc.family, func(t *testing.T) {
+			emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=right-key"}, "--batch-time", "200ms", "--seed", "6")
+			dir := t.TempDir()
+			input, ids := writeChatInput(t, dir, 150)
+			out := filepath.Join(dir, "out.jsonl")
+			r := runSluice(t, []string{tc.key + "=right-key"}, "run", input, "--out", out, "--provider", tc.family,
+				"--base-url", "http://"+emu.addr+tc.base, "--max-batch-requests", "40", "--poll-interval", "20ms",
+				"--max-poll-interval", "100ms", "--rate", "-1", "--state", filepath.Join(dir, "state"))
+			if r.code != 0 {
+				t.Fatalf("exit %d\n%s", r.code, r.stderr)
+			}
+			lines := checkOutput(t, out, ids)
+			ok := 0
+			for _, o := range lines {
+				if o.Response != nil && o.Response.StatusCode == 200 {
+					var cc struct{ Object string }
+					json.Unmarshal(o.Response.Body, &cc)
+					if cc.Object != "chat.completion" {
+						t.Fatalf("%s: body %s", o.CustomID, o.Response.Body)
+					}
+					ok++
+				}
+			}
+			if ok != len(ids) {
+				t.Fatalf("only %d of %d succeeded", ok, len(ids))
+			}
+			fs := emu.familyStats(t, tc.family)
+			if fs["batches_created"] != 4 || fs["requests_processed"] != int64(len(ids)) || fs["requests_processed_more_than_once"] != 0 {
+				t.Fatalf("%s counters %v", tc.family, fs)
+			}
+		})
+	}
+}
+
+// TestWrongKeyMistralTogether: a key the provider refuses stops the run
+// with exit 1 and says so.
+func TestWrongKeyMistralTogether(t *testing.T) {
+	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=right-key"})
+	for _, family := range []string{"mistral", "together"} {
+		t.Run(family, func(t *testing.T) {
+			dir := t.TempDir()
+			input, _ := writeChatInput(t, dir, 5)
+			r := runSluice(t, familyEnv(family, "wrong-key", emu.addr), "run", input, "--out", filepath.Join(dir, "out.jsonl"),
+				"--provider", family, "--rate", "-1", "--state", filepath.Join(dir, "state"))
+			if r.code != 1 || !strings.Contains(r.stderr, "401") {
+				t.Fatalf("exit %d, want 1 with the 401\n%s", r.code, r.stderr)
+			}
+			if strings.Contains(r.stderr, "wrong-key") {
+				t.Fatalf("the key was printed:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestProvidersCommand: `sluice providers` lists every preset with its
+// limits and accepted input; --json gives the same as data.
+func TestProvidersCommand(t *testing.T) {
+	r := runSluice(t, nil, "providers")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"mistral", "together", "https://api.mistral.ai", "https://api.together.xyz/v1",
+		"$MISTRAL_API_KEY", "$TOGETHER_BASE_URL", "100,000,000", "/v1/fim/completions", "custom_id: at most 64"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("providers output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = runSluice(t, nil, "providers", "--json")
+	var infos []providerInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil {
+		t.Fatalf("--json: %v\n%s", err, r.stdout)
+	}
+	got := map[string]providerInfo{}
+	for _, p := range infos {
+		got[p.Name] = p
+	}
+	m, tg := got["mistral"], got["together"]
+	if m.Family != "mistral" || m.BaseURLEnv != "MISTRAL_BASE_URL" || m.KeyEnv[0] != "MISTRAL_API_KEY" || m.MaxBatchRequests != 100_000 || len(m.Endpoints) == 0 {
+		t.Errorf("mistral %+v", m)
+	}
+	if tg.BaseURL != "https://api.together.xyz/v1" || tg.MaxBatchBytes != 100_000_000 || tg.MaxBatchRequests != 50_000 || tg.MaxCustomID != 64 || tg.InputFormat == "" {
+		t.Errorf("together %+v", tg)
+	}
+	if len(infos) != len(got) || got["openai"].Window == "" {
+		t.Errorf("rows %d, openai %+v", len(infos), got["openai"])
+	}
+}
