@@ -150,3 +150,47 @@ func TestProvidersCommand(t *testing.T) {
 		t.Errorf("rows %d, openai %+v", len(infos), got["openai"])
 	}
 }
+
+// TestFaultsMistralTogether: with API faults (429, 5xx, connections reset
+// after the call took effect) and hostile result files (malformed,
+// duplicated and unknown lines, downloads cut short), a run still ends
+// with every custom_id once, in order, all succeeded; no batch is bought
+// twice and no success is delivered twice (re-executions happen only for
+// requests whose result the emulator spoiled).
+func TestFaultsMistralTogether(t *testing.T) {
+	for _, tc := range []struct{ family, base string }{{"mistral", "/mistral"}, {"together", "/together/v1"}} {
+		t.Run(tc.family, func(t *testing.T) {
+			emu := startEmulator(t, "--batch-time", "100ms", "--seed", "12", "--http-fault-rate", "0.25",
+				"--retry-after", "10ms", "--malformed-line-rate", "0.03", "--duplicate-line-rate", "0.05",
+				"--unknown-custom-id-rate", "0.03", "--truncate-download-rate", "0.2")
+			dir := t.TempDir()
+			input, ids := writeChatInput(t, dir, 120)
+			out := filepath.Join(dir, "out.jsonl")
+			r := runSluice(t, familyEnv(tc.family, "k", emu.addr), "run", input, "--out", out, "--provider", tc.family,
+				"--max-batch-requests", "30", "--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1",
+				"--max-attempts", "6", "--state", filepath.Join(dir, "state"))
+			if r.code != 0 {
+				t.Fatalf("exit %d\n%s", r.code, r.stderr)
+			}
+			ok := 0
+			for _, o := range checkOutput(t, out, ids) {
+				if o.Response != nil && o.Response.StatusCode == 200 {
+					ok++
+				}
+			}
+			st := emu.stats(t)
+			if ok != len(ids) || st["lines_succeeded"] != int64(ok) {
+				t.Fatalf("%d successes in the output, emulator delivered %d", ok, st["lines_succeeded"])
+			}
+			if st["faults_injected"] == 0 || st["lines_malformed"]+st["lines_duplicated"]+st["downloads_truncated"] == 0 {
+				t.Fatalf("nothing was injected: %v", st)
+			}
+			fs := emu.familyStats(t, tc.family)
+			if fs["requests_processed_more_than_once"] > st["lines_malformed"] {
+				t.Fatalf("%d re-executions for %d spoiled lines", fs["requests_processed_more_than_once"], st["lines_malformed"])
+			}
+			t.Logf("%s: %v; %d faults, %d malformed, %d duplicated, %d truncated", tc.family, fs, st["faults_injected"],
+				st["lines_malformed"], st["lines_duplicated"], st["downloads_truncated"])
+		})
+	}
+}
