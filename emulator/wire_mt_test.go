@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -395,4 +396,52 @@ func TestTogetherWireShapes(t *testing.T) {
 	c3 := w3.json("POST", "/together/v1/batches", map[string]any{"endpoint": "/v1/chat/completions", "input_file_id": u.obj["id"]})
 	clock3.Advance(2 * time.Second)
 	want(t, "expired", w3.json("GET", "/together/v1/batches/"+c3.obj["job"].(map[string]any)["id"].(string), nil).obj["status"], "EXPIRED")
+}
+
+// TestMistralTogetherPersist: with a DataDir, a restarted emulator still
+// has both families' files, batches, pending redirect uploads and
+// counters, and runs the batches to the end.
+func TestMistralTogetherPersist(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock()
+	open := func() (*wire, func()) {
+		s, err := New(Options{DataDir: dir, Now: clock.Now, APIKey: mtKey, BatchTime: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(s.Handler())
+		return &wire{t: t, base: ts.URL, hc: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}}, func() { ts.Close(); s.Close() }
+	}
+	w, stop := open()
+	body, ct := multipartBody(map[string]string{"purpose": "batch"}, "sluice-j-c1-a1.jsonl", bodyLines(5, true))
+	mf := w.do("POST", "/mistral/v1/files", mtKey, ct, body).obj["id"].(string)
+	mj := w.json("POST", "/mistral/v1/batch/jobs", map[string]any{"input_files": []string{mf}, "endpoint": "/v1/chat/completions",
+		"metadata": map[string]string{"sluice_job": "j"}}).obj["id"].(string)
+	body, ct = multipartBody(map[string]string{"purpose": "batch-api", "file_name": "sluice-k-c1-a1.jsonl"}, "x.jsonl", bodyLines(5, true))
+	tf := w.do("POST", "/together/v1/files/upload", mtKey, ct, body).obj["id"].(string)
+	tj := w.json("POST", "/together/v1/batches", map[string]any{"endpoint": "/v1/chat/completions", "input_file_id": tf}).obj["job"].(map[string]any)["id"].(string)
+	form := url.Values{"purpose": {"batch-api"}, "file_name": {"later.jsonl"}}
+	r1 := w.do("POST", "/together/v1/files", mtKey, "application/x-www-form-urlencoded", []byte(form.Encode()))
+	loc, pending := r1.header.Get("Location"), r1.header.Get("X-Together-File-Id")
+	stop()
+
+	clock.Advance(2 * time.Minute)
+	w, stop = open()
+	defer stop()
+	want(t, "mistral job after restart", w.json("GET", "/mistral/v1/batch/jobs/"+mj, nil).obj["status"], "SUCCESS")
+	want(t, "together batch after restart", w.json("GET", "/together/v1/batches/"+tj, nil).obj["status"], "COMPLETED")
+	want(t, "mistral file after restart", w.json("GET", "/mistral/v1/files/"+mf, nil).status, 200)
+	// The pending upload continues on the new server (same port not
+	// needed: the path and signature are what count).
+	u, _ := url.Parse(loc)
+	want(t, "PUT after restart", w.do("PUT", w.base+u.RequestURI(), "", "application/octet-stream", bodyLines(2, true)).status, 200)
+	want(t, "preprocess after restart", w.json("POST", "/together/v1/files/"+pending+"/preprocess", nil).obj["Processed"], true)
+	var st Stats
+	json.Unmarshal(w.json("GET", "/_emulator/stats", nil).raw, &st)
+	if st.ByFamily["mistral"].BatchesCreated != 1 || st.ByFamily["together"].BatchesCreated != 1 ||
+		st.ByFamily["mistral"].RequestsProcessed != 5 || st.ByFamily["together"].RequestsProcessed != 5 {
+		t.Fatalf("counters after restart %+v", st.ByFamily)
+	}
 }
