@@ -17,15 +17,17 @@ func newEmulateCmd(g *globalFlags) *cobra.Command {
 	var o emulator.Options
 	cmd := &cobra.Command{
 		Use:   "emulate",
-		Short: "Serve the local provider emulator (OpenAI, Anthropic and Cloudflare batch APIs on one port)",
+		Short: "Serve the local provider emulator (OpenAI, Anthropic, Cloudflare, Mistral and Together batch APIs on one port)",
 		Long: `emulate serves a faithful local copy of the OpenAI Files and Batches API (and
 every OpenAI-compatible one), Anthropic Message Batches and Cloudflare Workers
-AI async batch, with a deterministic fake model, the real limits, and fault
+AI async batch, Mistral batch jobs and Together batches, with a deterministic fake model, the real limits, and fault
 injection. Point an SDK at it:
 
   OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=any
   ANTHROPIC_BASE_URL=http://127.0.0.1:8080 ANTHROPIC_API_KEY=any
   CLOUDFLARE_BASE_URL=http://127.0.0.1:8080/client/v4 CLOUDFLARE_API_TOKEN=any CLOUDFLARE_ACCOUNT_ID=acct
+  MISTRAL_BASE_URL=http://127.0.0.1:8080/mistral MISTRAL_API_KEY=any
+  TOGETHER_BASE_URL=http://127.0.0.1:8080/together/v1 TOGETHER_API_KEY=any
 
 When $SLUICE_EMULATOR_API_KEY is set, only that key is accepted (else any).
 GET /_emulator/stats answers counters, among them requests_processed_more_than_once
