@@ -185,7 +185,8 @@ var Presets = map[string]Preset{
 	"together": {
 		Name: "together", Family: FamilyTogether, BaseURL: "https://api.together.xyz/v1", BaseURLEnv: "TOGETHER_BASE_URL",
 		KeyEnv: []string{"TOGETHER_API_KEY"}, AuthHeader: "Authorization",
-		Limits:      sluice.Limits{MaxBatchBytes: 100_000_000, MaxBatchRequests: 50_000},
+		// 30 B enqueued tokens per model (sluice's own estimate of them).
+		Limits:      sluice.Limits{MaxBatchBytes: 100_000_000, MaxBatchRequests: 50_000, MaxEnqueuedTokens: 30_000_000_000},
 		Endpoints:   []string{"/v1/chat/completions", "/v1/completions"},
 		InputFormat: "OpenAI chat or completions body with body.model; sent as {custom_id, body}",
 		MaxCustomID: 64, CompletionWindow: "24h", Window: "24h (best effort)",
