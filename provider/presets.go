@@ -11,6 +11,7 @@ package provider
 
 import (
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -236,4 +237,26 @@ func (p Preset) Codec() sluice.Codec {
 		return NewBodyLineCodec(p.Name, p.Endpoints, p.MaxCustomID)
 	}
 	return NewOpenAICodec(p.Endpoints)
+}
+
+// Resolve returns the preset a client of family runs with (p, or the
+// preset named after the family when p is the zero Preset) and its base
+// URL (raw, else the preset's), checked to be an http(s) URL, without a
+// trailing slash, query or fragment.
+func Resolve(p Preset, family Family, raw string) (Preset, *url.URL, error) {
+	if p.Name == "" {
+		p = Presets[string(family)]
+	}
+	if p.Family != family {
+		return p, nil, fmt.Errorf("%s: preset %q is of family %q", family, p.Name, p.Family)
+	}
+	if raw == "" {
+		raw = p.BaseURL
+	}
+	base, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return p, nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
+	}
+	base.Path = strings.TrimRight(base.Path, "/")
+	return p, base, nil
 }

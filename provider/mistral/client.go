@@ -67,22 +67,11 @@ var _ sluice.Provider = (*Client)(nil)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p := cfg.Preset
-	if p.Name == "" {
-		p = provider.Presets["mistral"]
+	p, base, err := provider.Resolve(cfg.Preset, provider.FamilyMistral, cfg.BaseURL)
+	if err != nil {
+		return nil, err
 	}
-	if p.Family != provider.FamilyMistral {
-		return nil, fmt.Errorf("mistral: preset %q is of family %q", p.Name, p.Family)
-	}
-	raw := cfg.BaseURL
-	if raw == "" {
-		raw = p.BaseURL
-	}
-	base, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
-	}
-	base.Path = strings.TrimSuffix(strings.TrimRight(base.Path, "/"), "/v1")
+	base.Path = strings.TrimSuffix(base.Path, "/v1")
 	base.RawQuery, base.Fragment = "", ""
 	c := &Client{
 		preset: p, base: base.String(), limits: p.Limits.Override(cfg.Limits), timeout: cfg.TimeoutHours,
@@ -236,34 +225,15 @@ func MapStatus(s string) sluice.BatchStatus { return openai.MapStatus(s) }
 // A connection lost after the whole file was sent is settled by listing
 // files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
-	name := provider.UploadName(ref)
-	body, ctype, _, err := httpx.Multipart([]httpx.Field{{Name: "purpose", Value: "batch"}}, "file", name, ref.Path)
-	if err != nil {
-		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
-	}
-	var adopted string
-	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/files", nil),
-		Header: http.Header{"Content-Type": {ctype}}, Body: body,
-		Reconcile: func(ctx context.Context) (bool, error) {
+	id, _, err := openai.UploadChunk(ctx, c.hc, c.url("/files", nil), []httpx.Field{{Name: "purpose", Value: "batch"}}, ref,
+		func(ctx context.Context) (string, error) {
 			f, err := c.findFile(ctx, ref)
-			if f != nil {
-				adopted = f.ID
+			if f == nil {
+				return "", err
 			}
-			return adopted != "", err
-		},
-	}
-	var f fileObject
-	switch err := c.hc.JSON(ctx, call, &f); {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("file_id", adopted).Str("filename", name).Msg("upload answer lost; adopted the uploaded file")
-		return adopted, nil
-	case err != nil:
-		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
-	case f.ID == "":
-		return "", fmt.Errorf("upload chunk %d: answer carries no file id", ref.Chunk)
-	}
-	return f.ID, nil
+			return f.ID, err
+		}, c.log)
+	return id, err
 }
 
 // Create starts a job: POST /v1/batch/jobs with input_files [fileID],
@@ -303,21 +273,13 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 
 // Poll reads GET /v1/batch/jobs/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
-	var j job
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.jobURL(batchID)}, &j); err != nil {
-		return sluice.Batch{}, openai.NotFound("poll batch "+batchID, err)
-	}
-	return j.toBatch(), nil
+	return openai.BatchCall(ctx, c.hc, http.MethodGet, c.jobURL(batchID), "poll batch "+batchID, (*job).toBatch)
 }
 
 // Cancel asks POST /v1/batch/jobs/{id}/cancel; the job goes
 // CANCELLATION_REQUESTED, then CANCELLED.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	var j job
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.jobURL(batchID) + "/cancel"}, &j); err != nil {
-		return sluice.Batch{}, openai.NotFound("cancel batch "+batchID, err)
-	}
-	return j.toBatch(), nil
+	return openai.BatchCall(ctx, c.hc, http.MethodPost, c.jobURL(batchID)+"/cancel", "cancel batch "+batchID, (*job).toBatch)
 }
 
 // Fetch downloads the job's output_file and error_file (GET
@@ -377,7 +339,7 @@ func (c *Client) cutoff() int64 { return c.clock.Now().Add(-c.findBack).Unix() }
 // findJob returns the job made for ref, or nil.
 func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error) {
 	cutoff := c.cutoff()
-	var dead *job
+	var pick provider.Adopt[job]
 	seen := 0
 	for page := 0; page < maxPages; page++ {
 		q := url.Values{"page": {strconv.Itoa(page)}, "page_size": {strconv.Itoa(listPage)}, "order_by": {"-created"}}
@@ -391,15 +353,7 @@ func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error)
 			if j.CreatedAt == 0 || j.CreatedAt >= cutoff {
 				allOld = false
 			}
-			if !provider.MatchesMetadata(j.metadata(), ref) {
-				continue
-			}
-			switch MapStatus(j.Status) {
-			case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
-				if dead == nil {
-					dead = j
-				}
-			default:
+			if provider.MatchesMetadata(j.metadata(), ref) && pick.Offer(j, MapStatus(j.Status)) {
 				return j, nil
 			}
 		}
@@ -408,7 +362,7 @@ func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error)
 			break
 		}
 	}
-	return dead, nil
+	return pick.Best(), nil
 }
 
 // findFile returns the newest batch file uploaded for ref, or nil.

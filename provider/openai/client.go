@@ -11,6 +11,7 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -160,40 +161,58 @@ var jsonHeader = http.Header{"Content-Type": {"application/json"}}
 // "batch", then file). A connection lost after the whole file was sent is
 // settled by listing files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
-	name := provider.UploadName(ref)
 	fields := []httpx.Field{{Name: "purpose", Value: "batch"}}
 	if c.fileTTL > 0 {
 		fields = append(fields,
 			httpx.Field{Name: "expires_after[anchor]", Value: "created_at"},
 			httpx.Field{Name: "expires_after[seconds]", Value: strconv.FormatInt(int64(c.fileTTL/time.Second), 10)})
 	}
+	id, _, err := UploadChunk(ctx, c.hc, c.url("/files", nil), fields, ref, func(ctx context.Context) (string, error) {
+		f, err := c.findFile(ctx, ref)
+		if f == nil {
+			return "", err
+		}
+		return f.ID, err
+	}, c.log)
+	return id, err
+}
+
+// UploadChunk streams ref's chunk file to url as multipart/form-data:
+// fields, then the part "file" named provider.UploadName(ref). It returns
+// the answer's "id" and the answer itself, for every client of a files API
+// (OpenAI, Mistral, Together). A connection lost after the whole file was
+// sent is settled by find (the id of the file already made, or "") before
+// the upload is repeated; an adopted file comes back with a nil answer.
+func UploadChunk(ctx context.Context, hc *httpx.Client, url string, fields []httpx.Field, ref sluice.BatchRef,
+	find func(context.Context) (string, error), log zerolog.Logger) (string, json.RawMessage, error) {
+	name := provider.UploadName(ref)
 	body, ctype, _, err := httpx.Multipart(fields, "file", name, ref.Path)
 	if err != nil {
-		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
+		return "", nil, fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
 	}
 	var adopted string
 	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/files", nil),
-		Header: http.Header{"Content-Type": {ctype}}, Body: body,
+		Method: http.MethodPost, URL: url, Header: http.Header{"Content-Type": {ctype}}, Body: body,
 		Reconcile: func(ctx context.Context) (bool, error) {
-			f, err := c.findFile(ctx, ref)
-			if f != nil {
-				adopted = f.ID
-			}
+			id, err := find(ctx)
+			adopted = id
 			return adopted != "", err
 		},
 	}
-	var f fileObject
-	switch err := c.hc.JSON(ctx, call, &f); {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("file_id", adopted).Str("filename", name).Msg("upload answer lost; adopted the uploaded file")
-		return adopted, nil
-	case err != nil:
-		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
-	case f.ID == "":
-		return "", fmt.Errorf("upload chunk %d: answer carries no file id", ref.Chunk)
+	var raw json.RawMessage
+	var f struct {
+		ID string `json:"id"`
 	}
-	return f.ID, nil
+	switch err := hc.JSON(ctx, call, &raw); {
+	case errors.Is(err, httpx.ErrReconciled):
+		log.Info().Str("file_id", adopted).Str("filename", name).Msg("upload answer lost; adopted the uploaded file")
+		return adopted, nil, nil
+	case err != nil:
+		return "", nil, fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
+	case json.Unmarshal(raw, &f) != nil || f.ID == "":
+		return "", nil, fmt.Errorf("upload chunk %d: answer carries no file id", ref.Chunk)
+	}
+	return f.ID, raw, nil
 }
 
 // Create starts a batch from fileID: POST /batches with input_file_id,
@@ -240,22 +259,23 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 
 // Poll reads GET /batches/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
-	var w batchObject
-	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches/"+url.PathEscape(batchID), nil)}, &w)
-	if err != nil {
-		return sluice.Batch{}, NotFound(fmt.Sprintf("poll batch %s", batchID), err)
-	}
-	return w.toBatch(), nil
+	return BatchCall(ctx, c.hc, http.MethodGet, c.url("/batches/"+url.PathEscape(batchID), nil), "poll batch "+batchID, (*batchObject).toBatch)
 }
 
 // Cancel asks POST /batches/{id}/cancel.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	var w batchObject
-	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil)}, &w)
-	if err != nil {
-		return sluice.Batch{}, NotFound(fmt.Sprintf("cancel batch %s", batchID), err)
+	return BatchCall(ctx, c.hc, http.MethodPost, c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil), "cancel batch "+batchID, (*batchObject).toBatch)
+}
+
+// BatchCall sends a bodiless call whose answer is one batch of the
+// provider's shape T and maps it with toBatch; a 404 wraps
+// sluice.ErrNotFound. what names the call in errors.
+func BatchCall[T any](ctx context.Context, hc *httpx.Client, method, url, what string, toBatch func(*T) sluice.Batch) (sluice.Batch, error) {
+	var w T
+	if err := hc.JSON(ctx, httpx.Call{Method: method, URL: url}, &w); err != nil {
+		return sluice.Batch{}, NotFound(what, err)
 	}
-	return w.toBatch(), nil
+	return toBatch(&w), nil
 }
 
 // Fetch downloads the batch's output file and error file (GET

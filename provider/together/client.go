@@ -76,23 +76,12 @@ var _ sluice.Provider = (*Client)(nil)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p := cfg.Preset
-	if p.Name == "" {
-		p = provider.Presets["together"]
-	}
-	if p.Family != provider.FamilyTogether {
-		return nil, fmt.Errorf("together: preset %q is of family %q", p.Name, p.Family)
-	}
-	raw := cfg.BaseURL
-	if raw == "" {
-		raw = p.BaseURL
-	}
-	base, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
+	p, base, err := provider.Resolve(cfg.Preset, provider.FamilyTogether, cfg.BaseURL)
+	if err != nil {
+		return nil, err
 	}
 	base.RawQuery, base.Fragment = "", ""
-	c := &Client{preset: p, base: strings.TrimRight(base.String(), "/"), upload: cfg.Upload, window: cfg.CompletionWindow,
+	c := &Client{preset: p, base: base.String(), upload: cfg.Upload, window: cfg.CompletionWindow,
 		limits: p.Limits.Override(cfg.Limits), maxLine: cfg.MaxLine, log: cfg.Logger}
 	switch c.upload {
 	case "":
@@ -193,13 +182,10 @@ func (j *job) toBatch() sluice.Batch {
 // Upload sends the chunk file by the configured flow under the name
 // sluice-<job>-c<chunk>-a<attempt>.jsonl with purpose batch-api.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
-	var id string
-	var err error
 	if c.upload == UploadMultipart {
-		id, err = c.uploadMultipart(ctx, ref)
-	} else {
-		id, err = c.uploadRedirect(ctx, ref)
+		return c.uploadMultipart(ctx, ref)
 	}
+	id, err := c.uploadRedirect(ctx, ref)
 	if err != nil {
 		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
 	}
@@ -267,34 +253,26 @@ func (c *Client) uploadRedirect(ctx context.Context, ref sluice.BatchRef) (strin
 // was sent is settled by listing files before the upload is repeated.
 func (c *Client) uploadMultipart(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	name := provider.UploadName(ref)
-	body, ctype, _, err := httpx.Multipart([]httpx.Field{{Name: "file_name", Value: name},
-		{Name: "purpose", Value: "batch-api"}, {Name: "file_type", Value: "jsonl"}}, "file", name, ref.Path)
-	if err != nil {
+	id, raw, err := openai.UploadChunk(ctx, c.hc, c.url("/files/upload"), []httpx.Field{{Name: "file_name", Value: name},
+		{Name: "purpose", Value: "batch-api"}, {Name: "file_type", Value: "jsonl"}}, ref,
+		func(ctx context.Context) (string, error) {
+			f, err := c.findFile(ctx, ref)
+			if f == nil {
+				return "", err
+			}
+			return f.ID, err
+		}, c.log)
+	if err != nil || raw == nil {
+		return id, err
+	}
+	var f fileObject
+	if err := json.Unmarshal(raw, &f); err != nil {
 		return "", err
 	}
-	var adopted string
-	var f fileObject
-	err = c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/files/upload"),
-		Header: http.Header{"Content-Type": {ctype}}, Body: body,
-		Reconcile: func(ctx context.Context) (bool, error) {
-			f, err := c.findFile(ctx, ref)
-			if f != nil {
-				adopted = f.ID
-			}
-			return adopted != "", err
-		}}, &f)
-	switch {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("file_id", adopted).Str("filename", name).Msg("upload answer lost; adopted the uploaded file")
-		return adopted, nil
-	case err != nil:
-		return "", err
-	case f.ID == "":
-		return "", errors.New("answer carries no file id")
-	case !f.usable():
+	if !f.usable() {
 		return "", fmt.Errorf("file %s was not accepted: processing_status %s", f.ID, f.ProcessingStatus)
 	}
-	return f.ID, nil
+	return id, nil
 }
 
 // createRequest is the create body.
@@ -345,20 +323,12 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 
 // Poll reads GET /batches/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
-	var j job
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.batchURL(batchID)}, &j); err != nil {
-		return sluice.Batch{}, openai.NotFound("poll batch "+batchID, err)
-	}
-	return j.toBatch(), nil
+	return openai.BatchCall(ctx, c.hc, http.MethodGet, c.batchURL(batchID), "poll batch "+batchID, (*job).toBatch)
 }
 
 // Cancel asks POST /batches/{id}/cancel.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	var j job
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.batchURL(batchID) + "/cancel"}, &j); err != nil {
-		return sluice.Batch{}, openai.NotFound("cancel batch "+batchID, err)
-	}
-	return j.toBatch(), nil
+	return openai.BatchCall(ctx, c.hc, http.MethodPost, c.batchURL(batchID)+"/cancel", "cancel batch "+batchID, (*job).toBatch)
 }
 
 // Fetch downloads output_file_id and error_file_id (GET
@@ -431,20 +401,11 @@ func (c *Client) findJob(ctx context.Context, fileID string) (*job, error) {
 	if err := json.Unmarshal(raw, &l); err != nil {
 		return nil, fmt.Errorf("GET /batches: want a JSON array: %w", err)
 	}
-	var dead *job
+	var pick provider.Adopt[job]
 	for i := range l {
-		j := &l[i]
-		if j.InputFileID != fileID {
-			continue
-		}
-		switch openai.MapStatus(j.Status) {
-		case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
-			if dead == nil {
-				dead = j
-			}
-		default:
-			return j, nil
+		if l[i].InputFileID == fileID && pick.Offer(&l[i], openai.MapStatus(l[i].Status)) {
+			break
 		}
 	}
-	return dead, nil
+	return pick.Best(), nil
 }

@@ -22,11 +22,13 @@ import (
 // Key is the API key the emulators of these tests accept.
 const Key = "test-key-123456"
 
-// Emulator runs an emulator enforcing Key behind a loopback server, its
+// Emulator runs an emulator enforcing o.APIKey (default Key) behind a loopback server, its
 // handler wrapped by wrap (nil: none), and returns it with its root URL.
 func Emulator(t *testing.T, o emulator.Options, wrap func(http.Handler) http.Handler) (*emulator.Server, string) {
 	t.Helper()
-	o.APIKey = Key
+	if o.APIKey == "" {
+		o.APIKey = Key
+	}
 	s, err := emulator.New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +109,13 @@ func Cycle(t *testing.T, p sluice.Provider, ref sluice.BatchRef) (sluice.Batch, 
 // returns them by custom_id (a custom_id decoded twice fails the test).
 func Finish(t *testing.T, p sluice.Provider, ref sluice.BatchRef, b sluice.Batch) (sluice.Batch, map[string]sluice.Result) {
 	t.Helper()
+	return FinishLookup(t, p, ref, b, nil)
+}
+
+// FinishLookup is Finish with the lookup Decode gets (for providers that
+// answer by position).
+func FinishLookup(t *testing.T, p sluice.Provider, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool)) (sluice.Batch, map[string]sluice.Result) {
+	t.Helper()
 	ctx := context.Background()
 	var err error
 	for i := 0; !b.Status.Ended(); i++ {
@@ -122,7 +131,7 @@ func Finish(t *testing.T, p sluice.Provider, ref sluice.BatchRef, b sluice.Batch
 		t.Fatal(err)
 	}
 	got := map[string]sluice.Result{}
-	err = p.Decode(ctx, ref, files, nil, func(r sluice.Result) error {
+	err = p.Decode(ctx, ref, files, lookup, func(r sluice.Result) error {
 		if _, dup := got[r.CustomID]; dup {
 			t.Errorf("duplicate result %s", r.CustomID)
 		}
