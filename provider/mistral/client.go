@@ -12,7 +12,6 @@ package mistral
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -114,8 +113,6 @@ func (c *Client) contentURL(id string) string {
 	return c.url("/files/"+url.PathEscape(id)+"/content", nil)
 }
 func (c *Client) jobURL(id string) string { return c.url("/batch/jobs/"+url.PathEscape(id), nil) }
-
-var jsonHeader = http.Header{"Content-Type": {"application/json"}}
 
 // fileObject is Mistral's FileSchema, as far as sluice reads it (the size
 // is the wire key "bytes").
@@ -244,31 +241,11 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	if fileID == "" {
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: no input file id", ref.Chunk)
 	}
-	body, err := httpx.JSONBody(createRequest{InputFiles: []string{fileID}, Endpoint: ref.URL, Model: ref.Model,
-		Metadata: provider.Metadata(ref), TimeoutHours: c.timeout})
-	if err != nil {
-		return sluice.Batch{}, err
-	}
-	var adopted *job
-	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/batch/jobs", nil), Header: jsonHeader, Body: body,
-		Reconcile: func(ctx context.Context) (bool, error) {
-			j, err := c.findJob(ctx, ref)
-			adopted = j
-			return j != nil, err
-		},
-	}
-	var j job
-	switch err := c.hc.JSON(ctx, call, &j); {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created job")
-		return adopted.toBatch(), nil
-	case err != nil:
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
-	case j.ID == "":
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no job id", ref.Chunk)
-	}
-	return j.toBatch(), nil
+	req := createRequest{InputFiles: []string{fileID}, Endpoint: ref.URL, Model: ref.Model,
+		Metadata: provider.Metadata(ref), TimeoutHours: c.timeout}
+	return openai.CreateBatch(ctx, c.hc, c.url("/batch/jobs", nil), req, ref, func(ctx context.Context) (*job, error) {
+		return c.findJob(ctx, ref)
+	}, (*job).toBatch, c.log)
 }
 
 // Poll reads GET /v1/batch/jobs/{id}.

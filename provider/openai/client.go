@@ -231,30 +231,45 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	if c.outTTL > 0 {
 		req.OutputExpiresAfter = &expiresAfter{Anchor: "created_at", Seconds: int64(c.outTTL / time.Second)}
 	}
+	return CreateBatch(ctx, c.hc, c.url("/batches", nil), req, ref, func(ctx context.Context) (*batchObject, error) {
+		return c.findBatch(ctx, ref)
+	}, (*batchObject).toBatch, c.log)
+}
+
+// CreateBatch sends a create call (the JSON of req) to url and maps its
+// answer, a T, with toBatch, for every client of a files-based batch API. A
+// connection lost after the request was sent is settled by find (what the
+// call made, or nil) before the create is repeated, so a lost answer does
+// not buy the batch twice.
+func CreateBatch[T any](ctx context.Context, hc *httpx.Client, url string, req any, ref sluice.BatchRef,
+	find func(context.Context) (*T, error), toBatch func(*T) sluice.Batch, log zerolog.Logger) (sluice.Batch, error) {
 	body, err := httpx.JSONBody(req)
 	if err != nil {
 		return sluice.Batch{}, err
 	}
-	var adopted *batchObject
+	var adopted *T
 	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/batches", nil), Header: jsonHeader, Body: body,
+		Method: http.MethodPost, URL: url, Header: jsonHeader, Body: body,
 		Reconcile: func(ctx context.Context) (bool, error) {
-			b, err := c.findBatch(ctx, ref)
+			b, err := find(ctx)
 			adopted = b
 			return b != nil, err
 		},
 	}
-	var w batchObject
-	switch err := c.hc.JSON(ctx, call, &w); {
+	var w T
+	switch err := hc.JSON(ctx, call, &w); {
 	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
-		return adopted.toBatch(), nil
+		b := toBatch(adopted)
+		log.Info().Str("batch_id", b.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
+		return b, nil
 	case err != nil:
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
-	case w.ID == "":
+	}
+	b := toBatch(&w)
+	if b.ID == "" {
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no batch id", ref.Chunk)
 	}
-	return w.toBatch(), nil
+	return b, nil
 }
 
 // Poll reads GET /batches/{id}.

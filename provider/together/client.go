@@ -131,8 +131,6 @@ func (c *Client) fileURL(id string) string    { return c.url("/files/" + url.Pat
 func (c *Client) contentURL(id string) string { return c.fileURL(id) + "/content" }
 func (c *Client) batchURL(id string) string   { return c.url("/batches/" + url.PathEscape(id)) }
 
-var jsonHeader = http.Header{"Content-Type": {"application/json"}}
-
 // fileObject is FileResponse, as far as sluice reads it (note the
 // capitalised Processed of the wire).
 type fileObject struct {
@@ -291,34 +289,31 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	if fileID == "" {
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: no input file id", ref.Chunk)
 	}
-	body, err := httpx.JSONBody(createRequest{Endpoint: ref.URL, InputFileID: fileID, CompletionWindow: c.window, ModelID: ref.Model})
-	if err != nil {
-		return sluice.Batch{}, err
-	}
-	var adopted *job
-	var w struct {
-		Job     *job   `json:"job"`
-		Warning string `json:"warning"`
-	}
-	err = c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/batches"), Header: jsonHeader, Body: body,
-		Reconcile: func(ctx context.Context) (bool, error) {
-			j, err := c.findJob(ctx, fileID)
-			adopted = j
-			return j != nil, err
-		}}, &w)
-	switch {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
-		return adopted.toBatch(), nil
-	case err != nil:
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
-	case w.Job == nil || w.Job.ID == "":
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no job", ref.Chunk)
+	req := createRequest{Endpoint: ref.URL, InputFileID: fileID, CompletionWindow: c.window, ModelID: ref.Model}
+	return openai.CreateBatch(ctx, c.hc, c.url("/batches"), req, ref, func(ctx context.Context) (*created, error) {
+		j, err := c.findJob(ctx, fileID)
+		if j == nil {
+			return nil, err
+		}
+		return &created{Job: j}, err
+	}, c.createdBatch, c.log)
+}
+
+// created is the answer to create.
+type created struct {
+	Job     *job   `json:"job"`
+	Warning string `json:"warning"`
+}
+
+// createdBatch maps create's answer, logging its warning.
+func (c *Client) createdBatch(w *created) sluice.Batch {
+	if w.Job == nil {
+		return sluice.Batch{}
 	}
 	if w.Warning != "" {
 		c.log.Warn().Str("batch_id", w.Job.ID).Str("warning", w.Warning).Msg("together: warning on batch create")
 	}
-	return w.Job.toBatch(), nil
+	return w.Job.toBatch()
 }
 
 // Poll reads GET /batches/{id}.
