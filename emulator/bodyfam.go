@@ -1,12 +1,10 @@
 package emulator
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -31,47 +29,14 @@ type bodyScan struct {
 // collects its request count, model and estimated input tokens. A line may
 // carry method and url too (Together's are optional); they are not checked.
 func (s *Server) scanBodyLines(path string, size int64, lim bodyScan) (scanResult, error) {
-	var sc scanResult
-	if size > lim.maxBytes {
-		sc.errs = []batchError{lineErr("file_too_large", fmt.Sprintf(
-			"The batch input file is %s bytes; the maximum is %s bytes.", commas(size), commas(lim.maxBytes)), 0, "")}
-		return sc, nil
+	sc, err := scanFile(path, size, lim.maxBytes, lim.maxRequests, "too_many_requests",
+		func(t []byte, lineNo int, seen map[string]struct{}, sc *scanResult, add func(batchError)) {
+			scanBodyLine(t, lineNo, lim, seen, sc, add)
+		})
+	if sc.model == "" {
+		sc.model = lim.jobModel
 	}
-	in, err := os.Open(path)
-	if err != nil {
-		return sc, err
-	}
-	defer in.Close()
-	br := bufio.NewReaderSize(in, 1<<20)
-	seen := map[string]struct{}{}
-	add := func(e batchError) {
-		if len(sc.errs) < maxReportedErrors {
-			sc.errs = append(sc.errs, e)
-		}
-	}
-	sc.model = lim.jobModel
-	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			sc.n++
-			if sc.n <= lim.maxRequests {
-				scanBodyLine(t, lineNo, lim, seen, &sc, add)
-			}
-		}
-		if rerr == io.EOF {
-			break
-		} else if rerr != nil {
-			return sc, rerr
-		}
-	}
-	switch {
-	case sc.n == 0:
-		sc.errs = []batchError{lineErr("empty_file", "The batch input file is empty.", 0, "")}
-	case sc.n > lim.maxRequests:
-		sc.errs = append([]batchError{lineErr("too_many_requests", fmt.Sprintf(
-			"The batch input file contains %d requests; the maximum is %d.", sc.n, lim.maxRequests), 0, "")}, sc.errs...)
-	}
-	return sc, nil
+	return sc, err
 }
 
 func scanBodyLine(t []byte, lineNo int, lim bodyScan, seen map[string]struct{}, sc *scanResult, add func(batchError)) {
@@ -100,7 +65,7 @@ func scanBodyLine(t []byte, lineNo int, lim bodyScan, seen map[string]struct{}, 
 		}
 		seen[*ln.CustomID] = struct{}{}
 		if sc.model == "" {
-			sc.model = model
+			sc.model = cmp.Or(lim.jobModel, model)
 		}
 		sc.tokens += approxTokens(len(ln.Body))
 	}

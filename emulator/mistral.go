@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,11 +29,9 @@ func (s *Server) mistralRoutes(mux *http.ServeMux) {
 	const p = "/mistral/v1"
 	mux.HandleFunc("POST "+p+"/files", s.mistralUpload)
 	mux.HandleFunc("GET "+p+"/files", s.mistralListFiles)
-	mux.HandleFunc("GET "+p+"/files/{id}", s.mistralGetFile)
-	mux.HandleFunc("DELETE "+p+"/files/{id}", s.mistralDeleteFile)
-	mux.HandleFunc("GET "+p+"/files/{id}/content", func(w http.ResponseWriter, r *http.Request) {
-		s.serveContent(w, r.PathValue("id"), famMistral, func(id string) { mistralNotFound(w, "File", id) })
-	})
+	s.fileRoutes(mux, p, fileAPI{fam: famMistral, render: func(f *fileRec) any { return s.mistralFileJSON(f) },
+		missing: func(w http.ResponseWriter, id string) { mistralNotFound(w, "File", id) },
+		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batch/jobs", s.mistralCreate)
 	mux.HandleFunc("GET "+p+"/batch/jobs", s.mistralList)
 	mux.HandleFunc("GET "+p+"/batch/jobs/{id}", s.mistralGet)
@@ -172,39 +169,6 @@ func (s *Server) mistralListFiles(w http.ResponseWriter, r *http.Request) {
 		data = append(data, s.mistralFileJSON(f))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "object": "list", "total": len(all)})
-}
-
-func (s *Server) mistralFile(w http.ResponseWriter, r *http.Request) *fileRec {
-	id := r.PathValue("id")
-	if f := s.files[id]; f != nil && f.Family == famMistral {
-		return f
-	}
-	mistralNotFound(w, "File", id)
-	return nil
-}
-
-func (s *Server) mistralGetFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.mistralFile(w, r); f != nil {
-		writeJSON(w, http.StatusOK, s.mistralFileJSON(f))
-	}
-}
-
-func (s *Server) mistralDeleteFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.mistralFile(w, r); f != nil {
-		s.deleteFile(f)
-		writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "object": "file", "deleted": true})
-	}
-}
-
-// deleteFile removes a file and its content. Caller holds s.mu.
-func (s *Server) deleteFile(f *fileRec) {
-	delete(s.files, f.ID)
-	os.Remove(s.filePath(f.ID))
-	os.Remove(filepath.Join(s.dir, "files", f.ID+".json"))
 }
 
 func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) {
@@ -411,21 +375,12 @@ func (s *Server) inlineOutputs(fileID string) []json.RawMessage {
 	return out
 }
 
-func (s *Server) mistralJob(w http.ResponseWriter, r *http.Request) *batchRec {
-	id := r.PathValue("id")
-	if b := s.batches[id]; b != nil && b.Family == famMistral {
-		return b
-	}
-	mistralNotFound(w, "Batch job", id)
-	return nil
-}
-
 func (s *Server) mistralGet(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tick(now)
-	if b := s.mistralJob(w, r); b != nil {
+	if b := s.lookupBatch(w, r.PathValue("id"), famMistral); b != nil {
 		writeJSON(w, http.StatusOK, s.mistralJobJSON(b, now, r.URL.Query().Get("inline") == "true"))
 	}
 }
@@ -435,7 +390,7 @@ func (s *Server) mistralCancel(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tick(now)
-	b := s.mistralJob(w, r)
+	b := s.lookupBatch(w, r.PathValue("id"), famMistral)
 	if b == nil {
 		return
 	}
@@ -452,7 +407,7 @@ func (s *Server) mistralDelete(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tick(now)
-	b := s.mistralJob(w, r)
+	b := s.lookupBatch(w, r.PathValue("id"), famMistral)
 	if b == nil {
 		return
 	}

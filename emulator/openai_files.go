@@ -139,15 +139,20 @@ func (s *Server) storeUpload(u *received, f *fileRec) error {
 	return nil
 }
 
+// write answers the refusal in the OpenAI envelope.
+func (e *uploadErr) write(w http.ResponseWriter) {
+	typ := "invalid_request_error"
+	if e.status >= 500 {
+		typ = "server_error"
+	}
+	oaiError(w, e.status, typ, e.msg, e.param, e.code)
+}
+
 // oaiUploadFile stores a multipart upload (CreateFileRequest).
 func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) {
 	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
 	if uerr != nil {
-		typ := "invalid_request_error"
-		if uerr.status >= 500 {
-			typ = "server_error"
-		}
-		oaiError(w, uerr.status, typ, uerr.msg, uerr.param, uerr.code)
+		uerr.write(w)
 		return
 	}
 	defer u.discard()
@@ -199,30 +204,60 @@ func smallField(part io.Reader) string {
 	return strings.TrimSpace(string(b))
 }
 
-func (s *Server) lookupFile(w http.ResponseWriter, r *http.Request) *fileRec {
-	id := r.PathValue("id")
-	f := s.files[id]
-	if f != nil && fileFamily(f) != famOpenAI {
-		f = nil
-	}
-	if f == nil {
-		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+id, "id", "")
-	}
-	return f
+// fileAPI is how a family answers about its files: the file object, the
+// 404 for an id it does not know, and the answer to a delete.
+type fileAPI struct {
+	fam     string
+	render  func(*fileRec) any
+	missing func(w http.ResponseWriter, id string)
+	deleted func(*fileRec) any
 }
 
-func (s *Server) oaiGetFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.lookupFile(w, r); f != nil {
-		writeJSON(w, http.StatusOK, s.fileJSON(f))
+// fileRoutes serves GET and DELETE p/files/{id} and GET
+// p/files/{id}/content for a family; each family sees only its own files.
+func (s *Server) fileRoutes(mux *http.ServeMux, p string, a fileAPI) {
+	lookup := func(w http.ResponseWriter, r *http.Request) *fileRec {
+		id := r.PathValue("id")
+		if f := s.files[id]; f != nil && fileFamily(f) == a.fam {
+			return f
+		}
+		a.missing(w, id)
+		return nil
 	}
-}
-
-func (s *Server) oaiFileContent(w http.ResponseWriter, r *http.Request) {
-	s.serveContent(w, r.PathValue("id"), famOpenAI, func(id string) {
-		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+id, "id", "")
+	mux.HandleFunc("GET "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if f := lookup(w, r); f != nil {
+			writeJSON(w, http.StatusOK, a.render(f))
+		}
 	})
+	mux.HandleFunc("DELETE "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if f := lookup(w, r); f != nil {
+			s.deleteFile(f)
+			writeJSON(w, http.StatusOK, a.deleted(f))
+		}
+	})
+	mux.HandleFunc("GET "+p+"/files/{id}/content", func(w http.ResponseWriter, r *http.Request) {
+		s.serveContent(w, r.PathValue("id"), a.fam, func(id string) { a.missing(w, id) })
+	})
+}
+
+// deleteFile removes a file and its content. Caller holds s.mu.
+func (s *Server) deleteFile(f *fileRec) {
+	delete(s.files, f.ID)
+	os.Remove(filepath.Join(s.dir, "files", f.ID+".json"))
+	os.Remove(s.filePath(f.ID))
+}
+
+// oaiFiles is the OpenAI family's fileAPI.
+func (s *Server) oaiFiles() fileAPI {
+	return fileAPI{fam: famOpenAI, render: func(f *fileRec) any { return s.fileJSON(f) },
+		missing: func(w http.ResponseWriter, id string) {
+			oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+id, "id", "")
+		},
+		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }}
 }
 
 // serveContent streams the content of file id of family fam as
@@ -259,19 +294,6 @@ func (s *Server) serveContent(w http.ResponseWriter, id, fam string, missing fun
 	w.Header().Set("Content-Length", strconv.FormatInt(f.Bytes, 10))
 	w.WriteHeader(http.StatusOK)
 	io.Copy(w, in)
-}
-
-func (s *Server) oaiDeleteFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.lookupFile(w, r)
-	if f == nil {
-		return
-	}
-	delete(s.files, f.ID)
-	os.Remove(filepath.Join(s.dir, "files", f.ID+".json"))
-	os.Remove(s.filePath(f.ID))
-	writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "object": "file", "deleted": true})
 }
 
 func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) {

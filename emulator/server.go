@@ -159,9 +159,7 @@ func (s *Server) routes() *http.ServeMux {
 	for _, p := range []string{"/v1", "/openai/v1"} {
 		mux.HandleFunc("POST "+p+"/files", s.oaiUploadFile)
 		mux.HandleFunc("GET "+p+"/files", s.oaiListFiles)
-		mux.HandleFunc("GET "+p+"/files/{id}", s.oaiGetFile)
-		mux.HandleFunc("GET "+p+"/files/{id}/content", s.oaiFileContent)
-		mux.HandleFunc("DELETE "+p+"/files/{id}", s.oaiDeleteFile)
+		s.fileRoutes(mux, p, s.oaiFiles())
 		mux.HandleFunc("POST "+p+"/batches", s.oaiCreateBatch)
 		mux.HandleFunc("GET "+p+"/batches", s.oaiListBatches)
 		mux.HandleFunc("GET "+p+"/batches/{id}", s.oaiGetBatch)

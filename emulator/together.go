@@ -41,11 +41,8 @@ func (s *Server) togetherRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT "+togetherUploadPath+"{id}", s.togetherPut)
 	mux.HandleFunc("POST "+p+"/files/{id}/preprocess", s.togetherPreprocess)
 	mux.HandleFunc("GET "+p+"/files", s.togetherListFiles)
-	mux.HandleFunc("GET "+p+"/files/{id}", s.togetherGetFile)
-	mux.HandleFunc("DELETE "+p+"/files/{id}", s.togetherDeleteFile)
-	mux.HandleFunc("GET "+p+"/files/{id}/content", func(w http.ResponseWriter, r *http.Request) {
-		s.serveContent(w, r.PathValue("id"), famTogether, func(id string) { togetherFileNotFound(w, id) })
-	})
+	s.fileRoutes(mux, p, fileAPI{fam: famTogether, render: func(f *fileRec) any { return s.togetherFileJSON(f) },
+		missing: togetherFileNotFound, deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batches", s.togetherCreate)
 	mux.HandleFunc("GET "+p+"/batches", s.togetherList)
 	mux.HandleFunc("GET "+p+"/batches/{id}", s.togetherGet)
@@ -118,11 +115,7 @@ func (s *Server) togetherFiles(w http.ResponseWriter, r *http.Request) {
 func (s *Server) togetherMultipart(w http.ResponseWriter, r *http.Request, needFile bool) {
 	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
 	if uerr != nil {
-		typ := "invalid_request_error"
-		if uerr.status >= 500 {
-			typ = "server_error"
-		}
-		oaiError(w, uerr.status, typ, uerr.msg, uerr.param, uerr.code)
+		uerr.write(w)
 		return
 	}
 	defer u.discard()
@@ -270,23 +263,6 @@ func (s *Server) togetherListFiles(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-func (s *Server) togetherGetFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.togetherFile(w, r); f != nil {
-		writeJSON(w, http.StatusOK, s.togetherFileJSON(f))
-	}
-}
-
-func (s *Server) togetherDeleteFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.togetherFile(w, r); f != nil {
-		s.deleteFile(f)
-		writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "deleted": true})
-	}
-}
-
 func (s *Server) togetherCreate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Endpoint         string `json:"endpoint"`
@@ -400,21 +376,12 @@ func (s *Server) togetherJobJSON(b *batchRec, now time.Time) map[string]any {
 	}
 }
 
-func (s *Server) togetherBatch(w http.ResponseWriter, r *http.Request) *batchRec {
-	id := r.PathValue("id")
-	if b := s.batches[id]; b != nil && b.Family == famTogether {
-		return b
-	}
-	togetherError(w, http.StatusNotFound, "Batch job "+id+" not found")
-	return nil
-}
-
 func (s *Server) togetherGet(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tick(now)
-	if b := s.togetherBatch(w, r); b != nil {
+	if b := s.lookupBatch(w, r.PathValue("id"), famTogether); b != nil {
 		writeJSON(w, http.StatusOK, s.togetherJobJSON(b, now))
 	}
 }
@@ -426,7 +393,7 @@ func (s *Server) togetherCancel(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tick(now)
-	b := s.togetherBatch(w, r)
+	b := s.lookupBatch(w, r.PathValue("id"), famTogether)
 	if b == nil {
 		return
 	}
