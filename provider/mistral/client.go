@@ -51,15 +51,15 @@ type Config struct {
 
 // Client implements sluice.Provider for Mistral.
 type Client struct {
-	preset   provider.Preset
-	base     string // scheme://host/path, without a trailing /v1
-	hc       *httpx.Client
-	limits   sluice.Limits
-	timeout  int
-	findBack time.Duration
-	maxLine  int
-	clock    httpx.Clock
-	log      zerolog.Logger
+	openai.Files // Fetch, Decode, Forget
+	preset       provider.Preset
+	base         string // scheme://host/path, without a trailing /v1
+	hc           *httpx.Client
+	limits       sluice.Limits
+	timeout      int
+	findBack     time.Duration
+	clock        httpx.Clock
+	log          zerolog.Logger
 }
 
 var _ sluice.Provider = (*Client)(nil)
@@ -74,7 +74,7 @@ func New(cfg Config) (*Client, error) {
 	base.RawQuery, base.Fragment = "", ""
 	c := &Client{
 		preset: p, base: base.String(), limits: p.Limits.Override(cfg.Limits), timeout: cfg.TimeoutHours,
-		findBack: cfg.FindWindow, maxLine: cfg.MaxLine, clock: cfg.Clock, log: cfg.Logger,
+		findBack: cfg.FindWindow, clock: cfg.Clock, log: cfg.Logger,
 	}
 	if c.timeout <= 0 {
 		c.timeout = 24
@@ -91,6 +91,7 @@ func New(cfg Config) (*Client, error) {
 		AuthHeader: "Authorization", AuthScheme: "Bearer", APIKey: cfg.APIKey,
 		Errors: httpx.MistralErrors, Clock: c.clock, Logger: cfg.Logger,
 	})
+	c.Files = openai.Files{HC: c.hc, FileURL: c.fileURL, MaxLine: cfg.MaxLine, Log: cfg.Logger}
 	return c, nil
 }
 
@@ -109,10 +110,7 @@ func (c *Client) url(path string, q url.Values) string {
 }
 
 func (c *Client) fileURL(id string) string { return c.url("/files/"+url.PathEscape(id), nil) }
-func (c *Client) contentURL(id string) string {
-	return c.url("/files/"+url.PathEscape(id)+"/content", nil)
-}
-func (c *Client) jobURL(id string) string { return c.url("/batch/jobs/"+url.PathEscape(id), nil) }
+func (c *Client) jobURL(id string) string  { return c.url("/batch/jobs/"+url.PathEscape(id), nil) }
 
 // fileObject is Mistral's FileSchema, as far as sluice reads it (the size
 // is the wire key "bytes").
@@ -257,24 +255,6 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 // CANCELLATION_REQUESTED, then CANCELLED.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
 	return openai.BatchCall(ctx, c.hc, http.MethodPost, c.jobURL(batchID)+"/cancel", "cancel batch "+batchID, (*job).toBatch)
-}
-
-// Fetch downloads the job's output_file and error_file (GET
-// /v1/files/{id}/content).
-func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
-	return openai.FetchFiles(ctx, c.hc, c.contentURL, b, dir, c.log)
-}
-
-// Decode reads output and error file lines, which are in the OpenAI batch
-// output shape ({custom_id, response{status_code, body}, error}); see
-// openai.DecodeLine.
-func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, c.maxLine, openai.DecodeLine, fn)
-}
-
-// Forget deletes files (DELETE /v1/files/{id}).
-func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
-	return openai.DeleteFiles(ctx, c.hc, c.fileURL, fileIDs...)
 }
 
 // listPage is the page size of listings (the API's default).

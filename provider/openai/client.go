@@ -337,6 +337,34 @@ func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...str
 	return DeleteFiles(ctx, c.hc, func(id string) string { return c.url("/files/"+url.PathEscape(id), nil) }, fileIDs...)
 }
 
+// Files implements Fetch, Decode and Forget for the clients of a
+// files-based batch API whose result lines have the OpenAI batch output
+// shape (Mistral, Together): embed it.
+type Files struct {
+	HC *httpx.Client
+	// FileURL is the URL of a file; its content is at FileURL(id)+"/content".
+	FileURL func(id string) string
+	MaxLine int // bound of one result line (default provider.DefaultMaxLine)
+	Log     zerolog.Logger
+}
+
+// Fetch downloads the batch's output and error files (FetchFiles).
+func (f Files) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	return FetchFiles(ctx, f.HC, func(id string) string { return f.FileURL(id) + "/content" }, b, dir, f.Log)
+}
+
+// Decode reads output and error file lines with DecodeLine: {custom_id,
+// response{status_code, body}} or {custom_id, error{code, message}} (error
+// may be a bare string).
+func (f Files) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	return provider.DecodeJSONL(ctx, files, f.MaxLine, DecodeLine, fn)
+}
+
+// Forget deletes files (DeleteFiles).
+func (f Files) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+	return DeleteFiles(ctx, f.HC, f.FileURL, fileIDs...)
+}
+
 // DeleteFiles deletes files with DELETE fileURL(id); a file already gone
 // is no error.
 func DeleteFiles(ctx context.Context, hc *httpx.Client, fileURL func(fileID string) string, fileIDs ...string) error {

@@ -60,16 +60,16 @@ type Config struct {
 
 // Client implements sluice.Provider for Together.
 type Client struct {
-	preset  provider.Preset
-	base    string
-	hc      *httpx.Client // the API, redirects followed
-	noRedir *httpx.Client // the API, 302 answered (upload step 1)
-	signed  *httpx.Client // signed upload URLs: no API key
-	upload  string
-	window  string
-	limits  sluice.Limits
-	maxLine int
-	log     zerolog.Logger
+	openai.Files // Fetch, Decode, Forget
+	preset       provider.Preset
+	base         string
+	hc           *httpx.Client // the API, redirects followed
+	noRedir      *httpx.Client // the API, 302 answered (upload step 1)
+	signed       *httpx.Client // signed upload URLs: no API key
+	upload       string
+	window       string
+	limits       sluice.Limits
+	log          zerolog.Logger
 }
 
 var _ sluice.Provider = (*Client)(nil)
@@ -82,7 +82,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	base.RawQuery, base.Fragment = "", ""
 	c := &Client{preset: p, base: base.String(), upload: cfg.Upload, window: cfg.CompletionWindow,
-		limits: p.Limits.Override(cfg.Limits), maxLine: cfg.MaxLine, log: cfg.Logger}
+		limits: p.Limits.Override(cfg.Limits), log: cfg.Logger}
 	switch c.upload {
 	case "":
 		c.upload = UploadRedirect
@@ -118,6 +118,7 @@ func New(cfg Config) (*Client, error) {
 	c.noRedir = httpx.New(hcCfg)
 	hcCfg.HTTP, hcCfg.APIKey = base0, ""
 	c.signed = httpx.New(hcCfg)
+	c.Files = openai.Files{HC: c.hc, FileURL: c.fileURL, MaxLine: cfg.MaxLine, Log: cfg.Logger}
 	return c, nil
 }
 
@@ -126,10 +127,9 @@ func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
 func (c *Client) Limits() sluice.Limits { return c.limits }
 func (c *Client) UsesFiles() bool       { return true }
 
-func (c *Client) url(path string) string      { return c.base + path }
-func (c *Client) fileURL(id string) string    { return c.url("/files/" + url.PathEscape(id)) }
-func (c *Client) contentURL(id string) string { return c.fileURL(id) + "/content" }
-func (c *Client) batchURL(id string) string   { return c.url("/batches/" + url.PathEscape(id)) }
+func (c *Client) url(path string) string    { return c.base + path }
+func (c *Client) fileURL(id string) string  { return c.url("/files/" + url.PathEscape(id)) }
+func (c *Client) batchURL(id string) string { return c.url("/batches/" + url.PathEscape(id)) }
 
 // fileObject is FileResponse, as far as sluice reads it (note the
 // capitalised Processed of the wire).
@@ -324,24 +324,6 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 // Cancel asks POST /batches/{id}/cancel.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
 	return openai.BatchCall(ctx, c.hc, http.MethodPost, c.batchURL(batchID)+"/cancel", "cancel batch "+batchID, (*job).toBatch)
-}
-
-// Fetch downloads output_file_id and error_file_id (GET
-// /files/{id}/content).
-func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
-	return openai.FetchFiles(ctx, c.hc, c.contentURL, b, dir, c.log)
-}
-
-// Decode reads output lines {custom_id, response{status_code, body}} and
-// error lines {custom_id, error{message, code}} (openai.DecodeLine reads
-// both).
-func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, c.maxLine, openai.DecodeLine, fn)
-}
-
-// Forget deletes files (DELETE /files/{id}).
-func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
-	return openai.DeleteFiles(ctx, c.hc, c.fileURL, fileIDs...)
 }
 
 // Find looks for what a previous run made for ref: the usable file
