@@ -252,9 +252,10 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 }
 
 // Cancel asks POST /v1/batch/jobs/{id}/cancel; the job goes
-// CANCELLATION_REQUESTED, then CANCELLED.
+// CANCELLATION_REQUESTED, then CANCELLED. A refused cancel of a job that
+// has ended answers the job (openai.CancelBatch).
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	return openai.BatchCall(ctx, c.hc, http.MethodPost, c.jobURL(batchID)+"/cancel", "cancel batch "+batchID, (*job).toBatch)
+	return openai.CancelBatch(ctx, c.hc, c.jobURL(batchID)+"/cancel", c.jobURL(batchID), batchID, (*job).toBatch)
 }
 
 // listPage is the page size of listings (the API's default).

@@ -277,9 +277,28 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 	return BatchCall(ctx, c.hc, http.MethodGet, c.url("/batches/"+url.PathEscape(batchID), nil), "poll batch "+batchID, (*batchObject).toBatch)
 }
 
-// Cancel asks POST /batches/{id}/cancel.
+// Cancel asks POST /batches/{id}/cancel (see CancelBatch).
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	return BatchCall(ctx, c.hc, http.MethodPost, c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil), "cancel batch "+batchID, (*batchObject).toBatch)
+	u := c.url("/batches/"+url.PathEscape(batchID), nil)
+	return CancelBatch(ctx, c.hc, c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil), u, batchID, (*batchObject).toBatch)
+}
+
+// CancelBatch sends a cancel call to cancelURL. When the provider refuses
+// it (a 4xx other than 404 and 429) and a poll of pollURL shows the batch
+// cancelling or ended, that batch is the answer: a cancel repeated after
+// its first answer was lost, or a batch that ended meanwhile, has nothing
+// left to cancel, and its results must still be fetched.
+func CancelBatch[T any](ctx context.Context, hc *httpx.Client, cancelURL, pollURL, batchID string, toBatch func(*T) sluice.Batch) (sluice.Batch, error) {
+	b, err := BatchCall(ctx, hc, http.MethodPost, cancelURL, "cancel batch "+batchID, toBatch)
+	var ae *sluice.APIError
+	if err == nil || !errors.As(err, &ae) || ae.Status/100 != 4 || ae.Status == http.StatusNotFound || ae.Status == http.StatusTooManyRequests {
+		return b, err
+	}
+	if p, perr := BatchCall(ctx, hc, http.MethodGet, pollURL, "poll batch "+batchID, toBatch); perr == nil &&
+		(p.Status.Ended() || p.Status == sluice.BatchCancelling) {
+		return p, nil
+	}
+	return b, err
 }
 
 // BatchCall sends a bodiless call whose answer is one batch of the

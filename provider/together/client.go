@@ -321,9 +321,12 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 	return openai.BatchCall(ctx, c.hc, http.MethodGet, c.batchURL(batchID), "poll batch "+batchID, (*job).toBatch)
 }
 
-// Cancel asks POST /batches/{id}/cancel.
+// Cancel asks POST /batches/{id}/cancel. A refused cancel of a batch that
+// has ended answers the batch (openai.CancelBatch): the emulator, like the
+// API as documented, cancels at once, so a cancel repeated after a lost
+// answer is refused.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	return openai.BatchCall(ctx, c.hc, http.MethodPost, c.batchURL(batchID)+"/cancel", "cancel batch "+batchID, (*job).toBatch)
+	return openai.CancelBatch(ctx, c.hc, c.batchURL(batchID)+"/cancel", c.batchURL(batchID), batchID, (*job).toBatch)
 }
 
 // Find looks for what a previous run made for ref: the usable file

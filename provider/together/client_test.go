@@ -176,8 +176,8 @@ func TestTogetherFindAfterCrash(t *testing.T) {
 	}
 }
 
-// TestTogetherCancel: a running batch is cancelled; poll answers
-// CANCELLED; cancelling it again is a 400 {"error":…}.
+// TestTogetherCancel: a running batch is cancelled; cancelling it again
+// (the API refuses with 400 {"error":…}) answers the cancelled batch.
 func TestTogetherCancel(t *testing.T) {
 	_, root := ptest.Emulator(t, emulator.Options{BatchTime: time.Hour}, nil)
 	c := newClient(t, root+"/together/v1")
@@ -194,10 +194,10 @@ func TestTogetherCancel(t *testing.T) {
 	if b, err = c.Cancel(ctx, b.ID); err != nil || b.Status != sluice.BatchCancelled {
 		t.Fatalf("cancel %+v %v", b, err)
 	}
-	_, err = c.Cancel(ctx, b.ID)
-	var ae *sluice.APIError
-	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "cannot be cancelled") {
-		t.Fatalf("second cancel: %v", err)
+	// A repeated cancel (its first answer lost) is refused by the API; the
+	// client answers the batch as it ended instead of an error.
+	if again, err := c.Cancel(ctx, b.ID); err != nil || again.Status != sluice.BatchCancelled || again.ID != b.ID {
+		t.Fatalf("second cancel: %+v %v", again, err)
 	}
 	if _, err := c.Poll(ctx, ref, "no-such-batch"); !errors.Is(err, sluice.ErrNotFound) {
 		t.Fatalf("poll unknown: %v", err)
