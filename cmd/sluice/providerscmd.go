@@ -80,7 +80,10 @@ func printProviders(w io.Writer, asJSON bool) error {
 	fmt.Fprintln(tw, "PROVIDER\tFAMILY\tBYTES/BATCH\tREQUESTS/BATCH\tLIVE BATCHES\tWINDOW\tCALLS/S\tKEY\tBASE URL")
 	for _, p := range infos {
 		base := p.BaseURL
-		if base == "" {
+		switch {
+		case p.Name == "local":
+			base = "(in-process)"
+		case base == "":
 			base = "(--base-url)"
 		}
 		if p.BaseURLEnv != "" {
