@@ -30,8 +30,10 @@ type fileRec struct {
 	// SampleType is Mistral's sample_type.
 	SampleType string `json:"sample_type,omitempty"`
 	// Pending: a Together file announced by POST /files whose bytes were
-	// not PUT yet; Processed: preprocessed (Together).
+	// not PUT yet; Signed: it has a signed upload URL; Processed: usable
+	// for batches (Together).
 	Pending   bool `json:"pending,omitempty"`
+	Signed    bool `json:"signed,omitempty"`
 	Processed bool `json:"processed,omitempty"`
 }
 

@@ -155,7 +155,7 @@ func (s *Server) togetherAnnounce(w http.ResponseWriter, r *http.Request, purpos
 	s.mu.Lock()
 	seq := s.nextSeq()
 	f := &fileRec{ID: s.togetherFileID(seq), Seq: seq, CreatedAt: s.now().Unix(), Filename: name,
-		Purpose: purpose, Family: famTogether, Pending: true}
+		Purpose: purpose, Family: famTogether, Pending: true, Signed: true}
 	s.files[f.ID] = f
 	s.saveFile(f)
 	s.mu.Unlock()
@@ -166,7 +166,8 @@ func (s *Server) togetherAnnounce(w http.ResponseWriter, r *http.Request, purpos
 }
 
 // togetherPut stores the bytes PUT to a signed upload URL (200, empty
-// body, as object storage answers). Repeating the PUT replaces the bytes.
+// body, as object storage answers). Repeating the PUT replaces the bytes
+// (batches made from the file keep the bytes they were made from).
 func (s *Server) togetherPut(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !hmac.Equal([]byte(r.URL.Query().Get("signature")), []byte(s.signature(id))) {
@@ -177,7 +178,7 @@ func (s *Server) togetherPut(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	f := s.files[id]
-	ok := f != nil && f.Family == famTogether && !f.Processed
+	ok := f != nil && f.Family == famTogether && f.Signed
 	s.mu.Unlock()
 	if !ok {
 		w.WriteHeader(http.StatusNotFound)
@@ -202,7 +203,7 @@ func (s *Server) togetherPut(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f = s.files[id]; f == nil || f.Processed {
+	if f = s.files[id]; f == nil {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
@@ -210,12 +211,17 @@ func (s *Server) togetherPut(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(500)
 		return
 	}
+	// The JS SDK's helper goes on with GET /files/{id} and creates batches
+	// from the file without calling preprocess: the bytes complete it.
+	f.Pending, f.Processed = false, true
+	s.saveFile(f)
 	w.Header().Set("ETag", `"`+hexID(s.opts.Seed, "etag", id, int(f.Bytes), 16)+`"`)
 	w.WriteHeader(http.StatusOK)
 }
 
-// togetherPreprocess finishes a redirect upload: the file must have its
-// bytes. Repeating it answers the file again.
+// togetherPreprocess is the Python SDKs' last step of a redirect upload:
+// the file must have its bytes (the PUT already made it usable).
+// Repeating it answers the file again.
 func (s *Server) togetherPreprocess(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
