@@ -27,8 +27,11 @@ type Job struct {
 	Requests    int64       `json:"requests"` // valid requests in the input
 	Rejected    int64       `json:"rejected"` // invalid lines skipped (--skip-invalid)
 	MaxAttempts int         `json:"max_attempts"`
-	CreatedAt   time.Time   `json:"created_at"`
-	UpdatedAt   time.Time   `json:"updated_at"`
+	// CancelRequestedAt is when `sluice cancel` cancelled the job; zero if
+	// it never was. It stays set as the job goes on to merging and done.
+	CancelRequestedAt time.Time `json:"cancel_requested_at,omitzero"`
+	CreatedAt         time.Time `json:"created_at"`
+	UpdatedAt         time.Time `json:"updated_at"`
 }
 
 // Chunk is a group of requests sharing (url, model) that fits one provider
@@ -52,8 +55,15 @@ type Chunk struct {
 	Polls       int       `json:"polls"`
 	SubmittedAt time.Time `json:"submitted_at,omitempty"`
 	EndedAt     time.Time `json:"ended_at,omitempty"`
-	LastError   string    `json:"last_error,omitempty"`
-	IntentAt    time.Time `json:"intent_at,omitempty"`
+	// LastError is the message of the chunk's last error and ErrorCode its
+	// code (see SetError); each error is also kept as an AttemptError.
+	LastError string    `json:"last_error,omitempty"`
+	ErrorCode ErrorCode `json:"error_code,omitempty"`
+	// Stuck says why sluice cancelled the chunk's batch as stuck ("stuck in
+	// validating for 27h"); empty unless it did. What the cancelled batch
+	// finished is kept; the rest fails this attempt with CodeBatchStuck.
+	Stuck    string    `json:"stuck,omitempty"`
+	IntentAt time.Time `json:"intent_at,omitempty"`
 	// InputTokens and OutputTokens are the provider's usage for this chunk.
 	InputTokens  int64 `json:"input_tokens,omitempty"`
 	OutputTokens int64 `json:"output_tokens,omitempty"`
@@ -86,7 +96,7 @@ type Request struct {
 
 // BatchRef names the chunk a provider call is for. Providers put it in
 // upload filenames and batch metadata so a restart can find what a crashed
-// run created (see Reconcile in DESIGN.md).
+// run created (see docs/crash-safety.md).
 type BatchRef struct {
 	Job      string
 	Chunk    int64
@@ -121,4 +131,27 @@ type PlanSink interface {
 func (c *Chunk) Ref(dir string) BatchRef {
 	return BatchRef{Job: c.Job, Chunk: c.ID, Attempt: c.Attempt, URL: c.URL, Model: c.Model,
 		Path: filepath.Join(dir, c.Path), Requests: c.Requests, Bytes: c.Bytes, IntentAt: c.IntentAt}
+}
+
+// JobSummary is what the last merge of a job produced: counts, paths and
+// times, kept by the tracker so that `sluice status` can show a finished
+// job's outcome without reading its output.
+type JobSummary struct {
+	Output       string    `json:"output"`
+	Errors       string    `json:"errors"`
+	Order        string    `json:"order"`
+	OutputBytes  int64     `json:"output_bytes"`
+	OutputMTime  time.Time `json:"output_mtime"`
+	ErrorsBytes  int64     `json:"errors_bytes"`
+	Lines        int64     `json:"lines"`
+	Succeeded    int64     `json:"succeeded"`
+	Failed       int64     `json:"failed"`
+	Retried      int64     `json:"retried"` // requests sent in more than one batch
+	Batches      int       `json:"batches"`
+	RetryBatches int       `json:"retry_batches"`
+	InputTokens  int64     `json:"input_tokens"`
+	OutputTokens int64     `json:"output_tokens"`
+	Cancelled    bool      `json:"cancelled,omitempty"`
+	StartedAt    time.Time `json:"started_at"` // when the job was planned
+	FinishedAt   time.Time `json:"finished_at"`
 }

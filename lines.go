@@ -28,9 +28,9 @@ type Response struct {
 // LineError is a request-level failure that is not an HTTP answer of the
 // endpoint (expired, cancelled, missing from the provider's files, ...).
 type LineError struct {
-	Code     string `json:"code"`
-	Message  string `json:"message"`
-	Attempts int    `json:"attempts,omitempty"`
+	Code     ErrorCode `json:"code"` // see errorcode.go
+	Message  string    `json:"message"`
+	Attempts int       `json:"attempts,omitempty"`
 }
 
 // Item is one validated input line as the splitter hands it to a Codec.

@@ -17,9 +17,6 @@ type Batch struct {
 	Total          int
 	Completed      int
 	Failed         int
-	// ResultPath is set by providers whose final poll answer carries the
-	// results (Cloudflare): the file where Poll left them, for Fetch.
-	ResultPath string
 }
 
 // BatchError is one batch-level error as the provider reports it.
@@ -36,7 +33,7 @@ func (b *Batch) QueueFull() bool {
 		return false
 	}
 	for _, e := range b.Errors {
-		if e.Code != "token_limit_exceeded" {
+		if ErrorCode(e.Code) != CodeQueueFull {
 			return false
 		}
 	}

@@ -24,7 +24,7 @@ const (
 )
 
 // ChunkState is where a chunk stands in the crash-safe protocol of
-// DESIGN.md: intent states (uploading, creating) are committed before the
+// docs/crash-safety.md: intent states (uploading, creating) are committed before the
 // provider call, outcome states after it.
 type ChunkState string
 

@@ -27,7 +27,9 @@ type Store interface {
 	// Chunks returns every chunk of a job, in id order.
 	Chunks(ctx context.Context, job string) ([]*Chunk, error)
 	// UpdateChunk writes c's state and mutable fields if the chunk is
-	// still in state from; otherwise it returns a conflict error.
+	// still in state from; otherwise it returns a conflict error. A last
+	// error (Chunk.SetError) other than the one stored is also kept, in
+	// the same transaction, as an AttemptError; so is FinishChunk's.
 	UpdateChunk(ctx context.Context, c *Chunk, from ChunkState) error
 	// ChunkRequests calls fn for each request of a chunk in index order.
 	ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*Request) error) error

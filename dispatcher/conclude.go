@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
 
 // ending collects the outcome of one chunk's attempt: which requests are
@@ -25,7 +26,8 @@ import (
 // done and failed is never bought again, and the order of the provider's
 // files does not matter. Lines that do not parse were skipped by Decode
 // (sluice.MalformedLines): their requests have no result and count as
-// missing. Every such anomaly is counted into the chunk's LastError.
+// missing. Every such anomaly is counted into the chunk's last error
+// (sluice.CodeProviderOutput).
 type ending struct {
 	d    *Dispatcher
 	c    *sluice.Chunk
@@ -38,7 +40,7 @@ type ending struct {
 	// (or retried) only at the end, since a success may still come.
 	held map[int]sluice.Result
 
-	f   *os.File
+	f   *atomicfile.File // the results file
 	w   *bufio.Writer
 	buf []byte
 
@@ -52,11 +54,14 @@ type ending struct {
 
 	// missingCode and missingMsg describe requests without a result;
 	// failed marks the whole attempt failed (no results were read).
-	missingCode, missingMsg string
-	failed                  bool
-	noRetry                 bool
-	// notes are added to the chunk's LastError.
-	notes []string
+	missingCode sluice.ErrorCode
+	missingMsg  string
+	failed      bool
+	noRetry     bool
+	// notes are added to the chunk's last error, with notesCode
+	// (sluice.CodeProviderOutput when empty).
+	notes     []string
+	notesCode sluice.ErrorCode
 }
 
 const (
@@ -154,7 +159,7 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 	return nil
 }
 
-// describe is what the chunk's LastError says about the provider's output.
+// describe is what the chunk's last error says about the provider's output.
 func (e *ending) describe(missing int) []string {
 	notes := e.notes
 	if e.malformed != nil && e.malformed.Count > 0 {
@@ -201,16 +206,11 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fatal(err)
 	}
-	f, err := os.Create(path + ".tmp")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return fatal(err)
 	}
-	defer func() {
-		if e.f != nil {
-			e.f.Close()
-			os.Remove(path + ".tmp")
-		}
-	}()
+	defer f.Abort() // nothing once committed
 	e.f, e.w = f, bufio.NewWriterSize(f, 1<<20)
 	if err := fill(e); err != nil {
 		if errors.Is(err, ErrFatal) {
@@ -220,7 +220,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	}
 	code, msg := e.missingCode, e.missingMsg
 	if code == "" {
-		code, msg = "missing_result", "the provider returned no result for this request"
+		code, msg = sluice.CodeMissingResult, "the provider returned no result for this request"
 		if e.malformed != nil && e.malformed.Count > 0 {
 			msg = fmt.Sprintf("the provider returned no readable result for this request; its output had %d malformed line(s): %s",
 				e.malformed.Count, e.malformed.Summary(3))
@@ -258,12 +258,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	if err := e.w.Flush(); err != nil {
 		return fatal(err)
 	}
-	if err := e.f.Sync(); err != nil {
-		return fatal(err)
-	}
-	e.f.Close()
-	e.f = nil
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if err := e.f.Commit(); err != nil {
 		return fatal(err)
 	}
 	fin := &sluice.Finish{Chunk: c, From: from, Outcomes: e.outcomes}
@@ -281,7 +276,11 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	c.InputTokens += e.usage.InputTokens
 	c.OutputTokens += e.usage.OutputTokens
 	if notes := e.describe(missing); len(notes) > 0 {
-		c.LastError = strings.Join(notes, "; ")
+		code := e.notesCode
+		if code == "" || len(notes) > len(e.notes) {
+			code = sluice.CodeProviderOutput
+		}
+		c.SetError(code, strings.Join(notes, "; "))
 	}
 	if err := d.store.FinishChunk(ctx, fin); err != nil {
 		return fatal(err)
@@ -290,7 +289,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		d.nextID = max(d.nextID, nc.ID+1)
 	}
 	ev := d.chunkLog(c).Info()
-	if c.LastError != "" && (e.unknown > 0 || e.doubled > 0 || e.malformed != nil) {
+	if c.ErrorCode == sluice.CodeProviderOutput {
 		ev = d.chunkLog(c).Warn().Str("provider_output", c.LastError)
 	}
 	ev.Int("final", len(e.outcomes)).Int("retried", len(e.retry)).Int("missing", missing).

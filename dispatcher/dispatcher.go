@@ -4,8 +4,8 @@
 // reads results, records every request's outcome, and regroups retryable
 // requests into chunks of the next attempt.
 //
-// Every provider side effect is bracketed by the tracker (DESIGN.md, crash
-// safety): the intent (uploading, creating) is committed before the call
+// Every provider side effect is bracketed by the tracker
+// (docs/crash-safety.md): the intent (uploading, creating) is committed before the call
 // and the outcome after it; a chunk found in an intent state at start is
 // reconciled against the provider's listings before anything is redone.
 package dispatcher

@@ -68,7 +68,7 @@ func TestExpiredBatchesKeepCompletedLines(t *testing.T) {
 			// (rarely) expire on every attempt; it must then say so.
 			got, _ := r.merged()
 			for id, o := range got {
-				if o.Error != nil && (o.Error.Code != "batch_expired" || o.Error.Attempts != attempts) {
+				if o.Error != nil && (o.Error.Code != sluice.CodeBatchExpired || o.Error.Attempts != attempts) {
 					t.Errorf("%s: %+v, want success or batch_expired after %d attempts", id, o.Error, attempts)
 				}
 			}
@@ -105,7 +105,7 @@ func TestAttemptsSpentGiveFinalErrors(t *testing.T) {
 		t.Fatalf("succeeded %d failed %d; want both (half of each batch expires, one attempt)", sum.Succeeded, sum.Failed)
 	}
 	for id, o := range got {
-		if o.Error != nil && (o.Error.Code != "batch_expired" || o.Error.Attempts != 1) {
+		if o.Error != nil && (o.Error.Code != sluice.CodeBatchExpired || o.Error.Attempts != 1) {
 			t.Errorf("%s: error %+v, want batch_expired after 1 attempt", id, o.Error)
 		}
 	}
@@ -151,7 +151,7 @@ func TestLineErrors(t *testing.T) {
 func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 	// One attempt only: if a queue-full failure spent it, requests would fail.
 	r := newRig(t, "openai", openAILines(60), sluice.Limits{MaxBatchRequests: 10}, 1,
-		emulator.Options{Seed: 1, EnqueuedTokenLimit: 250, BatchTime: 30 * time.Millisecond})
+		emulator.Options{Seed: 1, EnqueuedTokenLimit: 250, BatchTime: 300 * time.Millisecond})
 	r.run(r.options())
 	ok, failed := checkNothingLost(t, r, 0)
 	if ok != 60 || failed != 0 {
@@ -160,6 +160,7 @@ func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 	if st := r.emu.Stats(); st.BatchesFailed == 0 {
 		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")
 	}
+	wantRecorded(t, r, sluice.CodeQueueFull, `.`)
 }
 
 func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {

@@ -30,33 +30,21 @@ func hostileOptions(r *rig) dispatcher.Options {
 	return o
 }
 
-// lastErrors returns every chunk's LastError.
-func lastErrors(t *testing.T, r *rig) []string {
+// wantRecorded fails unless the tracker kept an attempt error of the job
+// with this code whose message matches re.
+func wantRecorded(t *testing.T, r *rig, code sluice.ErrorCode, re string) {
 	t.Helper()
-	chunks, err := r.db.Chunks(context.Background(), r.job.ID)
+	errs, _, err := r.db.AttemptErrors(context.Background(), r.job.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, c := range chunks {
-		if c.LastError != "" {
-			out = append(out, c.LastError)
-		}
-	}
-	return out
-}
-
-// wantRecorded fails unless some chunk's LastError matches re.
-func wantRecorded(t *testing.T, r *rig, re string) {
-	t.Helper()
-	errs := lastErrors(t, r)
 	for _, e := range errs {
-		if regexp.MustCompile(re).MatchString(e) {
-			t.Logf("recorded: %s", e)
+		if e.Code == code && regexp.MustCompile(re).MatchString(e.Message) {
+			t.Logf("recorded: chunk %d attempt %d: %s: %s", e.Chunk, e.Attempt, e.Code, e.Message)
 			return
 		}
 	}
-	t.Errorf("no chunk records %q; last errors: %q", re, errs)
+	t.Errorf("no attempt error %s matching %q; recorded: %+v", code, re, errs)
 }
 
 // checkHostile asserts the job ended with every request final (merged
@@ -101,7 +89,7 @@ func TestHostileMalformedLines(t *testing.T) {
 			// A malformed line's request ran, but its result is lost: it
 			// must be bought again; nothing else may be.
 			checkHostile(t, r, st.LinesMalformed)
-			wantRecorded(t, r, `\d+ malformed result line\(s\) skipped, their requests counted as missing: \S+:\d+ \(`)
+			wantRecorded(t, r, sluice.CodeProviderOutput, `\d+ malformed result line\(s\) skipped, their requests counted as missing: \S+:\d+ \(`)
 		})
 	}
 }
@@ -116,7 +104,7 @@ func TestHostileUnknownCustomIDs(t *testing.T) {
 				t.Fatal("no extra line: the test proves nothing")
 			}
 			checkHostile(t, r, 0)
-			wantRecorded(t, r, `\d+ result\(s\) for custom_ids not in this batch ignored`)
+			wantRecorded(t, r, sluice.CodeProviderOutput, `\d+ result\(s\) for custom_ids not in this batch ignored`)
 		})
 	}
 }
@@ -134,7 +122,7 @@ func TestHostileDuplicateLines(t *testing.T) {
 			}
 			// Keeping the error copy would retry, and buy, a done request.
 			checkHostile(t, r, 0)
-			wantRecorded(t, r, `\d+ duplicate result\(s\) for the same custom_id`)
+			wantRecorded(t, r, sluice.CodeProviderOutput, `\d+ duplicate result\(s\) for the same custom_id`)
 		})
 	}
 	// Duplicated permanent failures stay failures, once.
@@ -170,12 +158,12 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 		t.Errorf("%d successes accepted from downloads that were all cut short", sum.Succeeded)
 	}
 	for id, o := range got {
-		if o.Error == nil || o.Error.Code != "results_unavailable" || o.Error.Attempts != 2 ||
+		if o.Error == nil || o.Error.Code != sluice.CodeResultsUnavailable || o.Error.Attempts != 2 ||
 			!strings.Contains(o.Error.Message, "unexpected EOF") {
 			t.Errorf("%s: %+v, want results_unavailable (unexpected EOF) after 2 attempts", id, o.Error)
 		}
 	}
-	wantRecorded(t, r, `results_unavailable: download results: .*unexpected EOF.* \(failed on 2 polls in a row\)`)
+	wantRecorded(t, r, sluice.CodeResultsUnavailable, `download results: .*unexpected EOF.* \(failed on 2 polls in a row\)`)
 }
 
 func TestHostileOutputFile404(t *testing.T) {
@@ -191,7 +179,7 @@ func TestHostileOutputFile404(t *testing.T) {
 			}
 			// Lost results were run: buying them again is the only way.
 			checkHostile(t, r, st.LinesLost)
-			wantRecorded(t, r, `results_unavailable: download results: .*404.* \(failed on 2 polls in a row\)`)
+			wantRecorded(t, r, sluice.CodeResultsUnavailable, `download results: .*404.* \(failed on 2 polls in a row\)`)
 		})
 	}
 	// Every output lost, attempts spent: reported, not stuck, not dropped.
@@ -200,7 +188,7 @@ func TestHostileOutputFile404(t *testing.T) {
 	r.run(hostileOptions(r))
 	got, _ := r.merged()
 	for id, o := range got {
-		if o.Error == nil || o.Error.Code != "results_unavailable" || !strings.Contains(o.Error.Message, "404") {
+		if o.Error == nil || o.Error.Code != sluice.CodeResultsUnavailable || !strings.Contains(o.Error.Message, "404") {
 			t.Errorf("%s: %+v, want results_unavailable naming the 404", id, o.Error)
 		}
 	}
@@ -208,16 +196,18 @@ func TestHostileOutputFile404(t *testing.T) {
 
 func TestHostileStuckBatches(t *testing.T) {
 	for _, tc := range []struct {
-		preset, phase, want string
-		rate                float64
+		preset, phase string
+		code          sluice.ErrorCode
+		want          string
+		rate          float64
 	}{
 		// Stuck after every line ran: cancelling delivers every result.
-		{"openai", "finalizing", `batch_stuck: stuck in finalizing for \S+; cancelled at the provider`, 1},
-		{"anthropic", "finalizing", `batch_stuck: stuck in in_progress for \S+; cancelled at the provider`, 1},
+		{"openai", "finalizing", sluice.CodeBatchStuck, `stuck in finalizing for \S+; cancelled at the provider`, 1},
+		{"anthropic", "finalizing", sluice.CodeBatchStuck, `stuck in in_progress for \S+; cancelled at the provider`, 1},
 		// Stuck before anything ran: cancelled empty, retried in a new batch.
-		{"openai", "validating", `batch_stuck: stuck in validating for \S+; cancelled at the provider`, 0.5},
+		{"openai", "validating", sluice.CodeBatchStuck, `stuck in validating for \S+; cancelled at the provider`, 0.5},
 		// No cancel at Cloudflare: the attempt fails, the requests go on.
-		{"cloudflare", "finalizing", `batch_stuck: stuck in running for \S+; cancel at the provider failed`, 0.5},
+		{"cloudflare", "finalizing", sluice.CodeBatchStuck, `stuck in running for \S+; cancel at the provider failed`, 0.5},
 	} {
 		t.Run(tc.preset+"-"+tc.phase, func(t *testing.T) {
 			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12)}[tc.preset]
@@ -228,17 +218,21 @@ func TestHostileStuckBatches(t *testing.T) {
 				t.Fatal("no batch got stuck: the test proves nothing")
 			}
 			checkHostile(t, r, 0)
-			wantRecorded(t, r, tc.want)
+			wantRecorded(t, r, tc.code, tc.want)
 		})
 	}
 }
 
 func TestHostileForgottenBatches(t *testing.T) {
-	for _, tc := range []struct{ preset, want string }{
-		{"openai", `batch_not_found: batch \S+: .*not found at provider`},
-		{"anthropic", `batch_not_found: batch \S+: .*not found at provider`},
+	for _, tc := range []struct {
+		preset string
+		code   sluice.ErrorCode
+		want   string
+	}{
+		{"openai", sluice.CodeBatchNotFound, `batch \S+: .*not found at provider`},
+		{"anthropic", sluice.CodeBatchNotFound, `batch \S+: .*not found at provider`},
 		// Cloudflare answers an unknown request_id with a 400: refused for good.
-		{"cloudflare", `poll_refused: poll refused: .*unknown request_id.* \(failed on 2 polls in a row\)`},
+		{"cloudflare", sluice.CodePollRefused, `poll refused: .*unknown request_id.* \(failed on 2 polls in a row\)`},
 	} {
 		t.Run(tc.preset, func(t *testing.T) {
 			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12)}[tc.preset]
@@ -249,7 +243,7 @@ func TestHostileForgottenBatches(t *testing.T) {
 				t.Fatal("no batch was forgotten: the test proves nothing")
 			}
 			checkHostile(t, r, 0)
-			wantRecorded(t, r, tc.want)
+			wantRecorded(t, r, tc.code, tc.want)
 		})
 	}
 }
@@ -287,12 +281,12 @@ func TestHostileStuckBatchNeverEnds(t *testing.T) {
 		t.Errorf("failed %d, want all 6", sum.Failed)
 	}
 	for id, o := range got {
-		if o.Error == nil || o.Error.Code != "batch_stuck" || o.Error.Attempts != 2 ||
+		if o.Error == nil || o.Error.Code != sluice.CodeBatchStuck || o.Error.Attempts != 2 ||
 			!strings.Contains(o.Error.Message, "stuck in finalizing for") || !strings.Contains(o.Error.Message, "cancel requested, still cancelling") {
 			t.Errorf("%s: %+v", id, o.Error)
 		}
 	}
-	wantRecorded(t, r, `batch_stuck: stuck in finalizing for \S+; cancel requested, still cancelling \S+ later; its requests go to a new batch`)
+	wantRecorded(t, r, sluice.CodeBatchStuck, `stuck in finalizing for \S+; cancel requested, still cancelling \S+ later; its requests go to a new batch`)
 }
 
 // diskFull is a provider whose downloads fail on our own disk.

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sluice-batch/sluice"
@@ -46,7 +45,7 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 			// The provider no longer knows the batch: its requests were never
 			// answered, so they go to the next attempt.
 			log.Error().Err(err).Msg("batch unknown to the provider")
-			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, "batch_not_found", fmt.Sprintf("batch %s: %v", c.BatchID, err))
+			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, sluice.CodeBatchNotFound, fmt.Sprintf("batch %s: %v", c.BatchID, err))
 		}
 		c.Polls++
 		var ae *sluice.APIError
@@ -56,14 +55,14 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 			return false, fatal(fmt.Errorf("poll batch %s of chunk %d: %w", c.BatchID, c.ID, err))
 		}
 		if errors.As(err, &ae) && !ae.Retryable() {
-			return d.fetchFailed(ctx, c, "poll_refused", fmt.Sprintf("poll refused: %v", err))
+			return d.fetchFailed(ctx, c, sluice.CodePollRefused, fmt.Sprintf("poll refused: %v", err))
 		}
 		if age := d.age(c); age > d.opts.StuckAfter+d.opts.StuckCancelWait {
 			log.Error().Err(err).Dur("age", age).Msg("batch could not be polled for too long; giving up on it")
-			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, stuckCode,
+			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, sluice.CodeBatchStuck,
 				fmt.Sprintf("batch %s could not be polled %s after it was submitted (last error: %v)", c.BatchID, roughDuration(age), err))
 		}
-		c.LastError = fmt.Sprintf("poll: %v", err)
+		c.SetError(sluice.CodePollFailed, fmt.Sprintf("poll: %v", err))
 		c.NextPollAt = d.nextPoll(c.Polls)
 		log.Warn().Err(err).Time("retry_at", c.NextPollAt).Msg("poll failed; will retry")
 		if uerr := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); uerr != nil {
@@ -78,7 +77,8 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 			return d.unstick(ctx, c, b)
 		}
 		c.NextPollAt = d.nextPoll(c.Polls)
-		c.LastError, c.FetchFailures = "", 0
+		c.FetchFailures = 0
+		c.ClearError()
 		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
 			return false, fatal(err)
 		}
@@ -86,9 +86,6 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	}
 	return d.ended(ctx, c, b)
 }
-
-// stuckCode is the error code of requests whose batch got stuck.
-const stuckCode = "batch_stuck"
 
 // age is how long ago the chunk's batch was submitted.
 func (d *Dispatcher) age(c *sluice.Chunk) time.Duration {
@@ -109,9 +106,9 @@ func (d *Dispatcher) unstick(ctx context.Context, c *sluice.Chunk, b sluice.Batc
 	if phase == "" {
 		phase = string(b.Status)
 	}
-	reason := fmt.Sprintf("stuck in %s for %s", phase, roughDuration(age))
-	if prev, ok := strings.CutPrefix(c.LastError, stuckCode+": "); ok {
-		reason, _, _ = strings.Cut(prev, ";") // keep the phase it was stuck in
+	reason := c.Stuck // the phase it was first found stuck in
+	if reason == "" {
+		reason = fmt.Sprintf("stuck in %s for %s", phase, roughDuration(age))
 	}
 	if b.Status != sluice.BatchCancelling {
 		nb, err := d.prov.Cancel(ctx, c.BatchID)
@@ -120,7 +117,7 @@ func (d *Dispatcher) unstick(ctx context.Context, c *sluice.Chunk, b sluice.Batc
 				return false, ctx.Err()
 			}
 			log.Error().Err(err).Str("reason", reason).Msg("stuck batch could not be cancelled; its requests go to a new batch")
-			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, stuckCode,
+			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, sluice.CodeBatchStuck,
 				fmt.Sprintf("%s; cancel at the provider failed (%v); its requests go to a new batch", reason, err))
 		}
 		log.Warn().Str("reason", reason).Str("status", nb.ProviderStatus).Msg("stuck batch; cancel requested")
@@ -131,17 +128,18 @@ func (d *Dispatcher) unstick(ctx context.Context, c *sluice.Chunk, b sluice.Batc
 		if b.ProviderStatus != "" {
 			c.BatchStatus = b.ProviderStatus
 		}
+		c.Stuck = reason
 		if b.Status.Ended() {
-			c.LastError = stuckCode + ": " + reason + "; cancelled at the provider"
+			c.SetError(sluice.CodeBatchStuck, reason+"; cancelled at the provider")
 			return d.ended(ctx, c, b)
 		}
 	}
 	if age > d.opts.StuckAfter+d.opts.StuckCancelWait {
 		log.Error().Str("reason", reason).Msg("stuck batch did not end after the cancel request; its requests go to a new batch")
-		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, stuckCode,
+		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, sluice.CodeBatchStuck,
 			fmt.Sprintf("%s; cancel requested, still %s %s later; its requests go to a new batch", reason, c.BatchStatus, roughDuration(age-d.opts.StuckAfter)))
 	}
-	c.LastError = stuckCode + ": " + reason + "; cancel requested"
+	c.SetError(sluice.CodeBatchStuck, reason+"; cancel requested")
 	c.NextPollAt = d.nextPoll(c.Polls)
 	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
 		return false, fatal(err)
@@ -159,11 +157,11 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			// batches of this model to drain, then submit again, without
 			// spending an attempt.
 			d.setQueueFull(c.Model, true)
-			c.State, c.BatchID = sluice.ChunkPending, ""
+			c.State, c.BatchID, c.Stuck = sluice.ChunkPending, "", ""
 			if c.FileID != "" && d.prov.UsesFiles() {
 				c.State = sluice.ChunkUploaded
 			}
-			c.LastError = "token_limit_exceeded: " + firstMessage(b.Errors)
+			c.SetError(sluice.CodeQueueFull, firstMessage(b.Errors))
 			c.NextPollAt = d.nextPoll(c.Polls)
 			log.Warn().Str("reason", "token_limit_exceeded").Msg("provider queue full; will resubmit when our batches drain")
 			if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
@@ -171,9 +169,12 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			}
 			return true, nil
 		}
-		code, msg := "batch_failed", "the provider failed the batch"
-		if len(b.Errors) > 0 {
-			code, msg = b.Errors[0].Code, describeErrors(b.Errors)
+		code, msg := sluice.CodeBatchFailed, "the provider failed the batch"
+		if len(b.Errors) > 0 && b.Errors[0].Code != "" {
+			// The provider's own code, verbatim (docs/contract.md).
+			code, msg = sluice.ErrorCode(b.Errors[0].Code), describeErrors(b.Errors)
+		} else if len(b.Errors) > 0 {
+			msg = describeErrors(b.Errors)
 		}
 		log.Error().Str("reason", msg).Msg("batch failed")
 		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, code, msg)
@@ -192,17 +193,17 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
 		}
 		os.Remove(dir) // only if empty: a partial fetch is kept for the next try
-		return d.fetchFailed(ctx, c, "results_unavailable", fmt.Sprintf("download results: %v", err))
+		return d.fetchFailed(ctx, c, sluice.CodeResultsUnavailable, fmt.Sprintf("download results: %v", err))
 	}
-	stuck, wasStuck := strings.CutPrefix(c.LastError, stuckCode+": ")
-	stuck, _, _ = strings.Cut(stuck, ";")
+	stuck, wasStuck := c.Stuck, c.Stuck != ""
 	var bad *sluice.MalformedLines
 	err = d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
 		if wasStuck {
 			// Cancelled by us: what it finished is kept, the rest retried.
-			e.notes = append(e.notes, fmt.Sprintf("%s: %s; cancelled at the provider (ended %s), its finished lines kept",
-				stuckCode, stuck, b.Status))
-			e.missingCode, e.missingMsg = stuckCode, "the batch was "+stuck+" and cancelled; this request got no result"
+			e.notes = append(e.notes, fmt.Sprintf("%s; cancelled at the provider (ended %s), its finished lines kept",
+				stuck, b.Status))
+			e.notesCode = sluice.CodeBatchStuck
+			e.missingCode, e.missingMsg = sluice.CodeBatchStuck, "the batch was "+stuck+" and cancelled; this request got no result"
 		}
 		err := d.prov.Decode(ctx, ref, files, e.lookup, e.add)
 		if errors.As(err, &bad) {
@@ -223,7 +224,7 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 		if local(err) {
 			return false, fatal(err)
 		}
-		return d.fetchFailed(ctx, c, "results_unreadable", err.Error())
+		return d.fetchFailed(ctx, c, sluice.CodeResultsUnreadable, err.Error())
 	}
 	if bad != nil {
 		// Keep what the provider sent, for whoever looks into it.
@@ -240,7 +241,7 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 // provider refused for good). It is tried again on the poll schedule until
 // MaxFetchFailures such polls in a row; then the attempt fails and the
 // batch's requests go to the next attempt, never stuck and never lost.
-func (d *Dispatcher) fetchFailed(ctx context.Context, c *sluice.Chunk, code, msg string) (bool, error) {
+func (d *Dispatcher) fetchFailed(ctx context.Context, c *sluice.Chunk, code sluice.ErrorCode, msg string) (bool, error) {
 	log := d.chunkLog(c)
 	c.FetchFailures++
 	if c.FetchFailures >= d.opts.MaxFetchFailures {
@@ -248,7 +249,7 @@ func (d *Dispatcher) fetchFailed(ctx context.Context, c *sluice.Chunk, code, msg
 		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, code,
 			fmt.Sprintf("%s (failed on %d polls in a row)", msg, c.FetchFailures))
 	}
-	c.LastError = fmt.Sprintf("%s: %s (try %d of %d)", code, msg, c.FetchFailures, d.opts.MaxFetchFailures)
+	c.SetError(code, fmt.Sprintf("%s (try %d of %d)", msg, c.FetchFailures, d.opts.MaxFetchFailures))
 	c.NextPollAt = d.nextPoll(c.Polls)
 	log.Warn().Str("reason", msg).Int("try", c.FetchFailures).Time("retry_at", c.NextPollAt).Msg("batch results unavailable; will try again")
 	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
@@ -260,8 +261,8 @@ func (d *Dispatcher) fetchFailed(ctx context.Context, c *sluice.Chunk, code, msg
 // failAttempt ends a chunk whose batch produced no results: every request
 // goes to the next attempt, or fails for good with code and message when
 // attempts are spent.
-func (d *Dispatcher) failAttempt(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, code, msg string) error {
-	c.LastError = code + ": " + msg
+func (d *Dispatcher) failAttempt(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, code sluice.ErrorCode, msg string) error {
+	c.SetError(code, msg)
 	return d.conclude(ctx, c, from, func(e *ending) error {
 		e.missingCode, e.missingMsg, e.failed = code, msg, true
 		return nil
@@ -293,7 +294,7 @@ func roughDuration(d time.Duration) string {
 // requests fail for good as cancelled.
 func (d *Dispatcher) abandon(ctx context.Context, c *sluice.Chunk) error {
 	return d.conclude(ctx, c, c.State, func(e *ending) error {
-		e.missingCode, e.missingMsg = "cancelled", "the job was cancelled before this request was submitted"
+		e.missingCode, e.missingMsg = sluice.CodeCancelled, "the job was cancelled before this request was submitted"
 		e.noRetry, e.failed = true, true
 		return nil
 	})

@@ -30,9 +30,10 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		}
 		fileID, err := d.prov.Upload(ctx, c.Ref(d.job.Dir))
 		if err != nil {
-			return true, d.refused(ctx, c, sluice.ChunkUploading, sluice.ChunkPending, "upload", err)
+			return true, d.refused(ctx, c, sluice.ChunkUploading, sluice.ChunkPending, "upload", sluice.CodeUploadFailed, err)
 		}
-		c.State, c.FileID, c.LastError = sluice.ChunkUploaded, fileID, ""
+		c.State, c.FileID = sluice.ChunkUploaded, fileID
+		c.ClearError()
 		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkUploading); err != nil {
 			return false, fatal(err)
 		}
@@ -49,14 +50,15 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 	}
 	b, err := d.prov.Create(ctx, c.Ref(d.job.Dir), c.FileID)
 	if err != nil {
-		return true, d.refused(ctx, c, sluice.ChunkCreating, from, "create batch", err)
+		return true, d.refused(ctx, c, sluice.ChunkCreating, from, "create batch", sluice.CodeCreateFailed, err)
 	}
 	return true, d.submitted(ctx, c, b)
 }
 
 // submitted records a created batch.
 func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Batch) error {
-	c.State, c.BatchID, c.BatchStatus, c.LastError = sluice.ChunkSubmitted, b.ID, b.ProviderStatus, ""
+	c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, b.ID, b.ProviderStatus
+	c.ClearError()
 	c.SubmittedAt, c.Polls = d.opts.Now(), 0
 	c.NextPollAt = d.nextPoll(0)
 	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkCreating); err != nil {
@@ -70,15 +72,18 @@ func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Ba
 // the state before it (nothing exists at the provider), except when ctx was
 // cancelled mid-call: then the call may have landed, and the intent stays
 // for the next run to reconcile. Bad credentials stop the run; a request
-// the provider refuses for good fails the chunk's attempt.
-func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back sluice.ChunkState, what string, err error) error {
+// the provider refuses for good fails the chunk's attempt
+// (sluice.CodeInvalidRequest); other failures are recorded with code and
+// retried.
+func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back sluice.ChunkState, what string, code sluice.ErrorCode, err error) error {
 	log := d.chunkLog(c)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	var ae *sluice.APIError
 	if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
-		c.State, c.LastError = back, fmt.Sprintf("%s: %v", what, err)
+		c.State = back
+		c.SetError(code, fmt.Sprintf("%s: %v", what, err))
 		if uerr := d.store.UpdateChunk(context.WithoutCancel(ctx), c, intent); uerr != nil {
 			return fatal(uerr)
 		}
@@ -88,9 +93,10 @@ func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back 
 		// The provider refuses this body for good: spend the attempt.
 		log.Error().Err(err).Msg(what + " refused")
 		c.State = intent
-		return d.failAttempt(ctx, c, intent, "invalid_request", fmt.Sprintf("%s refused: %v", what, err))
+		return d.failAttempt(ctx, c, intent, sluice.CodeInvalidRequest, fmt.Sprintf("%s refused: %v", what, err))
 	}
-	c.State, c.LastError = back, fmt.Sprintf("%s: %v", what, err)
+	c.State = back
+	c.SetError(code, fmt.Sprintf("%s: %v", what, err))
 	c.Polls++
 	c.NextPollAt = d.nextPoll(c.Polls)
 	log.Warn().Err(err).Time("retry_at", c.NextPollAt).Msg(what + " failed; will retry")

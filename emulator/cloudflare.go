@@ -95,7 +95,10 @@ func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []
 		bw.Write(line.Bytes())
 		tokens += approxTokens(len(it))
 	}
-	if err := bw.Flush(); err == nil {
+	// A spool that could not be written (a full disk) is the emulator's
+	// failure: answer 500, as the API does for its own.
+	err = bw.Flush()
+	if err == nil {
 		err = spool.Close()
 	}
 	if err != nil {

@@ -3,7 +3,7 @@
 // Batches, Anthropic Message Batches, Cloudflare Workers AI async batch,
 // Mistral batch jobs and Together batches, all on one http.Handler, with a fake model, the providers' real limits and
 // fault injection. It is sluice's embedded default provider and the ground
-// truth of its integration tests; the facts it follows are in PROVIDERS.md.
+// truth of its integration tests; the facts it follows are in docs/providers.md.
 //
 // # Routes
 //
@@ -147,7 +147,7 @@
 //     AnthropicMaxBytes (256 MB, both → 413 request_too_large),
 //     CloudflareMaxBytes (payload >= 10,000,000 bytes → 413 code 3006).
 //   - CloudflareModels, CloudflareStrictModels: the async-capable models
-//     (default: those PROVIDERS.md names). Only when strict are other models
+//     (default: those docs/providers.md names). Only when strict are other models
 //     refused (400, code 5007); by default any model is accepted, for tests.
 //   - CloudflareItemErrorString: failed item carries "error":"message"
 //     instead of "error":{"code":N,"message":…} (shape unconfirmed).

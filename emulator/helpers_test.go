@@ -237,7 +237,7 @@ func checkSpec(t *testing.T, schema, raw string) {
 				req = []string{}
 			} else if req != nil && strings.HasPrefix(l, "        - ") {
 				req = append(req, strings.TrimPrefix(l, "        - "))
-			} else if req != nil && len(req) > 0 {
+			} else if len(req) > 0 {
 				break
 			}
 		}

@@ -91,6 +91,7 @@ func (s *Server) runCloudflare(model string, item []byte) ([]byte, int64, int64,
 func runCloudflareModel(model string, item []byte, dim int) (res []byte, in, out int64, err error) {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(item, &obj) != nil || obj == nil {
+		//lint:ignore ST1005 Cloudflare's own message, verbatim
 		return nil, 0, 0, errors.New("Type mismatch of '/', expected an object")
 	}
 	str := func(k string) (string, bool) {
@@ -141,12 +142,14 @@ func runCloudflareModel(model string, item []byte, dim int) (res []byte, in, out
 	var maxTokens int64 = 256
 	if len(obj["max_tokens"]) > 0 {
 		if json.Unmarshal(obj["max_tokens"], &maxTokens) != nil || maxTokens < 1 {
+			//lint:ignore ST1005 Cloudflare's own message, verbatim
 			return nil, 0, 0, errors.New("Type mismatch of '/max_tokens', expected an integer >= 1")
 		}
 	}
 	var all, last string
 	if p, ok := str("prompt"); ok {
 		if p == "" {
+			//lint:ignore ST1005 Cloudflare's own message, verbatim
 			return nil, 0, 0, errors.New("String length of '/prompt' is less than 1")
 		}
 		all, last = p, p

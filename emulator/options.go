@@ -7,7 +7,7 @@ import (
 // Options configures a Server. The zero value is a valid, fault-free emulator
 // whose batches complete at the first poll after create. See the package
 // documentation for the meaning of every knob and the decisions taken where
-// PROVIDERS.md marks a behaviour as unconfirmed.
+// docs/providers.md marks a behaviour as unconfirmed.
 type Options struct {
 	// BatchTime is the total time from create to completed. It is split into
 	// phases: OpenAI validating 10%, in_progress 80%, finalizing 10%;
@@ -121,7 +121,7 @@ type Options struct {
 	// (default 10_000_000).
 	CloudflareMaxBytes int64
 	// CloudflareModels is the list of async-capable models (default: the
-	// models PROVIDERS.md lists). It is enforced only when
+	// models docs/providers.md lists). It is enforced only when
 	// CloudflareStrictModels is set; otherwise any model name is accepted.
 	CloudflareModels       []string
 	CloudflareStrictModels bool
@@ -143,7 +143,8 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// DefaultCloudflareModels are the async-batch models named in PROVIDERS.md.
+// DefaultCloudflareModels are the async-batch models named in
+// docs/providers.md.
 var DefaultCloudflareModels = []string{
 	"@cf/meta/llama-3.3-70b-instruct-fp8-fast",
 	"@cf/baai/bge-small-en-v1.5",

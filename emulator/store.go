@@ -241,7 +241,7 @@ func (s *Server) saveFile(f *fileRec) {
 	if !s.persist {
 		return
 	}
-	if err := writeJSONAtomic(filepath.Join(s.dir, "files", f.ID+".json"), f, true); err != nil {
+	if err := writeJSONAtomic(filepath.Join(s.dir, "files", f.ID+".json"), f); err != nil {
 		s.logf("emulator: saving file %s: %v", f.ID, err)
 	}
 }
@@ -251,7 +251,7 @@ func (s *Server) saveBatch(b *batchRec) {
 	if !s.persist {
 		return
 	}
-	if err := writeJSONAtomic(filepath.Join(s.dir, "batches", b.ID+".json"), b, true); err != nil {
+	if err := writeJSONAtomic(filepath.Join(s.dir, "batches", b.ID+".json"), b); err != nil {
 		s.logf("emulator: saving batch %s: %v", b.ID, err)
 	}
 }
@@ -266,7 +266,7 @@ func (s *Server) saveState() {
 		s.logf("emulator: saving processed set: %v", err)
 	}
 	st := persistedState{IDSeq: s.idSeq, Stats: s.Stats()}
-	if err := writeJSONAtomic(filepath.Join(s.dir, "state.json"), st, true); err != nil {
+	if err := writeJSONAtomic(filepath.Join(s.dir, "state.json"), st); err != nil {
 		s.logf("emulator: saving state: %v", err)
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"hash/fnv"
 	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
 
 const (
@@ -217,33 +217,13 @@ func familyError(w http.ResponseWriter, fam string, status int, msg string) {
 	}
 }
 
-// writeFileAtomic writes data to path through a temp file and a rename.
-func writeFileAtomic(path string, data []byte, sync bool) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err = tmp.Write(data); err == nil && sync {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
-func writeJSONAtomic(path string, v any, sync bool) error {
+// writeJSONAtomic writes v as JSON to path through a synced temp file.
+func writeJSONAtomic(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", " ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, b, sync)
+	return atomicfile.WriteFile(path, b)
 }
 
 // approxTokens is the emulator's token count: bytes/4 rounded up.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
 
 // atomicFile is an output written to a temp file beside its final name,
@@ -22,7 +24,7 @@ import (
 // compresses), so writing overlaps merging.
 type atomicFile struct {
 	final string
-	f     *os.File
+	f     *atomicfile.File
 	fw    *fileWriter
 	fbw   *bufio.Writer // between a gzip writer and the file
 	zw    io.WriteCloser
@@ -37,11 +39,11 @@ const writeBuffer = 1 << 20
 func tempPrefix(final string) string { return "." + filepath.Base(final) + "." }
 
 func createAtomic(final string) (*atomicFile, error) {
-	f, err := os.CreateTemp(filepath.Dir(final), tempPrefix(final)+"*.tmp")
+	f, err := atomicfile.Create(final) // named tempPrefix(final)*.tmp
 	if err != nil {
 		return nil, fmt.Errorf("merger: %w", err)
 	}
-	a := &atomicFile{final: final, f: f, fw: &fileWriter{f: f}}
+	a := &atomicFile{final: final, f: f, fw: &fileWriter{f: f.File}}
 	var dst io.Writer = a.fw
 	switch compression(final) {
 	case "gz":
@@ -92,10 +94,7 @@ func (a *atomicFile) finish() (int64, error) {
 	if a.fbw != nil && err == nil {
 		err = a.fbw.Flush()
 	}
-	if err == nil {
-		err = a.f.Sync()
-	}
-	if e := a.f.Close(); err == nil {
+	if e := a.f.Finish(); err == nil { // fsync and close
 		err = e
 	}
 	if err != nil {
@@ -106,10 +105,13 @@ func (a *atomicFile) finish() (int64, error) {
 
 // commit renames the finished temp file over the final name.
 func (a *atomicFile) commit() error {
-	if err := os.Rename(a.f.Name(), a.final); err != nil {
+	if err := a.f.Commit(); err != nil {
 		return fmt.Errorf("merger: %w", err)
 	}
-	return syncDir(filepath.Dir(a.final))
+	if err := atomicfile.SyncDir(filepath.Dir(a.final)); err != nil {
+		return fmt.Errorf("merger: %w", err)
+	}
+	return nil
 }
 
 // abort drops the temp file. Safe after finish and on a nil receiver.
@@ -125,21 +127,8 @@ func (a *atomicFile) abort() {
 		a.zw.Close()
 		a.zw = nil
 	}
-	a.f.Close()
-	os.Remove(a.f.Name())
+	a.f.Abort()
 	a.f = nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("merger: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("merger: sync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // removeStaleTemps removes the temp files a killed merge to final left

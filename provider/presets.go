@@ -72,8 +72,8 @@ type Preset struct {
 	Quirks []string
 }
 
-// Presets is the table of known providers. Figures come from PROVIDERS.md;
-// values PROVIDERS.md marks unconfirmed are taken from the closest documented
+// Presets is the table of known providers (docs/providers.md, "Limits");
+// values no source confirmed are taken from the closest documented
 // provider and are overridable (--max-batch-bytes, --max-batch-requests, ...).
 var Presets = map[string]Preset{
 	"local": {

@@ -89,16 +89,16 @@ func StatusKind(status int) sluice.ResultKind {
 // retryableCodes are line-level error codes (no HTTP answer) that mean the
 // request was not executed or hit a transient condition.
 var retryableCodes = map[string]bool{
-	"batch_expired":       true,
-	"batch_cancelled":     true,
-	"batch_canceled":      true,
-	"cancelled":           true,
-	"canceled":            true,
-	"expired":             true,
-	"rate_limit_exceeded": true,
-	"server_error":        true,
-	"timeout":             true,
-	"internal_error":      true,
+	string(sluice.CodeBatchExpired):   true,
+	string(sluice.CodeBatchCancelled): true,
+	"batch_canceled":                  true,
+	string(sluice.CodeCancelled):      true,
+	"canceled":                        true,
+	"expired":                         true,
+	"rate_limit_exceeded":             true,
+	"server_error":                    true,
+	"timeout":                         true,
+	"internal_error":                  true,
 }
 
 // CodeKind classifies a line-level error code (a result without an HTTP

@@ -4,7 +4,7 @@
 //
 // # Input
 //
-// One request per line in the OpenAI batch input format (see DESIGN.md),
+// One request per line in the OpenAI batch input format (see docs/contract.md),
 // plain, gzip or zstd, told by the first bytes of the file, not its name.
 // Lines end in "\n"; a "\r" before it is dropped (CRLF files). A UTF-8 byte
 // order mark at the start of the file is skipped. Blank lines (empty, or

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
 
 // recorder feeds the plan sink from a goroutine of its own, so SQLite works
@@ -150,17 +151,10 @@ func (r *recorder) addChunk(c *sluice.Chunk, f *os.File, tmp, final string) erro
 			f.Close()
 			return nil
 		}
-		err := f.Sync()
-		if err != nil {
-			f.Close()
-			err = fmt.Errorf("sync chunk: %w", err)
-		} else if err = f.Close(); err != nil {
-			err = fmt.Errorf("close chunk: %w", err)
-		} else {
-			err = os.Rename(tmp, final)
-		}
+		err := atomicfile.Commit(f, final)
 		if err != nil {
 			r.filesFailed.Store(true)
+			err = fmt.Errorf("chunk %s: %w", tmp, err)
 		}
 		return err
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -12,14 +13,15 @@ var _ sluice.Store = (*DB)(nil)
 
 const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
 	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
-	input_tokens, output_tokens, results_path, fetch_failures`
+	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck`
 
 func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 	var c sluice.Chunk
 	var intent, next, sub, ended int64
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
 		&c.EstTokens, &c.Bound, &c.State, &c.FileID, &c.BatchID, &c.BatchStatus, &intent, &next, &c.Polls,
-		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures); err != nil {
+		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures,
+		&c.ErrorCode, &c.Stuck); err != nil {
 		return nil, err
 	}
 	c.IntentAt, c.NextPollAt, c.SubmittedAt, c.EndedAt = fromNS(intent), fromNS(next), fromNS(sub), fromNS(ended)
@@ -46,16 +48,29 @@ func (d *DB) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
 
 // UpdateChunk implements sluice.Store.
 func (d *DB) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
-	return d.tx(ctx, func(tx *sql.Tx) error { return updateChunk(ctx, tx, c, from) })
+	return d.tx(ctx, func(tx *sql.Tx) error { return updateChunk(ctx, tx, c, from, d.now()) })
 }
 
-func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.ChunkState) error {
+// updateChunk writes c if it is still in state from. A last error that is
+// not the one the row holds (another code or message) is also kept as an
+// attempt_errors row: every error the dispatcher records is kept, and a
+// poll failing the same way for hours is one row, not one per poll.
+func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
+	if c.ErrorCode != "" || c.LastError != "" {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
+			SELECT job_id, id, ?, ?, ?, ? FROM chunks WHERE job_id = ? AND id = ? AND state = ?
+				AND (error_code != ? OR last_error != ?)`,
+			c.Attempt, c.ErrorCode, c.LastError, now.UnixNano(), c.Job, c.ID, from, c.ErrorCode, c.LastError); err != nil {
+			return fmt.Errorf("chunk %d: record error: %w", c.ID, err)
+		}
+	}
 	res, err := tx.ExecContext(ctx, `UPDATE chunks SET state = ?, file_id = ?, batch_id = ?, batch_status = ?,
 		intent_at = ?, next_poll_at = ?, polls = ?, submitted_at = ?, ended_at = ?, last_error = ?,
-		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ? WHERE job_id = ? AND id = ? AND state = ?`,
+		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ?, error_code = ?, stuck = ?
+		WHERE job_id = ? AND id = ? AND state = ?`,
 		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
 		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.Job, c.ID, from)
+		c.FetchFailures, c.ErrorCode, c.Stuck, c.Job, c.ID, from)
 	if err != nil {
 		return fmt.Errorf("chunk %d: %w", c.ID, err)
 	}
@@ -90,7 +105,7 @@ func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func
 // FinishChunk implements sluice.Store.
 func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
-		if err := updateChunk(ctx, tx, f.Chunk, f.From); err != nil {
+		if err := updateChunk(ctx, tx, f.Chunk, f.From, d.now()); err != nil {
 			return err
 		}
 		job := f.Chunk.Job
@@ -192,4 +207,33 @@ func (d *DB) RetriedRequests(ctx context.Context, job string) (int64, error) {
 	var n int64
 	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests WHERE `+jobRows+` AND attempt > 1`, job, job).Scan(&n)
 	return n, err
+}
+
+// AttemptErrors returns the last n errors recorded for a job's chunks
+// (every one when n <= 0), oldest first, and how many are recorded in all.
+func (d *DB) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
+	var total int64
+	if err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = ?`, job).Scan(&total); err != nil {
+		return nil, 0, err
+	}
+	if n <= 0 {
+		n = -1 // SQLite: no limit
+	}
+	rows, err := d.db.QueryContext(ctx, `SELECT job_id, chunk_id, attempt, code, message, at FROM
+		(SELECT * FROM attempt_errors WHERE job_id = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq`, job, n)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var es []sluice.AttemptError
+	for rows.Next() {
+		var e sluice.AttemptError
+		var at int64
+		if err := rows.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
+			return nil, 0, err
+		}
+		e.At = fromNS(at)
+		es = append(es, e)
+	}
+	return es, total, rows.Err()
 }

@@ -6,22 +6,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sluice-batch/sluice"
 )
 
 const jobCols = `id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
-	state, requests, rejected, max_attempts, created_at, updated_at`
+	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at`
 
 func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var j sluice.Job
-	var mtime, created, updated int64
+	var mtime, cancel, created, updated int64
 	var limits string
 	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
 		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
-		&created, &updated); err != nil {
+		&cancel, &created, &updated); err != nil {
 		return nil, err
 	}
+	j.CancelRequestedAt = fromNS(cancel)
 	j.Fingerprint.ModTime = fromNS(mtime)
 	j.CreatedAt, j.UpdatedAt = fromNS(created), fromNS(updated)
 	if err := json.Unmarshal([]byte(limits), &j.Limits); err != nil {
@@ -76,6 +78,22 @@ func setJobState(ctx context.Context, tx *sql.Tx, id string, from, to sluice.Job
 	return nil
 }
 
+// CancelJob moves a job from state from to cancelled (guarded) and records
+// when the cancel was asked for; that time stays as the job goes on to
+// merging and done. It returns the time recorded.
+func (d *DB) CancelJob(ctx context.Context, id string, from sluice.JobState) (time.Time, error) {
+	now := d.now()
+	res, err := d.db.ExecContext(ctx, `UPDATE jobs SET state = ?, cancel_requested_at = ?, updated_at = ?
+		WHERE id = ? AND state = ?`, sluice.JobCancelled, now.UnixNano(), now.UnixNano(), id, from)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return time.Time{}, fmt.Errorf("job %s: %s -> %s: %w", id, from, sluice.JobCancelled, ErrConflict)
+	}
+	return now, nil
+}
+
 // SetJobOutput records where the job's output goes.
 func (d *DB) SetJobOutput(ctx context.Context, id, output string) error {
 	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET output = ?, updated_at = ? WHERE id = ?`, output, d.now().UnixNano(), id)
@@ -96,7 +114,8 @@ func (d *DB) DeleteJob(ctx context.Context, id string) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE `+jobRows, id, id); err != nil {
 			return err
 		}
-		for _, q := range []string{`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
+		for _, q := range []string{`DELETE FROM attempt_errors WHERE job_id = ?`, `DELETE FROM job_summaries WHERE job_id = ?`,
+			`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}

@@ -39,20 +39,36 @@ type DB struct {
 // private to the user, with WAL and foreign keys on, and applies pending
 // migrations.
 func Open(ctx context.Context, dir string) (*DB, error) {
+	return OpenOptions(ctx, dir, Options{})
+}
+
+// DefaultBusyTimeout is how long a statement waits for another process's
+// write lock on the database before failing, unless Options say otherwise.
+const DefaultBusyTimeout = 15 * time.Second
+
+// Options tune a DB. The zero value is the default.
+type Options struct {
+	// BusyTimeout is how long a statement waits for another process's
+	// write lock; 0 means DefaultBusyTimeout. (The command takes it from
+	// $SLUICE_DB_BUSY_TIMEOUT: the tracker reads no environment.)
+	BusyTimeout time.Duration
+}
+
+// OpenOptions is Open with options.
+func OpenOptions(ctx context.Context, dir string, o Options) (*DB, error) {
 	ms, err := migrations.All()
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return OpenWith(ctx, dir, ms)
+	return open(ctx, dir, ms, o)
 }
-
-// BusyTimeout is how long a statement waits for another process's write
-// lock on the database before failing; $SLUICE_DB_BUSY_TIMEOUT (a Go
-// duration) overrides it.
-var BusyTimeout = 15 * time.Second
 
 // OpenWith is Open with a given set of migrations (tests).
 func OpenWith(ctx context.Context, dir string, ms []migrations.Migration) (*DB, error) {
+	return open(ctx, dir, ms, Options{})
+}
+
+func open(ctx context.Context, dir string, ms []migrations.Migration, o Options) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
@@ -66,13 +82,9 @@ func OpenWith(ctx context.Context, dir string, ms []migrations.Migration) (*DB, 
 	if err := os.Chmod(path, 0o600); err != nil {
 		return nil, err
 	}
-	busy := BusyTimeout
-	if v := os.Getenv("SLUICE_DB_BUSY_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return nil, fmt.Errorf("SLUICE_DB_BUSY_TIMEOUT=%q: %w", v, err)
-		}
-		busy = d
+	busy := o.BusyTimeout
+	if busy <= 0 {
+		busy = DefaultBusyTimeout
 	}
 	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_foreign_keys=on&_busy_timeout=%d&_synchronous=NORMAL&_txlock=immediate&_cache_size=-32768",
 		path, busy.Milliseconds())
@@ -127,6 +139,11 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
+			if step := goSteps[m.Version]; step != nil {
+				if err := step(ctx, tx); err != nil {
+					return err
+				}
+			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
 				m.Version, m.Name, d.now().Unix())
 			return err
@@ -135,6 +152,12 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 		}
 	}
 	return nil
+}
+
+// goSteps are the parts of migrations that SQL cannot do, by version: each
+// runs after its migration's SQL, in the same transaction.
+var goSteps = map[int]func(context.Context, *sql.Tx) error{
+	4: importJobFiles, // 0004_facts.sql: the job directory's marker files
 }
 
 // tx runs fn in a transaction, committing when it returns nil.

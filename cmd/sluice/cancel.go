@@ -71,13 +71,11 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 			case sluice.JobPlanning:
 				return usageErr("job %s was never fully planned: nothing to cancel", job.ID)
 			case sluice.JobPlanned, sluice.JobRunning:
-				if err := db.SetJobState(ctx, job.ID, job.State, sluice.JobCancelled); err != nil {
+				at, err := db.CancelJob(ctx, job.ID, job.State)
+				if err != nil {
 					return err
 				}
-				job.State = sluice.JobCancelled
-				if err := markCancelled(job); err != nil {
-					log.Warn().Err(err).Msg("could not mark the job directory cancelled (the summary will not say so)")
-				}
+				job.State, job.CancelRequestedAt = sluice.JobCancelled, at
 				log.Info().Str("job", job.ID).Msg("job cancelled: nothing new will be submitted")
 			}
 			prov, closeProv, err := newProvider(ctx, &f, &net, p, db, log)

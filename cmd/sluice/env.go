@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/term"
@@ -49,7 +50,32 @@ func (g *globalFlags) openDB(ctx context.Context) (*tracker.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tracker.Open(ctx, dir)
+	return openTracker(ctx, dir)
+}
+
+// openTracker opens the state database in dir with the options the
+// environment sets.
+func openTracker(ctx context.Context, dir string) (*tracker.DB, error) {
+	busy, err := busyTimeout()
+	if err != nil {
+		return nil, err
+	}
+	return tracker.OpenOptions(ctx, dir, tracker.Options{BusyTimeout: busy})
+}
+
+// busyTimeout is how long a statement waits for another process's lock on
+// the state database: $SLUICE_DB_BUSY_TIMEOUT (a Go duration), else the
+// tracker's default.
+func busyTimeout() (time.Duration, error) {
+	v := os.Getenv("SLUICE_DB_BUSY_TIMEOUT")
+	if v == "" {
+		return tracker.DefaultBusyTimeout, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, usageErr("SLUICE_DB_BUSY_TIMEOUT=%q: want a positive Go duration such as 30s", v)
+	}
+	return d, nil
 }
 
 // isTerminal reports whether f is a terminal.

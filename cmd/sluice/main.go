@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-batch/sluice/tracker"
 )
 
-// Exit codes (DESIGN.md).
+// Exit codes (docs/contract.md).
 const (
 	exitOK       = 0 // every request succeeded and the output is written
 	exitError    = 1 // an error stopped the run
@@ -82,7 +82,8 @@ func execute(args []string) int {
 	}
 	var se sqlite3.Error
 	if errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked) && !strings.Contains(err.Error(), "locked by another process") {
-		err = fmt.Errorf("the state database is locked by another process (set SLUICE_DB_BUSY_TIMEOUT to wait longer than %s): %w", tracker.BusyTimeout, err)
+		busy, _ := busyTimeout()
+		err = fmt.Errorf("the state database is locked by another process (set SLUICE_DB_BUSY_TIMEOUT to wait longer than %s): %w", busy, err)
 	}
 	fmt.Fprintln(os.Stderr, "sluice: "+err.Error())
 	var ce *codeError

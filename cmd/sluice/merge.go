@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,46 +15,12 @@ import (
 	"github.com/sluice-batch/sluice/tracker"
 )
 
-// jobSummary is what the last merge of a job produced. It is kept as
-// summary.json in the job's directory so that `sluice status` can show a
-// finished job's outcome (counts, paths, wall time) without re-reading the
-// output.
+// jobSummary is what the last merge of a job produced (kept by the
+// tracker, so that `sluice status` can show a finished job's outcome
+// without reading its output), with the wall time from plan to merge.
 type jobSummary struct {
-	Output       string    `json:"output"`
-	Errors       string    `json:"errors"`
-	Order        string    `json:"order"`
-	OutputBytes  int64     `json:"output_bytes"`
-	OutputMTime  time.Time `json:"output_mtime"`
-	ErrorsBytes  int64     `json:"errors_bytes"`
-	Lines        int64     `json:"lines"`
-	Succeeded    int64     `json:"succeeded"`
-	Failed       int64     `json:"failed"`
-	Retried      int64     `json:"retried"` // requests sent in more than one batch
-	Batches      int       `json:"batches"`
-	RetryBatches int       `json:"retry_batches"`
-	InputTokens  int64     `json:"input_tokens"`
-	OutputTokens int64     `json:"output_tokens"`
-	Cancelled    bool      `json:"cancelled,omitempty"`
-	StartedAt    time.Time `json:"started_at"` // when the job was planned
-	FinishedAt   time.Time `json:"finished_at"`
-	Wall         string    `json:"wall_time"` // planned to merged, across every run
-}
-
-const (
-	summaryFile   = "summary.json"
-	cancelledFile = "cancelled" // present once 'sluice cancel' cancelled the job
-)
-
-// markCancelled records in the job's directory that the job was
-// cancelled: the job state moves on to merging and done, and the summary
-// still says it was cancelled.
-func markCancelled(job *sluice.Job) error {
-	return os.WriteFile(filepath.Join(job.Dir, cancelledFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
-}
-
-func wasCancelled(job *sluice.Job) bool {
-	_, err := os.Stat(filepath.Join(job.Dir, cancelledFile))
-	return err == nil
+	sluice.JobSummary
+	Wall string `json:"wall_time"` // planned to merged, across every run
 }
 
 // mergeJob writes the job's output from its chunks' results files and
@@ -72,7 +37,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 		order = "input"
 	}
 	if job.State == sluice.JobDone {
-		if js := previousSummary(job); js.current(out, errorsOut, order) {
+		if js := previousSummary(ctx, db, job); js.current(out, errorsOut, order) {
 			log.Info().Str("output", out).Str("errors", errorsOut).Msg("job done before; output unchanged since")
 			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed,
 				OutputBytes: js.OutputBytes, Output: js.Output, Errors: js.Errors}, nil
@@ -100,21 +65,21 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	if err != nil {
 		return nil, fmt.Errorf("merge job %s: %w", job.ID, err)
 	}
-	if job.State == sluice.JobMerging {
-		if err := db.SetJobState(ctx, job.ID, sluice.JobMerging, sluice.JobDone); err != nil {
-			return nil, err
-		}
-		job.State = sluice.JobDone
-	}
 	js := summarize(ctx, db, job, chunks, sum)
-	js.Cancelled, js.Order = wasCancelled(job), order
+	js.Cancelled, js.Order = !job.CancelRequestedAt.IsZero(), order
 	if st, err := os.Stat(sum.Output); err == nil {
 		js.OutputBytes, js.OutputMTime = st.Size(), st.ModTime()
 	}
 	if st, err := os.Stat(sum.Errors); err == nil {
 		js.ErrorsBytes = st.Size()
 	}
-	if err := writeSummary(job, js); err != nil {
+	if job.State == sluice.JobMerging {
+		// Done and its summary in one transaction: a done job always has one.
+		if err := db.FinishJob(ctx, job.ID, &js.JobSummary); err != nil {
+			return nil, err
+		}
+		job.State = sluice.JobDone
+	} else if err := db.SetSummary(ctx, job.ID, &js.JobSummary); err != nil {
 		log.Warn().Err(err).Msg("could not save the job summary (status will not show it)")
 	}
 	log.Info().Int64("lines", sum.Lines).Int64("succeeded", sum.Succeeded).Int64("failed", sum.Failed).
@@ -124,15 +89,15 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 
 func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*sluice.Chunk, sum *merger.Summary) jobSummary {
 	n := countChunks(chunks)
-	js := jobSummary{Output: sum.Output, Errors: sum.Errors, Lines: sum.Lines, Succeeded: sum.Succeeded,
-		Failed: sum.Failed, Retried: retriedRequests(ctx, db, job.ID), Batches: n.submitted,
-		RetryBatches: n.retryBatches, StartedAt: job.CreatedAt, FinishedAt: time.Now()}
+	js := jobSummary{JobSummary: sluice.JobSummary{Output: sum.Output, Errors: sum.Errors, Lines: sum.Lines,
+		Succeeded: sum.Succeeded, Failed: sum.Failed, Retried: retriedRequests(ctx, db, job.ID), Batches: n.submitted,
+		RetryBatches: n.retryBatches, StartedAt: job.CreatedAt, FinishedAt: time.Now()}}
 	for _, c := range chunks {
 		js.InputTokens += c.InputTokens
 		js.OutputTokens += c.OutputTokens
 	}
 	js.Wall = shortDuration(js.FinishedAt.Sub(js.StartedAt))
-	if old := previousSummary(job); !old.FinishedAt.IsZero() {
+	if old := previousSummary(ctx, db, job); !old.FinishedAt.IsZero() {
 		// A re-run of a done job rewrites the output: the job finished then.
 		js.FinishedAt, js.Wall = old.FinishedAt, old.Wall
 	}
@@ -149,18 +114,6 @@ func retriedRequests(ctx context.Context, db *tracker.DB, job string) int64 {
 	return n
 }
 
-func writeSummary(job *sluice.Job, js jobSummary) error {
-	b, err := json.MarshalIndent(js, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(job.Dir, summaryFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(job.Dir, summaryFile))
-}
-
 // current reports whether the output and errors files of this summary are
 // the ones asked for and still as the merge left them.
 func (js jobSummary) current(out, errorsOut, order string) bool {
@@ -175,20 +128,19 @@ func (js jobSummary) current(out, errorsOut, order string) bool {
 	return err == nil && e.Size() == js.ErrorsBytes
 }
 
-// previousSummary is the job's saved summary, or a zero one.
-func previousSummary(job *sluice.Job) jobSummary {
-	var js jobSummary
-	b, err := os.ReadFile(filepath.Join(job.Dir, summaryFile))
-	if err == nil {
-		json.Unmarshal(b, &js)
+// previousSummary is the summary of the job's last merge, or a zero one.
+func previousSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) jobSummary {
+	s, err := db.Summary(ctx, job.ID)
+	if err != nil || s == nil {
+		return jobSummary{}
 	}
-	return js
+	return jobSummary{JobSummary: *s, Wall: shortDuration(s.FinishedAt.Sub(s.StartedAt))}
 }
 
 // printSummary is the last word of a run on stdout: counts, batches,
 // tokens, wall time, and where the output and errors are.
 func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.Job, sum *merger.Summary, wall time.Duration) {
-	js := previousSummary(job)
+	js := previousSummary(ctx, db, job)
 	if js.Output == "" {
 		chunks, _ := db.Chunks(ctx, job.ID)
 		js = summarize(ctx, db, job, chunks, sum)

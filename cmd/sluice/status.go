@@ -47,7 +47,17 @@ type statusJob struct {
 	Next         string                        `json:"next_action"`
 	Summary      *jobSummary                   `json:"summary,omitempty"`
 	ChunkList    []*sluice.Chunk               `json:"chunk_list,omitempty"`
+	// CancelRequestedAt is when `sluice cancel` cancelled the job.
+	CancelRequestedAt time.Time `json:"cancel_requested_at,omitzero"`
+	// AttemptErrors are the errors recorded for the job's chunk attempts,
+	// oldest first: the last maxAttemptErrors, or every one with --chunks;
+	// AttemptErrorsTotal counts them all.
+	AttemptErrors      []sluice.AttemptError `json:"attempt_errors"`
+	AttemptErrorsTotal int64                 `json:"attempt_errors_total"`
 }
+
+// maxAttemptErrors bounds the attempt errors shown per job without --chunks.
+const maxAttemptErrors = 20
 
 type statusBatch struct {
 	Chunk    int64     `json:"chunk"`
@@ -73,8 +83,13 @@ driving it now, and what the next run would do. A finished job shows its
 output and errors files and its outcome: succeeded, failed, retried, and the
 wall time from plan to merge.
 
---chunks lists each chunk with its provider ids and its last provider error
-verbatim. --json prints {"state_dir": DIR, "jobs": [...]} for scripts.
+Every error met on a job's batches is kept with its code (docs/contract.md),
+chunk, attempt and time: status counts them and shows the last one.
+
+--chunks lists each chunk with its provider ids and its last error verbatim,
+then every recorded error, oldest first. --json prints {"state_dir": DIR,
+"jobs": [...]} for scripts; each job's "attempt_errors" holds its last 20
+errors (every one with --chunks) and "attempt_errors_total" counts them.
 
 status only reads: it never creates a state directory, and never takes a
 job's lock, so it is safe to run while cron drives the job.`,
@@ -93,7 +108,7 @@ job's lock, so it is safe to run while cron drives the job.`,
 				}
 				return printStatus(doc, asJSON, withChunks)
 			}
-			db, err := tracker.Open(ctx, dir)
+			db, err := openTracker(ctx, dir)
 			if err != nil {
 				return err
 			}
@@ -177,17 +192,29 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 	if withChunks {
 		s.ChunkList = chunks
 	}
-	if js := previousSummary(j); js.Output != "" {
+	s.CancelRequestedAt = j.CancelRequestedAt
+	limit := maxAttemptErrors
+	if withChunks {
+		limit = 0
+	}
+	if s.AttemptErrors, s.AttemptErrorsTotal, err = db.AttemptErrors(ctx, j.ID, limit); err != nil {
+		return statusJob{}, err
+	}
+	if s.AttemptErrors == nil {
+		s.AttemptErrors = []sluice.AttemptError{}
+	}
+	if js := previousSummary(ctx, db, j); js.Output != "" {
 		s.Summary = &js
 		s.Errors = js.Errors
 	} else if j.State == sluice.JobDone {
 		// Merged by a sluice that kept no summary: rebuild it from the tracker.
 		n := countChunks(chunks)
-		s.Summary = &jobSummary{Output: j.Output, Errors: s.Errors, Lines: j.Requests,
+		s.Summary = &jobSummary{JobSummary: sluice.JobSummary{Output: j.Output, Errors: s.Errors, Lines: j.Requests,
 			Succeeded: reqs[sluice.RequestSucceeded], Failed: reqs[sluice.RequestFailed],
 			Retried: retriedRequests(ctx, db, j.ID), Batches: n.submitted, RetryBatches: n.retryBatches,
 			InputTokens: s.InputTokens, OutputTokens: s.OutputTokens, StartedAt: j.CreatedAt,
-			FinishedAt: j.UpdatedAt, Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
+			FinishedAt: j.UpdatedAt, Cancelled: !j.CancelRequestedAt.IsZero()},
+			Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
 	}
 	s.Next = nextAction(j, len(s.Live), waiting, unsettled, nextPoll)
 	if s.RunningPID > 0 && j.State != sluice.JobDone {
@@ -313,6 +340,11 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 		fmt.Fprintf(w, "  next:     %s\n", j.Next)
 		if withChunks {
 			writeChunks(w, j.ChunkList)
+			writeAttemptErrors(w, j.AttemptErrors)
+		} else if j.AttemptErrorsTotal > 0 {
+			last := j.AttemptErrors[len(j.AttemptErrors)-1]
+			fmt.Fprintf(w, "  issues:   %s errors recorded for its batches (--chunks lists them); last: chunk %d attempt %d: %s: %s\n",
+				commas(j.AttemptErrorsTotal), last.Chunk, last.Attempt, last.Code, oneLine(last.Message))
 		}
 	}
 }
@@ -326,7 +358,7 @@ func writeChunks(w io.Writer, chunks []*sluice.Chunk) {
 	fmt.Fprintln(tw, "  chunk\tattempt\tstate\tmodel\trequests\tfile\tbatch\tstatus\tlast error")
 	var long []*sluice.Chunk
 	for _, c := range chunks {
-		e := c.LastError
+		e := c.ErrorText()
 		if strings.ContainsAny(e, "\t\n\r") {
 			long = append(long, c)
 			e = "(below)"
@@ -336,8 +368,30 @@ func writeChunks(w io.Writer, chunks []*sluice.Chunk) {
 	}
 	tw.Flush()
 	for _, c := range long {
-		fmt.Fprintf(w, "  chunk %d last error:\n%s\n", c.ID, c.LastError)
+		fmt.Fprintf(w, "  chunk %d last error:\n%s\n", c.ID, c.ErrorText())
 	}
+}
+
+// writeAttemptErrors prints every error recorded for the job's chunk
+// attempts, oldest first, each message verbatim.
+func writeAttemptErrors(w io.Writer, errs []sluice.AttemptError) {
+	if len(errs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "  errors by attempt (oldest first):")
+	for _, e := range errs {
+		fmt.Fprintf(w, "  %s  chunk %d attempt %d  %s: %s\n", e.At.Local().Format("2006-01-02 15:04:05"),
+			e.Chunk, e.Attempt, e.Code, e.Message)
+	}
+}
+
+// oneLine cuts s at its first line break.
+func oneLine(s string) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
 }
 
 func orDash(s string) string {

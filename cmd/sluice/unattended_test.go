@@ -149,7 +149,7 @@ func TestCancelKeepsCompletedLines(t *testing.T) {
 		switch {
 		case l.Response != nil && l.Response.StatusCode == 200 && l.Error == nil:
 			ok++
-		case l.Error != nil && (l.Error.Code == "batch_cancelled" || l.Error.Code == "cancelled"):
+		case l.Error != nil && (l.Error.Code == sluice.CodeBatchCancelled || l.Error.Code == sluice.CodeCancelled):
 			cancelled++
 		default:
 			t.Errorf("%s: neither a success nor cancelled: %+v", l.CustomID, l)
@@ -164,6 +164,10 @@ func TestCancelKeepsCompletedLines(t *testing.T) {
 	job = onlyJob(t, statusOf(t, env))
 	if job.State != sluice.JobDone || job.Summary == nil || !job.Summary.Cancelled || job.Summary.Succeeded != int64(ok) {
 		t.Errorf("status after cancel = %s, summary %+v; want done, cancelled, %d succeeded", job.State, job.Summary, ok)
+	}
+	// The cancel is a fact of the job in the database, not a marker file.
+	if job.CancelRequestedAt.IsZero() || job.CancelRequestedAt.After(time.Now()) || job.CancelRequestedAt.Before(created) {
+		t.Errorf("status cancel_requested_at = %v, want the time of the cancel", job.CancelRequestedAt)
 	}
 	// Nothing was bought twice, and the cancelled lines were not retried.
 	if st := emu.stats(t); st["batches_created"] != 3 || st["requests_processed_more_than_once"] != 0 {

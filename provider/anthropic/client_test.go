@@ -246,7 +246,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("batch %+v results %d", b, len(got))
 	}
 	for _, r := range got {
-		if r.Kind != sluice.ResultRetryable || r.Line.Error == nil || r.Line.Error.Code != "batch_cancelled" {
+		if r.Kind != sluice.ResultRetryable || r.Line.Error == nil || r.Line.Error.Code != sluice.CodeBatchCancelled {
 			t.Errorf("result %+v", r.Line)
 		}
 	}
@@ -301,7 +301,7 @@ func TestDecodeLine(t *testing.T) {
 		line   string
 		kind   sluice.ResultKind
 		status int
-		code   string
+		code   sluice.ErrorCode
 		in     int64
 	}{
 		{`{"custom_id":"a","result":{"type":"succeeded","message":{"id":"msg_1","type":"message","usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":3}}}}`, sluice.ResultSucceeded, 200, "", 15},
@@ -314,8 +314,8 @@ func TestDecodeLine(t *testing.T) {
 		{`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"api_error","message":"m"}}}}`, sluice.ResultRetryable, 500, "", 0},
 		{`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"overloaded_error","message":"m"}}}}`, sluice.ResultRetryable, 529, "", 0},
 		{`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"brand_new_error","message":"m"}}}}`, sluice.ResultRetryable, 500, "", 0},
-		{`{"custom_id":"a","result":{"type":"canceled"}}`, sluice.ResultRetryable, 0, "batch_cancelled", 0},
-		{`{"custom_id":"a","result":{"type":"expired"}}`, sluice.ResultRetryable, 0, "batch_expired", 0},
+		{`{"custom_id":"a","result":{"type":"canceled"}}`, sluice.ResultRetryable, 0, sluice.CodeBatchCancelled, 0},
+		{`{"custom_id":"a","result":{"type":"expired"}}`, sluice.ResultRetryable, 0, sluice.CodeBatchExpired, 0},
 	} {
 		r, err := anthropic.DecodeLine([]byte(tc.line))
 		if err != nil || r.Kind != tc.kind || r.CustomID != "a" || r.Usage.InputTokens != tc.in {

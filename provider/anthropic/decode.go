@@ -97,10 +97,10 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 		res.Line.Response = &sluice.Response{StatusCode: status, RequestID: gjson.GetBytes(r.Error, "request_id").String(), Body: r.Error}
 	case "canceled":
 		res.Kind = sluice.ResultRetryable
-		res.Line.Error = &sluice.LineError{Code: "batch_cancelled", Message: "the batch was cancelled before this request ran"}
+		res.Line.Error = &sluice.LineError{Code: sluice.CodeBatchCancelled, Message: "the batch was cancelled before this request ran"}
 	case "expired":
 		res.Kind = sluice.ResultRetryable
-		res.Line.Error = &sluice.LineError{Code: "batch_expired", Message: "the batch expired before this request ran"}
+		res.Line.Error = &sluice.LineError{Code: sluice.CodeBatchExpired, Message: "the batch expired before this request ran"}
 	default:
 		return sluice.Result{}, fmt.Errorf("unknown result type %q", r.Type)
 	}

@@ -6,7 +6,7 @@
 // /accounts/{account}/ai/run/{model}?queueRequest=true and gets a
 // request_id, the batch id. Poll POSTs {"request_id":...} to the same URL;
 // the final answer carries every response, so Poll streams it to a file
-// (Batch.ResultPath) that Fetch moves into place. There is no listing, no
+// that the client remembers by batch id and Fetch moves into place. There is no listing, no
 // cancel and no deletion: Find returns sluice.ErrNoListing, Cancel an
 // error wrapping errors.ErrUnsupported.
 package cloudflare
@@ -23,10 +23,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
@@ -64,6 +66,9 @@ type Client struct {
 	pollQ   bool
 	tmp     string
 	log     zerolog.Logger
+	// answers holds, by batch id, the file where Poll left a batch's final
+	// answer, until Fetch takes it.
+	answers sync.Map
 }
 
 var _ sluice.Provider = (*Client)(nil)
@@ -128,7 +133,7 @@ func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error
 // Create streams the chunk file to the model's run URL with
 // ?queueRequest=true and returns the request_id as the batch id. There is
 // no listing to reconcile with, so a create whose answer is lost after the
-// body was sent is repeated: the batch may then run twice (DESIGN.md).
+// body was sent is repeated: the batch may then run twice (docs/crash-safety.md).
 func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, _ string) (sluice.Batch, error) {
 	m, err := model(ref)
 	if err != nil {
@@ -204,7 +209,7 @@ func envelopeError(errs []apiError, fallback string) error {
 // Poll POSTs {"request_id":…} to the run URL and streams the answer to a
 // temp file. While pending, the batch is validating (queued) or in_progress
 // (running) and the file is removed. The final answer (result.responses
-// present) makes the batch completed with ResultPath naming the file.
+// present) makes the batch completed, and the file is kept for Fetch.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
 	m, err := model(ref)
 	if err != nil {
@@ -240,7 +245,10 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 	b := sluice.Batch{ID: batchID, ProviderStatus: env.Status, Total: ref.Requests}
 	if env.Final {
 		keep = true
-		b.Status, b.ResultPath = sluice.BatchCompleted, path
+		if old, ok := c.answers.Swap(batchID, path); ok {
+			os.Remove(old.(string)) // an earlier final answer never fetched
+		}
+		b.Status = sluice.BatchCompleted
 		if b.ProviderStatus == "" {
 			b.ProviderStatus = "done"
 		}
@@ -259,30 +267,39 @@ func readEnvelope(path string) (envelope, error) {
 	return scanEnvelope(f, nil)
 }
 
-// Fetch moves the final answer Poll left at b.ResultPath into dir as
-// <request_id>.responses.json. When that file is gone (another process
-// polled), it polls again.
+// Fetch moves the final answer Poll left for the batch into dir as
+// <request_id>.responses.json. When there is none (this process did not
+// poll it to its end, or the file is gone), it polls again.
 func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
-	if b.ResultPath == "" || !exists(b.ResultPath) {
+	path, ok := c.answer(b.ID)
+	if !ok {
 		nb, err := c.Poll(ctx, ref, b.ID)
 		if err != nil {
 			return nil, err
 		}
-		if nb.ResultPath == "" {
+		if path, ok = c.answer(b.ID); !ok {
 			return nil, fmt.Errorf("fetch batch %s: not finished (%s)", b.ID, nb.ProviderStatus)
 		}
-		b = nb
 	}
 	dst := filepath.Join(dir, provider.SafeFileName(b.ID)+".responses.json")
-	if err := move(b.ResultPath, dst); err != nil {
+	if err := move(path, dst); err != nil {
 		return nil, fmt.Errorf("fetch batch %s: %w", b.ID, err)
 	}
 	return []string{dst}, nil
 }
 
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
+// answer takes the file of a batch's final answer that Poll left, if it is
+// still there.
+func (c *Client) answer(batchID string) (string, bool) {
+	v, ok := c.answers.LoadAndDelete(batchID)
+	if !ok {
+		return "", false
+	}
+	path := v.(string)
+	if _, err := os.Stat(path); err != nil {
+		return "", false
+	}
+	return path, true
 }
 
 // move renames src to dst, copying (temp file, sync, rename) across file
@@ -296,22 +313,15 @@ func move(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp")
+	out, err := atomicfile.Create(dst)
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
+	defer out.Abort() // nothing once committed
+	if _, err := io.Copy(out, in); err != nil {
+		return err
 	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(out.Name(), dst)
-	}
-	if err != nil {
-		os.Remove(out.Name())
+	if err := out.Commit(); err != nil {
 		return err
 	}
 	return os.Remove(src)

@@ -203,7 +203,7 @@ func TestPollWire(t *testing.T) {
 	}
 	for _, want := range []sluice.BatchStatus{sluice.BatchValidating, sluice.BatchInProgress} {
 		b, err = c.Poll(context.Background(), ref, b.ID)
-		if err != nil || b.Status != want || b.ResultPath != "" {
+		if err != nil || b.Status != want {
 			t.Fatalf("poll %+v %v, want %s", b, err, want)
 		}
 	}
@@ -231,10 +231,24 @@ func TestPollWire(t *testing.T) {
 	if len(polls) != 1 || polls[0] != "" {
 		t.Fatalf("poll queries %q", polls)
 	}
-	// Fetch without the poll's file polls again.
-	files, err := c.Fetch(context.Background(), ref, sluice.Batch{ID: "req-1", ResultPath: filepath.Join(tmp, "gone")}, t.TempDir())
-	if err != nil || len(files) != 1 {
-		t.Fatalf("fetch again: %v %v", files, err)
+	// Fetch when the final poll's file is gone polls again.
+	if b, err := c.Poll(context.Background(), ref, "req-1"); err != nil || b.Status != sluice.BatchCompleted {
+		t.Fatalf("final poll %+v %v", b, err)
+	}
+	ents, _ := os.ReadDir(tmp)
+	if len(ents) != 1 {
+		t.Fatalf("the final poll left %d files, want its answer", len(ents))
+	}
+	os.Remove(filepath.Join(tmp, ents[0].Name()))
+	n := len(polls)
+	files, err := c.Fetch(context.Background(), ref, sluice.Batch{ID: "req-1"}, t.TempDir())
+	if err != nil || len(files) != 1 || len(polls) != n+1 {
+		t.Fatalf("fetch again: %v %v after %d polls, want one more", files, err, len(polls)-n)
+	}
+	// And a client that never polled the batch (a new run) polls it too.
+	c3 := newClient(t, srv.URL+"/client/v4", func(cfg *cloudflare.Config) { cfg.TempDir = t.TempDir() })
+	if files, err := c3.Fetch(context.Background(), ref, sluice.Batch{ID: "req-1"}, t.TempDir()); err != nil || len(files) != 1 {
+		t.Fatalf("fetch by a new client: %v %v", files, err)
 	}
 }
 

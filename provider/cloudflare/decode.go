@@ -15,8 +15,8 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 )
 
-// CodeStatus maps the Workers AI error codes of PROVIDERS.md to the HTTP
-// status they come with.
+// CodeStatus maps Workers AI error codes to the HTTP status they come with
+// (docs/providers.md, Cloudflare).
 var CodeStatus = map[int64]int{
 	5007: 400, 3003: 400, 5004: 400, // no such model, incomplete request, invalid data
 	3042: 404,                                  // invalid model id

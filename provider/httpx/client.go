@@ -15,8 +15,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
 
 // Config configures a Client. Only the credential fields are required to
@@ -207,11 +206,11 @@ func (c *Client) JSON(ctx context.Context, call Call, out any) error {
 // absent or complete. A connection broken mid-answer restarts the download.
 // It returns the bytes written.
 func (c *Client) Download(ctx context.Context, call Call, path string) (int64, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return 0, err
 	}
-	tmp := f.Name()
+	defer f.Abort() // nothing once committed
 	var n int64
 	err = c.Send(ctx, call, func(resp *http.Response) error {
 		defer resp.Body.Close()
@@ -226,16 +225,9 @@ func (c *Client) Download(ctx context.Context, call Call, path string) (int64, e
 		return err
 	})
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+		err = f.Commit()
 	}
 	if err != nil {
-		os.Remove(tmp)
 		return 0, err
 	}
 	return n, nil

@@ -100,7 +100,7 @@ func TestFullCycle(t *testing.T) {
 		!strings.Contains(string(a.Line.Response.Body), `"hi a"`) || a.Line.Response.RequestID == "" {
 		t.Errorf("result a: %+v", a)
 	}
-	if e := got["exp-1"].Line.Error; e == nil || e.Code != "batch_expired" || got["exp-1"].Line.Response != nil {
+	if e := got["exp-1"].Line.Error; e == nil || e.Code != sluice.CodeBatchExpired || got["exp-1"].Line.Response != nil {
 		t.Errorf("exp-1: %+v", got["exp-1"].Line)
 	}
 	// The canonical line marshals to the OpenAI output shape.
@@ -230,7 +230,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}
 	b, got := finish(t, c, ref, b)
-	if b.Status != sluice.BatchCancelled || got["a"].Kind != sluice.ResultRetryable || got["a"].Line.Error.Code != "batch_cancelled" {
+	if b.Status != sluice.BatchCancelled || got["a"].Kind != sluice.ResultRetryable || got["a"].Line.Error.Code != sluice.CodeBatchCancelled {
 		t.Fatalf("cancelled batch %+v results %+v", b, got)
 	}
 	if _, err := c.Cancel(ctx, "batch_nope"); !errors.Is(err, sluice.ErrNotFound) {

@@ -82,7 +82,7 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	}
 	res := sluice.Result{CustomID: *w.CustomID, Line: sluice.OutputLine{CustomID: *w.CustomID}}
 	if w.Error != nil && (w.Error.Code != "" || w.Error.Message != "") {
-		res.Line.Error = &sluice.LineError{Code: w.Error.Code, Message: w.Error.Message}
+		res.Line.Error = &sluice.LineError{Code: sluice.ErrorCode(w.Error.Code), Message: w.Error.Message}
 	}
 	switch {
 	case w.Response != nil && w.Response.StatusCode != 0:
@@ -91,7 +91,7 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 		res.Kind = provider.StatusKind(r.StatusCode)
 		res.Usage = usage(r.Body)
 	case res.Line.Error != nil:
-		res.Kind = provider.CodeKind(res.Line.Error.Code)
+		res.Kind = provider.CodeKind(string(res.Line.Error.Code))
 	default:
 		return sluice.Result{}, errors.New("neither a response nor an error")
 	}

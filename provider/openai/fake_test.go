@@ -75,7 +75,7 @@ type fakeBatch struct {
 }
 
 // fakeOpenAI is a small OpenAI Files + Batches server following
-// PROVIDERS.md, which checks every request against the spec facts.
+// docs/providers.md, which checks every request against the spec facts.
 // Batches go validating → in_progress → completed on successive GETs.
 type fakeOpenAI struct {
 	t     *testing.T

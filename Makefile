@@ -1,0 +1,39 @@
+# Development tasks. `make` alone lists them; README.md, "Development".
+# Everything runs from a fresh clone with Go and a C compiler (cgo, for
+# SQLite); `make lint` installs the pinned staticcheck into GOPATH/bin.
+
+GO ?= go
+# staticcheck, pinned: bump it on purpose, with the fixes it asks for.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
+FUZZTIME ?= 10s
+BENCH ?= .
+BENCHPKGS ?= ./splitter/ ./tracker/ ./internal/gen/corpus/
+
+export CGO_ENABLED = 1
+
+.DEFAULT_GOAL := help
+.PHONY: help test test-race lint staticcheck bench fuzz
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+test: ## go test ./... (the whole suite; builds the binary for the end-to-end tests)
+	$(GO) test ./...
+
+test-race: ## go test -race ./...
+	$(GO) test -race ./...
+
+lint: staticcheck ## go vet and staticcheck over every package
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+staticcheck: ## go install the pinned staticcheck into GOPATH/bin unless it is there
+	@$(STATICCHECK) -version 2>/dev/null | grep -q '($(STATICCHECK_VERSION:v%=%))' || \
+		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+bench: ## go test -bench BENCH (default .) -benchmem over BENCHPKGS; BENCHMARKS.md has the end-to-end scripts
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(BENCHPKGS)
+
+fuzz: ## every fuzz target for FUZZTIME each (default 10s), as CI runs them
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
