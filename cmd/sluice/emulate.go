@@ -38,6 +38,7 @@ GET /_emulator/stats answers counters, among them requests_processed_more_than_o
 			defer stop()
 			return emulator.ListenAndServe(ctx, addr, o, func(a string) {
 				fmt.Fprintf(os.Stderr, "sluice emulator listening on http://%s (OpenAI base URL http://%s/v1)\n", a, a)
+				fmt.Fprintf(os.Stderr, "  Anthropic http://%s  Cloudflare http://%s/client/v4  Mistral http://%s/mistral  Together http://%s/together/v1\n", a, a, a, a)
 			})
 		},
 	}
