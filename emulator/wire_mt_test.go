@@ -260,6 +260,15 @@ func TestMistralWireShapes(t *testing.T) {
 	want(t, "job delete", del.obj, map[string]any{"id": jobID, "object": "batch", "deleted": true})
 	del = w.json("DELETE", "/mistral/v1/files/"+fileID, nil)
 	want(t, "file delete", del.obj, map[string]any{"id": fileID, "object": "file", "deleted": true})
+	// Inline requests instead of input_files.
+	in := w.json("POST", "/mistral/v1/batch/jobs", map[string]any{"endpoint": "/v1/chat/completions", "model": "m-3",
+		"requests": []any{map[string]any{"custom_id": "i0", "body": map[string]any{"messages": []any{map[string]any{"role": "user", "content": "x"}}}},
+			map[string]any{"custom_id": "i1", "body": map[string]any{"messages": []any{map[string]any{"role": "user", "content": "y"}}}}}})
+	want(t, "inline create", in.status, 200)
+	want(t, "inline input_files", in.obj["input_files"], []any{})
+	clock.Advance(200 * time.Second)
+	in = w.json("GET", "/mistral/v1/batch/jobs/"+in.obj["id"].(string), nil)
+	want(t, "inline job", fmt.Sprint(in.obj["status"], " ", in.obj["total_requests"]), "SUCCESS 2")
 	// Mistral files are not OpenAI's.
 	want(t, "openai sees mistral file", w.json("GET", "/v1/files/"+g.obj["output_file"].(string), nil).status, 404)
 }
