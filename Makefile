@@ -8,7 +8,7 @@ STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 BENCH ?= .
-BENCHPKGS ?= ./splitter/ ./tracker/ ./internal/gen/corpus/
+BENCHPKGS ?= ./splitter/ ./tracker/ ./internal/gen/corpus/ ./translate/
 
 export CGO_ENABLED = 1
 

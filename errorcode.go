@@ -57,11 +57,18 @@ const (
 	CodeResultsUnreadable ErrorCode = "results_unreadable"
 	// CodeInvalidRequest: the provider refused the chunk's upload or batch
 	// create for good (a 4xx other than 401, 403, 408, 409, 429): the body
-	// as sent will never be accepted.
+	// as sent will never be accepted. Also the code of an input line that
+	// --skip-invalid rejected (error.line is its line number; see
+	// splitter.RejectedLine).
 	CodeInvalidRequest ErrorCode = "invalid_request"
 	// CodeCancelled: the job was cancelled (`sluice cancel`) before this
 	// request was submitted.
 	CodeCancelled ErrorCode = "cancelled"
+	// CodeUntranslatableResponse: the provider answered a translated
+	// /v1/chat/completions line with a 2xx whose body is not its response
+	// shape, so it cannot be given as a chat.completion
+	// (docs/translation.md). Final: asking again would get the same.
+	CodeUntranslatableResponse ErrorCode = "untranslatable_response"
 
 	// CodePollFailed (status only): a poll failed for a reason that may pass
 	// (the network, a 5xx, a 429 after the HTTP layer's retries); it is

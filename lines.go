@@ -31,6 +31,9 @@ type LineError struct {
 	Code     ErrorCode `json:"code"` // see errorcode.go
 	Message  string    `json:"message"`
 	Attempts int       `json:"attempts,omitempty"`
+	// Line is the input line number, for a line rejected as invalid
+	// (CodeInvalidRequest; --skip-invalid).
+	Line int64 `json:"line,omitempty"`
 }
 
 // Item is one validated input line as the splitter hands it to a Codec.
@@ -79,4 +82,33 @@ type Codec interface {
 	Envelope() Envelope
 	// AppendItem appends the wire form of one item to dst.
 	AppendItem(dst []byte, it *Item) ([]byte, error)
+}
+
+// RoutedCodec is the Codec of a provider that speaks the APIs of several
+// families (--provider local, whose emulator serves them all): each url is
+// written in the wire format, envelope and per-batch limits of the family
+// that serves it. Lines of one chunk share a url, so a chunk has one format.
+type RoutedCodec interface {
+	Codec
+	// For returns the codec and the per-batch limits (zero: none) of url.
+	For(url string) (Codec, Limits)
+}
+
+// CodecFor is the codec of url's chunks: c itself, or what a RoutedCodec
+// routes url to.
+func CodecFor(c Codec, url string) Codec {
+	if r, ok := c.(RoutedCodec); ok {
+		cc, _ := r.For(url)
+		return cc
+	}
+	return c
+}
+
+// ResultTranslator is implemented by codecs that translate lines into the
+// provider's native form (chat completions lines sent to Anthropic, say):
+// the dispatcher passes every result it decodes through TranslateResult,
+// which puts the answer back into the shape of the line's own API
+// (docs/translation.md). ref names the chunk the result came from.
+type ResultTranslator interface {
+	TranslateResult(ref BatchRef, r *Result)
 }

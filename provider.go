@@ -124,6 +124,11 @@ var (
 	ErrNoListing = errors.New("provider has no listing to reconcile against")
 	// ErrNotFound: the provider does not know the id.
 	ErrNotFound = errors.New("not found at provider")
+	// ErrUnreachable: no call to the provider got any answer (every
+	// connection failed) for longer than the client's retry budget
+	// (--http-max-wait): the network or the base URL is wrong, and retrying
+	// on the poll schedule would only wait for ever.
+	ErrUnreachable = errors.New("provider unreachable")
 )
 
 // APIError is a non-2xx answer of a provider's API.

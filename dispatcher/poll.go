@@ -48,6 +48,13 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 			return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, sluice.CodeBatchNotFound, fmt.Sprintf("batch %s: %v", c.BatchID, err))
 		}
 		c.Polls++
+		if local(err) {
+			// Our disk, not the provider: polling again cannot help.
+			return false, fatal(fmt.Errorf("poll batch %s of chunk %d: %w", c.BatchID, c.ID, err))
+		}
+		if errors.Is(err, sluice.ErrUnreachable) {
+			return false, fatal(fmt.Errorf("poll batch %s of chunk %d: %w", c.BatchID, c.ID, err))
+		}
 		var ae *sluice.APIError
 		if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
 			// Bad credentials are the user's to fix, not the batch's fault:
@@ -193,11 +200,20 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
 		}
 		os.Remove(dir) // only if empty: a partial fetch is kept for the next try
+		if errors.Is(err, sluice.ErrUnreachable) {
+			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
+		}
 		return d.fetchFailed(ctx, c, sluice.CodeResultsUnavailable, fmt.Sprintf("download results: %v", err))
 	}
 	stuck, wasStuck := c.Stuck, c.Stuck != ""
 	var bad *sluice.MalformedLines
 	err = d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
+		if b.Status == sluice.BatchCancelled && !wasStuck {
+			// A batch cancelled before it ran some lines (in validating,
+			// it ran none) leaves them out of its files: they were
+			// cancelled, not lost.
+			e.missingCode, e.missingMsg = sluice.CodeBatchCancelled, "the batch was cancelled before this request ran"
+		}
 		if wasStuck {
 			// Cancelled by us: what it finished is kept, the rest retried.
 			e.notes = append(e.notes, fmt.Sprintf("%s; cancelled at the provider (ended %s), its finished lines kept",
@@ -205,7 +221,14 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			e.notesCode = sluice.CodeBatchStuck
 			e.missingCode, e.missingMsg = sluice.CodeBatchStuck, "the batch was "+stuck+" and cancelled; this request got no result"
 		}
-		err := d.prov.Decode(ctx, ref, files, e.lookup, e.add)
+		add := e.add
+		if rt, ok := d.prov.Codec().(sluice.ResultTranslator); ok {
+			add = func(r sluice.Result) error {
+				rt.TranslateResult(ref, &r)
+				return e.add(r)
+			}
+		}
+		err := d.prov.Decode(ctx, ref, files, e.lookup, add)
 		if errors.As(err, &bad) {
 			// Lines that do not parse were skipped; every other line was
 			// read. Their requests count as missing.

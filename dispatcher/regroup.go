@@ -18,7 +18,7 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		return nil, nil, err
 	}
 	defer src.Close()
-	env := d.prov.Codec().Envelope()
+	env := sluice.CodecFor(d.prov.Codec(), c.URL).Envelope()
 	lim := d.job.Limits
 	ext := filepath.Ext(c.Path)
 	var (

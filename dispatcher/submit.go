@@ -89,6 +89,17 @@ func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back 
 		}
 		return fatal(err) // the provider's error names the call and the chunk
 	}
+	if local(err) || errors.Is(err, sluice.ErrUnreachable) {
+		// Our disk, or an endpoint that has not answered for the whole
+		// retry budget: submitting again cannot help. Nothing exists at
+		// the provider, so the intent is rolled back.
+		c.State = back
+		c.SetError(code, fmt.Sprintf("%s: %v", what, err))
+		if uerr := d.store.UpdateChunk(context.WithoutCancel(ctx), c, intent); uerr != nil {
+			return fatal(uerr)
+		}
+		return fatal(err) // the provider's error names the call and the chunk
+	}
 	if errors.As(err, &ae) && !ae.Retryable() {
 		// The provider refuses this body for good: spend the attempt.
 		log.Error().Err(err).Msg(what + " refused")

@@ -18,6 +18,13 @@ func (s *Server) runAnthropic(params []byte, tier string) modelOut {
 		MaxTokens *int64          `json:"max_tokens"`
 		Messages  *[]message      `json:"messages"`
 		System    json.RawMessage `json:"system"`
+		Tools     []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+		ToolChoice struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		} `json:"tool_choice"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
 		return bad("invalid request body: " + err.Error())
@@ -40,9 +47,22 @@ func (s *Server) runAnthropic(params []byte, tier string) modelOut {
 		stop = "max_tokens"
 	}
 	in, out := approxTokens(len(all)), approxTokens(len(text))
+	content := []any{map[string]any{"type": "text", "text": text}}
+	// A forced tool (tool_choice "tool", or "any" with tools) is called,
+	// with the answer as its input, as Claude answers a forced tool: one
+	// tool_use block and stop_reason tool_use.
+	tool := p.ToolChoice.Name
+	if p.ToolChoice.Type == "any" && len(p.Tools) > 0 {
+		tool = p.Tools[0].Name
+	}
+	if (p.ToolChoice.Type == "tool" || p.ToolChoice.Type == "any") && tool != "" {
+		content = []any{map[string]any{"type": "tool_use", "id": "toolu_01" + b58ID(0, "toolu", string(params), 0, 22),
+			"name": tool, "input": map[string]any{"echo": text}}}
+		stop = "tool_use"
+	}
 	return modelOut{200, mustJSON(map[string]any{
 		"id": "msg_01" + b58ID(0, "msg", string(params), 0, 22), "type": "message", "role": "assistant",
-		"model": p.Model, "content": []any{map[string]any{"type": "text", "text": text}},
+		"model": p.Model, "content": content,
 		"stop_reason": stop, "stop_sequence": nil, "container": nil,
 		"usage": map[string]any{"input_tokens": in, "output_tokens": out,
 			"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "service_tier": tier}}), in, out}
@@ -161,5 +181,13 @@ func runCloudflareModel(model string, item []byte, dim int) (res []byte, in, out
 		all, last = promptOf(msgs, "")
 	}
 	text, _ := answer(last, maxTokens)
+	var rf struct {
+		Type string `json:"type"`
+	}
+	json.Unmarshal(obj["response_format"], &rf)
+	if rf.Type == "json_object" || rf.Type == "json_schema" {
+		// JSON mode answers with the JSON value itself, not a string.
+		return mustJSON(map[string]any{"response": map[string]any{"echo": text}}), approxTokens(len(all)), approxTokens(len(text)), nil
+	}
 	return mustJSON(map[string]any{"response": text}), approxTokens(len(all)), approxTokens(len(text)), nil
 }

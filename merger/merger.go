@@ -78,11 +78,17 @@ type Config struct {
 	TempDir string
 	// MaxOpen is the fan-in of the k-way merge (default 64, at least 2).
 	MaxOpen int
+	// Rejected is the file of input lines rejected as invalid
+	// (splitter.RejectedResults; "" or absent: none). They are no requests:
+	// each goes to the errors file, and with a custom_id to the output too,
+	// in its input place (order "input"; first in order "any").
+	Rejected string
 }
 
 // Summary tells what a merge wrote.
 type Summary struct {
 	Lines, Succeeded, Failed int64
+	Rejected                 int64 // input lines rejected as invalid (Config.Rejected), in the errors file
 	OutputBytes              int64 // size of the output file on disk
 	Output, Errors           string
 }
@@ -179,7 +185,7 @@ func (m *job) finish(w *writers) (*Summary, error) {
 		w.abort()
 		return nil, err
 	}
-	return &Summary{Lines: w.out.lines, Succeeded: w.succeeded, Failed: w.failed,
+	return &Summary{Lines: w.out.lines, Succeeded: w.succeeded, Failed: w.failed, Rejected: w.rejected,
 		OutputBytes: size, Output: m.out, Errors: m.errs}, nil
 }
 
@@ -370,6 +376,17 @@ func (m *job) mergeAny(ctx context.Context) (*Summary, error) {
 		return nil, err
 	}
 	v := &verifier{w: w}
+	rej, err := openRejected(m.cfg.Rejected)
+	if err != nil {
+		v.w.abort()
+		return nil, err
+	}
+	err = rej.emitBefore(ctx, -1, v)
+	rej.close()
+	if err != nil {
+		v.w.abort()
+		return nil, err
+	}
 	if err := m.copyAny(ctx, v); err != nil {
 		v.w.abort()
 		return nil, err

@@ -95,6 +95,7 @@ func recName(r *rec) string {
 type writers struct {
 	out, errs         *atomicFile
 	succeeded, failed int64
+	rejected          int64 // input lines rejected as invalid (Config.Rejected)
 }
 
 func (w *writers) write(r *rec) error {
@@ -185,8 +186,16 @@ func (m *job) zip(ctx context.Context, it *mergeIter, v *verifier) error {
 	if err != nil {
 		return err
 	}
+	rej, err := openRejected(m.rejectedPath(v))
+	if err != nil {
+		return err
+	}
+	defer rej.close()
 	err = m.expected(func(ord int64, id string) (bool, error) {
 		if err := v.tick(ctx); err != nil {
+			return false, err
+		}
+		if err := rej.emitBefore(ctx, ord, v); err != nil {
 			return false, err
 		}
 		matched := false
@@ -227,6 +236,9 @@ func (m *job) zip(ctx context.Context, it *mergeIter, v *verifier) error {
 	if err != nil {
 		return err
 	}
+	if err := rej.emitBefore(ctx, -1, v); err != nil {
+		return err
+	}
 	for ; r != nil; r, err = it.next() {
 		v.inv.unknown(recName(r))
 		v.violated()
@@ -235,6 +247,15 @@ func (m *job) zip(ctx context.Context, it *mergeIter, v *verifier) error {
 		}
 	}
 	return err
+}
+
+// rejectedPath is Config.Rejected when v writes, else "" (verifying
+// alone has no use for rejected lines).
+func (m *job) rejectedPath(v *verifier) string {
+	if v.w == nil {
+		return ""
+	}
+	return m.cfg.Rejected
 }
 
 // pairHash hashes (ordinal, custom_id) for an order-independent sum.

@@ -19,6 +19,13 @@ import (
 type OpenAICodec struct {
 	endpoints map[string]bool
 	list      string
+	provider  string // named in errors ("" reads "this provider")
+}
+
+// Named returns c naming provider in its errors.
+func (c OpenAICodec) Named(provider string) OpenAICodec {
+	c.provider = provider
+	return c
 }
 
 // NewOpenAICodec returns a codec accepting the given endpoints.
@@ -32,9 +39,27 @@ func NewOpenAICodec(endpoints []string) OpenAICodec {
 
 func (c OpenAICodec) Validate(it *sluice.Item) error {
 	if !c.endpoints[it.URL] {
-		return fmt.Errorf("url %q is not a batch endpoint of this provider (accepted: %s)", it.URL, c.list)
+		name := "this provider"
+		if c.provider != "" {
+			name = "provider " + c.provider
+		}
+		return fmt.Errorf("url %q is not a batch endpoint of %s (accepted: %s)%s", it.URL, name, c.list, otherFamily(it.URL))
 	}
 	return nil
+}
+
+// otherFamily says which provider takes a url of another family's API.
+func otherFamily(url string) string {
+	var fam string
+	switch {
+	case url == "/v1/messages":
+		fam = "anthropic"
+	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
+		fam = "cloudflare"
+	default:
+		return ""
+	}
+	return fmt.Sprintf("; it is a %s url: use --provider %s (or local, which takes every family)", fam, fam)
 }
 
 func (OpenAICodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
@@ -66,7 +91,7 @@ type AnthropicCodec struct{}
 
 func (AnthropicCodec) Validate(it *sluice.Item) error {
 	if it.URL != "/v1/messages" {
-		return fmt.Errorf("url %q is not a batch endpoint of Anthropic (accepted: /v1/messages)", it.URL)
+		return fmt.Errorf("url %q is not a batch endpoint of Anthropic (accepted: /v1/messages, and /v1/chat/completions translated)", it.URL)
 	}
 	if !AnthropicCustomID.MatchString(it.CustomID) {
 		return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
@@ -116,7 +141,7 @@ func (CloudflareCodec) Validate(it *sluice.Item) error {
 			return errors.New("url /ai/run needs body.model or --model")
 		}
 	default:
-		return fmt.Errorf("url %q is not a Workers AI endpoint (accepted: /ai/run/{model}, /ai/run)", it.URL)
+		return fmt.Errorf("url %q is not a Workers AI endpoint (accepted: /ai/run/{model}, /ai/run, and /v1/chat/completions translated)", it.URL)
 	}
 	if gjson.GetBytes(it.Body, "external_reference").Exists() {
 		return errors.New("body.external_reference is set, but sluice sends custom_id there")
@@ -207,4 +232,46 @@ func (BodyLineCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
 	dst = append(dst, `,"body":`...)
 	dst = append(dst, bytes.TrimSpace(body)...)
 	return append(dst, "}\n"...), nil
+}
+
+// FamilyOf is the API family whose batch endpoint url is: Anthropic's
+// /v1/messages, Cloudflare's /ai/run[/...], else OpenAI's.
+func FamilyOf(url string) Family {
+	switch {
+	case url == "/v1/messages":
+		return FamilyAnthropic
+	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
+		return FamilyCloudflare
+	}
+	return FamilyOpenAI
+}
+
+// MixedCodec is the sluice.RoutedCodec of --provider local: OpenAI lines in
+// the OpenAI format, /v1/messages lines in Anthropic's, /ai/run lines in
+// Cloudflare's, each under its family's per-batch limits.
+type MixedCodec struct {
+	OpenAI OpenAICodec
+}
+
+func (m MixedCodec) For(url string) (sluice.Codec, sluice.Limits) {
+	switch FamilyOf(url) {
+	case FamilyAnthropic:
+		return AnthropicCodec{}, Presets["anthropic"].Limits
+	case FamilyCloudflare:
+		return CloudflareCodec{}, Presets["cloudflare"].Limits
+	}
+	return m.OpenAI, sluice.Limits{}
+}
+
+func (m MixedCodec) Validate(it *sluice.Item) error {
+	c, _ := m.For(it.URL)
+	return c.Validate(it)
+}
+
+// Envelope is the OpenAI one; a chunk's own is that of For(its url).
+func (m MixedCodec) Envelope() sluice.Envelope { return m.OpenAI.Envelope() }
+
+func (m MixedCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	c, _ := m.For(it.URL)
+	return c.AppendItem(dst, it)
 }

@@ -145,7 +145,7 @@ var Presets = map[string]Preset{
 		Name: "anthropic", Family: FamilyAnthropic, BaseURL: "https://api.anthropic.com", BaseURLEnv: "ANTHROPIC_BASE_URL",
 		KeyEnv: []string{"ANTHROPIC_API_KEY"}, AuthHeader: "x-api-key",
 		Limits:    sluice.Limits{MaxBatchBytes: 256_000_000, MaxBatchRequests: 100_000},
-		Endpoints: []string{"/v1/messages"},
+		Endpoints: []string{"/v1/messages", "/v1/chat/completions"}, // chat lines translated (docs/translation.md)
 		// Tier 1 allows 50 requests/min across the Message Batches endpoints.
 		RequestsPerSecond: 0.8, Burst: 4,
 		InputFormat: "Anthropic Messages body (model, max_tokens, messages)", MaxCustomID: 64, Window: "24h, then expired",
@@ -157,7 +157,7 @@ var Presets = map[string]Preset{
 		KeyEnv: []string{"CLOUDFLARE_API_TOKEN"}, AccountEnv: "CLOUDFLARE_ACCOUNT_ID", AuthHeader: "Authorization",
 		// "under 10 MB": the smaller reading, 10,000,000 bytes, minus one.
 		Limits:    sluice.Limits{MaxBatchBytes: 9_999_999},
-		Endpoints: []string{"/ai/run/{model}", "/ai/run"},
+		Endpoints: []string{"/ai/run/{model}", "/ai/run", "/v1/chat/completions"}, // chat lines translated (docs/translation.md)
 		// The Cloudflare API allows 1,200 requests per 5 minutes per user.
 		RequestsPerSecond: 3, Burst: 5,
 		InputFormat: "Workers AI model input (url names the model, or body.model with /ai/run)", Window: "unconfirmed",
@@ -226,8 +226,13 @@ func Names() []string {
 	return ns
 }
 
-// Codec returns the wire codec of a preset.
-func (p Preset) Codec() sluice.Codec {
+// Codec returns the wire codec of a preset: its family's codec, wrapped to
+// translate chat completions lines for the families that need it
+// (PlanCodec), with no model map.
+func (p Preset) Codec() sluice.Codec { return p.PlanCodec(ChatOptions{}) }
+
+// nativeCodec is the codec of the preset's family.
+func (p Preset) nativeCodec() sluice.Codec {
 	switch p.Family {
 	case FamilyAnthropic:
 		return AnthropicCodec{}
@@ -236,7 +241,11 @@ func (p Preset) Codec() sluice.Codec {
 	case FamilyMistral, FamilyTogether:
 		return NewBodyLineCodec(p.Name, p.Endpoints, p.MaxCustomID)
 	}
-	return NewOpenAICodec(p.Endpoints)
+	if p.Name == "local" {
+		// The built-in emulator serves every family: so does local.
+		return MixedCodec{OpenAI: NewOpenAICodec(p.Endpoints).Named(p.Name)}
+	}
+	return NewOpenAICodec(p.Endpoints).Named(p.Name)
 }
 
 // Resolve returns the preset a client of family runs with (p, or the

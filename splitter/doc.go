@@ -44,8 +44,11 @@
 // bad line goes to the rejects file as one JSON line
 // {"line":N,"custom_id":"ID","reason":"REASON","raw":"THE LINE"} (custom_id
 // left out when unknown; raw is the line as a JSON string, invalid UTF-8
-// bytes replaced by U+FFFD, cut to 1 KiB for over-long lines) and Split
-// goes on. Reasons, in the order they are checked (N is a 1-based byte
+// bytes replaced by U+FFFD, cut to 1 KiB for over-long lines), and to
+// DIR/rejected.results (RejectedResults) as a results record for the
+// merge, and Split goes on: no line is dropped (the merger puts each in
+// the errors file, and with a custom_id in the output, in its input
+// place, with code invalid_request). Reasons, in the order they are checked (N is a 1-based byte
 // column):
 //
 //	line is longer than 67108864 bytes
@@ -53,6 +56,7 @@
 //	control character U+00XX in a string at column N (must be escaped)
 //	truncated JSON: the line ends before the JSON value is complete
 //	invalid JSON at column N: unexpected character 'C'
+//	invalid JSON at column N: invalid literal "W" (want true, ...)     (a bare word like this)
 //	invalid JSON at column N: invalid escape sequence "\C" in a string
 //	invalid JSON at column N: invalid escape sequence in a string       (bad \uXXXX)
 //	invalid JSON at column N: nesting deeper than 10000 levels
@@ -72,7 +76,7 @@
 //	body.model must be a string, got TYPE
 //	body.model is empty
 //	PROVIDER REASON                     (the text of Codec.Validate's error, e.g.)
-//	  url "/v1/x" is not a batch endpoint of this provider (accepted: ...)
+//	  url "/v1/x" is not a batch endpoint of provider P (accepted: ...)[; it is an anthropic url: ...]
 //	  custom_id "a b" does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$
 //	  body.max_tokens must be a number >= 1 for Anthropic
 //	  body.messages must be an array for Anthropic
@@ -96,7 +100,8 @@
 // ("FILE: no requests: the input is empty", or "...: all N non-blank lines
 // were rejected (see REJECTS)", both wrapping ErrNoRequests); a cut or
 // corrupt compressed file ("FILE: zstd stream is truncated or corrupt after
-// line N: ERROR", where N is the last whole line read); read errors.
+// line N: ERROR", where N is the last whole line read, wrapping
+// ErrCorrupt); read errors.
 //
 // # Uniqueness of custom_id
 //

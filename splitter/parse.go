@@ -172,8 +172,13 @@ func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	}
 	b.items = items
 	r.item, r.itemLen = start, len(items)-start
-	if max := p.limits.MaxBatchBytes; max > 0 {
-		if size := p.env.Size(1, int64(r.itemLen)); size > max {
+	env, max := p.env, p.limits.MaxBatchBytes
+	if rc, ok := p.codec.(sluice.RoutedCodec); ok {
+		c, fam := rc.For(it.URL)
+		env, max = c.Envelope(), tighter(p.limits, fam).MaxBatchBytes
+	}
+	if max > 0 {
+		if size := env.Size(1, int64(r.itemLen)); size > max {
 			b.items = b.items[:start]
 			return fmt.Sprintf("request is %d bytes on the provider's wire, over the batch limit of %d bytes", size, max)
 		}

@@ -171,11 +171,22 @@ func (s *scanner) lit(w string) bool {
 			return s.truncated()
 		}
 		if s.b[s.i+k] != w[k] {
-			return s.unexpected(s.i + k)
+			return s.badLiteral()
 		}
 	}
 	s.i += len(w)
 	return true
+}
+
+// badLiteral fails on a bare word at s.i that starts like true, false or
+// null but is none of them ("this", "nope"): the column is the word's
+// first, where the mistake is, not the first byte that differs.
+func (s *scanner) badLiteral() bool {
+	end := s.i
+	for end < len(s.b) && end-s.i < 20 && (s.b[end] >= 'a' && s.b[end] <= 'z' || s.b[end] >= 'A' && s.b[end] <= 'Z') {
+		end++
+	}
+	return s.fail("invalid JSON at column %d: invalid literal %q (want true, false, null, a number, a string, an array or an object)", s.i+1, string(s.b[s.i:end]))
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

@@ -77,6 +77,10 @@ func (e *LineError) Error() string {
 // request (empty, blank lines only, or every line rejected).
 var ErrNoRequests = errors.New("no requests")
 
+// ErrCorrupt is wrapped by the error of a compressed input whose stream
+// is cut short or corrupt: bad input, not a failure of the machine.
+var ErrCorrupt = errors.New("corrupt input")
+
 // run is one Split call.
 type run struct {
 	ctx   context.Context

@@ -24,6 +24,11 @@ const (
 type group struct {
 	url, model string
 	seq        int // order of first appearance
+	// The wire framing, file extension and limits of the group's chunks:
+	// the writer's, or those of the family of url (sluice.RoutedCodec).
+	env sluice.Envelope
+	ext string
+	lim sluice.Limits
 
 	// The open chunk; n == 0 when there is none.
 	tmp       string // its file while open (renamed when it closes)
@@ -61,24 +66,31 @@ type writer struct {
 	closed   bool // rec is closed
 	rejects  *os.File
 	rejectsW *bufio.Writer
+	// rejected lines as results records for the merge (RejectedResults)
+	rejRes   *os.File
+	rejResW  *bufio.Writer
+	rejBuf   []byte
 	lastProg time.Time
 	rows     []sluice.Request // request rows not yet handed to the recorder
 }
 
 func newWriter(sp *run) (*writer, error) {
-	w := &writer{sp: sp, cfg: &sp.cfg, env: sp.cfg.Codec.Envelope(), ext: ".jsonl",
+	env := sp.cfg.Codec.Envelope()
+	w := &writer{sp: sp, cfg: &sp.cfg, env: env, ext: extOf(env),
 		groups: make(map[groupKey]*group), ids: new(idSet), nextID: 1}
 	w.rec = newRecorder(sp.sink)
 	w.rows = w.rec.batch()
-	if len(w.env.Header) > 0 || len(w.env.Footer) > 0 {
-		w.ext = ".json"
-	}
 	if sp.cfg.SkipInvalid {
 		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return w, fmt.Errorf("rejects file: %w", err)
 		}
 		w.rejects, w.rejectsW = f, bufio.NewWriterSize(f, 64<<10)
+		rf, err := os.OpenFile(filepath.Join(sp.cfg.Dir, RejectedResults), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return w, fmt.Errorf("rejected results: %w", err)
+		}
+		w.rejRes, w.rejResW = rf, bufio.NewWriterSize(rf, 64<<10)
 	}
 	return w, nil
 }
@@ -95,8 +107,8 @@ func (w *writer) consume() error {
 			if re.format == "plain" {
 				return fmt.Errorf("%s: read failed after line %d: %w", w.cfg.Input, w.lines, re.err)
 			}
-			return fmt.Errorf("%s: %s stream is truncated or corrupt after line %d: %w",
-				w.cfg.Input, re.format, w.lines, re.err)
+			return fmt.Errorf("%s: %s stream is truncated or corrupt after line %d: %w: %w",
+				w.cfg.Input, re.format, w.lines, ErrCorrupt, re.err)
 		}
 		if err := w.block(b); err != nil {
 			return err
@@ -132,6 +144,16 @@ func (w *writer) consume() error {
 			return err
 		}
 		w.rejects = nil
+		if err := w.rejResW.Flush(); err != nil {
+			return err
+		}
+		if err := w.rejRes.Sync(); err != nil {
+			return err
+		}
+		if err := w.rejRes.Close(); err != nil {
+			return err
+		}
+		w.rejRes = nil
 	}
 	w.sp.progress(w.lines, &w.lastProg, true)
 	if w.requests == 0 {
@@ -209,7 +231,43 @@ func (w *writer) reject(b *block, r *rec) error {
 		return err
 	}
 	w.rejectsW.Write(j)
-	return w.rejectsW.WriteByte('\n')
+	if err := w.rejectsW.WriteByte('\n'); err != nil {
+		return err
+	}
+	// The line's place in the output: before the valid request that
+	// comes next (ordinal w.requests), after the ones before it.
+	w.rejBuf = sluice.AppendResultRecord(w.rejBuf[:0], w.requests, true, RejectedLine(r.line, r.customID, r.reason))
+	_, err = w.rejResW.Write(w.rejBuf)
+	return err
+}
+
+// RejectedResults is the file, in the job directory, where Split writes
+// every line --skip-invalid rejected as a results record (see
+// sluice.AppendResultRecord) for the merge: the ordinal is that of the
+// valid request that follows the line in the input (the number of valid
+// requests before it), so the merge puts the line in its input place, and
+// the record is the line's output line (RejectedLine). Records are in
+// input order.
+const RejectedResults = "rejected.results"
+
+// RejectedCode is the error code of a rejected input line in the output
+// and errors files.
+const RejectedCode = sluice.CodeInvalidRequest
+
+// RejectedLine is the output line of an input line rejected as invalid:
+// its custom_id (null when none could be read), no response, and an error
+// with code invalid_request, the reason and the line number.
+func RejectedLine(line int64, customID, reason string) []byte {
+	var id any
+	if customID != "" {
+		id = customID
+	}
+	b, _ := json.Marshal(struct {
+		CustomID any               `json:"custom_id"`
+		Response *sluice.Response  `json:"response"`
+		Error    *sluice.LineError `json:"error"`
+	}{id, nil, &sluice.LineError{Code: RejectedCode, Message: fmt.Sprintf("input line %d: %s", line, reason), Line: line}})
+	return b
 }
 
 // add puts one valid request into its group's open chunk, closing that
@@ -218,16 +276,20 @@ func (w *writer) add(r *rec, item []byte) error {
 	k := groupKey{r.url, r.model}
 	g := w.groups[k]
 	if g == nil {
-		g = &group{url: r.url, model: r.model, seq: len(w.order)}
+		g = &group{url: r.url, model: r.model, seq: len(w.order), env: w.env, ext: w.ext, lim: w.cfg.Limits}
+		if rc, ok := w.cfg.Codec.(sluice.RoutedCodec); ok {
+			c, fam := rc.For(r.url)
+			g.env, g.ext, g.lim = c.Envelope(), extOf(c.Envelope()), tighter(w.cfg.Limits, fam)
+		}
 		w.groups[k] = g
 		w.order = append(w.order, g)
 	}
-	lim := &w.cfg.Limits
+	lim := &g.lim
 	size := int64(len(item))
 	if g.n > 0 {
 		bound := ""
 		switch {
-		case lim.MaxBatchBytes > 0 && w.env.Size(g.n+1, g.itemBytes+size) > lim.MaxBatchBytes:
+		case lim.MaxBatchBytes > 0 && g.env.Size(g.n+1, g.itemBytes+size) > lim.MaxBatchBytes:
 			bound = "bytes"
 		case lim.MaxBatchRequests > 0 && g.n+1 > lim.MaxBatchRequests:
 			bound = "requests"
@@ -244,11 +306,11 @@ func (w *writer) add(r *rec, item []byte) error {
 		return err
 	}
 	if g.n == 0 {
-		g.w.Write(w.env.Header)
-		g.size = int64(len(w.env.Header))
+		g.w.Write(g.env.Header)
+		g.size = int64(len(g.env.Header))
 	} else {
-		g.w.Write(w.env.Sep)
-		g.size += int64(len(w.env.Sep))
+		g.w.Write(g.env.Sep)
+		g.size += int64(len(g.env.Sep))
 	}
 	if _, err := g.w.Write(item); err != nil {
 		return fmt.Errorf("write chunk: %w", err)
@@ -337,14 +399,14 @@ func (w *writer) closeChunk(g *group, bound string) error {
 		return err
 	}
 	g.w.Write(w.env.Footer)
-	g.size += int64(len(w.env.Footer))
+	g.size += int64(len(g.env.Footer))
 	if err := g.w.Flush(); err != nil {
 		return fmt.Errorf("write chunk: %w", err)
 	}
-	if want := w.env.Size(g.n, g.itemBytes); g.size != want {
+	if want := g.env.Size(g.n, g.itemBytes); g.size != want {
 		return fmt.Errorf("splitter: chunk of %d items is %d bytes, want %d", g.n, g.size, want)
 	}
-	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, w.ext))
+	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, g.ext))
 	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
 		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound}
 	// The recorder fsyncs, closes and renames the file, and records it.
@@ -377,6 +439,9 @@ func (w *writer) cleanup() {
 		w.rejectsW.Flush()
 		w.rejects.Close()
 	}
+	if w.rejRes != nil {
+		w.rejRes.Close()
+	}
 }
 
 func (w *writer) result() *Result {
@@ -395,4 +460,28 @@ func syncDir(dir string) error {
 		return err
 	}
 	return nil
+}
+
+// extOf is the chunk file extension of an envelope: .jsonl for JSON
+// lines, .json for one JSON document.
+func extOf(env sluice.Envelope) string {
+	if len(env.Header) > 0 || len(env.Footer) > 0 {
+		return ".json"
+	}
+	return ".jsonl"
+}
+
+// tighter is a with each per-batch limit of b that is smaller (or that a
+// lacks).
+func tighter(a, b sluice.Limits) sluice.Limits {
+	min64 := func(x, y int64) int64 {
+		if x <= 0 || y > 0 && y < x {
+			return y
+		}
+		return x
+	}
+	a.MaxBatchBytes = min64(a.MaxBatchBytes, b.MaxBatchBytes)
+	a.MaxBatchRequests = int(min64(int64(a.MaxBatchRequests), int64(b.MaxBatchRequests)))
+	a.MaxBatchTokens = min64(a.MaxBatchTokens, b.MaxBatchTokens)
+	return a
 }

@@ -91,7 +91,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 			if err := c.cancelLive(ctx, chunks); err != nil {
 				return err
 			}
-			fmt.Printf("job %s: cancel requested for %d of %d live batches\n", job.ID, c.ok, len(c.asked))
+			fmt.Printf("job %s: cancel requested for %d of %s\n", job.ID, c.ok, plural(int64(len(c.asked)), "live batch", "live batches"))
 			if !wait {
 				fmt.Printf("job %s: 'sluice cancel %s' again, or the job's 'sluice run' command, waits for the batches to end and merges\n", job.ID, job.ID)
 				return nil
@@ -126,7 +126,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 				return err
 			}
 			printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
-			if sum.Failed > 0 {
+			if failedAny(sum) {
 				return silent(exitFailures)
 			}
 			return nil

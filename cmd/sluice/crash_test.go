@@ -36,7 +36,7 @@ func TestCrashAnywhere(t *testing.T) {
 				input, ids = writeAnthropicInput(t, dir, 240)
 				env = []string{"ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://" + emu.addr}
 			default:
-				input, ids = writeChatInput(t, dir, 240)
+				input, ids = writeMTInput(t, dir, 240)
 				env = familyEnv(family, "key-test", emu.addr)
 			}
 			out := filepath.Join(dir, "out.jsonl")

@@ -37,8 +37,7 @@ GET /_emulator/stats answers counters, among them requests_processed_more_than_o
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return emulator.ListenAndServe(ctx, addr, o, func(a string) {
-				fmt.Fprintf(os.Stderr, "sluice emulator listening on http://%s (OpenAI base URL http://%s/v1)\n", a, a)
-				fmt.Fprintf(os.Stderr, "  Anthropic http://%s  Cloudflare http://%s/client/v4  Mistral http://%s/mistral  Together http://%s/together/v1\n", a, a, a, a)
+				fmt.Fprint(os.Stderr, emulatorBanner(a))
 			})
 		},
 	}
@@ -66,4 +65,17 @@ GET /_emulator/stats answers counters, among them requests_processed_more_than_o
 	fs.DurationVar(&o.SlowDelay, "slow-delay", time.Second, "delay of slow calls")
 	o.APIKey = os.Getenv("SLUICE_EMULATOR_API_KEY")
 	return cmd
+}
+
+// emulatorBanner says where the emulator listens and, one line per
+// family, the base URL to give each provider's SDK (and sluice).
+func emulatorBanner(addr string) string {
+	u := "http://" + addr
+	return fmt.Sprintf(`sluice emulator listening on %[1]s
+  openai:     OPENAI_BASE_URL=%[1]s/v1  (Azure: AZURE_OPENAI_BASE_URL=%[1]s/openai/v1)
+  anthropic:  ANTHROPIC_BASE_URL=%[1]s
+  cloudflare: CLOUDFLARE_BASE_URL=%[1]s/client/v4
+  mistral:    MISTRAL_BASE_URL=%[1]s/mistral
+  together:   TOGETHER_BASE_URL=%[1]s/together/v1
+`, u)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,26 +21,39 @@ type jobFlags struct {
 	baseURL     string
 	job         string
 	model       string
+	modelMap    string
+	maxTokens   int64
 	skipInvalid bool
 	rejects     string
 	limits      sluice.Limits
 	maxAttempts int
 }
 
+// register adds the flags that shape a plan (plan and run take them);
+// registerRun adds those only a run uses.
 func (f *jobFlags) register(cmd *cobra.Command) {
+	f.maxAttempts = defaultMaxAttempts
 	fs := cmd.Flags()
-	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed)")
+	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed; it takes OpenAI, Anthropic and Cloudflare lines)")
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
-	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip bad input lines, writing each with its reason to the rejects file, instead of stopping at the first one")
+	fs.StringVar(&f.modelMap, "model-map", "", "old=new,...: send /v1/chat/completions lines written for model old to model new (e.g. gpt-4o-mini=claude-haiku-4-5); chat lines are translated for anthropic and cloudflare (docs/translation.md)")
+	fs.Int64Var(&f.maxTokens, "default-max-tokens", 0, "max_tokens for translated /v1/chat/completions lines that set neither max_tokens nor max_completion_tokens (Anthropic requires one; without this flag such lines are refused)")
+	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "reject bad input lines instead of stopping at the first one: each is written with its line number and reason to the rejects file and the errors file (code invalid_request), and, when it has a custom_id, to the output in its place; the run then exits 4")
 	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
 	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")
 	fs.Int64Var(&f.limits.MaxBatchTokens, "max-batch-tokens", 0, "estimated input tokens per batch (default: no limit)")
-	fs.IntVar(&f.limits.MaxLiveBatches, "max-live-batches", 0, "batches live at the provider at once (default: the provider's limit, else no limit)")
 	fs.Int64Var(&f.limits.MaxEnqueuedTokens, "max-enqueued-tokens", 0, "estimated input tokens live at the provider per model, e.g. your OpenAI tier's enqueued-token limit (default: no limit)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", 3, "attempts per request: requests that expire, are cancelled, or fail with 429/5xx are retried in new batches up to this many times")
+}
+
+const defaultMaxAttempts = 3
+
+func (f *jobFlags) registerRun(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.IntVar(&f.limits.MaxLiveBatches, "max-live-batches", 0, "batches live at the provider at once (default: the provider's limit, else no limit)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", defaultMaxAttempts, "attempts per request: requests that expire, are cancelled, or fail with 429/5xx are retried in new batches up to this many times")
 }
 
 func (f *jobFlags) preset() (provider.Preset, error) {
@@ -57,6 +71,12 @@ func (f *jobFlags) check() error {
 	}
 	if f.maxAttempts < 1 {
 		return usageErr("--max-attempts must be at least 1")
+	}
+	if f.maxTokens < 0 {
+		return usageErr("--default-max-tokens must not be negative")
+	}
+	if _, err := provider.ParseModelMap(f.modelMap); err != nil {
+		return withCode(exitUsage, err)
 	}
 	if f.job != "" && !jobName.MatchString(f.job) {
 		return usageErr("--job %q: use letters, digits, '.', '_' and '-' (at most 100)", f.job)
@@ -80,6 +100,12 @@ func (f *jobFlags) jobID(absInput string) string {
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	sum := sha256.Sum256([]byte(absInput + "\x00" + f.provider + "\x00" + f.baseURL))
+	key := absInput + "\x00" + f.provider + "\x00" + f.baseURL
+	if f.modelMap != "" || f.maxTokens != 0 {
+		// Other requests are another job; without these flags, ids stay as
+		// they were.
+		key += "\x00" + f.modelMap + "\x00" + strconv.FormatInt(f.maxTokens, 10)
+	}
+	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))
 }

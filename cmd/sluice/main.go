@@ -22,7 +22,7 @@ const (
 	exitOK       = 0 // every request succeeded and the output is written
 	exitError    = 1 // an error stopped the run
 	exitUsage    = 2 // bad usage or bad input
-	exitStopped  = 3 // --deadline or --once stopped with work still running
+	exitStopped  = 3 // --deadline, --once or a signal stopped with work still running
 	exitFailures = 4 // output written, but some requests failed permanently
 )
 
@@ -72,9 +72,13 @@ func main() {
 func execute(args []string) int {
 	root := newRootCmd()
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
+	}
+	if isUsageError(err) {
+		fmt.Fprintf(os.Stderr, "sluice: %v (see '%s --help')\n", err, cmd.CommandPath())
+		return exitUsage
 	}
 	var s silent
 	if errors.As(err, &s) {
@@ -92,7 +96,7 @@ func execute(args []string) int {
 	switch {
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.As(err, &le):
+	case errors.As(err, &le), errors.Is(err, splitter.ErrNoRequests), errors.Is(err, splitter.ErrCorrupt):
 		return exitUsage
 	case errors.As(err, &lk):
 		return exitError
@@ -111,16 +115,16 @@ concurrency, tracks every file, batch and request in SQLite, survives
 crashes and reboots, and merges every result back into one file keyed by the
 original custom_ids, in input order.
 
-Exit codes: 0 all requests succeeded and the output is written; 1 an error
-stopped the run; 2 bad usage or bad input; 3 stopped by --deadline or --once
-with work still running (run again later); 4 finished and output written,
-but some requests failed permanently (see the errors file).`,
+` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.state, "state", "", "state directory holding the database, chunks and results (default $SLUICE_STATE, else $XDG_STATE_HOME/sluice or ~/.local/state/sluice)")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON lines otherwise), json, console")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newPlanCmd(g), newRunCmd(g), newStatusCmd(g), newCancelCmd(g), newEmulateCmd(g), newProvidersCmd())
+	markRunErrors(root)
 	return root
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/merger"
+	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -21,6 +22,9 @@ import (
 type jobSummary struct {
 	sluice.JobSummary
 	Wall string `json:"wall_time"` // planned to merged, across every run
+	// Rejected is the job's input lines rejected as invalid
+	// (--skip-invalid): sluice.Job.Rejected, in the errors file.
+	Rejected int64 `json:"rejected,omitempty"`
 }
 
 // mergeJob writes the job's output from its chunks' results files and
@@ -39,7 +43,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	if job.State == sluice.JobDone {
 		if js := previousSummary(ctx, db, job); js.current(out, errorsOut, order) {
 			log.Info().Str("output", out).Str("errors", errorsOut).Msg("job done before; output unchanged since")
-			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed,
+			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed, Rejected: js.Rejected,
 				OutputBytes: js.OutputBytes, Output: js.Output, Errors: js.Errors}, nil
 		}
 	}
@@ -60,7 +64,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	sum, err := merger.Merge(ctx, merger.Config{
 		Output: out, ErrorsPath: errorsOut, Order: order, Files: files, Total: job.Requests,
 		Expected: func(yield func(int64, string) bool) error { return db.Expected(ctx, job.ID, yield) },
-		TempDir:  filepath.Dir(out),
+		TempDir:  filepath.Dir(out), Rejected: rejectedResults(job, log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("merge job %s: %w", job.ID, err)
@@ -91,7 +95,7 @@ func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*s
 	n := countChunks(chunks)
 	js := jobSummary{JobSummary: sluice.JobSummary{Output: sum.Output, Errors: sum.Errors, Lines: sum.Lines,
 		Succeeded: sum.Succeeded, Failed: sum.Failed, Retried: retriedRequests(ctx, db, job.ID), Batches: n.submitted,
-		RetryBatches: n.retryBatches, StartedAt: job.CreatedAt, FinishedAt: time.Now()}}
+		RetryBatches: n.retryBatches, StartedAt: job.CreatedAt, FinishedAt: time.Now()}, Rejected: sum.Rejected}
 	for _, c := range chunks {
 		js.InputTokens += c.InputTokens
 		js.OutputTokens += c.OutputTokens
@@ -134,7 +138,11 @@ func previousSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) jobSu
 	if err != nil || s == nil {
 		return jobSummary{}
 	}
-	return jobSummary{JobSummary: *s, Wall: shortDuration(s.FinishedAt.Sub(s.StartedAt))}
+	js := jobSummary{JobSummary: *s, Wall: shortDuration(s.FinishedAt.Sub(s.StartedAt))}
+	if _, err := os.Stat(filepath.Join(job.Dir, splitter.RejectedResults)); err == nil {
+		js.Rejected = job.Rejected // merged into the output and errors files
+	}
+	return js
 }
 
 // printSummary is the last word of a run on stdout: counts, batches,
@@ -149,16 +157,23 @@ func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.
 	if js.Cancelled {
 		verb = "cancelled"
 	}
-	fmt.Fprintf(w, "job %s %s: %s requests: %s succeeded, %s failed", job.ID, verb, commas(sum.Lines), commas(sum.Succeeded), commas(sum.Failed))
+	if sum.Rejected > 0 {
+		// Every input line is counted: requests, and lines rejected as
+		// invalid (some of which had no custom_id to put in the output).
+		fmt.Fprintf(w, "job %s %s: %s input lines: %s succeeded, %s failed, %s rejected as invalid (%s)", job.ID, verb,
+			commas(sum.Succeeded+sum.Failed+sum.Rejected), commas(sum.Succeeded), commas(sum.Failed), commas(sum.Rejected), sluiceRejectedCode)
+	} else {
+		fmt.Fprintf(w, "job %s %s: %s: %s succeeded, %s failed", job.ID, verb, plural(sum.Lines, "request", "requests"), commas(sum.Succeeded), commas(sum.Failed))
+	}
 	if js.Retried > 0 {
-		fmt.Fprintf(w, " (%s retried in %s retry batches)", commas(js.Retried), commas(int64(js.RetryBatches)))
+		fmt.Fprintf(w, " (%s retried in %s)", commas(js.Retried), plural(int64(js.RetryBatches), "retry batch", "retry batches"))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s this run, %s since planned\n",
 		commas(int64(js.Batches)), commas(js.InputTokens), commas(js.OutputTokens), shortDuration(wall), js.Wall)
 	fmt.Fprintf(w, "output: %s\n", sum.Output)
-	if sum.Failed > 0 {
-		fmt.Fprintf(w, "errors: %s (%s lines)\n", sum.Errors, commas(sum.Failed))
+	if n := sum.Failed + sum.Rejected; n > 0 {
+		fmt.Fprintf(w, "errors: %s (%s)\n", sum.Errors, plural(n, "line", "lines"))
 	}
 }
 
@@ -175,3 +190,24 @@ func printProgressSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) 
 		commas(states[sluice.RequestSucceeded]), commas(states[sluice.RequestFailed]), commas(states[sluice.RequestPending]),
 		commas(int64(n.live)), commas(int64(n.waiting)), commas(int64(n.done+n.failed)))
 }
+
+const sluiceRejectedCode = splitter.RejectedCode
+
+// rejectedResults is the job's file of lines rejected as invalid, for the
+// merge ("" when the job has none).
+func rejectedResults(job *sluice.Job, log zerolog.Logger) string {
+	if job.Rejected == 0 {
+		return ""
+	}
+	p := filepath.Join(job.Dir, splitter.RejectedResults)
+	if _, err := os.Stat(p); err != nil {
+		// A plan made by a sluice before rejected lines were merged.
+		log.Warn().Int64("rejected", job.Rejected).Msg("the rejected lines of this job are only in its rejects file (planned by an older sluice); plan again with --job NEW_NAME to have them in the output and errors files")
+		return ""
+	}
+	return p
+}
+
+// failedAny reports whether a merge should exit 4: some request failed,
+// or some input line was rejected.
+func failedAny(sum *merger.Summary) bool { return sum.Failed > 0 || sum.Rejected > 0 }

@@ -39,8 +39,8 @@ func (e *emulatorProc) familyStats(t *testing.T, family string) map[string]int64
 	return st.ByFamily[family]
 }
 
-// writeChatInput writes n chat-completion lines over two models.
-func writeChatInput(t *testing.T, dir string, n int) (string, []string) {
+// writeMTInput writes n chat-completion lines over two models, for Mistral and Together.
+func writeMTInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
 	var b []byte
 	var ids []string
@@ -67,7 +67,7 @@ func TestRunMistralTogether(t *testing.T) {
 		t.Run(tc.family, func(t *testing.T) {
 			emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=right-key"}, "--batch-time", "200ms", "--seed", "6")
 			dir := t.TempDir()
-			input, ids := writeChatInput(t, dir, 150)
+			input, ids := writeMTInput(t, dir, 150)
 			out := filepath.Join(dir, "out.jsonl")
 			r := runSluice(t, []string{tc.key + "=right-key"}, "run", input, "--out", out, "--provider", tc.family,
 				"--base-url", "http://"+emu.addr+tc.base, "--max-batch-requests", "40", "--poll-interval", "20ms",
@@ -105,7 +105,7 @@ func TestWrongKeyMistralTogether(t *testing.T) {
 	for _, family := range []string{"mistral", "together"} {
 		t.Run(family, func(t *testing.T) {
 			dir := t.TempDir()
-			input, _ := writeChatInput(t, dir, 5)
+			input, _ := writeMTInput(t, dir, 5)
 			r := runSluice(t, familyEnv(family, "wrong-key", emu.addr), "run", input, "--out", filepath.Join(dir, "out.jsonl"),
 				"--provider", family, "--rate", "-1", "--state", filepath.Join(dir, "state"))
 			if r.code != 1 || !strings.Contains(r.stderr, "401") {
@@ -165,7 +165,7 @@ func TestFaultsMistralTogether(t *testing.T) {
 				"--retry-after", "10ms", "--malformed-line-rate", "0.03", "--duplicate-line-rate", "0.05",
 				"--unknown-custom-id-rate", "0.03", "--truncate-download-rate", "0.2")
 			dir := t.TempDir()
-			input, ids := writeChatInput(t, dir, 120)
+			input, ids := writeMTInput(t, dir, 120)
 			out := filepath.Join(dir, "out.jsonl")
 			r := runSluice(t, familyEnv(tc.family, "k", emu.addr), "run", input, "--out", out, "--provider", tc.family,
 				"--max-batch-requests", "30", "--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1",
@@ -208,7 +208,7 @@ func TestCancelMistralTogether(t *testing.T) {
 		t.Run(tc.family, func(t *testing.T) {
 			emu := startEmulator(t, "--batch-time", "4s")
 			dir := t.TempDir()
-			in, ids := writeChatInput(t, dir, 40)
+			in, ids := writeMTInput(t, dir, 40)
 			out := filepath.Join(dir, "out.jsonl")
 			base := "http://" + emu.addr + tc.base
 			env := append(stateEnv(dir), familyEnv(tc.family, "k", emu.addr)...)

@@ -52,6 +52,9 @@ A bad line stops planning with its file, line number, custom_id and reason
 				return err
 			}
 			defer closeJob()
+			if pr.reused {
+				noteSkipInvalid(log, &f, pr)
+			}
 			chunks, err := db.Chunks(ctx, pr.job.ID)
 			if err != nil {
 				return err
@@ -131,9 +134,10 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.ID, c.URL, c.Model, commas(int64(c.Requests)), humanBytes(c.Bytes), commas(c.EstTokens), c.Bound)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n%s requests in %d chunks, %s on the wire, ~%s input tokens", commas(doc.Requests), len(doc.Chunks), humanBytes(doc.Bytes), commas(doc.Tokens))
+	fmt.Fprintf(w, "\n%s in %s, %s on the wire, ~%s input tokens", plural(doc.Requests, "request", "requests"),
+		plural(int64(len(doc.Chunks)), "chunk", "chunks"), humanBytes(doc.Bytes), commas(doc.Tokens))
 	if doc.Rejected > 0 {
-		fmt.Fprintf(w, "; %s bad lines skipped (see %s)", commas(doc.Rejected), pr.rejects)
+		fmt.Fprintf(w, "; %s rejected (see %s)", plural(doc.Rejected, "bad line", "bad lines"), pr.rejects)
 	}
 	fmt.Fprintln(w)
 	l := doc.Limits
@@ -141,10 +145,8 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 		if n <= 0 {
 			return "no " + unit + " limit"
 		}
-		if unit == "byte" {
-			return humanBytes(n)
-		}
-		return commas(n) + " " + unit + "s"
+		// Exact: a 9,999,999-byte limit is not "10.00 MB".
+		return plural(n, unit, unit+"s")
 	}
 	fmt.Fprintf(w, "limits per batch: %s, %s", limit(l.MaxBatchBytes, "byte"), limit(int64(l.MaxBatchRequests), "request"))
 	if l.MaxBatchTokens > 0 {
@@ -156,15 +158,8 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 }
 
 func humanBytes(n int64) string {
-	switch {
-	case n <= 0:
+	if n <= 0 {
 		return "no limit"
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
 	}
-	return fmt.Sprintf("%d B", n)
+	return sizeString(n)
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,6 +17,7 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
+	"github.com/sluice-batch/sluice/translate"
 )
 
 // prepared is a job ready to run: planned now or found planned before.
@@ -101,8 +105,14 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		return nil, err
 	}
 	rejects := f.rejectsPath(dir)
+	modelMap, err := provider.ParseModelMap(f.modelMap)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	warns := &chatWarnings{}
+	codec := p.PlanCodec(provider.ChatOptions{ModelMap: modelMap, DefaultMaxTokens: f.maxTokens, Warn: warns.add})
 	res, err := splitter.Split(ctx, splitter.Config{
-		Input: input, Dir: dir, Codec: p.Codec(), Limits: job.Limits, Model: f.model,
+		Input: input, Dir: dir, Codec: codec, Limits: job.Limits, Model: f.model,
 		SkipInvalid: f.skipInvalid, RejectsPath: rejects, Progress: progress,
 	}, plan)
 	if err == nil {
@@ -118,9 +128,58 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		if errors.As(err, &le) {
 			return nil, withCode(exitUsage, err)
 		}
+		if strings.Contains(err.Error(), input) {
+			return nil, err // it names the input already
+		}
 		return nil, fmt.Errorf("plan %s: %w", input, err)
 	}
+	warns.log(log, input, p.Name)
 	return &prepared{job: job, res: res, rejects: rejects}, nil
+}
+
+// chatWarnings counts, per parameter, the chat completions lines whose
+// parameter was left out in translation, so a plan warns once per
+// parameter rather than once per line. The splitter's workers add to it
+// at once.
+type chatWarnings struct {
+	mu    sync.Mutex
+	by    map[string]*chatWarning
+	order []string
+}
+
+type chatWarning struct {
+	w     translate.Warning
+	lines int64
+	first int64
+}
+
+func (c *chatWarnings) add(line int64, w translate.Warning) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[string]*chatWarning{}
+	}
+	cw, ok := c.by[w.Param]
+	if !ok {
+		cw = &chatWarning{w: w, first: line}
+		c.by[w.Param] = cw
+		c.order = append(c.order, w.Param)
+	}
+	cw.lines++
+	if line < cw.first {
+		cw.first = line
+	}
+}
+
+func (c *chatWarnings) log(log zerolog.Logger, input, prov string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sort.Strings(c.order)
+	for _, k := range c.order {
+		cw := c.by[k]
+		log.Warn().Str("param", "body."+k).Int64("lines", cw.lines).Str("first", fmt.Sprintf("%s:%d", input, cw.first)).
+			Str("reason", cw.w.Reason).Msg("parameter left out of chat lines translated for " + prov)
+	}
 }
 
 // checkUnchanged refuses a job whose input changed since it was planned.
@@ -145,4 +204,18 @@ func checkUnchanged(ctx context.Context, db *tracker.DB, job *sluice.Job, st os.
 		return changed(fmt.Sprintf("modified %s, content differs", st.ModTime().Format(time.RFC3339)))
 	}
 	return db.UpdateFingerprint(ctx, job.ID, now)
+}
+
+// noteSkipInvalid tells a run without --skip-invalid that the plan it
+// reuses was made with it: its bad lines were rejected, not refused, and
+// stay so (they are in the errors file and, with a custom_id, in the
+// output as invalid_request lines). Planning anew is the way to be stopped
+// by them.
+func noteSkipInvalid(log zerolog.Logger, f *jobFlags, pr *prepared) {
+	if pr.job.Rejected == 0 || f.skipInvalid {
+		return
+	}
+	log.Warn().Int64("rejected", pr.job.Rejected).Str("rejects", pr.rejects).
+		Msgf("this job was planned with --skip-invalid: %d input lines were rejected and are reported as %s in the errors file; the plan is kept as it was (to be stopped by bad lines instead, fix them or plan a new job with --job NEW_NAME)",
+			pr.job.Rejected, splitter.RejectedCode)
 }

@@ -217,6 +217,9 @@ type runProgress struct {
 	base      int64 // final requests when this run started (-1: unknown)
 	lastQuery time.Time
 	queryDur  time.Duration
+	// midCall is the chunks a previous run left mid-call when this one
+	// started: the dispatcher reconciles them before its first round.
+	midCall int
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -228,14 +231,49 @@ type chunkCounts struct {
 	submitted, live, done, failed, waiting int
 	retryBatches                           int
 	retried                                int64 // requests sent again in retry batches
+
+	// For the progress line: running is the batches at the provider not
+	// ended (a subset of submitted, unlike live, which counts creates in
+	// flight); midCall the chunks in an upload or create (in flight, or
+	// left by a killed run and being reconciled); queued the rest of
+	// waiting.
+	running, midCall, queued int
+	// remaining is how long the running batches should still take, from
+	// how long the batches that ended took (0: unknown).
+	remaining time.Duration
 }
 
 func countChunks(chunks []*sluice.Chunk) chunkCounts {
 	var n chunkCounts
+	var took time.Duration
+	var ended int
+	now := time.Now()
 	for _, c := range chunks {
 		if c.BatchID != "" {
 			n.submitted++
 		}
+		switch c.State {
+		case sluice.ChunkSubmitted:
+			n.running++
+		case sluice.ChunkUploading, sluice.ChunkCreating:
+			n.midCall++
+		case sluice.ChunkPending, sluice.ChunkUploaded:
+			n.queued++
+		}
+		if c.State.Terminal() && !c.SubmittedAt.IsZero() && c.EndedAt.After(c.SubmittedAt) {
+			took += c.EndedAt.Sub(c.SubmittedAt)
+			ended++
+		}
+	}
+	if ended > 0 {
+		mean := took / time.Duration(ended)
+		for _, c := range chunks {
+			if c.State == sluice.ChunkSubmitted && !c.SubmittedAt.IsZero() {
+				n.remaining = max(n.remaining, mean-now.Sub(c.SubmittedAt))
+			}
+		}
+	}
+	for _, c := range chunks {
 		switch {
 		case c.State == sluice.ChunkDone:
 			n.done++
@@ -259,6 +297,9 @@ func newRunProgress(out *os.File, db progressStore, job *sluice.Job) *runProgres
 		queried: -1, base: -1, wake: make(chan struct{}, 1)}
 	if p.area == nil {
 		return p
+	}
+	if chunks, err := db.Chunks(context.Background(), job.ID); err == nil {
+		p.midCall = countChunks(chunks).midCall
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
@@ -349,25 +390,36 @@ func (p *runProgress) refresh(ctx context.Context) {
 
 func (p *runProgress) linesLocked(width int) []string {
 	if !p.ticked {
+		if p.midCall > 0 {
+			// The dispatcher's first step: it can take a while.
+			return []string{fmt.Sprintf("reconciling: %s a previous run left mid-call, against the provider's listings (%s elapsed)",
+				plural(int64(p.midCall), "chunk", "chunks"), shortDuration(time.Since(p.start)))}
+		}
 		return nil // nothing to show before the dispatcher's first round
 	}
 	n := p.chunks
-	l1 := fmt.Sprintf("batches:  %s submitted: %s live, %s done", commas(int64(n.submitted)), commas(int64(n.live)), commas(int64(n.done)))
+	l1 := fmt.Sprintf("batches:  %s submitted: %s live, %s done", commas(int64(n.submitted)), commas(int64(n.running)), commas(int64(n.done)))
 	if n.failed > 0 {
 		l1 += fmt.Sprintf(", %s failed", commas(int64(n.failed)))
 	}
-	l1 += fmt.Sprintf("; %s waiting", commas(int64(n.waiting)))
+	l1 += fmt.Sprintf("; %s waiting", commas(int64(n.queued)))
+	if n.midCall > 0 {
+		l1 += fmt.Sprintf(", %s being sent or reconciled", commas(int64(n.midCall)))
+	}
 	if n.retryBatches > 0 {
-		l1 += fmt.Sprintf(" (%s retry batches)", commas(int64(n.retryBatches)))
+		l1 += fmt.Sprintf(" (%s)", plural(int64(n.retryBatches), "retry batch", "retry batches"))
 	}
 	succ, fail := p.reqs[sluice.RequestSucceeded], p.reqs[sluice.RequestFailed]
 	final := succ + fail
 	l2 := fmt.Sprintf("requests: %s of %s done: %s succeeded, %s failed, %s retried",
 		commas(final), commas(p.total), commas(succ), commas(fail), commas(n.retried))
 	el := time.Since(p.start)
-	tail := fmt.Sprintf(" %3.0f%%  %s elapsed", 100*frac(final, p.total), shortDuration(el))
+	tail := fmt.Sprintf(" %3d%%  %s elapsed", percent(final, p.total), shortDuration(el))
 	if gained := final - p.base; p.base >= 0 && gained > 0 && final < p.total {
+		// Throughput alone says "36ms" when batches ended in a lump; the
+		// batches still running take about as long as those that ended.
 		eta := time.Duration(float64(el) * float64(p.total-final) / float64(gained))
+		eta = max(eta, n.remaining)
 		tail += ", ETA " + shortDuration(eta)
 	} else if final < p.total {
 		tail += ", ETA after the first batch ends"
@@ -384,6 +436,15 @@ func (p *runProgress) done() {
 	p.area.clear()
 }
 
+// percent is a of b in whole percent, rounded down: 100 only when all
+// are done (71 requests left of 20,000 is 99%, not 100%).
+func percent(a, b int64) int {
+	if b <= 0 || a >= b {
+		return 100
+	}
+	return int(100 * a / b)
+}
+
 func frac(a, b int64) float64 {
 	if b <= 0 {
 		return 1
@@ -394,20 +455,29 @@ func frac(a, b int64) float64 {
 // bar draws [#####-----] in about width columns (10 to 40).
 func bar(f float64, width int) string {
 	w := min(max(width-2, 10), 40)
-	n := int(f*float64(w) + 0.5)
+	n := int(f * float64(w)) // full only when all is done
 	n = min(max(n, 0), w)
 	return "[" + strings.Repeat("#", n) + strings.Repeat("-", w-n) + "]"
 }
 
 // sizeString is a byte count for people: 0 B, 12.3 kB, 4.56 MB, 1.23 GB.
+// Digits are cut, never rounded up: 9,999,999 bytes is 9.99 MB, not 10.00
+// MB, so a size under a limit never reads as over it.
 func sizeString(n int64) string {
+	cut := func(unit int64, decimals int, name string) string {
+		scale := int64(1)
+		for range decimals {
+			scale *= 10
+		}
+		return fmt.Sprintf("%d.%0*d %s", n/unit, decimals, n%unit/(unit/scale), name)
+	}
 	switch {
 	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+		return cut(1e9, 2, "GB")
 	case n >= 1e6:
-		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
+		return cut(1e6, 2, "MB")
 	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+		return cut(1e3, 1, "kB")
 	}
 	return fmt.Sprintf("%d B", max(n, 0))
 }

@@ -215,3 +215,61 @@ func TestHumanFormats(t *testing.T) {
 		t.Errorf("bar(0.5, 22) = %q", b)
 	}
 }
+
+// The progress lines count what they say (issue 11): live batches are a
+// part of those submitted, 100% means every request is final, the ETA is
+// not shorter than the running batches still need, and a run that starts
+// by reconciling says so.
+func TestProgressLinesAreTrue(t *testing.T) {
+	now := time.Now()
+	var chunks []*sluice.Chunk
+	for i := range 14 {
+		c := &sluice.Chunk{ID: int64(i + 1), Requests: 1000}
+		switch {
+		case i < 6: // ended: each took 10 minutes
+			c.State, c.BatchID = sluice.ChunkDone, fmt.Sprint("b", i)
+			c.SubmittedAt, c.EndedAt = now.Add(-20*time.Minute), now.Add(-10*time.Minute)
+		case i < 8: // at the provider for a minute
+			c.State, c.BatchID, c.SubmittedAt = sluice.ChunkSubmitted, fmt.Sprint("b", i), now.Add(-time.Minute)
+		case i < 10: // creates in flight: no batch id yet
+			c.State = sluice.ChunkCreating
+		default:
+			c.State = sluice.ChunkPending
+		}
+		chunks = append(chunks, c)
+	}
+	p := &runProgress{total: 20_000, start: now.Add(-time.Second), base: 0, midCall: 3}
+	if got := p.linesLocked(120); len(got) != 1 || !strings.Contains(got[0], "reconciling: 3 chunks") {
+		t.Errorf("before the first round: %q", got)
+	}
+	p.setChunks(chunks)
+	p.reqs = map[sluice.RequestState]int64{sluice.RequestSucceeded: 19_929}
+	lines := p.linesLocked(120)
+	if !strings.HasPrefix(lines[0], "batches:  8 submitted: 2 live, 6 done; 4 waiting, 2 being sent or reconciled") {
+		t.Errorf("batches line: %q", lines[0])
+	}
+	if strings.Contains(lines[2], "100%") || !strings.Contains(lines[2], " 99%") {
+		t.Errorf("71 requests left shows as done: %q", lines[2])
+	}
+	if !strings.Contains(lines[2], "ETA 9m") {
+		t.Errorf("the ETA ignores the 9 minutes the running batches still need: %q", lines[2])
+	}
+	if strings.Contains(lines[2], "[########################################]") {
+		t.Errorf("full bar with requests left: %q", lines[2])
+	}
+}
+
+func TestSizesAndPlurals(t *testing.T) {
+	for in, want := range map[int64]string{
+		9_999_999: "9.99 MB", 10_000_000: "10.00 MB", 999: "999 B", 1_999: "1.9 kB", 1_234_567_890: "1.23 GB", 200_000_000: "200.00 MB",
+	} {
+		if got := sizeString(in); got != want {
+			t.Errorf("sizeString(%d) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[int64]string{0: "0 chunks", 1: "1 chunk", 2: "2 chunks", 1000: "1,000 chunks"} {
+		if got := plural(in, "chunk", "chunks"); got != want {
+			t.Errorf("plural(%d) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -69,10 +70,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	retry := httpx.Retry{MaxAttempts: n.retries, MaxTotalWait: n.maxRetryWait}
 	rl := httpx.RateLimit{PerSecond: n.rate, Burst: n.burst}
 	plog := log.With().Str("provider", p.Name).Logger()
-	baseURL := f.baseURL
-	if baseURL == "" && p.BaseURLEnv != "" {
-		baseURL = os.Getenv(p.BaseURLEnv)
-	}
+	baseURL := resolveBaseURL(f, p)
 	closer := func() {}
 	key := credential(p)
 	if p.Name == "local" {
@@ -114,8 +112,12 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			closer()
 			return nil, nil, usageErr("provider %s needs $%s", p.Name, p.AccountEnv)
 		}
+		tmp := filepath.Join(stateDir, "tmp")
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return nil, nil, err
+		}
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
-			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: filepath.Join(stateDir, "tmp")})
+			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: tmp})
 	case provider.FamilyMistral:
 		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
 			Limits: f.limits, Logger: plog, TimeoutHours: n.mistralTimeout})
@@ -125,9 +127,39 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}
+	if err == nil && p.Name == "local" {
+		prov, err = localFamilies(ctx, prov, strings.TrimSuffix(baseURL, "/v1"), stateDir, retry, rl, f, plog, db)
+	}
 	if err != nil {
 		closer()
 		return nil, nil, withCode(exitUsage, err)
 	}
 	return prov, closer, nil
+}
+
+// localFamilies makes --provider local take every family's lines: the
+// in-process emulator at root serves them all (see mixedLocal).
+func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir string, retry httpx.Retry, rl httpx.RateLimit,
+	f *jobFlags, log zerolog.Logger, db *tracker.DB) (sluice.Provider, error) {
+	local := provider.Presets["local"]
+	ap := provider.Presets["anthropic"]
+	ap.Name = local.Name
+	an, err := anthropic.New(anthropic.Config{Preset: ap, BaseURL: root, APIKey: "local", Retry: retry, RateLimit: rl,
+		Limits: f.limits, Logger: log,
+		Claimed: func(id string) bool { return db.BatchKnown(context.WithoutCancel(ctx), id) }})
+	if err != nil {
+		return nil, err
+	}
+	cp := provider.Presets["cloudflare"]
+	cp.Name = local.Name
+	tmp := filepath.Join(stateDir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	cf, err := cloudflare.New(cloudflare.Config{Preset: cp, BaseURL: root + "/client/v4", AccountID: "local", APIToken: "local",
+		Retry: retry, RateLimit: rl, Limits: f.limits, Logger: log, TempDir: tmp})
+	if err != nil {
+		return nil, err
+	}
+	return &mixedLocal{openai: oa, anthropic: an, cloudflare: cf, codec: local.Codec()}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,11 +54,14 @@ reconciles). Batches keep running at the provider either way.
 
 Credentials come from the environment only: OPENAI_API_KEY, ANTHROPIC_API_KEY,
 CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID, AZURE_OPENAI_API_KEY,
-NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.`,
+NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
+
+` + exitCodesHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd.Context(), g, &f, args[0]) },
 	}
 	f.register(cmd)
+	f.registerRun(cmd)
 	f.net.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
@@ -100,7 +104,9 @@ func parseDeadline(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, usageErr("--deadline %q: want a clock time like 07:00, a duration like 8h, or RFC 3339", s)
 }
 
-func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) error {
+func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) (err error) {
+	var cancelled atomic.Bool // by a second signal
+	defer func() { err = stoppedBySignal(err, cancelled.Load()) }()
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -130,6 +136,9 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err != nil {
 		return err
 	}
+	if err := preflight(f, p, input, out); err != nil {
+		return err
+	}
 
 	// Two-phase shutdown: the first signal closes stop, the second cancels.
 	ctx, cancel := context.WithCancel(parent)
@@ -156,6 +165,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 					close(stop)
 				} else {
 					log.Warn().Msg("cancelling calls in flight")
+					cancelled.Store(true)
 					cancel()
 					return
 				}
@@ -173,6 +183,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	job := pr.job
 	if pr.reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
+		noteSkipInvalid(log, &f.jobFlags, pr)
 	} else {
 		log.Info().Int64("requests", job.Requests).Int64("rejected", job.Rejected).Msg("job planned")
 	}
@@ -235,7 +246,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return err
 	}
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
-	if sum.Failed > 0 {
+	if failedAny(sum) {
 		return silent(exitFailures)
 	}
 	return nil

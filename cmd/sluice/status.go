@@ -242,10 +242,10 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 	case sluice.JobMerging:
 		return "merge the results into the output"
 	case sluice.JobPlanned:
-		return fmt.Sprintf("submit %d batches", waiting)
+		return "submit " + plural(int64(waiting), "batch", "batches")
 	case sluice.JobCancelled:
 		if unsettled > 0 {
-			parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+			parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
 		}
 		if live > 0 {
 			parts = append(parts, fmt.Sprintf("wait for %d cancelled batches to end", live))
@@ -257,10 +257,10 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 		return strings.Join(parts, "; ") + " ('sluice cancel " + j.ID + "' or 'sluice run' again)"
 	}
 	if unsettled > 0 {
-		parts = append(parts, fmt.Sprintf("check %d chunks caught mid-call (uploading/creating) against the provider", unsettled))
+		parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
 	}
 	if waiting > 0 {
-		parts = append(parts, fmt.Sprintf("submit %d batches", waiting))
+		parts = append(parts, "submit "+plural(int64(waiting), "batch", "batches"))
 	}
 	if poll != "" {
 		parts = append(parts, poll)
@@ -307,12 +307,12 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 		if j.Output != "" {
 			fmt.Fprintf(w, "  output:   %s\n", j.Output)
 		}
-		if j.Summary != nil && j.Summary.Failed > 0 {
+		if j.Summary != nil && (j.Summary.Failed > 0 || j.Summary.Rejected > 0) {
 			fmt.Fprintf(w, "  errors:   %s\n", j.Errors)
 		}
 		fmt.Fprintf(w, "  requests: %s; %s in all", countsLine(j.Requests, requestOrder), commas(j.Total))
 		if j.Rejected > 0 {
-			fmt.Fprintf(w, " (%s bad lines skipped)", commas(j.Rejected))
+			fmt.Fprintf(w, " (and %s rejected as invalid, in the errors file)", plural(j.Rejected, "input line", "input lines"))
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  chunks:   %s\n", countsLine(j.Chunks, chunkOrder))
@@ -324,18 +324,22 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 			}
 			retried := "none retried"
 			if s.Retried > 0 {
-				retried = fmt.Sprintf("%s retried in %s retry batches", commas(s.Retried), commas(int64(s.RetryBatches)))
+				retried = fmt.Sprintf("%s retried in %s", commas(s.Retried), plural(int64(s.RetryBatches), "retry batch", "retry batches"))
 			}
-			fmt.Fprintf(w, "  result:   %s succeeded, %s failed, %s; %s %s, wall time %s since planned\n",
-				commas(s.Succeeded), commas(s.Failed), retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
+			failed := commas(s.Failed) + " failed"
+			if s.Rejected > 0 {
+				failed += ", " + commas(s.Rejected) + " rejected as invalid"
+			}
+			fmt.Fprintf(w, "  result:   %s succeeded, %s, %s; %s %s, wall time %s since planned\n",
+				commas(s.Succeeded), failed, retried, verb, s.FinishedAt.Local().Format("2006-01-02 15:04:05"), s.Wall)
 		}
 		for i, b := range j.Live {
 			if i == maxLiveLines && !withChunks {
 				fmt.Fprintf(w, "  live:     ... and %d more (sluice status %s --chunks lists every chunk)\n", len(j.Live)-i, j.ID)
 				break
 			}
-			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s requests) batch %s status %s, submitted %s ago\n",
-				b.Chunk, b.Attempt, b.Model, commas(int64(b.Requests)), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
+			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s) batch %s status %s, submitted %s ago\n",
+				b.Chunk, b.Attempt, b.Model, plural(int64(b.Requests), "request", "requests"), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
 		}
 		fmt.Fprintf(w, "  next:     %s\n", j.Next)
 		if withChunks {

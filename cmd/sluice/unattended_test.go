@@ -245,6 +245,16 @@ func TestRunProgressOnTerminal(t *testing.T) {
 		if n, _ := strconv.Atoi(m[2]); n > 0 {
 			sawLive = true
 		}
+		// Live batches are submitted ones that have not ended.
+		if sub, _ := strconv.Atoi(m[1]); atoiOr0(m[2])+atoiOr0(m[3]) > sub {
+			t.Errorf("batches line counts more live and done than submitted: %q", m[0])
+		}
+	}
+	// 100% only once every request is final.
+	for _, m := range regexp.MustCompile(`requests: +(\d+) of 240 done[^\n]*\n[^\n]*?(\d+)%`).FindAllStringSubmatch(text, -1) {
+		if m[2] == "100" && m[1] != "240" {
+			t.Errorf("100%% with %s of 240 requests done", m[1])
+		}
 	}
 	if !sawLive {
 		t.Errorf("no batches line with live batches:\n%s", text)
@@ -414,4 +424,9 @@ func TestRerunOfDoneJobLeavesOutput(t *testing.T) {
 		t.Fatalf("re-run after deleting the output: exit %d\n%s", r.code, r.stderr)
 	}
 	checkOutput(t, out, ids)
+}
+
+func atoiOr0(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

@@ -86,6 +86,10 @@ func New(cfg Config) (*Client, error) {
 		pollQ: !cfg.PollWithoutQueueRequest, tmp: cfg.TempDir, log: cfg.Logger}
 	if c.tmp == "" {
 		c.tmp = os.TempDir()
+	} else if err := os.MkdirAll(c.tmp, 0o700); err != nil {
+		// Poll writes each answer here before Fetch reads it: without the
+		// directory no batch could ever be read.
+		return nil, fmt.Errorf("provider %s: temp dir: %w", p.Name, err)
 	}
 	c.hc = httpx.New(httpx.Config{
 		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
@@ -217,6 +221,11 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 	}
 	body, err := httpx.JSONBody(map[string]string{"request_id": batchID})
 	if err != nil {
+		return sluice.Batch{}, err
+	}
+	// The directory is made here, not only in New: a state directory is
+	// fresh on a first run, and may be cleaned while a job waits.
+	if err := os.MkdirAll(c.tmp, 0o700); err != nil {
 		return sluice.Batch{}, err
 	}
 	f, err := os.CreateTemp(c.tmp, "sluice-cloudflare-"+provider.SafeFileName(batchID)+"-*.json")

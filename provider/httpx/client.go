@@ -71,6 +71,9 @@ type Client struct {
 	maxJSON int64
 	rand    func() float64
 	red     redactor
+	// downSince is when calls of this client stopped getting any answer
+	// (unix nanoseconds; 0 while the endpoint answers). See unreachable.
+	downSince atomic.Int64
 }
 
 // DefaultHTTPClient is the http.Client used when none is given: no overall
@@ -255,6 +258,9 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 			hint         time.Duration
 			asked, is429 bool
 		)
+		if err == nil {
+			c.downSince.Store(0) // an answer, whatever it says
+		}
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -264,6 +270,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 			if errors.As(err, &pe) || !retryableTransport(err) {
 				return err
 			}
+			c.downSince.CompareAndSwap(0, c.clock.Now().UnixNano())
 			retry, lastErr = true, err
 			ambiguous = ambiguous || sent
 		case resp.StatusCode >= 200 && resp.StatusCode < 300 || slices.Contains(call.Statuses, resp.StatusCode):
@@ -295,6 +302,12 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 					return ErrReconciled
 				}
 			}
+			if err != nil {
+				if down := c.unreachable(); down > 0 {
+					return fmt.Errorf("%w: no answer for %s (--http-max-wait %s), last after %d attempts: %w",
+						sluice.ErrUnreachable, down.Round(time.Millisecond), c.retry.MaxTotalWait, attempt, lastErr)
+				}
+			}
 			if attempt > 1 {
 				if _, isAPI := lastErr.(*sluice.APIError); !isAPI {
 					return fmt.Errorf("after %d attempts: %w", attempt, lastErr)
@@ -322,6 +335,22 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 			ambiguous = false // not there: the repeat is no duplicate
 		}
 	}
+}
+
+// unreachable returns how long no call of this client got any answer
+// (every connection failed), once that is MaxTotalWait or more; else 0. A
+// single call gives up after MaxAttempts, and its caller tries again later;
+// the time without any answer, across calls, is what says the endpoint is
+// down for good (a closed port, a wrong host, the network gone).
+func (c *Client) unreachable() time.Duration {
+	since := c.downSince.Load()
+	if since == 0 {
+		return 0
+	}
+	if down := c.clock.Now().Sub(time.Unix(0, since)); down >= c.retry.MaxTotalWait {
+		return down
+	}
+	return 0
 }
 
 func ctxErr(err, last error) error {

@@ -218,12 +218,14 @@ func TestTogetherWrongKey(t *testing.T) {
 // TestTogetherCustomIDBound: the codec refuses a custom_id over 64
 // characters at plan time.
 func TestTogetherCustomIDBound(t *testing.T) {
-	it := &sluice.Item{CustomID: strings.Repeat("x", 65), URL: "/v1/chat/completions", Body: []byte(`{}`)}
+	it := &sluice.Item{CustomID: strings.Repeat("x", 65), URL: "/v1/chat/completions", Model: "m",
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`)}
 	if err := provider.Presets["together"].Codec().Validate(it); err == nil || !strings.Contains(err.Error(), "64") {
 		t.Fatalf("err %v", err)
 	}
 	it.URL = "/v1/embeddings"
 	it.CustomID = "ok"
+	it.Body = []byte(`{"model":"m","input":"x"}`)
 	if err := provider.Presets["together"].Codec().Validate(it); err == nil {
 		t.Fatal("embeddings accepted")
 	}

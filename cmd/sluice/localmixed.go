@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"strings"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
+)
+
+// mixedLocal is --provider local: the built-in emulator serves the OpenAI,
+// Anthropic and Cloudflare batch APIs on one port, so local takes lines of
+// every family. Each chunk goes to the client of its url's family
+// (provider.FamilyOf); its chunk file is already in that family's format
+// (provider.MixedCodec).
+type mixedLocal struct {
+	openai, anthropic, cloudflare sluice.Provider
+	codec                         sluice.Codec
+}
+
+// noFile is the file id of a chunk whose family sends its body with the
+// create call: mixedLocal uses files (the OpenAI family does), so the
+// dispatcher uploads every chunk first; for the others the upload is this.
+const noFile = "local-no-file"
+
+func (m *mixedLocal) route(url string) sluice.Provider {
+	switch provider.FamilyOf(url) {
+	case provider.FamilyAnthropic:
+		return m.anthropic
+	case provider.FamilyCloudflare:
+		return m.cloudflare
+	}
+	return m.openai
+}
+
+func (m *mixedLocal) Name() string          { return "local" }
+func (m *mixedLocal) Codec() sluice.Codec   { return m.codec }
+func (m *mixedLocal) Limits() sluice.Limits { return m.openai.Limits() }
+func (m *mixedLocal) UsesFiles() bool       { return true }
+
+// Untagged: Anthropic batches name no chunk, so creates go one at a time.
+func (m *mixedLocal) Untagged() bool { return true }
+
+func (m *mixedLocal) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
+	p := m.route(ref.URL)
+	if !p.UsesFiles() {
+		return noFile, nil
+	}
+	return p.Upload(ctx, ref)
+}
+
+func (m *mixedLocal) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
+	p := m.route(ref.URL)
+	if !p.UsesFiles() {
+		fileID = ""
+	}
+	return p.Create(ctx, ref, fileID)
+}
+
+func (m *mixedLocal) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
+	return m.route(ref.URL).Poll(ctx, ref, batchID)
+}
+
+func (m *mixedLocal) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	return m.route(ref.URL).Fetch(ctx, ref, b, dir)
+}
+
+func (m *mixedLocal) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	return m.route(ref.URL).Decode(ctx, ref, files, lookup, fn)
+}
+
+// Cancel knows the family by the emulator's batch ids: msgbatch_...
+// (Anthropic), batch_... (OpenAI), else a Workers AI request id.
+func (m *mixedLocal) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
+	switch {
+	case strings.HasPrefix(batchID, "msgbatch_"):
+		return m.anthropic.Cancel(ctx, batchID)
+	case strings.HasPrefix(batchID, "batch_"):
+		return m.openai.Cancel(ctx, batchID)
+	}
+	return m.cloudflare.Cancel(ctx, batchID)
+}
+
+func (m *mixedLocal) Find(ctx context.Context, ref sluice.BatchRef) (string, string, error) {
+	p := m.route(ref.URL)
+	fileID, batchID, err := p.Find(ctx, ref)
+	if !p.UsesFiles() && err == nil && fileID == "" {
+		fileID = noFile // its "upload" always happened
+	}
+	return fileID, batchID, err
+}
+
+func (m *mixedLocal) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+	var ids []string
+	for _, id := range fileIDs {
+		if id != noFile {
+			ids = append(ids, id)
+		}
+	}
+	return m.route(ref.URL).Forget(ctx, ref, ids...)
+}

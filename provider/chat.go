@@ -1,0 +1,226 @@
+package provider
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/translate"
+)
+
+// ChatURL is the url of OpenAI chat completions lines, the lines that run
+// on any provider (docs/translation.md).
+const ChatURL = "/v1/chat/completions"
+
+// chatFamily is how a family runs chat completions lines: the translator
+// of their bodies and answers, and the url of the native line a
+// translated line stands for (the url its codec validates and writes).
+type chatFamily struct {
+	target    *translate.Target
+	nativeURL func(model string) string
+	// check, when set, stands in for the family codec's Validate on a
+	// translated line: it checks what the codec checks of the line itself
+	// (the custom_id's form, say) and fills it.Model, leaving out the
+	// checks of the body that the translator's output meets by
+	// construction, which would read the body a second time. Nil: the
+	// codec's Validate runs on the native line.
+	check func(it *sluice.Item) error
+}
+
+// chatFamilies are the families whose chat completions lines are
+// translated. A family wires in with one entry; families not listed
+// (OpenAI and compatible) take chat lines as they are.
+var chatFamilies = map[Family]chatFamily{
+	FamilyAnthropic: {translate.Anthropic, func(string) string { return "/v1/messages" }, func(it *sluice.Item) error {
+		// AnthropicCodec.Validate's other checks are of max_tokens and
+		// messages, which the translation always writes.
+		if !AnthropicCustomID.MatchString(it.CustomID) {
+			return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
+		}
+		return nil
+	}},
+	// CloudflareCodec.Validate takes the model from the url and checks the
+	// body has no external_reference, which the translation never writes.
+	FamilyCloudflare: {translate.Cloudflare, func(m string) string { return "/ai/run/" + m }, func(*sluice.Item) error { return nil }},
+	// Mistral and Together take chat lines at the same url; their codec
+	// (BodyLineCodec) checks the url and the custom_id on the translated
+	// line.
+	FamilyMistral:  {translate.Mistral, func(string) string { return ChatURL }, nil},
+	FamilyTogether: {translate.Together, func(string) string { return ChatURL }, nil},
+}
+
+// bufs are the buffers of translated bodies, from Validate to AppendItem
+// of the same line (the splitter calls one right after the other).
+var bufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// Translates reports whether the family translates chat completions lines.
+func (f Family) Translates() bool { _, ok := chatFamilies[f]; return ok }
+
+// ChatOptions are the job's choices for chat completions lines.
+type ChatOptions struct {
+	// ModelMap maps a line's model to the model sent (--model-map); models
+	// not in it are sent as they are.
+	ModelMap map[string]string
+	// DefaultMaxTokens is the output token limit of translated lines that
+	// set none (--default-max-tokens); 0: none.
+	DefaultMaxTokens int64
+	// Warn is told of each parameter left out of a translated line. It is
+	// called from the splitter's workers at once: it must be safe for
+	// concurrent use. Nil: warnings are dropped.
+	Warn func(line int64, w translate.Warning)
+}
+
+// ParseModelMap reads --model-map: old=new pairs separated by commas.
+func ParseModelMap(s string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		old, new, ok := strings.Cut(pair, "=")
+		old, new = strings.TrimSpace(old), strings.TrimSpace(new)
+		if !ok || old == "" || new == "" {
+			return nil, fmt.Errorf("--model-map: %q is not old=new", pair)
+		}
+		if prev, dup := m[old]; dup && prev != new {
+			return nil, fmt.Errorf("--model-map: %s is mapped twice", old)
+		}
+		m[old] = new
+	}
+	return m, nil
+}
+
+// chatCodec wraps a family's codec: chat completions lines have their
+// model mapped and, for families in chatFamilies, their body translated
+// to the native body, which the family's codec then validates and writes
+// like a native line of the native url. The line keeps its url, so its
+// chunk's url says the results need translating back (TranslateResult).
+// Every other line goes to the family's codec untouched.
+type chatCodec struct {
+	inner sluice.Codec
+	fam   *chatFamily // nil: the family takes chat lines as they are
+	opts  ChatOptions
+}
+
+// PlanCodec is the preset's codec with the job's chat options, for
+// planning.
+func (p Preset) PlanCodec(o ChatOptions) sluice.Codec {
+	c := chatCodec{inner: p.nativeCodec(), opts: o}
+	if f, ok := chatFamilies[p.Family]; ok {
+		c.fam = &f
+	} else if len(o.ModelMap) == 0 {
+		return c.inner
+	}
+	if _, ok := c.inner.(sluice.RoutedCodec); ok {
+		return routedChatCodec{c}
+	}
+	return c
+}
+
+// routedChatCodec keeps a RoutedCodec (--provider local) routed when a
+// model map wraps it: each url's codec is wrapped in turn.
+type routedChatCodec struct{ chatCodec }
+
+func (c routedChatCodec) For(url string) (sluice.Codec, sluice.Limits) {
+	inner, lim := c.inner.(sluice.RoutedCodec).For(url)
+	return chatCodec{inner: inner, fam: c.fam, opts: c.opts}, lim
+}
+
+func (c chatCodec) Envelope() sluice.Envelope { return c.inner.Envelope() }
+
+func (c chatCodec) Validate(it *sluice.Item) error {
+	if it.URL != ChatURL {
+		return c.inner.Validate(it)
+	}
+	mapped := false
+	if m, ok := c.opts.ModelMap[it.Model]; ok {
+		it.Model, mapped = m, true
+	}
+	if c.fam == nil {
+		if err := c.inner.Validate(it); err != nil {
+			return err
+		}
+		if mapped {
+			it.ModelFromJob = true // the codec then writes it.Model into the body
+		}
+		return nil
+	}
+	if it.Model == "" {
+		return fmt.Errorf("missing body.model (and no job model is set)")
+	}
+	var warn func(translate.Warning)
+	if c.opts.Warn != nil {
+		line := it.Line
+		warn = func(w translate.Warning) { c.opts.Warn(line, w) }
+	}
+	// The splitter has checked the line is valid JSON.
+	buf := bufs.Get().(*[]byte)
+	body, err := c.fam.target.Translate((*buf)[:0], it.Body, translate.Options{
+		Model: it.Model, Warn: warn, Valid: true, DefaultMaxTokens: c.opts.DefaultMaxTokens})
+	if err != nil {
+		bufs.Put(buf)
+		return fmt.Errorf("cannot translate for %s: %w", c.fam.target.Name, err)
+	}
+	*buf = body
+	native := *it
+	native.URL, native.Body, native.ModelFromJob = c.fam.nativeURL(it.Model), body, false
+	if c.fam.check != nil {
+		err = c.fam.check(&native)
+	} else {
+		err = c.inner.Validate(&native)
+	}
+	if err != nil {
+		bufs.Put(buf)
+		return fmt.Errorf("translated for %s: %w", c.fam.target.Name, err)
+	}
+	it.Body, it.Model, it.ModelFromJob = body, native.Model, false
+	return nil
+}
+
+func (c chatCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	if it.URL != ChatURL || c.fam == nil {
+		return c.inner.AppendItem(dst, it)
+	}
+	native := *it
+	native.URL = c.fam.nativeURL(it.Model)
+	dst, err := c.inner.AppendItem(dst, &native)
+	// The translated body is copied into dst: its buffer goes back.
+	b := it.Body[:0]
+	it.Body = nil
+	bufs.Put(&b)
+	return dst, err
+}
+
+// TranslateResult turns the answer to a translated chat completions line
+// back into OpenAI's shape: a success into a chat.completion, an error
+// body into {"error":{...}}. An answer that cannot be translated fails
+// its request for good with code untranslatable_response (the provider
+// answered; asking again would get the same). Results of other chunks
+// pass untouched.
+func (c chatCodec) TranslateResult(ref sluice.BatchRef, r *sluice.Result) {
+	if c.fam == nil || ref.URL != ChatURL || r.Line.Response == nil {
+		return
+	}
+	resp := r.Line.Response
+	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		out := *resp
+		out.Body = c.fam.target.Error(nil, resp.Body, resp.StatusCode)
+		r.Line.Response = &out
+		return
+	}
+	body, err := c.fam.target.Result(nil, resp.Body, translate.Meta{
+		ID: "chatcmpl-" + r.CustomID, Model: ref.Model, Created: time.Now().Unix()})
+	if err != nil {
+		r.Kind = sluice.ResultFailed
+		r.Line.Response = nil
+		r.Line.Error = &sluice.LineError{Code: sluice.CodeUntranslatableResponse,
+			Message: fmt.Sprintf("the %s answer could not be translated to a chat.completion: %v", c.fam.target.Name, err)}
+		return
+	}
+	out := *resp
+	out.Body = body
+	r.Line.Response = &out
+}

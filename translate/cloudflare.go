@@ -1,0 +1,283 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"github.com/tidwall/gjson"
+)
+
+// Cloudflare translates to and from Workers AI text generation: the input
+// {messages, max_tokens, temperature, ...} of an LLM (the model is named
+// by the run URL, not the body), and its output {response, tool_calls,
+// usage}, or an OpenAI-shaped chat completion for the models that answer
+// in that shape.
+var Cloudflare = register(&Target{Name: "cloudflare", request: cloudflareRequest, result: cloudflareResult, errBody: cloudflareError})
+
+func cloudflareRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byte, error) {
+	const target = "cloudflare"
+	if _, err := others(c, target, warn, nil); err != nil {
+		return dst, err
+	}
+	imageDetail(c, target, warn)
+	if present(c.logitBias) && len(c.logitBias.Map()) > 0 {
+		return dst, errf("logit_bias", "cloudflare has no logit bias")
+	}
+	if err := noLogprobs(c, target); err != nil {
+		return dst, err
+	}
+	if err := oneChoice(c, target); err != nil {
+		return dst, err
+	}
+	if len(c.stop) > 0 {
+		return dst, errf("stop", "Workers AI text generation takes no stop sequences")
+	}
+	if present(c.reasoning) {
+		return dst, errf("reasoning_effort", "has no equivalent on cloudflare")
+	}
+	if c.parallel.Type == gjson.False && len(c.tools) > 0 {
+		return dst, errf("parallel_tool_calls", "Workers AI cannot be told to make one tool call at a time")
+	}
+	if present(c.user) {
+		warn(Warning{Param: "user", Reason: "an end-user id for abuse monitoring; it does not change the answer"})
+	}
+	tools := c.tools
+	if tc := c.toolChoice; present(tc) {
+		switch {
+		case tc.Type == gjson.String && tc.Str == "auto":
+		case tc.Type == gjson.String && tc.Str == "none":
+			tools = nil // the model cannot call what it is not given
+		default:
+			return dst, errf("tool_choice", "Workers AI takes no tool_choice; only auto and none can be honoured")
+		}
+	}
+	for _, m := range c.messages {
+		if present(m.name) {
+			return dst, errf(m.path()+".name", "Workers AI has no participant names, and the name can change the answer")
+		}
+	}
+
+	first := true
+	dst = append(dst, '{')
+	dst = appendKey(dst, &first, "messages")
+	dst = append(dst, '[')
+	for i := range c.messages {
+		m := &c.messages[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		role := m.role
+		if role == "developer" {
+			role = "system"
+		}
+		dst = append(dst, `{"role":"`...)
+		dst = append(dst, role...)
+		dst = append(dst, `","content":`...)
+		var err error
+		if dst, err = cloudflareContent(dst, m.parts); err != nil {
+			return dst, err
+		}
+		if m.role == "tool" {
+			dst = append(dst, `,"tool_call_id":`...)
+			dst = appendStr(dst, m.toolCallID)
+		}
+		if len(m.toolCalls) > 0 {
+			dst = append(dst, `,"tool_calls":[`...)
+			for k, tc := range m.toolCalls {
+				if k > 0 {
+					dst = append(dst, ',')
+				}
+				dst = append(dst, `{"id":`...)
+				dst = appendStr(dst, tc.id)
+				dst = append(dst, `,"type":"function","function":{"name":`...)
+				dst = appendStr(dst, tc.name)
+				dst = append(dst, `,"arguments":`...)
+				dst = appendString(dst, tc.args)
+				dst = append(dst, "}}"...)
+			}
+			dst = append(dst, ']')
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, ']')
+	if present(c.maxTokens) {
+		dst = appendKey(dst, &first, "max_tokens")
+		dst = append(dst, c.maxTokens.Raw...)
+	}
+	for _, f := range [...]struct {
+		key string
+		v   gjson.Result
+	}{{"temperature", c.temperature}, {"top_p", c.topP}, {"seed", c.seed},
+		{"presence_penalty", c.presence}, {"frequency_penalty", c.frequency}} {
+		if present(f.v) {
+			dst = appendKey(dst, &first, f.key)
+			dst = append(dst, f.v.Raw...)
+		}
+	}
+	if present(c.format) {
+		switch c.format.Get("type").Str {
+		case "json_object":
+			dst = appendKey(dst, &first, "response_format")
+			dst = append(dst, `{"type":"json_object"}`...)
+		case "json_schema":
+			// Workers AI's JSON mode takes the schema itself in json_schema.
+			dst = appendKey(dst, &first, "response_format")
+			dst = append(dst, `{"type":"json_schema","json_schema":`...)
+			if s := c.format.Get("json_schema.schema"); present(s) {
+				dst = append(dst, s.Raw...)
+			} else {
+				dst = append(dst, `{"type":"object"}`...)
+			}
+			dst = append(dst, '}')
+		}
+	}
+	if len(tools) > 0 {
+		dst = appendKey(dst, &first, "tools")
+		dst = append(dst, '[')
+		for k, t := range tools {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			if t.strict.Type == gjson.True {
+				warn(Warning{Param: "tools.function.strict", Reason: "Workers AI has no strict mode; the tool's schema is still sent"})
+			}
+			dst = append(dst, `{"type":"function","function":{"name":`...)
+			dst = appendStr(dst, t.name)
+			if present(t.description) {
+				dst = append(dst, `,"description":`...)
+				dst = appendStr(dst, t.description)
+			}
+			dst = append(dst, `,"parameters":`...)
+			if present(t.parameters) {
+				dst = append(dst, t.parameters.Raw...)
+			} else {
+				dst = append(dst, `{"type":"object","properties":{}}`...)
+			}
+			dst = append(dst, "}}"...)
+		}
+		dst = append(dst, ']')
+	}
+	return append(dst, '}'), nil
+}
+
+// cloudflareContent writes a message's content: one text as a string,
+// else OpenAI-shaped parts (text, and images as data URIs: Workers AI
+// fetches no URLs).
+func cloudflareContent(dst []byte, parts []part) ([]byte, error) {
+	if t, ok := singleText(parts); ok {
+		return appendStr(dst, t), nil
+	}
+	if len(parts) == 0 {
+		return append(dst, `""`...), nil
+	}
+	dst = append(dst, '[')
+	for i, p := range parts {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if p.kind != "image" {
+			dst = append(dst, `{"type":"text","text":`...)
+			dst = appendStr(dst, p.text)
+			dst = append(dst, '}')
+			continue
+		}
+		if _, _, ok := dataURI(p.url.String()); !ok {
+			return dst, errf(p.path()+".image_url.url", "Workers AI takes images as base64 data URIs only, not URLs")
+		}
+		dst = append(dst, `{"type":"image_url","image_url":{"url":`...)
+		dst = appendStr(dst, p.url)
+		dst = append(dst, "}}"...)
+	}
+	return append(dst, ']'), nil
+}
+
+// cloudflareResult translates a text generation output.
+func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
+	if r.Get("choices").Exists() {
+		return openAIResult(dst, r, m)
+	}
+	resp := r.Get("response")
+	calls := r.Get("tool_calls")
+	if !resp.Exists() && !calls.Exists() {
+		return dst, errf("", "a Workers AI text generation output needs response or tool_calls")
+	}
+	var ch choice
+	switch {
+	case resp.Type == gjson.String:
+		s := resp.Str
+		ch.text = &s
+	case resp.IsObject() || resp.IsArray():
+		// JSON mode answers with the JSON value itself.
+		var buf bytes.Buffer
+		if json.Compact(&buf, []byte(resp.Raw)) != nil {
+			buf.Reset()
+			buf.WriteString(resp.Raw)
+		}
+		s := buf.String()
+		ch.text = &s
+	case !present(resp):
+	default:
+		s := resp.String()
+		ch.text = &s
+	}
+	n := 0
+	var err error
+	if present(calls) && !calls.IsArray() {
+		return dst, errf("", "tool_calls must be an array")
+	}
+	arr(calls).ForEach(func(_, tc gjson.Result) bool {
+		name, args := tc.Get("name"), tc.Get("arguments")
+		if !name.Exists() { // OpenAI-shaped call
+			name, args = tc.Get("function.name"), tc.Get("function.arguments")
+		}
+		if name.Type != gjson.String || name.Str == "" {
+			err = errf("", "a tool call needs a name")
+			return false
+		}
+		if n > 0 {
+			ch.calls = append(ch.calls, ',')
+		}
+		id := tc.Get("id").String()
+		if id == "" {
+			id = "call_" + itoa(n)
+		}
+		n++
+		ch.calls = append(ch.calls, `{"id":`...)
+		ch.calls = appendString(ch.calls, id)
+		ch.calls = append(ch.calls, `,"type":"function","function":{"name":`...)
+		ch.calls = appendStr(ch.calls, name)
+		ch.calls = append(ch.calls, `,"arguments":`...)
+		switch {
+		case args.Type == gjson.String:
+			ch.calls = appendStr(ch.calls, args)
+		case args.IsObject():
+			ch.calls = appendJSONString(ch.calls, args.Raw)
+		default:
+			ch.calls = append(ch.calls, `"{}"`...)
+		}
+		ch.calls = append(ch.calls, "}}"...)
+		return true
+	})
+	if err != nil {
+		return dst, err
+	}
+	ch.finish = "stop"
+	if n > 0 {
+		ch.finish = "tool_calls"
+	}
+	u := r.Get("usage")
+	return appendCompletion(dst, completion{id: m.ID, model: m.Model, created: m.Created, choices: []choice{ch},
+		in: u.Get("prompt_tokens").Int(), out: u.Get("completion_tokens").Int(), total: u.Get("total_tokens").Int()}), nil
+}
+
+// cloudflareError translates {"error": …} or {"errors":[…]} of a failed
+// item (as provider/cloudflare reports it).
+func cloudflareError(dst []byte, r gjson.Result, status int) []byte {
+	e := r.Get("error")
+	if !e.Exists() {
+		e = r.Get("errors.0")
+	}
+	if e.Type == gjson.String {
+		return appendError(dst, e.Str, "cloudflare_error", "", r.Raw, status)
+	}
+	return appendError(dst, e.Get("message").String(), "cloudflare_error", e.Get("code").String(), r.Raw, status)
+}
