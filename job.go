@@ -26,7 +26,10 @@ type Job struct {
 	State       JobState    `json:"state"`
 	Requests    int64       `json:"requests"` // valid requests in the input
 	Rejected    int64       `json:"rejected"` // invalid lines skipped (--skip-invalid)
-	MaxAttempts int         `json:"max_attempts"`
+	// Reused counts requests answered at planning from earlier jobs'
+	// results (--reuse, docs/money.md): in no chunk, succeeded from the start.
+	Reused      int64 `json:"reused,omitempty"`
+	MaxAttempts int   `json:"max_attempts"`
 	// CancelRequestedAt is when `sluice cancel` cancelled the job; zero if
 	// it never was. It stays set as the job goes on to merging and done.
 	CancelRequestedAt time.Time `json:"cancel_requested_at,omitzero"`
@@ -78,6 +81,16 @@ type Chunk struct {
 	// provider refused for good; at the dispatcher's bound the attempt
 	// fails and its requests are retried.
 	FetchFailures int `json:"fetch_failures,omitempty"`
+	// MaxOutputTokens is the sum of its requests' max output tokens
+	// (max_tokens, max_completion_tokens or max_output_tokens), and
+	// NoMaxRequests counts its requests that set none: together the upper
+	// bound of its output (docs/money.md).
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
+	NoMaxRequests   int   `json:"no_max_requests,omitempty"`
+	// UsageEstTokens is, once the chunk ended, sluice's input estimate of
+	// the requests whose results reported usage: InputTokens /
+	// UsageEstTokens is how far the estimate was off.
+	UsageEstTokens int64 `json:"usage_est_tokens,omitempty"`
 }
 
 // Request is one input line's row in the tracker.
@@ -92,6 +105,9 @@ type Request struct {
 	Tokens   int64        // estimated input tokens
 	Attempt  int          // attempt of its current chunk
 	State    RequestState // pending, succeeded, failed
+	// BodyKey is its key in the ledger of bought answers (docs/money.md);
+	// nil when unknown.
+	BodyKey []byte `json:",omitempty"`
 }
 
 // BatchRef names the chunk a provider call is for. Providers put it in

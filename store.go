@@ -6,6 +6,9 @@ import "context"
 type Outcome struct {
 	Ordinal int64
 	State   RequestState // RequestSucceeded or RequestFailed
+	// Offset and Length locate its record in the chunk's results file
+	// (the ledger of bought answers points there; docs/money.md).
+	Offset, Length int64
 }
 
 // Finish is everything that changes, in one transaction, when a chunk's

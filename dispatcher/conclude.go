@@ -40,16 +40,18 @@ type ending struct {
 	// (or retried) only at the end, since a success may still come.
 	held map[int]sluice.Result
 
-	f   *atomicfile.File // the results file
-	w   *bufio.Writer
-	buf []byte
+	f       *atomicfile.File // the results file
+	w       *bufio.Writer
+	buf     []byte
+	written int64 // bytes of records written to the results file
 
 	outcomes  []sluice.Outcome
 	retry     []int
 	usage     sluice.Usage
-	unknown   int // results for custom_ids not in this chunk
-	doubled   int // further results for the same custom_id
-	upgraded  int // of those, how many replaced an earlier, worse result
+	usageEst  int64 // sluice's input estimate of the results with usage (docs/money.md)
+	unknown   int   // results for custom_ids not in this chunk
+	doubled   int   // further results for the same custom_id
+	upgraded  int   // of those, how many replaced an earlier, worse result
 	malformed *sluice.MalformedLines
 
 	// missingCode and missingMsg describe requests without a result;
@@ -122,11 +124,17 @@ func (e *ending) add(r sluice.Result) error {
 		old := e.held[i] // an error: a success is never replaced
 		e.usage.InputTokens -= old.Usage.InputTokens
 		e.usage.OutputTokens -= old.Usage.OutputTokens
+		if old.Usage.InputTokens > 0 {
+			e.usageEst -= e.reqs[i].Tokens
+		}
 		delete(e.held, i)
 	}
 	e.rank[i] = rank
 	e.usage.InputTokens += r.Usage.InputTokens
 	e.usage.OutputTokens += r.Usage.OutputTokens
+	if r.Usage.InputTokens > 0 {
+		e.usageEst += e.reqs[i].Tokens
+	}
 	if r.Kind == sluice.ResultSucceeded {
 		return e.final(i, false, r.Line)
 	}
@@ -155,7 +163,9 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 	if failed {
 		st = sluice.RequestFailed
 	}
-	e.outcomes = append(e.outcomes, sluice.Outcome{Ordinal: e.reqs[i].Ordinal, State: st})
+	e.outcomes = append(e.outcomes, sluice.Outcome{Ordinal: e.reqs[i].Ordinal, State: st,
+		Offset: e.written, Length: int64(len(e.buf))})
+	e.written += int64(len(e.buf))
 	return nil
 }
 
@@ -275,6 +285,16 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	c.EndedAt = d.opts.Now()
 	c.InputTokens += e.usage.InputTokens
 	c.OutputTokens += e.usage.OutputTokens
+	if bu, ok := d.prov.(sluice.BatchUsage); ok && bu.UsagePerBatch() && e.usage.InputTokens > 0 {
+		// The batch's usage covers every request it answered.
+		e.usageEst = 0
+		for i, rank := range e.rank {
+			if rank != rankNone {
+				e.usageEst += e.reqs[i].Tokens
+			}
+		}
+	}
+	c.UsageEstTokens += e.usageEst
 	if notes := e.describe(missing); len(notes) > 0 {
 		code := e.notesCode
 		if code == "" || len(notes) > len(e.notes) {

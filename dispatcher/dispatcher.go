@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/pricing"
 )
 
 // Options tune a dispatcher.
@@ -60,6 +61,15 @@ type Options struct {
 	// before the attempt fails and its requests go to the next attempt.
 	// Default 5.
 	MaxFetchFailures int
+	// MaxCost, when positive, caps the job's committed spend in USD (see
+	// spend.go); Price prices a model (pricing.Table.Lookup for the job's
+	// provider).
+	MaxCost float64
+	Price   func(model string) (pricing.Price, bool)
+	// Learned, if set, returns per model what finished batches taught
+	// about the input estimate (tracker.DB.Learned); the cap and
+	// MaxEnqueuedTokens use it.
+	Learned func(ctx context.Context) (map[string]sluice.Learned, error)
 }
 
 // DefaultStuckAfter is Options.StuckAfter's default: the 24h completion
@@ -94,6 +104,9 @@ type Dispatcher struct {
 	nextID    int64
 	queueFull map[string]bool // models whose provider queue reported full
 	mu        sync.Mutex      // guards queueFull
+	// capped is set by a round that found the spend cap leaves room for
+	// no waiting chunk while none is in flight.
+	capped bool
 }
 
 // New returns a dispatcher for job.
@@ -163,6 +176,9 @@ func (d *Dispatcher) Run(ctx context.Context, stop <-chan struct{}) (Outcome, er
 		if err != nil {
 			return Stopped, err
 		}
+		if d.capped && !progressed {
+			return CapReached, nil
+		}
 		if d.opts.Once {
 			// Rounds repeat only while they move something (a batch ended
 			// and left retries, a submission); a cron run never sleeps.
@@ -210,14 +226,20 @@ func allTerminal(chunks []*sluice.Chunk) bool {
 func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*sluice.Chunk) (bool, error) {
 	now := d.opts.Now()
 	lim := d.job.Limits
-	live := 0
+	learned := d.lessons(ctx)
+	spend := d.newCapCheck(chunks, learned)
+	d.capped = false
+	live, flying := 0, 0
 	liveTokens := map[string]int64{}
 	liveByModel := map[string]int{}
 	for _, c := range chunks {
 		if c.State.Live() {
 			live++
-			liveTokens[c.Model] += c.EstTokens
+			liveTokens[c.Model] += queueTokens(c, learned)
 			liveByModel[c.Model]++
+		}
+		if inFlight(c.State) {
+			flying++
 		}
 	}
 	// For providers whose batches name no chunk, a batch a crashed run may
@@ -254,11 +276,15 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 				}
 				d.setQueueFull(c.Model, false)
 			}
-			if lim.MaxEnqueuedTokens > 0 && liveByModel[c.Model] > 0 && liveTokens[c.Model]+c.EstTokens > lim.MaxEnqueuedTokens {
+			if lim.MaxEnqueuedTokens > 0 && liveByModel[c.Model] > 0 && liveTokens[c.Model]+queueTokens(c, learned) > lim.MaxEnqueuedTokens {
+				continue
+			}
+			if !spend.admit(c) {
 				continue
 			}
 			live++
-			liveTokens[c.Model] += c.EstTokens
+			flying++
+			liveTokens[c.Model] += queueTokens(c, learned)
 			liveByModel[c.Model]++
 			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.submit(ctx, c) })
 		case sluice.ChunkSubmitted:
@@ -273,6 +299,9 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 			}
 			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })
 		}
+	}
+	if spend != nil && spend.blocked > 0 && flying == 0 {
+		d.capped = true
 	}
 	if len(tasks) == 0 {
 		return false, nil

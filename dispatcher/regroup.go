@@ -102,6 +102,11 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		moved = append(moved, r)
 		cur.Requests++
 		cur.EstTokens += r.Tokens
+		if n, ok := itemMaxOutput(item); ok {
+			cur.MaxOutputTokens += n
+		} else {
+			cur.NoMaxRequests++
+		}
 		itemB += int64(len(item))
 	}
 	if err := closeCur("end"); err != nil {

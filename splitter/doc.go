@@ -26,7 +26,18 @@
 // 128 MB for 4 GB / 2 million): at most 2*GOMAXPROCS+4 blocks of 1 MiB in
 // flight, 32 open chunk files with 256 KiB buffers, at most 16 batches of
 // 512 request rows queued for the sink, and the custom_id filter (~8 bytes
-// per request).
+// per request); with Config.KeyScope, a filter of the same kind on request
+// bodies (~6 bytes per request) and a map of the bodies that repeat (see
+// reuse.go).
+//
+// # Money
+//
+// In the same pass the scanner reads body.max_tokens,
+// max_completion_tokens and max_output_tokens, summed per chunk as the
+// upper bound of its output, and (with Config.KeyScope) each request gets
+// its key in the ledger of bought answers (bodykey.go); with Config.Reuse
+// requests already answered in an earlier job are taken from there instead
+// of going into a chunk (reuse.go, docs/money.md).
 // While Split runs it sets a soft Go memory limit of 96 MiB
 // (debug.SetMemoryLimit) unless the process has its own (GOMEMLIMIT).
 //

@@ -20,7 +20,9 @@ type rec struct {
 	model    string
 	hash     uint64 // xxh3 of customID
 	tokens   int64
-	item     int // the item's bytes are block.items[item:item+itemLen]
+	maxOut   int64    // max output tokens; -1 when the body sets none
+	key      [16]byte // ledger key (docs/money.md); zero without Config.KeyScope
+	item     int      // the item's bytes are block.items[item:item+itemLen]
 	itemLen  int
 	raw      int // the raw line is block.data[raw:raw+rawLen]
 	rawLen   int
@@ -35,11 +37,16 @@ type parser struct {
 	model    string // the job's model
 	s        scanner
 	interned map[string]string
+	keys     *bodyHasher // nil without Config.KeyScope
 }
 
 func newParser(cfg *Config) *parser {
-	return &parser{codec: cfg.Codec, env: cfg.Codec.Envelope(), limits: cfg.Limits, model: cfg.Model,
+	p := &parser{codec: cfg.Codec, env: cfg.Codec.Envelope(), limits: cfg.Limits, model: cfg.Model,
 		interned: make(map[string]string)}
+	if cfg.KeyScope != "" {
+		p.keys = newBodyHasher(cfg.KeyScope)
+	}
+	return p
 }
 
 var bom = []byte("\ufeff")
@@ -164,6 +171,10 @@ func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	s := &p.s
 	r.url, r.model = it.URL, it.Model
 	r.tokens = tokens(it.Model, &s.text, s.roles)
+	r.maxOut = s.maxOut
+	if p.keys != nil {
+		r.key = p.keys.key(it.Model, it.URL, it.Body)
+	}
 	start := len(b.items)
 	items, err := p.codec.AppendItem(b.items, it)
 	if err != nil {

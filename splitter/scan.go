@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/bits"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -66,10 +68,15 @@ type scanner struct {
 	count bool
 	text  textCounts
 	roles int64
+
+	// maxOut is the largest of body.max_tokens, body.max_completion_tokens
+	// and body.max_output_tokens, -1 when the body sets none (the upper
+	// bound of the request's output: docs/money.md).
+	maxOut int64
 }
 
 func (s *scanner) reset(b []byte) {
-	*s = scanner{b: b}
+	*s = scanner{b: b, maxOut: -1}
 }
 
 func (s *scanner) fail(format string, args ...any) bool {
@@ -357,8 +364,18 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 			which = keyBody
 		}
 	case kindBody:
-		if string(key) == "model" {
+		switch string(key) {
+		case "model":
 			which = keyModel
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+			start := s.i
+			if !s.value() {
+				return false
+			}
+			if n, ok := parseCount(s.b[start:s.i]); ok && n > s.maxOut {
+				s.maxOut = n
+			}
+			return true
 		}
 	}
 	if which == keyNone {
@@ -580,4 +597,27 @@ func typeName(c byte) string {
 		return "null"
 	}
 	return "a number"
+}
+
+// parseCount reads a JSON number that is a non-negative integer (1e3 and
+// 100.0 included), as a token count.
+func parseCount(v []byte) (int64, bool) {
+	var n int64
+	for i, c := range v {
+		if c < '0' || c > '9' {
+			if i == 0 {
+				return 0, false
+			}
+			f, err := strconv.ParseFloat(string(v), 64)
+			if err != nil || f < 0 || f > 1e15 {
+				return 0, false
+			}
+			return int64(math.Ceil(f)), true
+		}
+		if n > 1e15 {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, len(v) > 0
 }

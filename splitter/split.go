@@ -34,6 +34,15 @@ type Config struct {
 	SkipInvalid bool
 	// RejectsPath is the rejects file (default Dir/rejects.jsonl).
 	RejectsPath string
+	// KeyScope, when set, makes every request's ledger key (its provider
+	// and base URL: docs/money.md), recorded with the request so that later
+	// jobs can reuse its answer.
+	KeyScope string
+	// Reuse answers requests from the ledger of earlier jobs' results
+	// instead of putting them in chunks (needs KeyScope and a sink with
+	// LookupReuse). Within the job, only the first request of a body is
+	// answered so; repeats are bought.
+	Reuse bool
 	// Progress, if set, is called at most ten times a second, and once at
 	// the end, from the goroutine that writes chunks.
 	Progress func(Progress)
@@ -56,6 +65,14 @@ type Result struct {
 	Rejected    int64 // bad lines written to the rejects file (SkipInvalid)
 	Bytes       int64 // wire bytes of all chunk files together
 	Chunks      []sluice.Chunk
+	// Reused requests were answered from earlier jobs (Config.Reuse), per
+	// source job in ReuseSources, their records in ReusedFiles (relative
+	// to the job dir). ReuseRefused counts ledger answers that could not be
+	// read back (their source deleted or changed): those were bought.
+	Reused       int64
+	ReuseSources map[string]int64
+	ReusedFiles  []string
+	ReuseRefused int64
 }
 
 // LineError is a bad input line.

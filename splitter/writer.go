@@ -39,6 +39,8 @@ type group struct {
 	size      int64 // bytes written to it so far (header, items, separators)
 	itemBytes int64
 	tokens    int64
+	maxOut    int64 // sum of its requests' max output tokens
+	noMax     int   // its requests that set none
 	id        int64 // the open chunk's id, given when it opened
 }
 
@@ -72,6 +74,10 @@ type writer struct {
 	rejBuf   []byte
 	lastProg time.Time
 	rows     []sluice.Request // request rows not yet handed to the recorder
+
+	reuser *reuser  // nil without Config.Reuse
+	copies *copySet // nil without Config.KeyScope
+	slab   []byte   // where request keys are copied to (bodyKey)
 }
 
 func newWriter(sp *run) (*writer, error) {
@@ -80,6 +86,12 @@ func newWriter(sp *run) (*writer, error) {
 		groups: make(map[groupKey]*group), ids: new(idSet), nextID: 1}
 	w.rec = newRecorder(sp.sink)
 	w.rows = w.rec.batch()
+	if sp.cfg.KeyScope != "" {
+		w.copies = newCopySet()
+	}
+	if rs, ok := sp.sink.(ReuseSink); ok && sp.cfg.Reuse && sp.cfg.KeyScope != "" {
+		w.reuser = &reuser{sink: rs, sources: map[string]int64{}, open: map[string]*os.File{}}
+	}
 	if sp.cfg.SkipInvalid {
 		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
@@ -133,6 +145,11 @@ func (w *writer) consume() error {
 	if err := w.rec.close(); err != nil {
 		return err
 	}
+	if w.reuser != nil {
+		if err := w.reuser.close(w.cfg.Dir); err != nil {
+			return err
+		}
+	}
 	if err := syncDir(filepath.Join(w.cfg.Dir, chunksDir)); err != nil {
 		return err
 	}
@@ -167,6 +184,16 @@ func (w *writer) consume() error {
 }
 
 func (w *writer) block(b *block) error {
+	if w.copies != nil {
+		w.copies.number(b)
+	}
+	var hits map[int]sluice.Answer
+	if w.reuser != nil {
+		var err error
+		if hits, err = w.reuser.lookup(b); err != nil {
+			return err
+		}
+	}
 	for i := range b.recs {
 		r := &b.recs[i]
 		if r.reason == "" {
@@ -183,6 +210,15 @@ func (w *writer) block(b *block) error {
 				return err
 			}
 			continue
+		}
+		if a, ok := hits[i]; ok {
+			done, err := w.reuse(r, a)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
 		}
 		if err := w.add(r, b.items[r.item:r.item+r.itemLen]); err != nil {
 			return err
@@ -316,7 +352,13 @@ func (w *writer) add(r *rec, item []byte) error {
 		return fmt.Errorf("write chunk: %w", err)
 	}
 	w.rows = append(w.rows, sluice.Request{Ordinal: w.requests, Line: r.line, CustomID: r.customID, Chunk: g.id,
-		Index: g.n, Offset: g.size, Length: len(item), Tokens: r.tokens, Attempt: 1, State: sluice.RequestPending})
+		Index: g.n, Offset: g.size, Length: len(item), Tokens: r.tokens, Attempt: 1, State: sluice.RequestPending,
+		BodyKey: w.bodyKey(r)})
+	if r.maxOut >= 0 {
+		g.maxOut += r.maxOut
+	} else {
+		g.noMax++
+	}
 	g.size += size
 	g.n++
 	g.itemBytes += size
@@ -408,7 +450,8 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	}
 	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, g.ext))
 	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
-		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound}
+		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound,
+		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax}
 	// The recorder fsyncs, closes and renames the file, and records it.
 	f := g.f
 	g.f = nil
@@ -418,7 +461,7 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	}
 	w.chunks = append(w.chunks, c)
 	w.bytes += g.size
-	g.n, g.size, g.itemBytes, g.tokens = 0, 0, 0, 0
+	g.n, g.size, g.itemBytes, g.tokens, g.maxOut, g.noMax = 0, 0, 0, 0, 0, 0
 	return nil
 }
 
@@ -442,12 +485,19 @@ func (w *writer) cleanup() {
 	if w.rejRes != nil {
 		w.rejRes.Close()
 	}
+	if w.reuser != nil {
+		w.reuser.close(w.cfg.Dir)
+	}
 }
 
 func (w *writer) result() *Result {
 	// Chunks close in another order than they opened (and got their ids).
 	slices.SortFunc(w.chunks, func(a, b sluice.Chunk) int { return cmp.Compare(a.ID, b.ID) })
-	return &Result{Lines: w.lines, Requests: w.requests, Rejected: w.rejected, Bytes: w.bytes, Chunks: w.chunks}
+	res := &Result{Lines: w.lines, Requests: w.requests, Rejected: w.rejected, Bytes: w.bytes, Chunks: w.chunks}
+	if u := w.reuser; u != nil {
+		res.Reused, res.ReuseSources, res.ReusedFiles, res.ReuseRefused = int64(u.idx), u.sources, u.files, u.refused
+	}
+	return res
 }
 
 func syncDir(dir string) error {

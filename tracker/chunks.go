@@ -13,7 +13,8 @@ var _ sluice.Store = (*DB)(nil)
 
 const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
 	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
-	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck`
+	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck, max_output_tokens, no_max_requests,
+	usage_est_tokens`
 
 func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 	var c sluice.Chunk
@@ -21,7 +22,7 @@ func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
 		&c.EstTokens, &c.Bound, &c.State, &c.FileID, &c.BatchID, &c.BatchStatus, &intent, &next, &c.Polls,
 		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures,
-		&c.ErrorCode, &c.Stuck); err != nil {
+		&c.ErrorCode, &c.Stuck, &c.MaxOutputTokens, &c.NoMaxRequests, &c.UsageEstTokens); err != nil {
 		return nil, err
 	}
 	c.IntentAt, c.NextPollAt, c.SubmittedAt, c.EndedAt = fromNS(intent), fromNS(next), fromNS(sub), fromNS(ended)
@@ -66,11 +67,11 @@ func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.C
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE chunks SET state = ?, file_id = ?, batch_id = ?, batch_status = ?,
 		intent_at = ?, next_poll_at = ?, polls = ?, submitted_at = ?, ended_at = ?, last_error = ?,
-		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ?, error_code = ?, stuck = ?
-		WHERE job_id = ? AND id = ? AND state = ?`,
+		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ?, error_code = ?, stuck = ?,
+		usage_est_tokens = ? WHERE job_id = ? AND id = ? AND state = ?`,
 		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
 		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.ErrorCode, c.Stuck, c.Job, c.ID, from)
+		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.Job, c.ID, from)
 	if err != nil {
 		return fmt.Errorf("chunk %d: %w", c.ID, err)
 	}
@@ -115,8 +116,9 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		for _, c := range f.NewChunks {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State); err != nil {
+				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
+				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
 				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
 		}
@@ -133,6 +135,9 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			if n, _ := res.RowsAffected(); n != 1 {
 				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", o.Ordinal, f.Chunk.ID, ErrConflict)
 			}
+		}
+		if err := recordLedger(ctx, tx, key, f); err != nil {
+			return err
 		}
 		mv, err := tx.PrepareContext(ctx, `UPDATE requests SET chunk_id = ?, idx = ?, offset = ?, length = ?, attempt = ?
 			WHERE id = ? AND chunk_id = ? AND state = 'pending'`)

@@ -12,7 +12,7 @@ import (
 )
 
 const jobCols = `id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
-	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at`
+	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused`
 
 func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var j sluice.Job
@@ -20,7 +20,7 @@ func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var limits string
 	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
 		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
-		&cancel, &created, &updated); err != nil {
+		&cancel, &created, &updated, &j.Reused); err != nil {
 		return nil, err
 	}
 	j.CancelRequestedAt = fromNS(cancel)
@@ -111,6 +111,12 @@ func (d *DB) UpdateFingerprint(ctx context.Context, id string, fp sluice.Fingerp
 // DeleteJob removes a job and all its rows.
 func (d *DB) DeleteJob(ctx context.Context, id string) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
+		// The job's answers leave the ledger with it (a later job buys them
+		// again rather than pointing at results that are gone).
+		if _, err := tx.ExecContext(ctx, `DELETE FROM ledger WHERE request BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
+			AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?)`, id, id); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE `+jobRows, id, id); err != nil {
 			return err
 		}

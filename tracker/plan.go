@@ -35,6 +35,9 @@ type Plan struct {
 	// connection: elsewhere a big sort or index build should still spill.
 	conn *sql.Conn
 	key  int64 // the job's key: request row ids are (key << 40) | ordinal
+	// lookup is the prepared ledger lookup of LookupReuse (money.go).
+	lookup   *sql.Stmt
+	lookConn *sql.Conn
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -82,6 +85,15 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
 
 // release gives the plan's connection back to the pool, as it found it.
 func (p *Plan) release() {
+	if p.lookup != nil {
+		p.lookup.Close()
+		p.lookup = nil
+	}
+	if p.lookConn != nil {
+		p.lookConn.ExecContext(context.WithoutCancel(p.ctx), `PRAGMA cache_size = -32768`)
+		p.lookConn.Close()
+		p.lookConn = nil
+	}
 	if p.conn == nil {
 		return
 	}
@@ -98,11 +110,11 @@ func (p *Plan) begin() error {
 	p.tx = tx
 	p.insMany = nil
 	if p.insReq, err = tx.PrepareContext(p.ctx, `INSERT INTO requests (id, line, custom_id, chunk_id, idx,
-		offset, length, tokens, attempt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+		offset, length, tokens, attempt, body_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
 		return err
 	}
 	p.insChk, err = tx.PrepareContext(p.ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-		bytes, est_tokens, bound, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	return err
 }
 
@@ -133,7 +145,7 @@ func (p *Plan) AddRequest(r *sluice.Request) error {
 		attempt = 1
 	}
 	if _, err := p.insReq.Exec(requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index,
-		r.Offset, r.Length, r.Tokens, attempt); err != nil {
+		r.Offset, r.Length, r.Tokens, attempt, r.BodyKey); err != nil {
 		return fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
 	}
 	return p.wrote()
@@ -147,7 +159,7 @@ func (p *Plan) AddChunk(c *sluice.Chunk) error {
 	}
 	c.State = sluice.ChunkPending
 	if _, err := p.insChk.ExecContext(p.ctx, p.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests,
-		c.Bytes, c.EstTokens, c.Bound, c.State); err != nil {
+		c.Bytes, c.EstTokens, c.Bound, c.State, c.MaxOutputTokens, c.NoMaxRequests); err != nil {
 		return fmt.Errorf("record chunk %d: %w", c.ID, err)
 	}
 	return p.wrote()
@@ -234,12 +246,12 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 	if p.insMany == nil {
 		// OR FAIL: a failing statement keeps the rows it inserted before
 		// the one at fault (insertEach copes).
-		q := `INSERT OR FAIL INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens) VALUES `
+		q := `INSERT OR FAIL INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, body_key) VALUES `
 		for i := 0; i < rowsPerInsert; i++ {
 			if i > 0 {
 				q += ","
 			}
-			q += "(?,?,?,?,?,?,?,?)"
+			q += "(?,?,?,?,?,?,?,?,?)"
 		}
 		st, err := p.tx.PrepareContext(p.ctx, q)
 		if err != nil {
@@ -259,7 +271,7 @@ func (p *Plan) insertMany(rs []sluice.Request) error {
 		}
 		// Attempt and state take their defaults (1, pending): one bound value
 		// is a call into C, and a plan binds millions.
-		args = append(args, requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens)
+		args = append(args, requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, r.BodyKey)
 	}
 	p.args = args
 	if _, err := p.insMany.Exec(args...); err != nil {

@@ -127,14 +127,38 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("create schema_version: %w", err)
 	}
-	var cur int
-	if err := d.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&cur); err != nil {
+	done := map[int]bool{}
+	rows, err := d.db.QueryContext(ctx, `SELECT version FROM schema_version`)
+	if err != nil {
 		return err
 	}
-	if cur > len(ms) {
-		return fmt.Errorf("database schema version %d is newer than this sluice knows (%d): upgrade sluice", cur, len(ms))
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return err
+		}
+		done[v] = true
 	}
-	for _, m := range ms[cur:] {
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	known := map[int]bool{}
+	for _, m := range ms {
+		known[m.Version] = true
+	}
+	for v := range done {
+		if !known[v] {
+			return fmt.Errorf("database schema version %d is newer than this sluice knows: upgrade sluice", v)
+		}
+	}
+	// Every migration not recorded yet, in version order (see package
+	// migrations: versions may land out of order).
+	for _, m := range ms {
+		if done[m.Version] {
+			continue
+		}
 		if err := d.tx(ctx, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err

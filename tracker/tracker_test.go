@@ -62,10 +62,34 @@ func TestOpenPrivateWALForeignKeys(t *testing.T) {
 	}
 }
 
-func TestMigrationsGapAndDuplicateFail(t *testing.T) {
-	gap := fstest.MapFS{"0001_a.sql": {Data: []byte("SELECT 1;")}, "0003_c.sql": {Data: []byte("SELECT 1;")}}
-	if _, err := migrations.Load(gap); err == nil || !strings.Contains(err.Error(), "version 2 is missing") {
-		t.Errorf("gap: err = %v, want version 2 missing", err)
+func TestMigrationsDuplicateFailsGapLands(t *testing.T) {
+	// A gap is allowed (numbers are handed out ahead; see package
+	// migrations), and the missing version is applied when it lands.
+	gap := fstest.MapFS{"0001_a.sql": {Data: []byte("CREATE TABLE a (x);")}, "0003_c.sql": {Data: []byte("CREATE TABLE c (x);")}}
+	ms, err := migrations.Load(gap)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("gap: %v, %v", ms, err)
+	}
+	dir := t.TempDir()
+	db, err := tracker.OpenWith(context.Background(), dir, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	gap["0002_b.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE b (x);")}
+	ms, _ = migrations.Load(gap)
+	db, err = tracker.OpenWith(context.Background(), dir, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name IN ('a','b','c')`).Scan(&n)
+	db.Close()
+	if n != 3 {
+		t.Errorf("%d of tables a, b, c exist, want 3 (the late 0002 applied)", n)
+	}
+	if _, err := tracker.OpenWith(context.Background(), dir, ms[:1]); err == nil || !strings.Contains(err.Error(), "newer than this sluice") {
+		t.Errorf("older binary on a newer database: %v", err)
 	}
 	dup := fstest.MapFS{"0001_a.sql": {Data: []byte("SELECT 1;")}, "0001_b.sql": {Data: []byte("SELECT 1;")}}
 	if _, err := migrations.Load(dup); err == nil || !strings.Contains(err.Error(), "same version 1") {
@@ -76,7 +100,7 @@ func TestMigrationsGapAndDuplicateFail(t *testing.T) {
 		t.Error("unnumbered migration accepted")
 	}
 	ok := fstest.MapFS{"0002_b.sql": {Data: []byte("B")}, "0001_a.sql": {Data: []byte("A")}}
-	ms, err := migrations.Load(ok)
+	ms, err = migrations.Load(ok)
 	if err != nil || len(ms) != 2 || ms[0].SQL != "A" || ms[1].Version != 2 {
 		t.Errorf("ordered load = %+v, %v", ms, err)
 	}
@@ -300,7 +324,7 @@ func TestKilledDuringMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := len(base) + 1
+	next := base[len(base)-1].Version + 1
 	slow := append(append([]migrations.Migration{}, base...), migrations.Migration{Version: next, Name: "slow.sql",
 		SQL: `CREATE TABLE filler (x INTEGER);
 WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 200000000) INSERT INTO filler SELECT i FROM c;`})

@@ -19,8 +19,8 @@ const exitCodesHelp = `Exit codes:
      bad key, a locked state database); run again once it is fixed
   2  bad usage or bad input (unknown flag, missing argument or --out, --out
      naming the input, an empty or corrupt input, a bad line)
-  3  stopped with work left (--deadline, --once, Ctrl-C): run the same
-     command again to continue
+  3  stopped with work left (--deadline, --once, --max-cost, Ctrl-C): run
+     the same command again (with a higher cap) to continue
   4  finished and the output is written, but some requests failed or some
      input lines were rejected (see the errors file)`
 

@@ -134,7 +134,12 @@ func TestOldStateDirIsImported(t *testing.T) {
 	}
 	for _, q := range []string{`DROP TABLE attempt_errors`, `DROP TABLE job_summaries`,
 		`ALTER TABLE jobs DROP COLUMN cancel_requested_at`, `ALTER TABLE chunks DROP COLUMN error_code`,
-		`ALTER TABLE chunks DROP COLUMN stuck`, `DELETE FROM schema_version WHERE version >= 4`} {
+		`ALTER TABLE chunks DROP COLUMN stuck`,
+		// and what 0005_money.sql added
+		`DROP TABLE ledger`, `DROP TABLE reuse_sources`, `ALTER TABLE chunks DROP COLUMN max_output_tokens`,
+		`ALTER TABLE chunks DROP COLUMN no_max_requests`, `ALTER TABLE chunks DROP COLUMN usage_est_tokens`,
+		`ALTER TABLE requests DROP COLUMN body_key`, `ALTER TABLE jobs DROP COLUMN reused`, `ALTER TABLE jobs DROP COLUMN max_cost`,
+		`DELETE FROM schema_version WHERE version >= 4`} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}

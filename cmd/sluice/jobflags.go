@@ -27,6 +27,8 @@ type jobFlags struct {
 	rejects     string
 	limits      sluice.Limits
 	maxAttempts int
+	money       moneyFlags
+	reuse       bool
 }
 
 // register adds the flags that shape a plan (plan and run take them);
@@ -46,6 +48,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")
 	fs.Int64Var(&f.limits.MaxBatchTokens, "max-batch-tokens", 0, "estimated input tokens per batch (default: no limit)")
 	fs.Int64Var(&f.limits.MaxEnqueuedTokens, "max-enqueued-tokens", 0, "estimated input tokens live at the provider per model, e.g. your OpenAI tier's enqueued-token limit (default: no limit)")
+	f.money.register(cmd, f)
 }
 
 const defaultMaxAttempts = 3

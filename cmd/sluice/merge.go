@@ -25,6 +25,9 @@ type jobSummary struct {
 	// Rejected is the job's input lines rejected as invalid
 	// (--skip-invalid): sluice.Job.Rejected, in the errors file.
 	Rejected int64 `json:"rejected,omitempty"`
+	// Money is the job's spend, estimate vs usage and reuse (computed when
+	// shown, from the tracker and the prices in force; docs/money.md).
+	Money *spendJSON `json:"money,omitempty"`
 }
 
 // mergeJob writes the job's output from its chunks' results files and
@@ -60,6 +63,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 			files = append(files, filepath.Join(job.Dir, c.ResultsPath))
 		}
 	}
+	files = append(files, reusedFiles(job)...)
 	log.Info().Int("files", len(files)).Str("output", out).Msg("merging results")
 	sum, err := merger.Merge(ctx, merger.Config{
 		Output: out, ErrorsPath: errorsOut, Order: order, Files: files, Total: job.Requests,
@@ -101,6 +105,7 @@ func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*s
 		js.OutputTokens += c.OutputTokens
 	}
 	js.Wall = shortDuration(js.FinishedAt.Sub(js.StartedAt))
+	js.Money = jobMoney(ctx, db, job, chunks)
 	if old := previousSummary(ctx, db, job); !old.FinishedAt.IsZero() {
 		// A re-run of a done job rewrites the output: the job finished then.
 		js.FinishedAt, js.Wall = old.FinishedAt, old.Wall
@@ -171,6 +176,11 @@ func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s this run, %s since planned\n",
 		commas(int64(js.Batches)), commas(js.InputTokens), commas(js.OutputTokens), shortDuration(wall), js.Wall)
+	if js.Money == nil {
+		chunks, _ := db.Chunks(ctx, job.ID)
+		js.Money = jobMoney(ctx, db, job, chunks)
+	}
+	writeMoney(w, js.Money, func(l string) string { return l + ": " })
 	fmt.Fprintf(w, "output: %s\n", sum.Output)
 	if n := sum.Failed + sum.Rejected; n > 0 {
 		fmt.Fprintf(w, "errors: %s (%s)\n", sum.Errors, plural(n, "line", "lines"))

@@ -24,8 +24,12 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 validates every line, groups lines by (url, model), cuts chunks under the
 provider's limits measured on its wire format, writes them into the job's
 directory under the state directory, and prints the plan: per chunk the url,
-model, request count, wire bytes, estimated input tokens and the limit that
-closed it. A later 'sluice run' of the same input reuses this plan.
+model, request count, wire bytes, estimated input tokens, the limit that
+closed it and its estimated cost, then the total cost expected and at most
+(docs/money.md: prices, --prices, how estimates learn from finished
+batches). With --reuse (the default), requests an earlier job already
+bought are answered from its results and left out of the chunks. A later
+'sluice run' of the same input reuses this plan.
 
 A bad line stops planning with its file, line number, custom_id and reason
 (exit 2), unless --skip-invalid is given.`,
@@ -36,6 +40,10 @@ A bad line stops planning with its file, line number, custom_id and reason
 				return err
 			}
 			p, err := f.preset()
+			if err != nil {
+				return err
+			}
+			prices, err := f.money.table()
 			if err != nil {
 				return err
 			}
@@ -59,10 +67,14 @@ A bad line stops planning with its file, line number, custom_id and reason
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writePlanJSON(os.Stdout, pr, chunks)
+			pm, err := newPlanMoney(ctx, db, pr.job, prices)
+			if err != nil {
+				return err
 			}
-			writePlanTable(os.Stdout, pr, p, chunks)
+			if asJSON {
+				return writePlanJSON(os.Stdout, pr, chunks, pm)
+			}
+			writePlanTable(os.Stdout, pr, p, chunks, pm)
 			return nil
 		},
 	}
@@ -84,6 +96,7 @@ type planJSON struct {
 	Bounds   map[string]int  `json:"bounds"`
 	Chunks   []planChunkJSON `json:"chunks"`
 	Dir      string          `json:"dir"`
+	planMoneyJSON
 }
 
 type planChunkJSON struct {
@@ -95,9 +108,10 @@ type planChunkJSON struct {
 	EstTokens int64  `json:"est_tokens"`
 	Bound     string `json:"bound"`
 	File      string `json:"file"`
+	chunkMoneyJSON
 }
 
-func planDoc(pr *prepared, chunks []*sluice.Chunk) planJSON {
+func planDoc(pr *prepared, chunks []*sluice.Chunk, pm *planMoney) planJSON {
 	doc := planJSON{Job: pr.job.ID, Provider: pr.job.Provider, Input: pr.job.Input, Requests: pr.job.Requests,
 		Rejected: pr.job.Rejected, Limits: pr.job.Limits, Reused: pr.reused, Bounds: map[string]int{},
 		Chunks: []planChunkJSON{}, Dir: pr.job.Dir}
@@ -109,19 +123,21 @@ func planDoc(pr *prepared, chunks []*sluice.Chunk) planJSON {
 		doc.Tokens += c.EstTokens
 		doc.Bounds[c.Bound]++
 		doc.Chunks = append(doc.Chunks, planChunkJSON{ID: c.ID, URL: c.URL, Model: c.Model, Requests: c.Requests,
-			Bytes: c.Bytes, EstTokens: c.EstTokens, Bound: c.Bound, File: filepath.Join(pr.job.Dir, c.Path)})
+			Bytes: c.Bytes, EstTokens: c.EstTokens, Bound: c.Bound, File: filepath.Join(pr.job.Dir, c.Path),
+			chunkMoneyJSON: pm.chunk(c)})
 	}
+	doc.planMoneyJSON = pm.total(chunks)
 	return doc
 }
 
-func writePlanJSON(w io.Writer, pr *prepared, chunks []*sluice.Chunk) error {
+func writePlanJSON(w io.Writer, pr *prepared, chunks []*sluice.Chunk, pm *planMoney) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(planDoc(pr, chunks))
+	return enc.Encode(planDoc(pr, chunks, pm))
 }
 
-func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*sluice.Chunk) {
-	doc := planDoc(pr, chunks)
+func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*sluice.Chunk, pm *planMoney) {
+	doc := planDoc(pr, chunks, pm)
 	if pr.reused {
 		fmt.Fprintf(w, "job %s (planned before; input unchanged)\n", doc.Job)
 	} else {
@@ -129,9 +145,9 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 	}
 	fmt.Fprintf(w, "provider %s, input %s\n\n", doc.Provider, doc.Input)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "chunk\turl\tmodel\trequests\twire bytes\test tokens\tclosed by\t")
+	fmt.Fprintln(tw, "chunk\turl\tmodel\trequests\twire bytes\test tokens\tclosed by\test cost\t")
 	for _, c := range doc.Chunks {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.ID, c.URL, c.Model, commas(int64(c.Requests)), humanBytes(c.Bytes), commas(c.EstTokens), c.Bound)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.ID, c.URL, c.Model, commas(int64(c.Requests)), humanBytes(c.Bytes), commas(c.EstTokens), c.Bound, costCell(c.EstCost))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%s in %s, %s on the wire, ~%s input tokens", plural(doc.Requests, "request", "requests"),
@@ -155,6 +171,7 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "chunks closed by: bytes limit %d, requests limit %d, tokens limit %d, end of their (url, model) group %d\n",
 		doc.Bounds["bytes"], doc.Bounds["requests"], doc.Bounds["tokens"], doc.Bounds["end"])
+	writePlanMoney(w, &doc.planMoneyJSON)
 }
 
 func humanBytes(n int64) string {

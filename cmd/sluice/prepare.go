@@ -114,7 +114,11 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 	res, err := splitter.Split(ctx, splitter.Config{
 		Input: input, Dir: dir, Codec: codec, Limits: job.Limits, Model: f.model,
 		SkipInvalid: f.skipInvalid, RejectsPath: rejects, Progress: progress,
+		KeyScope: keyScope(f, p), Reuse: f.reuse,
 	}, plan)
+	if err == nil {
+		err = recordReuse(plan, res, log)
+	}
 	if err == nil {
 		err = plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected)
 	}

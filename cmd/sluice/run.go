@@ -48,6 +48,11 @@ Everything is recorded in the state directory before and after each call to
 the provider, so killing sluice at any moment and running the same command
 again resumes the job without buying any batch twice.
 
+Money (docs/money.md): --max-cost USD never lets the job's committed spend
+pass the cap (exit 3 when nothing more fits; run again with a higher cap),
+and --reuse (the default) answers requests an earlier job already bought
+from its results instead of buying them again.
+
 Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
@@ -63,6 +68,7 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	f.register(cmd)
 	f.registerRun(cmd)
 	f.net.register(cmd)
+	f.money.registerRun(cmd)
 	fs := cmd.Flags()
 	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
 	fs.StringVar(&f.errorsOut, "errors", "", "errors file for requests that failed for good (default: OUTPUT with .errors before the extension)")
@@ -117,6 +123,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return usageErr("--concurrency must be at least 1")
 	}
 	deadline, err := parseDeadline(f.deadline, time.Now())
+	if err != nil {
+		return err
+	}
+	prices, err := f.money.checkRun()
 	if err != nil {
 		return err
 	}
@@ -190,6 +200,9 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if job.Output != "" && job.Output != out && job.State != sluice.JobPlanned {
 		log.Warn().Str("was", job.Output).Str("now", out).Msg("output path differs from the first run's; writing to the new one")
 	}
+	if err := f.money.checkCap(ctx, db, job, p, prices); err != nil {
+		return err
+	}
 	if err := db.SetJobOutput(ctx, job.ID, out); err != nil {
 		return err
 	}
@@ -218,11 +231,15 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
 			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,
 			StuckAfter: f.stuckAfter,
+			MaxCost:    f.money.maxCost, Price: priceOf(prices, p), Learned: db.Learned,
 		})
 		outcome, err := d.Run(ctx, stop)
 		bar.done()
 		if err != nil {
 			return err
+		}
+		if outcome == dispatcher.CapReached {
+			return capReached(ctx, db, job, p, prices, f.money.maxCost)
 		}
 		if outcome == dispatcher.Stopped {
 			why := "stopped"

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -47,6 +48,7 @@ type statusJob struct {
 	Next         string                        `json:"next_action"`
 	Summary      *jobSummary                   `json:"summary,omitempty"`
 	ChunkList    []*sluice.Chunk               `json:"chunk_list,omitempty"`
+	Money        *spendJSON                    `json:"money"`
 	// CancelRequestedAt is when `sluice cancel` cancelled the job.
 	CancelRequestedAt time.Time `json:"cancel_requested_at,omitzero"`
 	// AttemptErrors are the errors recorded for the job's chunk attempts,
@@ -73,6 +75,7 @@ type statusBatch struct {
 
 func newStatusCmd(g *globalFlags) *cobra.Command {
 	var asJSON, withChunks bool
+	var pricesFile string
 	cmd := &cobra.Command{
 		Use:   "status [JOB]",
 		Short: "Show jobs, their requests and chunks by state, live batches and the next action",
@@ -96,6 +99,11 @@ job's lock, so it is safe to run while cron drives the job.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			tbl, err := pricing.Load(pricesFile)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			activePrices = tbl
 			dir, err := g.stateDir()
 			if err != nil {
 				return err
@@ -137,6 +145,7 @@ job's lock, so it is safe to run while cron drives the job.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document {\"state_dir\": DIR, \"jobs\": [...]}")
 	cmd.Flags().BoolVar(&withChunks, "chunks", false, "list every chunk with its provider ids and last error")
+	cmd.Flags().StringVar(&pricesFile, "prices", "", "JSON or YAML file of batch prices that overrides or extends the built-in table, for the spend shown (docs/money.md)")
 	return cmd
 }
 
@@ -216,6 +225,7 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 			FinishedAt: j.UpdatedAt, Cancelled: !j.CancelRequestedAt.IsZero()},
 			Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
 	}
+	s.Money = jobMoney(ctx, db, j, chunks)
 	s.Next = nextAction(j, len(s.Live), waiting, unsettled, nextPoll)
 	if s.RunningPID > 0 && j.State != sluice.JobDone {
 		s.Next += fmt.Sprintf(" (sluice pid %d is on it now)", s.RunningPID)
@@ -317,6 +327,7 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  chunks:   %s\n", countsLine(j.Chunks, chunkOrder))
 		fmt.Fprintf(w, "  tokens:   %s input, %s output used (planned ~%s input)\n", commas(j.InputTokens), commas(j.OutputTokens), commas(j.EstTokens))
+		writeMoney(w, j.Money, func(l string) string { return fmt.Sprintf("  %-10s", l+":") })
 		if s := j.Summary; s != nil && j.State == sluice.JobDone {
 			verb := "merged"
 			if s.Cancelled {

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/pricing"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/splitter"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// Money on the command line (docs/money.md): prices, cost estimates, the
+// spend cap and the reuse of earlier answers.
+
+// moneyFlags are the flags of plan and run about money.
+type moneyFlags struct {
+	prices  string
+	maxCost float64 // run only
+}
+
+func (m *moneyFlags) register(cmd *cobra.Command, f *jobFlags) {
+	fs := cmd.Flags()
+	fs.BoolVar(&f.reuse, "reuse", true, "answer a request whose body an earlier job in this state directory already bought (same provider, base URL, model, url and body) from that job's result instead of buying it again; --reuse=false buys everything (docs/money.md)")
+	fs.StringVar(&m.prices, "prices", "", "JSON or YAML file of batch prices (USD per million tokens) that overrides or extends the built-in table (docs/money.md)")
+}
+
+// table is the price table in force.
+func (m *moneyFlags) table() (*pricing.Table, error) {
+	t, err := pricing.Load(m.prices)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	activePrices = t
+	return t, nil
+}
+
+// keyScope is what, besides model, url and body, makes a request's answer
+// the same: the provider and the base URL it resolves to.
+func keyScope(f *jobFlags, p provider.Preset) string {
+	base := f.baseURL
+	if base == "" && p.BaseURLEnv != "" {
+		base = os.Getenv(p.BaseURLEnv)
+	}
+	if base == "" {
+		base = p.BaseURL
+	}
+	return p.Name + "\x00" + base
+}
+
+// recordReuse records in the plan the requests answered from earlier jobs.
+func recordReuse(plan *tracker.Plan, res *splitter.Result, log zerolog.Logger) error {
+	if res.ReuseRefused > 0 {
+		log.Warn().Int64("requests", res.ReuseRefused).Msg("earlier answers whose results file is gone or changed were not reused; those requests will be bought")
+	}
+	if res.Reused == 0 {
+		return nil
+	}
+	ev := log.Info().Int64("reused", res.Reused)
+	for _, s := range sortedKeys(res.ReuseSources) {
+		ev = ev.Int64("from "+s, res.ReuseSources[s])
+	}
+	ev.Msg("requests answered from earlier jobs' results; not bought again")
+	return plan.SetReused(res.Reused, res.ReuseSources)
+}
+
+// reusedFiles are the job's results files of reused answers.
+func reusedFiles(job *sluice.Job) []string {
+	m, _ := filepath.Glob(filepath.Join(job.Dir, "results", "reused-*.results"))
+	sort.Strings(m)
+	return m
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// registerRun adds the flags only run has.
+func (m *moneyFlags) registerRun(cmd *cobra.Command) {
+	cmd.Flags().Float64Var(&m.maxCost, "max-cost", 0, "spend cap in USD for this job: never submit a batch that could take its committed spend (actual cost of ended batches + upper bound of live ones + the new one) past it; when nothing more fits, let live batches end and exit 3 (docs/money.md). Needs a price for every model (--prices)")
+}
+
+// checkRun checks the money flags of run before any work and returns the
+// price table.
+func (m *moneyFlags) checkRun() (*pricing.Table, error) {
+	if m.maxCost < 0 || math.IsNaN(m.maxCost) || math.IsInf(m.maxCost, 0) {
+		return nil, usageErr("--max-cost %v: want a positive amount of USD", m.maxCost)
+	}
+	return m.table()
+}
+
+// priceOf prices the models of a job at preset p.
+func priceOf(t *pricing.Table, p provider.Preset) func(string) (pricing.Price, bool) {
+	return func(model string) (pricing.Price, bool) { return t.Lookup(p.Name, model) }
+}
+
+// checkCap refuses a spend cap that cannot be kept: a model of a chunk
+// still to run without a price, or without a bound on its output. It
+// records the cap (status shows it) before anything is submitted.
+func (m *moneyFlags) checkCap(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table) error {
+	if m.maxCost <= 0 {
+		return db.SetMaxCost(ctx, job.ID, nil)
+	}
+	chunks, err := db.Chunks(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	for _, c := range chunks {
+		if c.State.Terminal() {
+			continue
+		}
+		pr, ok := t.Lookup(p.Name, c.Model)
+		if !ok {
+			return usageErr("--max-cost: no price for model %q at provider %s, so its cost is unknown and the cap could not be kept; give its batch prices with --prices FILE (docs/money.md)", c.Model, p.Name)
+		}
+		if e := pricing.Of(pr, true, sluice.Learned{}, pricing.WorkOf(c)); !e.Bounded() {
+			return usageErr("--max-cost: %d request(s) for model %q set no max_tokens and the model's output ceiling is unknown, so the cap could not be kept; set max_tokens in the requests or max_output_tokens for the model with --prices FILE", c.NoMaxRequests, c.Model)
+		}
+	}
+	return db.SetMaxCost(ctx, job.ID, &m.maxCost)
+}
+
+// capReached ends a run the spend cap stopped: exit 3 with what was
+// committed.
+func capReached(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table, limit float64) error {
+	printProgressSummary(ctx, db, job)
+	chunks, err := db.Chunks(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	learned, _ := db.Learned(ctx)
+	s := dispatcher.SpendOf(chunks, priceOf(t, p), learned)
+	return withCode(exitStopped, fmt.Errorf("%s; run again with a higher --max-cost to carry on", dispatcher.CapMessage(s.Committed, limit)))
+}

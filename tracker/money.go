@@ -1,0 +1,212 @@
+package tracker
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// Money (docs/money.md): the ledger of bought answers, the lessons of
+// finished batches, the spend cap.
+
+// recordLedger adds the succeeded requests of a finishing chunk to the
+// ledger, in FinishChunk's transaction: the first success of a body key
+// stays its answer.
+func recordLedger(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) error {
+	var st *sql.Stmt
+	for _, o := range f.Outcomes {
+		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
+			continue
+		}
+		if st == nil {
+			var err error
+			st, err = tx.PrepareContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length)
+				SELECT body_key, id, ?, ? FROM requests WHERE id = ? AND body_key IS NOT NULL`)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+		}
+		if _, err := st.ExecContext(ctx, o.Offset, o.Length, requestID(key, o.Ordinal)); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+	}
+	return nil
+}
+
+// reuseBatch is how many keys one ledger query looks up.
+const reuseBatch = 256
+
+// LookupReuse looks keys up in the ledger, reuseBatch at a time, and calls
+// fn with the index in keys of each key that has an answer in another job
+// whose request and results are still recorded. Nothing is held in memory
+// beyond one batch. It may be called while the plan's rows are being
+// recorded.
+func (p *Plan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error) error {
+	for off := 0; off < len(keys); off += reuseBatch {
+		batch := keys[off:min(len(keys), off+reuseBatch)]
+		if err := p.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) error {
+	idx := make(map[string]int, len(keys))
+	args := make([]any, 0, len(keys)+1)
+	for i, k := range keys {
+		if _, dup := idx[string(k)]; !dup {
+			idx[string(k)] = i // the first of equal keys gets the answer
+		}
+		args = append(args, k)
+	}
+	args = append(args, p.key)
+	// On a connection of its own, not the plan's transaction: the plan's
+	// rows are recorded, and its transactions committed, by another
+	// goroutine meanwhile (WAL lets the read run beside them), and the
+	// answers are all in other jobs' committed rows. A full batch's
+	// statement is prepared once (parsing a 256-key join each time cost
+	// more than running it).
+	var rows *sql.Rows
+	var err error
+	if p.lookConn == nil {
+		// A connection of the plan's own for lookups, with a small page
+		// cache: the lookups read scattered pages once each.
+		if p.lookConn, err = p.d.db.Conn(p.ctx); err != nil {
+			return fmt.Errorf("ledger lookup: %w", err)
+		}
+		if _, err = p.lookConn.ExecContext(p.ctx, `PRAGMA cache_size = -4096`); err != nil {
+			return fmt.Errorf("ledger lookup: %w", err)
+		}
+	}
+	if len(keys) == reuseBatch {
+		if p.lookup == nil {
+			if p.lookup, err = p.lookConn.PrepareContext(p.ctx, lookupQuery(reuseBatch)); err != nil {
+				return fmt.Errorf("ledger lookup: %w", err)
+			}
+		}
+		rows, err = p.lookup.QueryContext(p.ctx, args...)
+	} else {
+		rows, err = p.lookConn.QueryContext(p.ctx, lookupQuery(len(keys)), args...)
+	}
+	if err != nil {
+		return fmt.Errorf("ledger lookup: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k []byte
+		var dir, rel string
+		var h sluice.Answer
+		if err := rows.Scan(&k, &h.SourceJob, &dir, &rel, &h.CustomID, &h.Offset, &h.Length); err != nil {
+			return err
+		}
+		i, ok := idx[string(k)]
+		if !ok {
+			continue
+		}
+		delete(idx, string(k))
+		h.Results = filepath.Join(dir, rel)
+		if err := fn(i, h); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// SetReused records, before Commit, that the plan's requests of chunk 0
+// were answered from earlier jobs (sources: requests per source job): they
+// are succeeded from the start.
+func (p *Plan) SetReused(n int64, sources map[string]int64) error {
+	if n == 0 {
+		return nil
+	}
+	if _, err := p.tx.ExecContext(p.ctx, `UPDATE requests SET state = 'succeeded' WHERE id BETWEEN ? AND ? AND chunk_id = 0`,
+		requestID(p.key, 0), requestID(p.key, maxOrdinal)); err != nil {
+		return err
+	}
+	if _, err := p.tx.ExecContext(p.ctx, `UPDATE jobs SET reused = ? WHERE id = ?`, n, p.job.ID); err != nil {
+		return err
+	}
+	for src, k := range sources {
+		if _, err := p.tx.ExecContext(p.ctx, `INSERT INTO reuse_sources (job_id, source_job, requests) VALUES (?, ?, ?)`,
+			p.job.ID, src, k); err != nil {
+			return err
+		}
+	}
+	p.job.Reused = n
+	return nil
+}
+
+// ReuseSources returns how many of job's requests were answered from each
+// earlier job.
+func (d *DB) ReuseSources(ctx context.Context, job string) (map[string]int64, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT source_job, requests FROM reuse_sources WHERE job_id = ? ORDER BY source_job`, job)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]int64{}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		m[s] = n
+	}
+	return m, rows.Err()
+}
+
+// Learned returns, per model, what every finished batch in the state
+// directory taught about the estimates (sluice.Learned).
+func (d *DB) Learned(ctx context.Context) (map[string]sluice.Learned, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT model, SUM(usage_est_tokens), SUM(input_tokens), SUM(output_tokens)
+		FROM chunks WHERE usage_est_tokens > 0 GROUP BY model`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]sluice.Learned{}
+	for rows.Next() {
+		var model string
+		var l sluice.Learned
+		if err := rows.Scan(&model, &l.EstTokens, &l.InputTokens, &l.OutputTokens); err != nil {
+			return nil, err
+		}
+		m[model] = l
+	}
+	return m, rows.Err()
+}
+
+// SetMaxCost records the spend cap of a job's latest run (nil: none).
+func (d *DB) SetMaxCost(ctx context.Context, job string, usd *float64) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET max_cost = ? WHERE id = ?`, usd, job)
+	return err
+}
+
+// MaxCost returns the spend cap of a job's latest run, or nil.
+func (d *DB) MaxCost(ctx context.Context, job string) (*float64, error) {
+	var v sql.NullFloat64
+	if err := d.db.QueryRowContext(ctx, `SELECT max_cost FROM jobs WHERE id = ?`, job).Scan(&v); err != nil {
+		return nil, err
+	}
+	if !v.Valid {
+		return nil, nil
+	}
+	return &v.Float64, nil
+}
+
+// lookupQuery finds the answers to n keys (then the plan's job key).
+func lookupQuery(n int) string {
+	return `SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.offset, l.length
+		FROM ledger l
+		JOIN requests r ON r.id = l.request
+		JOIN jobs j ON j.key = l.request >> 40
+		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
+		WHERE l.key IN (?` + strings.Repeat(",?", n-1) + `) AND r.state = 'succeeded' AND j.key != ? AND c.results_path != ''`
+}
