@@ -82,10 +82,13 @@ const (
 	// that may pass, or for bad credentials (401/403, which stop the run);
 	// the batch is created again later.
 	CodeCreateFailed ErrorCode = "create_failed"
-	// CodeQueueFull (status only): the provider failed the batch only
-	// because its queue of enqueued tokens for the model was full. The chunk
-	// is submitted again once sluice's own batches of that model drain,
-	// without spending an attempt.
+	// CodeQueueFull: the provider failed the batch only because its queue
+	// of enqueued tokens for the model was full. The chunk is submitted
+	// again once sluice's own batches of that model drain, without spending
+	// an attempt (status). A batch refused so while it was the job's only
+	// batch of its model is over the limit by itself: after
+	// dispatcher.Options.MaxQueueRefusals such refusals its requests fail
+	// with this code (output lines).
 	CodeQueueFull ErrorCode = "token_limit_exceeded"
 	// CodeProviderOutput (status only): the batch's results were read, but
 	// the provider's output was not as it should be (malformed lines,

@@ -33,8 +33,14 @@ type Job struct {
 	// CancelRequestedAt is when `sluice cancel` cancelled the job; zero if
 	// it never was. It stays set as the job goes on to merging and done.
 	CancelRequestedAt time.Time `json:"cancel_requested_at,omitzero"`
-	CreatedAt         time.Time `json:"created_at"`
-	UpdatedAt         time.Time `json:"updated_at"`
+	// Endpoint is the provider endpoint the job talks to, as resolved
+	// (empty for the built-in emulator and for jobs of older versions).
+	Endpoint string `json:"endpoint,omitempty"`
+	// ProviderFiles says where the job's files at the provider stand:
+	// ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
+	ProviderFiles string    `json:"provider_files,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // Chunk is a group of requests sharing (url, model) that fits one provider
@@ -81,6 +87,10 @@ type Chunk struct {
 	// provider refused for good; at the dispatcher's bound the attempt
 	// fails and its requests are retried.
 	FetchFailures int `json:"fetch_failures,omitempty"`
+	// QueueRefusals counts the times in a row this chunk's batch failed
+	// token_limit_exceeded while no other batch of its model in the job was
+	// live: the chunk alone is over the provider's enqueued-token limit.
+	QueueRefusals int `json:"queue_refusals,omitempty"`
 	// MaxOutputTokens is the sum of its requests' max output tokens
 	// (max_tokens, max_completion_tokens or max_output_tokens), and
 	// NoMaxRequests counts its requests that set none: together the upper
@@ -92,6 +102,13 @@ type Chunk struct {
 	// UsageEstTokens is how far the estimate was off.
 	UsageEstTokens int64 `json:"usage_est_tokens,omitempty"`
 }
+
+// Where a job's files at the provider stand (Job.ProviderFiles).
+const (
+	ProviderFilesLive    = "live"    // may still be at the provider
+	ProviderFilesDeleted = "deleted" // deleted once the output was written
+	ProviderFilesKept    = "kept"    // kept on request (--keep-provider-files)
+)
 
 // Request is one input line's row in the tracker.
 type Request struct {

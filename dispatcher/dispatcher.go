@@ -15,6 +15,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -61,6 +62,13 @@ type Options struct {
 	// before the attempt fails and its requests go to the next attempt.
 	// Default 5.
 	MaxFetchFailures int
+	// MaxQueueRefusals is how many times in a row a chunk's batch may fail
+	// token_limit_exceeded while it was submitted alone (no other batch of
+	// its model in this job live, none submitted with it) before its
+	// requests fail for good: the chunk alone is over the provider's
+	// enqueued-token limit, and sending it again cannot help. Default 3
+	// (the org's queue may hold other work for a while).
+	MaxQueueRefusals int
 	// MaxCost, when positive, caps the job's committed spend in USD (see
 	// spend.go); Price prices a model (pricing.Table.Lookup for the job's
 	// provider).
@@ -103,7 +111,13 @@ type Dispatcher struct {
 	createMu  sync.Mutex // serialises creates for sluice.Untagged providers
 	nextID    int64
 	queueFull map[string]bool // models whose provider queue reported full
-	mu        sync.Mutex      // guards queueFull
+	// alone says, per chunk submitted by this run, whether it went with no
+	// other batch of its model live or submitted beside it.
+	alone map[int64]bool
+	mu    sync.Mutex // guards queueFull and alone
+	// halted is set by the first fatal error of a round: no new task or
+	// provider call starts; those in flight finish.
+	halted atomic.Bool
 	// capped is set by a round that found the spend cap leaves room for
 	// no waiting chunk while none is in flight.
 	capped bool
@@ -135,11 +149,14 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 	if opts.MaxFetchFailures <= 0 {
 		opts.MaxFetchFailures = 5
 	}
+	if opts.MaxQueueRefusals <= 0 {
+		opts.MaxQueueRefusals = 3
+	}
 	if job.MaxAttempts <= 0 {
 		job.MaxAttempts = 3
 	}
 	return &Dispatcher{store: store, prov: prov, job: job, opts: opts,
-		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}}
+		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{}}
 }
 
 // Run drives the job until every request is final (Finished), or until the
@@ -252,6 +269,7 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 		}
 	}
 	var tasks []func(context.Context) (bool, error)
+	var admitted []*sluice.Chunk
 	cancelled := d.job.State == sluice.JobCancelled
 	for _, c := range chunks {
 		c := c
@@ -286,6 +304,7 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 			flying++
 			liveTokens[c.Model] += queueTokens(c, learned)
 			liveByModel[c.Model]++
+			admitted = append(admitted, c)
 			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.submit(ctx, c) })
 		case sluice.ChunkSubmitted:
 			if !d.opts.Once && c.NextPollAt.After(now) {
@@ -306,22 +325,36 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 	if len(tasks) == 0 {
 		return false, nil
 	}
+	d.mu.Lock()
+	for _, c := range admitted {
+		d.alone[c.ID] = liveByModel[c.Model] == 1
+	}
+	d.mu.Unlock()
 	var moved bool
 	var movedMu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
+	// A fatal error stops new work but never cancels the calls in flight:
+	// cancelling them mid-call would leave their chunks in intent states
+	// that the next run must wait out the reconcile grace for (issue 11,
+	// item 6). They finish and record their outcome, as after a first stop
+	// signal; only ctx (a second signal) abandons them.
+	var g errgroup.Group
 	g.SetLimit(d.opts.Concurrency)
 	for _, t := range tasks {
-		if d.stopping(stop) {
+		if d.stopping(stop) || d.halted.Load() {
 			break
 		}
 		g.Go(func() error {
-			m, err := t(gctx)
+			if d.halted.Load() {
+				return nil // a sibling failed fatally while this one waited for a slot
+			}
+			m, err := t(ctx)
 			if m {
 				movedMu.Lock()
 				moved = true
 				movedMu.Unlock()
 			}
 			if err != nil && (errors.Is(err, ErrFatal) || ctx.Err() != nil) {
+				d.halted.Store(true)
 				return err
 			}
 			return nil
@@ -390,6 +423,15 @@ func (d *Dispatcher) setQueueFull(model string, full bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.queueFull[model] = full
+}
+
+// wasAlone reports whether this run submitted chunk id alone of its model,
+// and whether it knows.
+func (d *Dispatcher) wasAlone(id int64) (alone, known bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	alone, known = d.alone[id]
+	return alone, known
 }
 
 func (d *Dispatcher) chunkLog(c *sluice.Chunk) *zerolog.Logger {

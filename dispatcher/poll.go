@@ -160,6 +160,22 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 	ref := c.Ref(d.job.Dir)
 	if b.Status == sluice.BatchFailed {
 		if b.QueueFull() {
+			// A chunk refused while it was alone at the provider is itself
+			// over the limit: resubmitting it cannot help (issue 11, item 5).
+			switch alone, known := d.wasAlone(c.ID); {
+			case alone:
+				c.QueueRefusals++
+			case known:
+				c.QueueRefusals = 0
+			}
+			if c.QueueRefusals >= d.opts.MaxQueueRefusals {
+				msg := fmt.Sprintf("the provider refused this batch %d times for its enqueued-token limit while no other batch of model %s from this job was live: "+
+					"the batch alone (about %d estimated input tokens) is over the provider's limit (%s); "+
+					"set --max-enqueued-tokens to your limit and run with --job NEW_NAME, so chunks are cut to fit it",
+					c.QueueRefusals, c.Model, c.EstTokens, firstMessage(b.Errors))
+				log.Error().Str("reason", msg).Msg("batch over the provider's enqueued-token limit by itself; its requests fail")
+				return true, d.failForGood(ctx, c, sluice.ChunkSubmitted, sluice.CodeQueueFull, msg)
+			}
 			// The provider's enqueued-token queue is full: wait for our own
 			// batches of this model to drain, then submit again, without
 			// spending an attempt.
@@ -288,6 +304,16 @@ func (d *Dispatcher) failAttempt(ctx context.Context, c *sluice.Chunk, from slui
 	c.SetError(code, msg)
 	return d.conclude(ctx, c, from, func(e *ending) error {
 		e.missingCode, e.missingMsg, e.failed = code, msg, true
+		return nil
+	})
+}
+
+// failForGood ends a chunk whose batch produced no results and can never
+// succeed as it is: every request fails for good with code and message.
+func (d *Dispatcher) failForGood(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, code sluice.ErrorCode, msg string) error {
+	c.SetError(code, msg)
+	return d.conclude(ctx, c, from, func(e *ending) error {
+		e.missingCode, e.missingMsg, e.failed, e.noRetry = code, msg, true, true
 		return nil
 	})
 }

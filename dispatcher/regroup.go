@@ -69,7 +69,7 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 				bound = "requests"
 			case lim.MaxBatchBytes > 0 && env.Size(cur.Requests+1, itemB+int64(len(item))) > lim.MaxBatchBytes:
 				bound = "bytes"
-			case lim.MaxBatchTokens > 0 && cur.EstTokens+r.Tokens > lim.MaxBatchTokens:
+			case lim.ChunkTokens() > 0 && cur.EstTokens+r.Tokens > lim.ChunkTokens():
 				bound = "tokens"
 			}
 			if bound != "" {

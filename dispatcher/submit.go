@@ -38,10 +38,16 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 			return false, fatal(err)
 		}
 		log.Info().Str("file_id", fileID).Int64("bytes", c.Bytes).Msg("chunk uploaded")
+		if d.halted.Load() {
+			return true, nil // a sibling failed fatally: start no new call
+		}
 	}
 	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
 		d.createMu.Lock()
 		defer d.createMu.Unlock()
+		if d.halted.Load() {
+			return false, nil // a sibling failed fatally while this one waited
+		}
 	}
 	from := c.State
 	c.State, c.IntentAt = sluice.ChunkCreating, d.opts.Now()

@@ -129,7 +129,10 @@
 // .json for enveloped formats, when it closes). A chunk gets its id when it
 // opens (1, 2, 3... in order of opening). It is closed when the next
 // request of its group would push it over MaxBatchBytes (the wire size:
-// Envelope().Size, envelope included), MaxBatchRequests or MaxBatchTokens;
+// Envelope().Size, envelope included), MaxBatchRequests or the chunk's
+// token limit, Limits.ChunkTokens (MaxBatchTokens, and at most 80% of
+// MaxEnqueuedTokens, so a chunk always fits the budget it is admitted
+// under: limits.go says why 80%);
 // Chunk.Bound names that limit ("bytes", "requests", "tokens") or "end"
 // for the last chunk of a group, closed at the end of the input. Each
 // request's row (ordinal, line, custom_id, chunk, index and byte

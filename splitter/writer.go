@@ -329,7 +329,7 @@ func (w *writer) add(r *rec, item []byte) error {
 			bound = "bytes"
 		case lim.MaxBatchRequests > 0 && g.n+1 > lim.MaxBatchRequests:
 			bound = "requests"
-		case lim.MaxBatchTokens > 0 && g.tokens+r.tokens > lim.MaxBatchTokens:
+		case lim.ChunkTokens() > 0 && g.tokens+r.tokens > lim.ChunkTokens():
 			bound = "tokens"
 		}
 		if bound != "" {

@@ -12,7 +12,7 @@ import (
 )
 
 const jobCols = `id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
-	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused`
+	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files`
 
 func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var j sluice.Job
@@ -20,7 +20,7 @@ func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var limits string
 	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
 		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
-		&cancel, &created, &updated, &j.Reused); err != nil {
+		&cancel, &created, &updated, &j.Reused, &j.Endpoint, &j.ProviderFiles); err != nil {
 		return nil, err
 	}
 	j.CancelRequestedAt = fromNS(cancel)
@@ -128,4 +128,25 @@ func (d *DB) DeleteJob(ctx context.Context, id string) error {
 		}
 		return nil
 	})
+}
+
+// SetJobSettings records the settings of a job that may change while it
+// runs: the live-batch and enqueued-token limits and the attempts per
+// request (the limits that shaped its plan never change).
+func (d *DB) SetJobSettings(ctx context.Context, id string, limits sluice.Limits, maxAttempts int) error {
+	b, err := json.Marshal(limits)
+	if err != nil {
+		return err
+	}
+	_, err = d.db.ExecContext(ctx, `UPDATE jobs SET limits = ?, max_attempts = ?, updated_at = ? WHERE id = ?`,
+		string(b), maxAttempts, d.now().UnixNano(), id)
+	return err
+}
+
+// SetProviderFiles records where the job's files at the provider stand:
+// sluice.ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
+func (d *DB) SetProviderFiles(ctx context.Context, id, state string) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET provider_files = ?, updated_at = ? WHERE id = ?`,
+		state, d.now().UnixNano(), id)
+	return err
 }

@@ -56,11 +56,14 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
 	// request row: DeleteJob removes a job's rows with it, but should any
 	// survive (a delete by hand), a new job never inherits them.
 	var key int64
+	if job.ProviderFiles == "" {
+		job.ProviderFiles = sluice.ProviderFilesLive
+	}
 	if err := d.db.QueryRowContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+		max_attempts, created_at, updated_at, endpoint, provider_files, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
 		MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests)) + 1) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
-		job.MaxAttempts, now.UnixNano(), now.UnixNano()).Scan(&key); err != nil {
+		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	if key > maxJobKey {

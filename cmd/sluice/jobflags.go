@@ -1,12 +1,7 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -29,6 +24,9 @@ type jobFlags struct {
 	maxAttempts int
 	money       moneyFlags
 	reuse       bool
+	// given reports whether a flag was given on the command line (see
+	// checkSettings).
+	given func(name string) bool
 }
 
 // register adds the flags that shape a plan (plan and run take them);
@@ -36,6 +34,7 @@ type jobFlags struct {
 func (f *jobFlags) register(cmd *cobra.Command) {
 	f.maxAttempts = defaultMaxAttempts
 	fs := cmd.Flags()
+	f.given = fs.Changed
 	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed; it takes OpenAI, Anthropic and Cloudflare lines)")
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path and provider, so re-running the same command resumes the same job)")
@@ -88,27 +87,3 @@ func (f *jobFlags) check() error {
 }
 
 var jobName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
-
-// jobID is --job, or a name derived from the input's absolute path and the
-// provider, so the same command always finds the same job.
-func (f *jobFlags) jobID(absInput string) string {
-	if f.job != "" {
-		return f.job
-	}
-	base := filepath.Base(absInput)
-	for _, ext := range []string{".gz", ".zst", ".jsonl", ".json", ".ndjson", ".txt"} {
-		base = strings.TrimSuffix(base, ext)
-	}
-	base = regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(base, "_")
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	key := absInput + "\x00" + f.provider + "\x00" + f.baseURL
-	if f.modelMap != "" || f.maxTokens != 0 {
-		// Other requests are another job; without these flags, ids stay as
-		// they were.
-		key += "\x00" + f.modelMap + "\x00" + strconv.FormatInt(f.maxTokens, 10)
-	}
-	sum := sha256.Sum256([]byte(key))
-	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), f.provider, hex.EncodeToString(sum[:4]))
-}

@@ -10,6 +10,11 @@ import (
 	"time"
 )
 
+// Mistral and Together are rows of TestProviderMatrix (matrix_test.go): a
+// fresh run, Ctrl-C, a SIGKILL loop, a dead endpoint and a wrong key. The
+// tests here cover what the matrix does not: faults and hostile output,
+// cancel, and `sluice providers`.
+
 // familyEnv is the environment that points sluice at the emulator for a
 // family, as a user would set it.
 func familyEnv(family, key, addr string) []string {
@@ -53,69 +58,6 @@ func writeMTInput(t *testing.T, dir string, n int) (string, []string) {
 	p := filepath.Join(dir, "in.jsonl")
 	writeFile(t, p, b)
 	return p, ids
-}
-
-// TestRunMistralTogether: `sluice run --provider mistral|together
-// --base-url EMU/...` from a fresh state directory completes with every
-// custom_id once, in input order, each a chat.completion, and the
-// emulator ran every request once.
-func TestRunMistralTogether(t *testing.T) {
-	for _, tc := range []struct{ family, base, key string }{
-		{"mistral", "/mistral", "MISTRAL_API_KEY"},
-		{"together", "/together/v1", "TOGETHER_API_KEY"},
-	} {
-		t.Run(tc.family, func(t *testing.T) {
-			emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=right-key"}, "--batch-time", "200ms", "--seed", "6")
-			dir := t.TempDir()
-			input, ids := writeMTInput(t, dir, 150)
-			out := filepath.Join(dir, "out.jsonl")
-			r := runSluice(t, []string{tc.key + "=right-key"}, "run", input, "--out", out, "--provider", tc.family,
-				"--base-url", "http://"+emu.addr+tc.base, "--max-batch-requests", "40", "--poll-interval", "20ms",
-				"--max-poll-interval", "100ms", "--rate", "-1", "--state", filepath.Join(dir, "state"))
-			if r.code != 0 {
-				t.Fatalf("exit %d\n%s", r.code, r.stderr)
-			}
-			lines := checkOutput(t, out, ids)
-			ok := 0
-			for _, o := range lines {
-				if o.Response != nil && o.Response.StatusCode == 200 {
-					var cc struct{ Object string }
-					json.Unmarshal(o.Response.Body, &cc)
-					if cc.Object != "chat.completion" {
-						t.Fatalf("%s: body %s", o.CustomID, o.Response.Body)
-					}
-					ok++
-				}
-			}
-			if ok != len(ids) {
-				t.Fatalf("only %d of %d succeeded", ok, len(ids))
-			}
-			fs := emu.familyStats(t, tc.family)
-			if fs["batches_created"] != 4 || fs["requests_processed"] != int64(len(ids)) || fs["requests_processed_more_than_once"] != 0 {
-				t.Fatalf("%s counters %v", tc.family, fs)
-			}
-		})
-	}
-}
-
-// TestWrongKeyMistralTogether: a key the provider refuses stops the run
-// with exit 1 and says so.
-func TestWrongKeyMistralTogether(t *testing.T) {
-	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=right-key"})
-	for _, family := range []string{"mistral", "together"} {
-		t.Run(family, func(t *testing.T) {
-			dir := t.TempDir()
-			input, _ := writeMTInput(t, dir, 5)
-			r := runSluice(t, familyEnv(family, "wrong-key", emu.addr), "run", input, "--out", filepath.Join(dir, "out.jsonl"),
-				"--provider", family, "--rate", "-1", "--state", filepath.Join(dir, "state"))
-			if r.code != 1 || !strings.Contains(r.stderr, "401") {
-				t.Fatalf("exit %d, want 1 with the 401\n%s", r.code, r.stderr)
-			}
-			if strings.Contains(r.stderr, "wrong-key") {
-				t.Fatalf("the key was printed:\n%s", r.stderr)
-			}
-		})
-	}
 }
 
 // TestProvidersCommand: `sluice providers` lists every preset with its

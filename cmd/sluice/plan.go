@@ -165,8 +165,8 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 		return plural(n, unit, unit+"s")
 	}
 	fmt.Fprintf(w, "limits per batch: %s, %s", limit(l.MaxBatchBytes, "byte"), limit(int64(l.MaxBatchRequests), "request"))
-	if l.MaxBatchTokens > 0 {
-		fmt.Fprintf(w, ", %s est. tokens", commas(l.MaxBatchTokens))
+	if t := l.ChunkTokens(); t > 0 { // --max-batch-tokens, or 80% of --max-enqueued-tokens
+		fmt.Fprintf(w, ", %s est. tokens", commas(t))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "chunks closed by: bytes limit %d, requests limit %d, tokens limit %d, end of their (url, model) group %d\n",

@@ -10,18 +10,6 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 )
 
-// resolveBaseURL is the base URL a run talks to: --base-url, else the
-// preset's environment variable, else "" (the preset's own default).
-func resolveBaseURL(f *jobFlags, p provider.Preset) string {
-	if f.baseURL != "" {
-		return f.baseURL
-	}
-	if p.BaseURLEnv != "" {
-		return os.Getenv(p.BaseURLEnv)
-	}
-	return ""
-}
-
 // checkCredentials refuses, before anything is planned, a provider whose
 // key, account or base URL is not there to be found.
 func checkCredentials(f *jobFlags, p provider.Preset) error {
@@ -34,7 +22,7 @@ func checkCredentials(f *jobFlags, p provider.Preset) error {
 	if p.AccountEnv != "" && os.Getenv(p.AccountEnv) == "" {
 		return usageErr("provider %s needs an account id in $%s", p.Name, p.AccountEnv)
 	}
-	if resolveBaseURL(f, p) == "" && p.BaseURL == "" {
+	if f.resolvedBaseURL(p) == "" { // identity.go: flag, else environment, else preset
 		env := ""
 		if p.BaseURLEnv != "" {
 			env = " or $" + p.BaseURLEnv

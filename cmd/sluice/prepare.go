@@ -44,7 +44,12 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	lock, err := db.LockJob(f.jobID(input))
+	id, err := f.findJobID(ctx, db, input)
+	if err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
+	lock, err := db.LockJob(id)
 	if err != nil {
 		db.Close()
 		return nil, nil, nil, err
@@ -54,7 +59,7 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 		db.Close()
 	}
 	bar := newPlanProgress(os.Stderr)
-	pr, err = prepareJob(ctx, db, f, p, input, f.jobID(input), bar.update, log)
+	pr, err = prepareJob(ctx, db, f, p, input, id, bar.update, log)
 	bar.done()
 	if err != nil {
 		close()
@@ -90,6 +95,9 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		if err := checkUnchanged(ctx, db, job, st); err != nil {
 			return nil, err
 		}
+		if err := f.checkSettings(ctx, db, job, p, log); err != nil {
+			return nil, err
+		}
 		return &prepared{job: job, reused: true, rejects: f.rejectsPath(job.Dir)}, nil
 	}
 
@@ -99,7 +107,7 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 		return nil, err
 	}
 	job = &sluice.Job{ID: id, Provider: p.Name, Input: input, Model: f.model, Dir: dir,
-		Limits: p.Limits.Override(f.limits), MaxAttempts: f.maxAttempts}
+		Limits: p.Limits.Override(f.limits), MaxAttempts: f.maxAttempts, Endpoint: f.endpoint(p)}
 	plan, err := db.BeginPlan(ctx, job)
 	if err != nil {
 		return nil, err

@@ -70,7 +70,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	retry := httpx.Retry{MaxAttempts: n.retries, MaxTotalWait: n.maxRetryWait}
 	rl := httpx.RateLimit{PerSecond: n.rate, Burst: n.burst}
 	plog := log.With().Str("provider", p.Name).Logger()
-	baseURL := resolveBaseURL(f, p)
+	baseURL := f.resolvedBaseURL(p)
 	closer := func() {}
 	key := credential(p)
 	if p.Name == "local" {

@@ -30,6 +30,9 @@ type runFlags struct {
 	reconcileGrace  time.Duration
 	stuckAfter      time.Duration
 	net             netFlags
+	// keepProviderFiles keeps the job's files at the provider once its
+	// output is written (cmd/sluice/cleanup.go).
+	keepProviderFiles bool
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -80,6 +83,7 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", 2*time.Minute, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
 	fs.DurationVar(&f.stuckAfter, "stuck-after", dispatcher.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
+	fs.BoolVar(&f.keepProviderFiles, "keep-provider-files", false, "once the output is written, keep the job's files at the provider (uploaded inputs, result files) instead of deleting them")
 	cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -185,6 +189,9 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 	}()
 
+	if err := checkOutputFree(ctx, g, &f.jobFlags, input, out); err != nil {
+		return err
+	}
 	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log)
 	if err != nil {
 		return err
@@ -214,12 +221,28 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		job.State = sluice.JobRunning
 	}
 	start := time.Now()
+	var prov sluice.Provider
+	var closers []func()
+	getProv := func() (sluice.Provider, error) {
+		if prov == nil {
+			pv, closeProv, err := newProvider(ctx, &f.jobFlags, &f.net, p, db, log)
+			if err != nil {
+				return nil, err
+			}
+			prov, closers = pv, append(closers, closeProv)
+		}
+		return prov, nil
+	}
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
 	if job.State == sluice.JobRunning || job.State == sluice.JobCancelled {
-		prov, closeProv, err := newProvider(ctx, &f.jobFlags, &f.net, p, db, log)
+		prov, err := getProv()
 		if err != nil {
 			return err
 		}
-		defer closeProv()
 		pollIv, maxPoll := f.pollInterval, f.maxPollInterval
 		if p.Name == "local" {
 			pollIv, maxPoll = orDefault(pollIv, 200*time.Millisecond), orDefault(maxPoll, 2*time.Second)
@@ -262,6 +285,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err != nil {
 		return err
 	}
+	settleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
 	if failedAny(sum) {
 		return silent(exitFailures)
