@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"time"
 
@@ -291,7 +292,7 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	}
 	req := createRequest{Endpoint: ref.URL, InputFileID: fileID, CompletionWindow: c.window, ModelID: ref.Model}
 	return openai.CreateBatch(ctx, c.hc, c.url("/batches"), req, ref, func(ctx context.Context) (*created, error) {
-		j, err := c.findJob(ctx, fileID)
+		j, err := c.findJob(ctx, func(id string) bool { return id == fileID })
 		if j == nil {
 			return nil, err
 		}
@@ -329,50 +330,80 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 	return openai.CancelBatch(ctx, c.hc, c.batchURL(batchID)+"/cancel", c.batchURL(batchID), batchID, (*job).toBatch)
 }
 
-// Find looks for what a previous run made for ref: the usable file
-// uploaded under ref's name with ref's size (GET /files), then the batch
-// made from it (GET /batches, a bare array). A live batch is preferred to
-// a failed, expired or cancelled one.
+// Find looks for what a previous run made for ref: the usable files
+// uploaded under ref's name with ref's size (GET /files), and a batch made
+// from one of them (GET /batches, a bare array; a live batch is preferred
+// to a failed, expired or cancelled one), else the newest of the files.
+// Files under ref's name that are not usable are leftovers of uploads a
+// crash cut short (announced, never completed): no batch can be made from
+// them, and Find deletes them (best effort), as nothing else would.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	f, err := c.findFile(ctx, ref)
+	usable, leftovers, err := c.findFiles(ctx, ref)
 	if err != nil {
 		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
 	}
-	if f == nil {
+	if len(leftovers) > 0 {
+		if err := c.Forget(ctx, ref, leftovers...); err != nil {
+			c.log.Debug().Err(err).Msg("deleting the leftovers of interrupted uploads failed")
+		} else {
+			c.log.Info().Strs("file_ids", leftovers).Msg("deleted the leftovers of interrupted uploads")
+		}
+	}
+	if len(usable) == 0 {
 		return "", "", nil
 	}
-	j, err := c.findJob(ctx, f.ID)
+	ids := map[string]bool{}
+	for _, f := range usable {
+		ids[f.ID] = true
+	}
+	j, err := c.findJob(ctx, func(id string) bool { return ids[id] })
 	if err != nil {
 		return "", "", fmt.Errorf("find batch of chunk %d: %w", ref.Chunk, err)
 	}
 	if j != nil {
-		return f.ID, j.ID, nil
+		return j.InputFileID, j.ID, nil
 	}
-	return f.ID, "", nil
+	return usable[0].ID, "", nil
 }
 
 // findFile returns the newest usable file uploaded for ref, or nil.
 func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject, error) {
+	usable, _, err := c.findFiles(ctx, ref)
+	if len(usable) == 0 {
+		return nil, err
+	}
+	return &usable[0], err
+}
+
+// findFiles returns the usable files uploaded for ref, newest first, and
+// the ids of the files under ref's name that are not usable.
+func (c *Client) findFiles(ctx context.Context, ref sluice.BatchRef) ([]fileObject, []string, error) {
 	name := provider.UploadName(ref)
 	size := provider.UploadedSize(ref)
 	var l struct {
 		Data []fileObject `json:"data"`
 	}
 	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files")}, &l); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var best *fileObject
-	for i := range l.Data {
-		f := &l.Data[i]
-		if f.Filename == name && (size <= 0 || f.Bytes == size) && f.usable() && (best == nil || f.CreatedAt > best.CreatedAt) {
-			best = f
+	var usable []fileObject
+	var leftovers []string
+	for _, f := range l.Data {
+		switch {
+		case f.Filename != name:
+		case f.usable() && (size <= 0 || f.Bytes == size):
+			usable = append(usable, f)
+		case !f.usable():
+			leftovers = append(leftovers, f.ID)
 		}
 	}
-	return best, nil
+	sort.SliceStable(usable, func(i, j int) bool { return usable[i].CreatedAt > usable[j].CreatedAt })
+	return usable, leftovers, nil
 }
 
-// findJob returns the batch made from fileID, or nil.
-func (c *Client) findJob(ctx context.Context, fileID string) (*job, error) {
+// findJob returns the batch made from a file that made says is ref's, or
+// nil.
+func (c *Client) findJob(ctx context.Context, made func(fileID string) bool) (*job, error) {
 	var raw json.RawMessage
 	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches")}, &raw); err != nil {
 		return nil, err
@@ -383,7 +414,7 @@ func (c *Client) findJob(ctx context.Context, fileID string) (*job, error) {
 	}
 	var pick provider.Adopt[job]
 	for i := range l {
-		if l[i].InputFileID == fileID && pick.Offer(&l[i], openai.MapStatus(l[i].Status)) {
+		if made(l[i].InputFileID) && pick.Offer(&l[i], openai.MapStatus(l[i].Status)) {
 			break
 		}
 	}

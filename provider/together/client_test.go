@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -228,5 +229,41 @@ func TestTogetherCustomIDBound(t *testing.T) {
 	it.Body = []byte(`{"model":"m","input":"x"}`)
 	if err := provider.Presets["together"].Codec().Validate(it); err == nil {
 		t.Fatal("embeddings accepted")
+	}
+}
+
+// TestTogetherFindDeletesLeftovers: an upload cut after its first step
+// leaves a file record without content; Find, run after the crash, deletes
+// it (no batch can be made from it) and finds nothing to adopt.
+func TestTogetherFindDeletesLeftovers(t *testing.T) {
+	_, root := ptest.Emulator(t, emulator.Options{}, nil)
+	ref := chunk(t, "job-left", 1, "a", "b")
+	form := url.Values{"purpose": {"batch-api"}, "file_name": {provider.UploadName(ref)}, "file_type": {"jsonl"}}
+	req, _ := http.NewRequest("POST", root+"/together/v1/files", strings.NewReader(form.Encode()))
+	req.Header.Set("Authorization", "Bearer "+ptest.Key)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	left := resp.Header.Get("X-Together-File-Id")
+	if resp.StatusCode != 302 || left == "" {
+		t.Fatalf("step 1: %d %q", resp.StatusCode, left)
+	}
+	c := newClient(t, root+"/together/v1")
+	if f, b, err := c.Find(context.Background(), ref); err != nil || f != "" || b != "" {
+		t.Fatalf("find: %q %q %v", f, b, err)
+	}
+	req, _ = http.NewRequest("GET", root+"/together/v1/files/"+left, nil)
+	req.Header.Set("Authorization", "Bearer "+ptest.Key)
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("the leftover %s is still there: %v %v", left, resp.Status, err)
+	}
+	resp.Body.Close()
+	// The chunk uploads and runs as usual afterwards.
+	if b, got := ptest.Cycle(t, c, ref); b.Status != sluice.BatchCompleted || len(got) != 2 {
+		t.Fatalf("batch %+v, %d results", b, len(got))
 	}
 }
