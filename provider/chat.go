@@ -149,7 +149,7 @@ func (c chatCodec) Validate(it *sluice.Item) error {
 		return nil
 	}
 	if it.Model == "" {
-		return fmt.Errorf("missing body.model (and no job model is set)")
+		return fmt.Errorf("missing body.model (and no --model given)")
 	}
 	var warn func(translate.Warning)
 	if c.opts.Warn != nil {

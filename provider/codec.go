@@ -43,23 +43,30 @@ func (c OpenAICodec) Validate(it *sluice.Item) error {
 		if c.provider != "" {
 			name = "provider " + c.provider
 		}
-		return fmt.Errorf("url %q is not a batch endpoint of %s (accepted: %s)%s", it.URL, name, c.list, otherFamily(it.URL))
+		return fmt.Errorf("url %q is not a batch endpoint of %s (accepted: %s)%s", it.URL, name, c.list, otherFamily(it.URL, FamilyOpenAI))
 	}
 	return nil
 }
 
-// otherFamily says which provider takes a url of another family's API.
-func otherFamily(url string) string {
-	var fam string
+// otherFamily says which provider takes a url of another family's API than
+// self's, or "" when url is no other family's.
+func otherFamily(url string, self Family) string {
+	var fam Family
+	var name string
 	switch {
-	case url == "/v1/messages":
-		fam = "anthropic"
-	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
-		fam = "cloudflare"
+	case FamilyOf(url) == FamilyAnthropic:
+		fam, name = FamilyAnthropic, "an Anthropic"
+	case FamilyOf(url) == FamilyCloudflare:
+		fam, name = FamilyCloudflare, "a Cloudflare Workers AI"
+	case strings.HasPrefix(url, "/v1/"):
+		fam, name = FamilyOpenAI, "an OpenAI"
 	default:
 		return ""
 	}
-	return fmt.Sprintf("; it is a %s url: use --provider %s (or local, which takes every family)", fam, fam)
+	if fam == self {
+		return ""
+	}
+	return fmt.Sprintf("; it is %s url: use --provider %s (or local, which takes every family)", name, fam)
 }
 
 func (OpenAICodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
@@ -91,7 +98,7 @@ type AnthropicCodec struct{}
 
 func (AnthropicCodec) Validate(it *sluice.Item) error {
 	if it.URL != "/v1/messages" {
-		return fmt.Errorf("url %q is not a batch endpoint of Anthropic (accepted: /v1/messages, and /v1/chat/completions translated)", it.URL)
+		return fmt.Errorf("url %q is not a batch endpoint of Anthropic (accepted: /v1/messages, and /v1/chat/completions translated)%s", it.URL, otherFamily(it.URL, FamilyAnthropic))
 	}
 	if !AnthropicCustomID.MatchString(it.CustomID) {
 		return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
@@ -141,7 +148,7 @@ func (CloudflareCodec) Validate(it *sluice.Item) error {
 			return errors.New("url /ai/run needs body.model or --model")
 		}
 	default:
-		return fmt.Errorf("url %q is not a Workers AI endpoint (accepted: /ai/run/{model}, /ai/run, and /v1/chat/completions translated)", it.URL)
+		return fmt.Errorf("url %q is not a Workers AI endpoint (accepted: /ai/run/{model}, /ai/run, and /v1/chat/completions translated)%s", it.URL, otherFamily(it.URL, FamilyCloudflare))
 	}
 	if gjson.GetBytes(it.Body, "external_reference").Exists() {
 		return errors.New("body.external_reference is set, but sluice sends custom_id there")

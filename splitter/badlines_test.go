@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,7 +76,7 @@ func badLines() []badLine {
 		{name: "non-object body", line: `{"custom_id":"m7","method":"POST","url":"/v1/embeddings","body":"x"}`,
 			customID: "m7", reason: "body must be a JSON object, got a string"},
 		{name: "missing model", line: `{"custom_id":"m8","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}`,
-			customID: "m8", reason: "missing body.model (and no job model is set)"},
+			customID: "m8", reason: "missing body.model (and no --model given)"},
 		{name: "non-string model", line: `{"custom_id":"m9","method":"POST","url":"/v1/embeddings","body":{"model":4,"input":"x"}}`,
 			customID: "m9", reason: "body.model must be a string, got a number"},
 		{name: "empty model", line: `{"custom_id":"m10","method":"POST","url":"/v1/embeddings","body":{"model":"","input":"x"}}`,
@@ -92,7 +93,7 @@ func badLines() []badLine {
 			customID: "a2", reason: "body.max_tokens must be a number >= 1 for Anthropic"},
 		{name: "anthropic url", prov: "anthropic",
 			line:     `{"custom_id":"a3","method":"POST","url":"/v1/embeddings","body":{"model":"claude-x","input":"x"}}`,
-			customID: "a3", reason: `url "/v1/embeddings" is not a batch endpoint of Anthropic (accepted: /v1/messages, and /v1/chat/completions translated)`},
+			customID: "a3", reason: `url "/v1/embeddings" is not a batch endpoint of Anthropic (accepted: /v1/messages, and /v1/chat/completions translated); it is an OpenAI url: use --provider openai (or local, which takes every family)`},
 		{name: "anthropic chat line with a parameter it cannot honour", prov: "anthropic",
 			line:     `{"custom_id":"a4","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"x"}],"logit_bias":{"50256":-100}}}`,
 			customID: "a4", reason: "cannot translate for anthropic: body.logit_bias: anthropic has no logit bias"},
@@ -210,4 +211,35 @@ func TestEscapedFields(t *testing.T) {
 		t.Fatalf("%v %+v %+v", r.err, r.requests, r.chunks)
 	}
 	checkPlan(t, r, validLines(t, r.cfg, []byte(content)))
+}
+
+// TestLocalMixedChunkBodies: --provider local writes each (url, model)
+// group in its family's wire format; an Anthropic or Cloudflare chunk is one
+// JSON body, header and footer included (a chunk without its "]}" was sent
+// as a cut body and refused by the first create).
+func TestLocalMixedChunkBodies(t *testing.T) {
+	e := newEnv(t)
+	in := e.write("mixed.jsonl", []byte(strings.Join([]string{
+		`{"custom_id":"a1","method":"POST","url":"/v1/messages","body":{"model":"claude-haiku-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}}`,
+		`{"custom_id":"c1","method":"POST","url":"/ai/run/@cf/meta/llama-3.1-8b-instruct","body":{"prompt":"hi"}}`,
+		chatLine(`"o1"`, "hi"),
+		`{"custom_id":"a2","method":"POST","url":"/v1/messages","body":{"model":"claude-haiku-4-5","max_tokens":10,"messages":[{"role":"user","content":"ho"}]}}`,
+	}, "\n")+"\n"))
+	r := e.mustSplit(in, "local", sluice.Limits{}, nil)
+	if len(r.chunks) != 3 {
+		t.Fatalf("%d chunks, want 3 (one per family)", len(r.chunks))
+	}
+	for _, c := range r.chunks {
+		b, err := os.ReadFile(filepath.Join(r.cfg.Dir, c.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(b)) != c.Bytes {
+			t.Errorf("chunk %d (%s): file %d bytes, row says %d", c.ID, c.URL, len(b), c.Bytes)
+		}
+		env := sluice.CodecFor(r.cfg.Codec, c.URL).Envelope()
+		if n := countItems(t, env, b); n != c.Requests {
+			t.Errorf("chunk %d (%s): file holds %d items, row says %d", c.ID, c.URL, n, c.Requests)
+		}
+	}
 }

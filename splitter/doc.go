@@ -93,7 +93,7 @@
 //	  body.messages must be an array for Anthropic
 //	  url /ai/run needs body.model or --model
 //	  body.external_reference is set, but sluice sends custom_id there
-//	missing body.model (and no job model is set)
+//	missing body.model (and no --model given)
 //	cannot encode the request for the provider: ERROR
 //	request is N bytes on the provider's wire, over the batch limit of M bytes
 //	request has about N input tokens, over the batch limit of M tokens

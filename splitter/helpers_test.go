@@ -174,7 +174,6 @@ func checkPlan(t testing.TB, r *run, want []inputLine) {
 	t.Helper()
 	cfg := r.cfg
 	lim := cfg.Limits
-	env := cfg.Codec.Envelope()
 	if int64(len(want)) != r.res.Requests || len(r.requests) != len(want) {
 		t.Fatalf("requests: result %d, tracker %d, valid lines %d", r.res.Requests, len(r.requests), len(want))
 	}
@@ -213,6 +212,7 @@ func checkPlan(t testing.TB, r *run, want []inputLine) {
 		if lim.MaxBatchTokens > 0 && c.EstTokens > lim.MaxBatchTokens {
 			t.Errorf("chunk %d: %d tokens > limit %d", c.ID, c.EstTokens, lim.MaxBatchTokens)
 		}
+		env := sluice.CodecFor(cfg.Codec, c.URL).Envelope() // local: each chunk its family's
 		if n := countItems(t, env, b); n != c.Requests {
 			t.Errorf("chunk %d: file holds %d items, row says %d", c.ID, n, c.Requests)
 		}

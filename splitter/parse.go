@@ -160,7 +160,7 @@ func (p *parser) check(l []byte, it *sluice.Item) string {
 		return err.Error()
 	}
 	if it.Model == "" {
-		return "missing body.model (and no job model is set)"
+		return "missing body.model (and no --model given)"
 	}
 	return ""
 }

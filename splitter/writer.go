@@ -440,7 +440,7 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	if err := w.handle(g); err != nil {
 		return err
 	}
-	g.w.Write(w.env.Footer)
+	g.w.Write(g.env.Footer) // the group's own: a local chunk of Anthropic lines ends in ]}
 	g.size += int64(len(g.env.Footer))
 	if err := g.w.Flush(); err != nil {
 		return fmt.Errorf("write chunk: %w", err)

@@ -134,6 +134,8 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 	}
 	net.register(cmd)
 	fs := cmd.Flags()
+	// cancel creates no batch: a completion window would change nothing.
+	_ = fs.MarkHidden("completion-window")
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as for run (default: the provider's environment variable, e.g. OPENAI_BASE_URL, else its preset)")
 	fs.BoolVar(&wait, "wait", true, "wait for the cancelled batches to end and merge the output")
 	fs.DurationVar(&pollInterval, "poll-interval", 0, "first wait before polling a cancelled batch (default 5s; 200ms for --provider local)")

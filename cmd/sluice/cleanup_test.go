@@ -71,7 +71,9 @@ func TestProviderFilesDeletedAfterRun(t *testing.T) {
 
 	other, ids2 := writeInput(t, t.TempDir(), 30)
 	out2 := filepath.Join(dir, "out2.jsonl")
-	keep := append([]string{"run", other, "--out", out2}, args...)
+	// The same bodies as the first job's: --reuse=false, or the first job's
+	// answers would be reused and fewer batches bought.
+	keep := append([]string{"run", other, "--out", out2, "--reuse=false"}, args...)
 	if r := runSluice(t, env, append(keep, "--keep-provider-files")...); r.code != exitFailures {
 		t.Fatalf("run --keep-provider-files: exit %d\n%s", r.code, r.stderr)
 	}

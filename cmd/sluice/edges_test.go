@@ -676,10 +676,23 @@ func TestLocalServesEveryFamily(t *testing.T) {
 			t.Errorf("%s: %+v", l.CustomID, l)
 		}
 	}
+	// Every chunk's body is whole the first time: no create is refused and
+	// nothing is retried (the emulator injects no faults here).
+	if strings.Contains(r.stderr, "create batch refused") || strings.Contains(r.stdout, "retried") {
+		t.Errorf("a chunk was refused or retried:\n%s\n%s", r.stdout, tail(r.stderr, 3000))
+	}
 	cf, _ := writeCloudflareInput(t, dir, 2)
 	r = runSluice(t, stateEnv(dir), "plan", cf, "--provider", "openai")
 	if r.code != 2 || !strings.Contains(r.stderr, "provider openai") || !strings.Contains(r.stderr, "--provider cloudflare") {
 		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+	emb := filepath.Join(dir, "emb.jsonl")
+	writeFile(t, emb, []byte(`{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"x"}}`+"\n"))
+	for _, prov := range []string{"anthropic", "cloudflare"} {
+		r = runSluice(t, stateEnv(dir), "plan", emb, "--provider", prov)
+		if r.code != 2 || !strings.Contains(r.stderr, "--provider openai") {
+			t.Errorf("%s: exit %d: %s", prov, r.code, r.stderr)
+		}
 	}
 }
 

@@ -44,7 +44,7 @@ GET /_emulator/stats answers counters, among them requests_processed_more_than_o
 	fs := cmd.Flags()
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&o.DataDir, "data", "", "keep state on disk in this directory, so a restart loses no batch (default: in memory)")
-	fs.DurationVar(&o.BatchTime, "batch-time", 0, "time from create to completed for every batch")
+	fs.DurationVar(&o.BatchTime, "batch-time", 0, "time from create to completed for every batch (default 0: done at the first poll)")
 	fs.Float64Var(&o.HTTPFaultRate, "http-fault-rate", 0, "share of API calls answered 429 with Retry-After, 5xx, or a reset connection")
 	fs.Int64Var(&o.Seed, "seed", 1, "seed of the fault plan and of output order")
 	fs.Float64Var(&o.ExpireRate, "expire-rate", 0, "share of batches that expire with part of their lines done")

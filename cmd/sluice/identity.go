@@ -203,7 +203,7 @@ func (f *jobFlags) checkSettings(ctx context.Context, db *tracker.DB, job *sluic
 			"run with --job NEW_NAME to plan a new job with it (or leave %s out to continue this one)", flag, now, job.ID, was, flag)
 	}
 	if job.Provider != p.Name {
-		return refuse("--provider", p.Name, job.Provider)
+		return refuse("--provider", p.Name, "--provider "+job.Provider)
 	}
 	if ep := f.endpoint(p); job.Endpoint != "" && ep != job.Endpoint {
 		flag := "--base-url"
@@ -213,7 +213,11 @@ func (f *jobFlags) checkSettings(ctx context.Context, db *tracker.DB, job *sluic
 		return usageErr("%s points at %s: job %s has its batches at %s; run with --job NEW_NAME to start a new job there", flag, ep, job.ID, job.Endpoint)
 	}
 	if given("model") && f.model != job.Model {
-		return refuse("--model", quoteEmpty(f.model), quoteEmpty(job.Model))
+		was := "--model " + job.Model
+		if job.Model == "" {
+			was = "no --model"
+		}
+		return refuse("--model", quoteEmpty(f.model), was)
 	}
 	eff := p.Limits.Override(f.limits)
 	for _, c := range []struct {

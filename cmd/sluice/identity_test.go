@@ -122,6 +122,9 @@ func TestResumedRunRefusesPlanFlags(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, c[0]) || !strings.Contains(r.stderr, "--job NEW_NAME") {
 			t.Errorf("run %s %s on a planned job: exit %d, want 2 naming the flag and --job NEW_NAME\n%s", c[0], c[1], r.code, r.stderr)
 		}
+		if c[0] == "--model" && !strings.Contains(r.stderr, "planned with no --model") {
+			t.Errorf("run --model on a job planned without one: %s", r.stderr)
+		}
 	}
 	if got := emu.stats(t)["batches_created"]; got != 0 {
 		t.Errorf("refused runs created %d batches", got)

@@ -47,7 +47,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
 	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
 	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")
-	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed")
+	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll)")
 }
 
 // credential returns the first of the preset's key variables that is set.
@@ -142,8 +142,10 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir string, retry httpx.Retry, rl httpx.RateLimit,
 	f *jobFlags, log zerolog.Logger, db *tracker.DB) (sluice.Provider, error) {
 	local := provider.Presets["local"]
+	// Each family's client keeps its wire format and limits, but calls the
+	// in-process emulator at local's rate, not the real API's.
 	ap := provider.Presets["anthropic"]
-	ap.Name = local.Name
+	ap.Name, ap.RequestsPerSecond, ap.Burst = local.Name, local.RequestsPerSecond, local.Burst
 	an, err := anthropic.New(anthropic.Config{Preset: ap, BaseURL: root, APIKey: "local", Retry: retry, RateLimit: rl,
 		Limits: f.limits, Logger: log,
 		Claimed: func(id string) bool { return db.BatchKnown(context.WithoutCancel(ctx), id) }})
@@ -151,7 +153,7 @@ func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir strin
 		return nil, err
 	}
 	cp := provider.Presets["cloudflare"]
-	cp.Name = local.Name
+	cp.Name, cp.RequestsPerSecond, cp.Burst = local.Name, local.RequestsPerSecond, local.Burst
 	tmp := filepath.Join(stateDir, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, err

@@ -81,8 +81,10 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		Short: "Show jobs, their requests and chunks by state, live batches and the next action",
 		Long: `status lists every job in the state directory (or one JOB) with its input,
 provider, state, requests by state, chunks by state, live batches with their
-provider ids and status, tokens used, age, whether a sluice process is
-driving it now, and what the next run would do. A finished job shows its
+provider ids and status, tokens used, spend (priced usage, what live
+batches commit at most, the --max-cost cap; docs/money.md), requests reused
+from earlier jobs, age, whether a sluice process is driving it now, and
+what the next run would do. A finished job shows its
 output and errors files and its outcome: succeeded, failed, retried, and the
 wall time from plan to merge.
 
