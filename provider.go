@@ -129,6 +129,11 @@ var (
 	// (--http-max-wait): the network or the base URL is wrong, and retrying
 	// on the poll schedule would only wait for ever.
 	ErrUnreachable = errors.New("provider unreachable")
+	// ErrUnsettled: a call that creates something (an upload, a create) may
+	// have taken effect at the provider, its answer was lost, and the
+	// lookup that would have told failed too. The caller must look again
+	// before repeating the call, or it may buy the same batch twice.
+	ErrUnsettled = errors.New("the call may have taken effect at the provider")
 )
 
 // APIError is a non-2xx answer of a provider's API.

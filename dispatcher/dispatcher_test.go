@@ -25,6 +25,7 @@ func TestMixedFileEachFamily(t *testing.T) {
 		{"openai", openAILines(60)},
 		{"anthropic", anthropicLines(40)},
 		{"cloudflare", cloudflareLines(40)},
+		{"gemini", geminiLines(40)},
 	} {
 		t.Run(tc.preset, func(t *testing.T) {
 			r := newRig(t, tc.preset, tc.lines, sluice.Limits{MaxBatchRequests: 7}, 3, emulator.Options{})

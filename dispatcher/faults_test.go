@@ -2,6 +2,9 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,9 +33,9 @@ func checkNothingLost(t *testing.T, r *rig, allowedTwice int64) (succeeded, fail
 }
 
 func TestHTTPFaultStorm(t *testing.T) {
-	for _, preset := range []string{"openai", "anthropic", "cloudflare"} {
+	for _, preset := range []string{"openai", "anthropic", "cloudflare", "gemini"} {
 		t.Run(preset, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(45), "anthropic": anthropicLines(30), "cloudflare": cloudflareLines(30)}[preset]
+			lines := map[string][]string{"openai": openAILines(45), "anthropic": anthropicLines(30), "cloudflare": cloudflareLines(30), "gemini": geminiLines(30)}[preset]
 			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 5}, 3,
 				emulator.Options{Seed: 7, HTTPFaultRate: 0.3, RetryAfter: 10 * time.Millisecond})
 			r.run(r.options())
@@ -48,6 +51,59 @@ func TestHTTPFaultStorm(t *testing.T) {
 			}
 			if st := r.emu.Stats(); st.FaultsInjected == 0 {
 				t.Error("no fault was injected: the test proves nothing")
+			}
+		})
+	}
+}
+
+// TestLostCreateAnswerWithFailedLookupIsNotBoughtTwice plays, exactly, the
+// sequence behind a rare TestHTTPFaultStorm failure: the first create runs
+// at the provider but its answer is cut by a reset; the listing that would
+// find the batch then fails on every attempt (502). The create must not be
+// repeated until a listing has looked again, or the chunk is bought twice.
+// With failedLookups 2, the dispatcher's own look again fails too: the run
+// must keep looking, not stop nor create blind.
+func TestLostCreateAnswerWithFailedLookupIsNotBoughtTwice(t *testing.T) {
+	for _, failedLookups := range []int{1, 2} {
+		t.Run(fmt.Sprintf("lookups-failed-%d", failedLookups), func(t *testing.T) {
+			var mu sync.Mutex
+			creates, listings := 0, 0
+			script := func(method, path string) string {
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case method == http.MethodPost && path == "/v1/batches":
+					if creates++; creates == 1 {
+						return "reset" // the batch is created, its answer lost
+					}
+				case method == http.MethodGet && path == "/v1/batches":
+					// Every attempt of the first failedLookups listings.
+					if listings++; listings <= failedLookups*fastRetry.MaxAttempts {
+						return "502"
+					}
+				}
+				return ""
+			}
+			r := newRig(t, "openai", openAILines(10), sluice.Limits{MaxBatchRequests: 5}, 3,
+				emulator.Options{Seed: 1, FaultScript: script})
+			opts := r.options()
+			opts.Concurrency = 1
+			r.run(opts)
+			ok, failed := checkNothingLost(t, r, 0)
+			if ok != 10 || failed != 0 {
+				t.Errorf("succeeded %d failed %d, want 10/0", ok, failed)
+			}
+			st := r.emu.Stats()
+			if st.FaultsReset != 1 || st.Faults5xx != int64(failedLookups*fastRetry.MaxAttempts) {
+				t.Fatalf("faults: %d resets, %d 5xx; want 1 and %d: the test proves nothing",
+					st.FaultsReset, st.Faults5xx, failedLookups*fastRetry.MaxAttempts)
+			}
+			chunks, err := r.db.Chunks(context.Background(), r.job.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.BatchesCreated != int64(len(chunks)) {
+				t.Errorf("%d batches created for %d chunks", st.BatchesCreated, len(chunks))
 			}
 		})
 	}
@@ -164,16 +220,39 @@ func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 }
 
 func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {
-	r := newRig(t, "openai", openAILines(40), sluice.Limits{MaxBatchRequests: 5}, 8,
-		emulator.Options{Seed: 9, ValidationFailRate: 0.4})
+	for _, preset := range []string{"openai", "gemini"} {
+		t.Run(preset, func(t *testing.T) {
+			lines := map[string][]string{"openai": openAILines(40), "gemini": geminiLines(40)}[preset]
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 5}, 8,
+				emulator.Options{Seed: 9, ValidationFailRate: 0.4})
+			opts := r.options()
+			opts.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
+			r.run(opts)
+			ok, failed := checkNothingLost(t, r, 0)
+			if ok != 40 || failed != 0 {
+				t.Errorf("succeeded %d failed %d", ok, failed)
+			}
+			if st := r.emu.Stats(); st.BatchesFailed == 0 {
+				t.Fatal("no batch failed validation: the test proves nothing")
+			}
+		})
+	}
+}
+
+// TestGeminiExpiredBatchesRetried: an expired Gemini batch has no
+// results; every one of its requests goes to a new batch, and nothing is
+// executed twice.
+func TestGeminiExpiredBatchesRetried(t *testing.T) {
+	r := newRig(t, "gemini", geminiLines(30), sluice.Limits{MaxBatchRequests: 5}, 8,
+		emulator.Options{Seed: 4, ExpireRate: 0.4})
 	opts := r.options()
-	opts.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
+	opts.Concurrency = 1
 	r.run(opts)
 	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 40 || failed != 0 {
+	if ok != 30 || failed != 0 {
 		t.Errorf("succeeded %d failed %d", ok, failed)
 	}
-	if st := r.emu.Stats(); st.BatchesFailed == 0 {
-		t.Fatal("no batch failed validation: the test proves nothing")
+	if st := r.emu.Stats(); st.BatchesExpired == 0 {
+		t.Fatal("no batch expired: the test proves nothing")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/anthropic"
 	"github.com/sluice-batch/sluice/provider/cloudflare"
+	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
@@ -69,6 +70,8 @@ func newRig(t *testing.T, presetName string, lines []string, lim sluice.Limits, 
 		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: srv.URL + "/mistral", APIKey: "k", Retry: fastRetry, RateLimit: rl})
 	case provider.FamilyTogether:
 		prov, err = together.New(together.Config{Preset: p, BaseURL: srv.URL + "/together/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+	case provider.FamilyGemini:
+		prov, err = gemini.New(gemini.Config{Preset: p, BaseURL: srv.URL + "/gemini", APIKey: "k", Retry: fastRetry, RateLimit: rl})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +208,19 @@ func anthropicLines(n int) []string {
 			model = "claude-sonnet-4-5"
 		}
 		ls = append(ls, fmt.Sprintf(`{"custom_id":"msg_%d","method":"POST","url":"/v1/messages","body":{"model":%q,"max_tokens":32,"messages":[{"role":"user","content":"say %d"}]}}`, i, model, i))
+	}
+	return ls
+}
+
+// geminiLines are native Gemini lines over two models.
+func geminiLines(n int) []string {
+	var ls []string
+	for i := 0; i < n; i++ {
+		model := "gemini-2.5-flash"
+		if i%2 == 1 {
+			model = "gemini-2.5-pro"
+		}
+		ls = append(ls, fmt.Sprintf(`{"custom_id":"gm-%d","method":"POST","url":"/v1beta/models/%s:generateContent","body":{"contents":[{"role":"user","parts":[{"text":"say %d"}]}]}}`, i, model, i))
 	}
 	return ls
 }

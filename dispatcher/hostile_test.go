@@ -74,7 +74,7 @@ func checkHostile(t *testing.T, r *rig, allowedTwice int64) {
 var hostilePresets = []struct {
 	name  string
 	lines func(int) []string
-}{{"openai", openAILines}, {"anthropic", anthropicLines}, {"cloudflare", cloudflareLines}}
+}{{"openai", openAILines}, {"anthropic", anthropicLines}, {"cloudflare", cloudflareLines}, {"gemini", geminiLines}}
 
 func TestHostileMalformedLines(t *testing.T) {
 	for _, p := range hostilePresets {
@@ -167,9 +167,9 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 }
 
 func TestHostileOutputFile404(t *testing.T) {
-	for _, name := range []string{"openai", "anthropic"} {
+	for _, name := range []string{"openai", "anthropic", "gemini"} {
 		t.Run(name, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(30), "anthropic": anthropicLines(20)}[name]
+			lines := map[string][]string{"openai": openAILines(30), "anthropic": anthropicLines(20), "gemini": geminiLines(20)}[name]
 			r := newRig(t, name, lines, sluice.Limits{MaxBatchRequests: 10}, 6,
 				emulator.Options{Seed: 5, OutputFile404Rate: 0.4})
 			r.run(hostileOptions(r))
@@ -194,6 +194,15 @@ func TestHostileOutputFile404(t *testing.T) {
 	}
 }
 
+// stuckSeed is a seed under which some batch of the case gets stuck and
+// some does not.
+func stuckSeed(preset, phase string) int64 {
+	if preset == "gemini" && phase == "validating" {
+		return 5
+	}
+	return 3
+}
+
 func TestHostileStuckBatches(t *testing.T) {
 	for _, tc := range []struct {
 		preset, phase string
@@ -206,13 +215,15 @@ func TestHostileStuckBatches(t *testing.T) {
 		{"anthropic", "finalizing", sluice.CodeBatchStuck, `stuck in in_progress for \S+; cancelled at the provider`, 1},
 		// Stuck before anything ran: cancelled empty, retried in a new batch.
 		{"openai", "validating", sluice.CodeBatchStuck, `stuck in validating for \S+; cancelled at the provider`, 0.5},
+		{"gemini", "finalizing", sluice.CodeBatchStuck, `stuck in BATCH_STATE_RUNNING for \S+; cancelled at the provider`, 1},
+		{"gemini", "validating", sluice.CodeBatchStuck, `stuck in BATCH_STATE_PENDING for \S+; cancelled at the provider`, 0.5},
 		// No cancel at Cloudflare: the attempt fails, the requests go on.
 		{"cloudflare", "finalizing", sluice.CodeBatchStuck, `stuck in running for \S+; cancel at the provider failed`, 0.5},
 	} {
 		t.Run(tc.preset+"-"+tc.phase, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12)}[tc.preset]
+			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12), "gemini": geminiLines(12)}[tc.preset]
 			r := newRig(t, tc.preset, lines, sluice.Limits{MaxBatchRequests: 10}, 8,
-				emulator.Options{Seed: 3, StuckRate: tc.rate, StuckPhase: tc.phase})
+				emulator.Options{Seed: stuckSeed(tc.preset, tc.phase), StuckRate: tc.rate, StuckPhase: tc.phase})
 			r.run(hostileOptions(r))
 			if r.emu.Stats().BatchesStuck == 0 {
 				t.Fatal("no batch got stuck: the test proves nothing")
@@ -231,11 +242,12 @@ func TestHostileForgottenBatches(t *testing.T) {
 	}{
 		{"openai", sluice.CodeBatchNotFound, `batch \S+: .*not found at provider`},
 		{"anthropic", sluice.CodeBatchNotFound, `batch \S+: .*not found at provider`},
+		{"gemini", sluice.CodeBatchNotFound, `batch \S+: .*not found at provider`},
 		// Cloudflare answers an unknown request_id with a 400: refused for good.
 		{"cloudflare", sluice.CodePollRefused, `poll refused: .*unknown request_id.* \(failed on 2 polls in a row\)`},
 	} {
 		t.Run(tc.preset, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12)}[tc.preset]
+			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12), "gemini": geminiLines(12)}[tc.preset]
 			r := newRig(t, tc.preset, lines, sluice.Limits{MaxBatchRequests: 5}, 8,
 				emulator.Options{Seed: 7, ForgetBatchRate: 0.4})
 			r.run(hostileOptions(r))
@@ -252,6 +264,17 @@ func TestHostileForgottenBatches(t *testing.T) {
 // request exactly once and no success bought twice.
 func TestHostileEverythingAtOnce(t *testing.T) {
 	r := newRig(t, "openai", openAILines(45), sluice.Limits{MaxBatchRequests: 8}, 10,
+		emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
+			TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
+	r.run(hostileOptions(r))
+	st := r.emu.Stats()
+	checkHostile(t, r, st.LinesMalformed+st.LinesLost)
+}
+
+// TestHostileEverythingAtOnceGemini is TestHostileEverythingAtOnce for the
+// Gemini family.
+func TestHostileEverythingAtOnceGemini(t *testing.T) {
+	r := newRig(t, "gemini", geminiLines(45), sluice.Limits{MaxBatchRequests: 8}, 10,
 		emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
 			TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
 	r.run(hostileOptions(r))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,9 +76,11 @@ func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Ba
 }
 
 // refused handles a failed upload or create. The intent is rolled back to
-// the state before it (nothing exists at the provider), except when ctx was
-// cancelled mid-call: then the call may have landed, and the intent stays
-// for the next run to reconcile. Bad credentials stop the run; a request
+// the state before it (nothing exists at the provider), except when the
+// call may have landed: when ctx was cancelled mid-call (the intent stays
+// for the next run to reconcile), and when its answer was lost and the
+// lookup that would have settled it failed too (sluice.ErrUnsettled: the
+// intent stays and reconcileOne looks again). Bad credentials stop the run; a request
 // the provider refuses for good fails the chunk's attempt
 // (sluice.CodeInvalidRequest); other failures are recorded with code and
 // retried.
@@ -85,6 +88,23 @@ func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back 
 	log := d.chunkLog(c)
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if errors.Is(err, sluice.ErrUnsettled) {
+		// The call may have taken effect (its answer was cut by a reset)
+		// and the listing that would have found it failed too. Rolling the
+		// intent back would let the next try create a second batch for the
+		// same chunk: bought twice. So the chunk keeps its intent state and
+		// reconcileOne looks at the provider again at NextPollAt, in this
+		// run's rounds or at the next run's start; the step is redone only
+		// when a listing shows nothing, after the grace (docs/crash-safety.md).
+		c.SetError(code, fmt.Sprintf("%s: %v", what, err))
+		c.Polls++
+		c.NextPollAt = d.nextPoll(c.Polls)
+		log.Warn().Err(err).Time("look_again_at", c.NextPollAt).Msg(what + ": answer lost and lookup failed; will look again before repeating it")
+		if uerr := d.store.UpdateChunk(context.WithoutCancel(ctx), c, intent); uerr != nil {
+			return fatal(uerr)
+		}
+		return nil
 	}
 	var ae *sluice.APIError
 	if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
@@ -153,6 +173,18 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		// Nothing to look at: redo the step. For Cloudflare the window
 		// between the call and recording its answer is one response read.
 		log.Warn().Msg("provider cannot list batches; a crash inside submit may have created a batch twice")
+	case err != nil && ctx.Err() == nil && transient(err):
+		// The listing failed for now (5xx, 429, a broken connection, after
+		// the client's own retries): the chunk keeps its intent and is
+		// looked up again later. Redoing the step blind could buy it twice;
+		// stopping the run for a passing outage would help no one.
+		c.Polls++
+		c.NextPollAt = d.nextPoll(c.Polls)
+		log.Warn().Err(err).Time("look_again_at", c.NextPollAt).Msg("reconcile: the provider's listing failed; will look again")
+		if err := d.store.UpdateChunk(ctx, c, from); err != nil {
+			return false, fatal(err)
+		}
+		return false, nil
 	case err != nil:
 		return false, fatal(fmt.Errorf("reconcile chunk %d (left %s by an earlier run): %w; inspect the provider's batches and run 'sluice status %s --chunks'", c.ID, c.State, err, d.job.ID))
 	}
@@ -183,4 +215,20 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		return false, fatal(err)
 	}
 	return c.State != from, nil
+}
+
+// transient reports whether a failed lookup may succeed when repeated: an
+// answer 408, 409, 429 or 5xx, or a broken connection. An endpoint that
+// answered nothing for the whole retry budget (sluice.ErrUnreachable), bad
+// credentials, or a listing that cannot be read or matched are not.
+func transient(err error) bool {
+	if errors.Is(err, sluice.ErrUnreachable) {
+		return false
+	}
+	var ae *sluice.APIError
+	if errors.As(err, &ae) {
+		return ae.Retryable()
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
 }

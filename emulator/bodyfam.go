@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -65,7 +64,10 @@ func scanBodyLine(t []byte, lineNo int, lim bodyScan, seen map[string]struct{}, 
 		}
 		seen[*ln.CustomID] = struct{}{}
 		if sc.model == "" {
-			sc.model = cmp.Or(lim.jobModel, model)
+			sc.model = model
+			if lim.jobModel != "" {
+				sc.model = lim.jobModel
+			}
 		}
 		sc.tokens += approxTokens(len(ln.Body))
 	}

@@ -1,7 +1,9 @@
 // Package emulator is a local, deterministic server for the batch APIs sluice
 // drives: OpenAI (and OpenAI-compatible, incl. Azure v1 paths) Files +
 // Batches, Anthropic Message Batches, Cloudflare Workers AI async batch,
-// Mistral batch jobs and Together batches, all on one http.Handler, with a fake model, the providers' real limits and
+// the Gemini Developer API's Batch Mode with the Files API, Mistral batch
+// jobs and Together batches, all on one
+// http.Handler, with a fake model, the providers' real limits and
 // fault injection. It is sluice's embedded default provider and the ground
 // truth of its integration tests; the facts it follows are in docs/providers.md.
 //
@@ -50,7 +52,20 @@
 // go to the error file (Mistral: OpenAI output lines with a non-2xx
 // status_code; Together: {"custom_id","error":{"message","code"}}).
 //
-// Emulator: GET /_emulator/stats (JSON Stats; never faulted, no auth).
+// Gemini (base URL .../gemini, every route under both v1beta and v1 as {v};
+// details and decisions in docs/providers/gemini.md):
+//
+//	POST /gemini/upload/{v}/files  resumable start; with ?upload_id= the
+//	  commands upload, "upload, finalize", finalize, query, cancel
+//	GET /gemini/{v}/files  GET|DELETE /gemini/{v}/files/{id}
+//	GET /gemini/{v}/files/{id}:download?alt=media  GET /gemini/download/{v}/files/{id}:download?alt=media
+//	POST /gemini/{v}/models/{model}:batchGenerateContent  (file or inlined requests)
+//	POST /gemini/{v}/models/{model}:generateContent  (direct call)
+//	GET /gemini/{v}/batches  GET|DELETE /gemini/{v}/batches/{id}  POST /gemini/{v}/batches/{id}:cancel
+//
+// Emulator: GET /_emulator/stats (JSON Stats; never faulted, no auth) and
+// GET /_emulator/info ({"base_urls": {family: URL}}, from Families, the
+// table the banner of `sluice emulate` prints too).
 // Unknown routes get a 404 in the family's error envelope.
 //
 // # Lifecycle and time
@@ -59,12 +74,16 @@
 // background goroutines, so a fake clock makes runs reproducible. BatchTime
 // is split: OpenAI validating 10%, in_progress 80%, finalizing 10%, then
 // completed; Anthropic in_progress 100% then ended; Cloudflare queued 10%,
-// running 90%. BatchTime 0 means done at the first read after create (the
+// running 90%; Gemini PENDING 10%, RUNNING 90%. BatchTime 0 means done at the first read after create (the
 // create response itself still shows validating / in_progress / queued).
 // Lines are processed in a seeded random order; after a fraction f of the
 // run, the first f·N lines of that order are done. Result files are written
 // in that order, so output order is not input order. A batch still running
 // 24 h after create expires. Results are produced at the terminal transition.
+//
+// A Gemini batch expires 48 h after create, with nothing run and no
+// responses file; a Gemini cancel ends the batch at once (CANCELLED), the
+// lines run by then answered and the rest absent.
 //
 // Cancel: from in_progress the batch goes to cancelling / canceling; it ends
 // cancelled (Anthropic: ended) BatchTime/10 later (at the next read when
@@ -152,10 +171,21 @@
 //   - CloudflareItemErrorString: failed item carries "error":"message"
 //     instead of "error":{"code":N,"message":…} (shape unconfirmed).
 //   - EmbeddingDim: fake embedding size (8), for OpenAI and Cloudflare.
+//   - Gemini: GeminiMaxFileBytes (2 GB), GeminiMaxActiveBatches (100
+//     batches not ended; create beyond → 429 RESOURCE_EXHAUSTED),
+//     GeminiUploadGranularity (8 MiB: chunks but the last are multiples of
+//     it; a chunk cut short keeps whole granules), GeminiLineErrorField
+//     ("status", or "error"). The other knobs apply to Gemini as to the
+//     others: line errors are {"key","status":{"code":8|13|3,"message"}},
+//     validation failures end FAILED with the Operation's error,
+//     EnqueuedTokenLimit refuses the create with 429, hostile lines lose or
+//     change "key", OutputFile404Rate makes the responses file answer 404.
 //   - APIKey: when set, OpenAI needs "Authorization: Bearer KEY" or
 //     "api-key: KEY" (else 401 code invalid_api_key), Anthropic "x-api-key"
 //     (else 401 authentication_error) plus "anthropic-version" (else 400),
-//     Cloudflare Bearer (else 401 code 10000). When empty, anything goes.
+//     Cloudflare Bearer (else 401 code 10000), Gemini x-goog-api-key or
+//     ?key= (wrong: 400 INVALID_ARGUMENT, reason API_KEY_INVALID; missing:
+//     403 PERMISSION_DENIED). When empty, anything goes.
 //
 // # Validation (OpenAI)
 //
@@ -196,7 +226,8 @@
 // (Mistral: its metadata, else its last input file's name; Together: its
 // input file's name);
 // Anthropic uses "" (custom_ids are job-wide), Cloudflare the item's
-// external_reference (items without one are not tracked).
+// external_reference (items without one are not tracked), Gemini the batch
+// displayName up to its last "-c<digits>" with the line's key.
 //
 // # Persistence
 //

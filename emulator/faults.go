@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,7 +38,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		if !s.authorized(w, r, fam) {
 			return
 		}
-		slow, fault := s.drawFault()
+		slow, fault := s.drawFault(r)
 		if slow {
 			s.bump(func(st *Stats) { st.SlowCalls++ })
 			if !sleepCtx(r.Context(), s.opts.SlowDelay) {
@@ -88,13 +89,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // drawFault decides, deterministically from the seed and the call order,
-// whether this call is slow and which fault (if any) it gets.
-func (s *Server) drawFault() (slow bool, fault string) {
+// whether this call is slow and which fault (if any) it gets; with
+// Options.FaultScript, the script names the fault.
+func (s *Server) drawFault(r *http.Request) (slow bool, fault string) {
 	s.faultMu.Lock()
 	defer s.faultMu.Unlock()
 	uSlow, uFault, k := s.faultRNG.Float64(), s.faultRNG.Float64(), s.faultRNG.IntN(1<<30)
 	slow = uSlow < s.opts.SlowRate
-	if uFault < s.opts.HTTPFaultRate {
+	if s.opts.FaultScript != nil {
+		fault = s.opts.FaultScript(r.Method, r.URL.Path)
+		if !slices.Contains(allFaultKinds, fault) {
+			fault = ""
+		}
+	} else if uFault < s.opts.HTTPFaultRate {
 		fault = s.opts.FaultKinds[k%len(s.opts.FaultKinds)]
 	}
 	return
@@ -139,6 +146,24 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) 
 			} else {
 				oaiError(w, http.StatusUnauthorized, "invalid_request_error", msg, "", "invalid_api_key")
 			}
+			return false
+		}
+	case famGemini:
+		// Google answers a wrong key 400 INVALID_ARGUMENT (reason
+		// API_KEY_INVALID) and a missing one 403 PERMISSION_DENIED.
+		got := r.Header.Get("x-goog-api-key")
+		if got == "" {
+			got = r.URL.Query().Get("key")
+		}
+		switch {
+		case got == "":
+			gemErrorStatus(w, http.StatusForbidden, "PERMISSION_DENIED",
+				"Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.")
+			return false
+		case got != key:
+			gemErrorStatus(w, http.StatusBadRequest, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.",
+				map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+					"domain": "googleapis.com", "metadata": map[string]any{"service": "generativelanguage.googleapis.com"}})
 			return false
 		}
 	default:

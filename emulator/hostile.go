@@ -68,6 +68,9 @@ type lineFaults struct {
 }
 
 func (s *Server) lineFaultsOf(b *batchRec, i int) lineFaults {
+	if b.Inline {
+		return lineFaults{} // inlined responses are part of the Operation, not a file
+	}
 	f := lineFaults{malformed: s.fated("malformed", b.ID, i, s.opts.MalformedLineRate)}
 	if !f.malformed {
 		f.dup = s.fated("dupline", b.ID, i, s.opts.DuplicateLineRate)
@@ -99,6 +102,7 @@ func (s *Server) malform(b *batchRec, i int, data []byte) []byte {
 	}
 	return editLine(data, func(m map[string]json.RawMessage) {
 		delete(m, "custom_id")
+		delete(m, "key") // Gemini
 		if b.Family == famCloudflare {
 			delete(m, "id")
 			delete(m, "external_reference")
@@ -113,6 +117,10 @@ func (s *Server) ghost(b *batchRec, i int, data []byte) []byte {
 		if b.Family == famCloudflare {
 			m["external_reference"] = id
 			m["id"] = json.RawMessage(strconv.Itoa(b.N + i)) // no index of the batch
+			return
+		}
+		if b.Family == famGemini {
+			m["key"] = id
 			return
 		}
 		m["custom_id"] = id
@@ -140,6 +148,9 @@ func (s *Server) conflicting(b *batchRec, i int, data []byte) []byte {
 		case famAnthropic:
 			m["result"] = mustJSON(map[string]any{"type": "errored", "error": map[string]any{
 				"type": "error", "error": map[string]any{"type": "api_error", "message": msg}}})
+		case famGemini:
+			delete(m, "response")
+			m[s.opts.GeminiLineErrorField] = mustJSON(gemStatusLine("INTERNAL", msg))
 		default:
 			delete(m, "result")
 			m["success"] = json.RawMessage("false")

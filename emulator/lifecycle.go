@@ -22,6 +22,18 @@ const (
 
 const completionWindow = 24 * time.Hour
 
+// windowOf is how long a batch may run before it expires: 24 h, Gemini's
+// 48 h.
+func windowOf(b *batchRec) time.Duration {
+	if b.WindowSec > 0 {
+		return time.Duration(b.WindowSec) * time.Second
+	}
+	if b.Family == famGemini {
+		return geminiExpiry
+	}
+	return completionWindow
+}
+
 func (s *Server) at(b *batchRec, f float64) time.Time {
 	return b.Created.Add(time.Duration(float64(s.opts.BatchTime) * f))
 }
@@ -61,7 +73,7 @@ func (s *Server) nextEvent(b *batchRec) (t time.Time, ev string, ok bool) {
 		return s.at(b, 0.1), evValidated, true
 	case stInProgress:
 		end := s.runEnd(b)
-		if exp := b.Created.Add(b.window()); end.After(exp) {
+		if exp := b.Created.Add(windowOf(b)); end.After(exp) {
 			return exp, evExpire, true
 		}
 		switch {
@@ -105,8 +117,11 @@ func (s *Server) apply(b *batchRec, ev string, t time.Time) {
 	tp := &t
 	switch ev {
 	case evValidated:
-		if filesFamily(b.Family) {
+		switch b.Family {
+		case famOpenAI, famMistral, famTogether:
 			s.validateOpenAI(b, t)
+		case famGemini:
+			s.validateGemini(b, t)
 		}
 		if b.Status == stValidating {
 			b.Status, b.InProgressAt = stInProgress, tp
@@ -121,6 +136,9 @@ func (s *Server) apply(b *batchRec, ev string, t time.Time) {
 		f := s.opts.ExpireDoneFraction
 		if !b.ExpireFate {
 			f = s.fracAt(b, t)
+		}
+		if b.Family == famGemini {
+			f = 0 // an expired Gemini batch has no results: nothing of it ran
 		}
 		if s.finish(b, f, stExpired, t) {
 			b.Status, b.ExpiredAt = stExpired, tp
@@ -260,6 +278,9 @@ func (s *Server) perm(b *batchRec) []int32 {
 	p := make([]int32, b.N)
 	for i := range p {
 		p[i] = int32(i)
+	}
+	if b.Inline {
+		return p // inlined responses come back in request order
 	}
 	r := rand.New(rand.NewPCG(uint64(s.opts.Seed), h64(s.opts.Seed, "perm", b.ID, 0)))
 	r.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })

@@ -74,10 +74,7 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.tick(now)
 	f := s.files[req.InputFileID]
-	if f != nil && fileFamily(f) != famOpenAI {
-		f = nil
-	}
-	if f == nil {
+	if f == nil || f.Family != "" {
 		s.mu.Unlock()
 		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+req.InputFileID, "input_file_id", "")
 		return

@@ -316,7 +316,7 @@ func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	all := make([]*fileRec, 0, len(s.files))
 	for _, f := range s.files {
-		if fileFamily(f) == famOpenAI && (purpose == "" || f.Purpose == purpose) {
+		if f.Family == "" && (purpose == "" || f.Purpose == purpose) {
 			all = append(all, f)
 		}
 	}

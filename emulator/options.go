@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"slices"
 	"time"
 )
 
@@ -28,6 +29,13 @@ type Options struct {
 	// FaultKinds restricts the injected faults to a subset of "429", "500",
 	// "502", "503", "reset". Empty means all of them.
 	FaultKinds []string
+	// FaultScript, when set, decides the fault of every API call in place
+	// of HTTPFaultRate: it gets the call's method and URL path (no query)
+	// and returns "" (no fault) or one of the fault kinds above (anything
+	// else is no fault). Tests use it to play an exact sequence, such as a
+	// create reset after it ran followed by failing listings. It is called
+	// under a lock, one call at a time, in the order calls arrive.
+	FaultScript func(method, path string) string
 	// SlowRate is the share of API calls delayed by SlowDelay.
 	SlowRate  float64
 	SlowDelay time.Duration
@@ -129,6 +137,21 @@ type Options struct {
 	// "error":"message" instead of the default "error":{"code":N,"message":"…"}.
 	CloudflareItemErrorString bool
 
+	// Gemini limits: bytes of an uploaded file (default 2 GB, the Files API
+	// and batch input limit) and batches pending or running at once
+	// (default 100; create beyond it answers 429 RESOURCE_EXHAUSTED).
+	GeminiMaxFileBytes     int64
+	GeminiMaxActiveBatches int
+	// GeminiUploadGranularity is the X-Goog-Upload-Chunk-Granularity a
+	// resumable upload announces (default 8 MiB): chunks other than the last
+	// must be a multiple of it, and a chunk cut short keeps only whole
+	// multiples of it.
+	GeminiUploadGranularity int64
+	// GeminiLineErrorField names the field of a failed line in a Gemini
+	// responses file: "status" (default) or "error" (the shape is
+	// unconfirmed).
+	GeminiLineErrorField string
+
 	// EmbeddingDim is the dimension of fake embeddings (default 8).
 	EmbeddingDim int
 
@@ -158,6 +181,9 @@ var DefaultCloudflareModels = []string{
 	"@cf/google/gemma-3-12b-it",
 	"@cf/openai/gpt-oss-120b",
 }
+
+// allFaultKinds are the faults the emulator can inject.
+var allFaultKinds = []string{"429", "500", "502", "503", "reset"}
 
 func (o *Options) applyDefaults() {
 	if o.RetryAfter <= 0 {
@@ -200,6 +226,18 @@ func (o *Options) applyDefaults() {
 	if o.CloudflareModels == nil {
 		o.CloudflareModels = DefaultCloudflareModels
 	}
+	if o.GeminiMaxFileBytes <= 0 {
+		o.GeminiMaxFileBytes = 2_000_000_000
+	}
+	if o.GeminiMaxActiveBatches == 0 {
+		o.GeminiMaxActiveBatches = 100
+	}
+	if o.GeminiUploadGranularity <= 0 {
+		o.GeminiUploadGranularity = 8 << 20
+	}
+	if o.GeminiLineErrorField == "" {
+		o.GeminiLineErrorField = "status"
+	}
 	if o.EmbeddingDim <= 0 {
 		o.EmbeddingDim = 8
 	}
@@ -210,6 +248,6 @@ func (o *Options) applyDefaults() {
 		o.StuckPhase = stFinalizing
 	}
 	if len(o.FaultKinds) == 0 {
-		o.FaultKinds = []string{"429", "500", "502", "503", "reset"}
+		o.FaultKinds = slices.Clone(allFaultKinds)
 	}
 }

@@ -25,9 +25,11 @@ type Server struct {
 	idSeq     int64
 	files     map[string]*fileRec
 	batches   map[string]*batchRec
-	active    map[string]*batchRec // non-terminal batches
-	permCache map[string][]int32   // processing order of active batches
-	downloads map[string]int       // result downloads served, by file or batch id
+	active    map[string]*batchRec     // non-terminal batches
+	permCache map[string][]int32       // processing order of active batches
+	downloads map[string]int           // result downloads served, by file or batch id
+	uploads   map[string]*gemUploadRec // Gemini resumable upload sessions
+	upLocks   map[string]*sync.Mutex   // one per upload session
 	processed *processedSet
 	closed    bool
 
@@ -44,7 +46,7 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	opts.applyDefaults()
 	for _, k := range opts.FaultKinds {
-		if !slices.Contains([]string{"429", "500", "502", "503", "reset"}, k) {
+		if !slices.Contains(allFaultKinds, k) {
 			return nil, fmt.Errorf("emulator: unknown fault kind %q (want 429, 500, 502, 503 or reset)", k)
 		}
 	}
@@ -58,6 +60,8 @@ func New(opts Options) (*Server, error) {
 		active:    map[string]*batchRec{},
 		permCache: map[string][]int32{},
 		downloads: map[string]int{},
+		uploads:   map[string]*gemUploadRec{},
+		upLocks:   map[string]*sync.Mutex{},
 		faultRNG:  rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed_fa17)),
 	}
 	var err error
@@ -87,7 +91,8 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves the OpenAI, Anthropic and Cloudflare APIs on one mux.
+// Handler serves the OpenAI, Anthropic, Cloudflare and Gemini APIs on one
+// mux.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Close flushes state (DataDir) or removes the temporary directory.
@@ -178,8 +183,12 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /client/v4/accounts/{account}/ai/run/{model...}", s.cfRun)
 	s.mistralRoutes(mux)
 	s.togetherRoutes(mux)
+	s.geminiRoutes(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
+	})
+	mux.HandleFunc("GET /_emulator/info", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"base_urls": BaseURLs(baseURL(r))})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		familyError(w, errorFamily(r.URL.Path), http.StatusNotFound,

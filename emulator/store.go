@@ -22,9 +22,13 @@ type fileRec struct {
 	Purpose   string `json:"purpose"`
 	// Lost: the content answers 404 (OutputFile404Rate).
 	Lost bool `json:"lost,omitempty"`
-	// Family is the API family that owns the file ("" = OpenAI); each
-	// family sees only its own files.
-	Family string `json:"family,omitempty"`
+	// Gemini files: Family "gemini" (OpenAI files leave it empty), the
+	// display name in Filename, and these.
+	Family   string    `json:"family,omitempty"`
+	MimeType string    `json:"mime_type,omitempty"`
+	SHA256   string    `json:"sha256,omitempty"` // base64
+	Source   string    `json:"source,omitempty"` // UPLOADED or GENERATED
+	Created  time.Time `json:"created,omitempty"`
 	// Result: a batch's output or error file (downloads may be cut).
 	Result bool `json:"result,omitempty"`
 	// SampleType is Mistral's sample_type.
@@ -95,12 +99,13 @@ type batchRec struct {
 	CompletionWindow string            `json:"completion_window,omitempty"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
 	OutputExpiresSec int64             `json:"output_expires_sec,omitempty"`
-	// WindowSec is how long the batch may run before it expires (0: 24h;
-	// Mistral's timeout_hours).
-	WindowSec int64 `json:"window_sec,omitempty"`
-	// InputFiles are Mistral's input_files.
-	InputFiles   []string     `json:"input_files,omitempty"`
+	// WindowSec is how long the batch may run before it expires (0: the
+	// family's window; Mistral's timeout_hours).
+	WindowSec    int64        `json:"window_sec,omitempty"`
+	InputFiles   []string     `json:"input_files,omitempty"` // Mistral
 	Account      string       `json:"account,omitempty"`
+	DisplayName  string       `json:"display_name,omitempty"` // Gemini
+	Inline       bool         `json:"inline,omitempty"`       // Gemini inlined requests
 	JobKey       string       `json:"job_key"`
 	N            int          `json:"n"`
 	Tokens       int64        `json:"tokens"`
@@ -130,12 +135,7 @@ type batchRec struct {
 }
 
 // window is how long b may run before it expires.
-func (b *batchRec) window() time.Duration {
-	if b.WindowSec > 0 {
-		return time.Duration(b.WindowSec) * time.Second
-	}
-	return completionWindow
-}
+func (b *batchRec) window() time.Duration { return windowOf(b) }
 
 // endedAt is when a batch reached a terminal status.
 func (b *batchRec) endedAt() *time.Time {
@@ -162,7 +162,7 @@ func (s *Server) batchResults(id string) string {
 }
 
 func (s *Server) initDirs() error {
-	for _, d := range []string{"files", "batches", "tmp"} {
+	for _, d := range []string{"files", "batches", "tmp", "uploads"} {
 		if err := os.MkdirAll(filepath.Join(s.dir, d), 0o755); err != nil {
 			return err
 		}
@@ -217,7 +217,7 @@ func (s *Server) load() error {
 			s.active[b.ID] = &b
 		}
 	}
-	return nil
+	return s.loadUploads()
 }
 
 func readJSON(path string, v any) error {

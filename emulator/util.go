@@ -22,6 +22,39 @@ const (
 	famInternal   = "internal"
 )
 
+// Family is one API family the emulator serves and the path of its base
+// URL: what that family's official SDK and sluice's --base-url take,
+// relative to the server's root.
+type Family struct {
+	Name string
+	Path string
+	// Env is the variable the family's SDKs (and sluice) read the base URL
+	// from.
+	Env string
+}
+
+// Families lists every family served, in banner order. GET /_emulator/info
+// and the banner of `sluice emulate` are both made from it.
+var Families = []Family{
+	{"openai", "/v1", "OPENAI_BASE_URL"},
+	{"anthropic", "", "ANTHROPIC_BASE_URL"},
+	{"cloudflare", "/client/v4", "CLOUDFLARE_BASE_URL"},
+	{famGemini, geminiPrefix, "GOOGLE_GEMINI_BASE_URL"},
+	{"azure", "/openai/v1", "AZURE_OPENAI_BASE_URL"},
+	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
+	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
+}
+
+// BaseURLs maps each family to its base URL on a server reached at root
+// (http://HOST:PORT).
+func BaseURLs(root string) map[string]string {
+	m := make(map[string]string, len(Families))
+	for _, f := range Families {
+		m[f.Name] = root + f.Path
+	}
+	return m
+}
+
 // familyOf tells which API family a request path belongs to. /v1/messages is
 // Anthropic; every other /v1 path (and Azure's /openai/v1) is OpenAI.
 func familyOf(path string) string {
@@ -34,6 +67,8 @@ func familyOf(path string) string {
 		return famMistral
 	case strings.HasPrefix(path, "/together/"):
 		return famTogether
+	case strings.HasPrefix(path, geminiPrefix+"/"):
+		return famGemini
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return famAnthropic
 	default:
@@ -199,6 +234,8 @@ func familyError(w http.ResponseWriter, fam string, status int, msg string) {
 			typ = "api_error"
 		}
 		antError(w, status, typ, msg)
+	case famGemini:
+		gemError(w, status, msg)
 	case famCloudflare:
 		code := map[int]int{400: 5004, 401: 10000, 404: 7003, 405: 7001, 413: 3006, 429: 3040}[status]
 		if code == 0 {

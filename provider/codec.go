@@ -58,6 +58,8 @@ func otherFamily(url string, self Family) string {
 		fam, name = FamilyAnthropic, "an Anthropic"
 	case FamilyOf(url) == FamilyCloudflare:
 		fam, name = FamilyCloudflare, "a Cloudflare Workers AI"
+	case FamilyOf(url) == FamilyGemini:
+		fam, name = FamilyGemini, "a Gemini"
 	case strings.HasPrefix(url, "/v1/"):
 		fam, name = FamilyOpenAI, "an OpenAI"
 	default:
@@ -183,6 +185,51 @@ func (CloudflareCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// geminiURL is a Gemini generateContent endpoint: the API version, then
+// the model resource (models/… or tunedModels/…).
+var geminiURL = regexp.MustCompile(`^/(v1beta|v1)/((?:models|tunedModels)/[^/:]+):generateContent$`)
+
+// GeminiCodec writes chunk files as Gemini batch input JSONL, one
+// {"key": custom_id, "request": GenerateContentRequest} per line. The url
+// (/v1beta/models/{model}:generateContent) names the model, which the
+// batch is created for; the body is sent as written.
+type GeminiCodec struct{}
+
+// GeminiModel returns the model of a Gemini line's url: "gemini-2.5-flash"
+// for models/gemini-2.5-flash, "tunedModels/x" for a tuned model.
+func GeminiModel(url string) (string, bool) {
+	m := geminiURL.FindStringSubmatch(url)
+	if m == nil {
+		return "", false
+	}
+	return strings.TrimPrefix(m[2], "models/"), true
+}
+
+func (GeminiCodec) Validate(it *sluice.Item) error {
+	model, ok := GeminiModel(it.URL)
+	if !ok {
+		return fmt.Errorf("url %q is not a Gemini endpoint (accepted: /v1beta/models/{model}:generateContent, /v1/models/{model}:generateContent)%s", it.URL, otherFamily(it.URL, FamilyGemini))
+	}
+	if it.Model != "" && !it.ModelFromJob && strings.TrimPrefix(it.Model, "models/") != model {
+		return fmt.Errorf("body.model %q is not the model of the url (%s)", it.Model, model)
+	}
+	it.Model, it.ModelFromJob = model, false
+	if c := gjson.GetBytes(it.Body, "contents"); !c.IsArray() || !c.Get("0").Exists() {
+		return errors.New("body.contents must be a non-empty array for Gemini (a GenerateContentRequest)")
+	}
+	return nil
+}
+
+func (GeminiCodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
+
+func (GeminiCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	dst = append(dst, `{"key":`...)
+	dst = appendJSONString(dst, it.CustomID)
+	dst = append(dst, `,"request":`...)
+	dst = append(dst, bytes.TrimSpace(it.Body)...)
+	return append(dst, "}\n"...), nil
+}
+
 // withModel returns body with "model" set to model.
 func withModel(body []byte, model string) ([]byte, error) {
 	return sjson.SetBytes(bytes.Clone(body), "model", model)
@@ -242,20 +289,24 @@ func (BodyLineCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
 }
 
 // FamilyOf is the API family whose batch endpoint url is: Anthropic's
-// /v1/messages, Cloudflare's /ai/run[/...], else OpenAI's.
+// /v1/messages, Cloudflare's /ai/run[/...], Gemini's
+// /{v1beta,v1}/models/{model}:generateContent, else OpenAI's.
 func FamilyOf(url string) Family {
 	switch {
 	case url == "/v1/messages":
 		return FamilyAnthropic
 	case url == "/ai/run" || strings.HasPrefix(url, "/ai/run/"):
 		return FamilyCloudflare
+	case strings.HasSuffix(url, ":generateContent") && geminiURL.MatchString(url):
+		return FamilyGemini
 	}
 	return FamilyOpenAI
 }
 
 // MixedCodec is the sluice.RoutedCodec of --provider local: OpenAI lines in
 // the OpenAI format, /v1/messages lines in Anthropic's, /ai/run lines in
-// Cloudflare's, each under its family's per-batch limits.
+// Cloudflare's, :generateContent lines in Gemini's, each under its family's
+// per-batch limits.
 type MixedCodec struct {
 	OpenAI OpenAICodec
 }
@@ -266,6 +317,8 @@ func (m MixedCodec) For(url string) (sluice.Codec, sluice.Limits) {
 		return AnthropicCodec{}, Presets["anthropic"].Limits
 	case FamilyCloudflare:
 		return CloudflareCodec{}, Presets["cloudflare"].Limits
+	case FamilyGemini:
+		return GeminiCodec{}, Presets["gemini"].Limits
 	}
 	return m.OpenAI, sluice.Limits{}
 }

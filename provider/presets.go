@@ -2,7 +2,7 @@
 // provider presets (base URL, credentials, limits, endpoints) and the wire
 // codecs that turn a validated input line into the bytes of a chunk file.
 // The clients themselves live in the subpackages openai, anthropic,
-// cloudflare, mistral and together.
+// cloudflare, gemini, mistral and together.
 //
 // Presets is the one table of providers: a new provider is one struct
 // literal in it (and, for a new wire shape, a Family and a client
@@ -27,6 +27,7 @@ const (
 	FamilyCloudflare Family = "cloudflare" // Workers AI async batch
 	FamilyMistral    Family = "mistral"    // Files + /v1/batch/jobs (docs/providers/mistral.md)
 	FamilyTogether   Family = "together"   // Files (redirect upload) + /v1/batches (docs/providers/together.md)
+	FamilyGemini     Family = "gemini"     // Gemini Developer API Batch Mode + Files API
 )
 
 // Preset is everything sluice knows about one provider by default. Every
@@ -59,6 +60,9 @@ type Preset struct {
 	// Window is how long a batch may run at the provider, as its documents
 	// say it, for `sluice providers`.
 	Window string
+	// APIVersion is put between the base URL and every path (Gemini:
+	// v1beta; the base URL carries no version, as the Google SDKs take it).
+	APIVersion string
 	// RequestsPerSecond and Burst are the client-side rate limit of API
 	// calls (uploads, creates, polls, downloads), kept under the provider's
 	// documented or usual limits so sluice does not collect 429s. Zero
@@ -197,6 +201,20 @@ var Presets = map[string]Preset{
 			"create answers 201 {job, warning}", "list answers a bare array", "batch errors {\"error\": \"text\"}",
 			"no metadata: a lost create is adopted by its input file"},
 	},
+	"gemini": {
+		Name: "gemini", Family: FamilyGemini, BaseURL: "https://generativelanguage.googleapis.com", BaseURLEnv: "GOOGLE_GEMINI_BASE_URL",
+		// As the Google SDKs: GOOGLE_API_KEY wins over GEMINI_API_KEY.
+		KeyEnv: []string{"GOOGLE_API_KEY", "GEMINI_API_KEY"}, AuthHeader: "x-goog-api-key",
+		// 2 GB per input file; 100 concurrent batches per project. No
+		// request count per batch is documented: 100,000 is sluice's
+		// choice (docs/providers/gemini.md), overridable.
+		Limits:     sluice.Limits{MaxBatchBytes: 2_000_000_000, MaxBatchRequests: 100_000, MaxLiveBatches: 100},
+		Endpoints:  []string{"/v1beta/models/{model}:generateContent", "/v1/models/{model}:generateContent"},
+		APIVersion: "v1beta",
+		// No batch-API rate limit is documented; kept low like Anthropic's.
+		RequestsPerSecond: 2, Burst: 5,
+		Notes: "2 GB per input file, 100 concurrent batches, batches expire after 48h; model from the url",
+	},
 }
 
 // openAIInput is the input format of the OpenAI family.
@@ -240,6 +258,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return CloudflareCodec{}
 	case FamilyMistral, FamilyTogether:
 		return NewBodyLineCodec(p.Name, p.Endpoints, p.MaxCustomID)
+	case FamilyGemini:
+		return GeminiCodec{}
 	}
 	if p.Name == "local" {
 		// The built-in emulator serves every family: so does local.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,21 +18,24 @@ func newEmulateCmd(g *globalFlags) *cobra.Command {
 	var o emulator.Options
 	cmd := &cobra.Command{
 		Use:   "emulate",
-		Short: "Serve the local provider emulator (OpenAI, Anthropic, Cloudflare, Mistral and Together batch APIs on one port)",
+		Short: "Serve the local provider emulator (OpenAI, Anthropic, Cloudflare, Gemini, Mistral and Together batch APIs on one port)",
 		Long: `emulate serves a faithful local copy of the OpenAI Files and Batches API (and
-every OpenAI-compatible one), Anthropic Message Batches and Cloudflare Workers
-AI async batch, Mistral batch jobs and Together batches, with a deterministic fake model, the real limits, and fault
-injection. Point an SDK at it:
+every OpenAI-compatible one), Anthropic Message Batches, Cloudflare Workers
+AI async batch, Gemini Batch Mode with the Files API, Mistral batch jobs and
+Together batches, with a deterministic fake model, the real limits, and fault
+injection. It prints every family's base URL at start; point an SDK at it:
 
   OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=any
   ANTHROPIC_BASE_URL=http://127.0.0.1:8080 ANTHROPIC_API_KEY=any
   CLOUDFLARE_BASE_URL=http://127.0.0.1:8080/client/v4 CLOUDFLARE_API_TOKEN=any CLOUDFLARE_ACCOUNT_ID=acct
+  GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8080/gemini GEMINI_API_KEY=any
   MISTRAL_BASE_URL=http://127.0.0.1:8080/mistral MISTRAL_API_KEY=any
   TOGETHER_BASE_URL=http://127.0.0.1:8080/together/v1 TOGETHER_API_KEY=any
 
 When $SLUICE_EMULATOR_API_KEY is set, only that key is accepted (else any).
-GET /_emulator/stats answers counters, among them requests_processed_more_than_once
-(the same custom_id of one job executed twice: money spent twice).`,
+GET /_emulator/info answers {"base_urls": {family: URL}}; GET /_emulator/stats
+answers counters, among them requests_processed_more_than_once (the same
+custom_id of one job executed twice: money spent twice), also per family.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -68,14 +72,15 @@ GET /_emulator/stats answers counters, among them requests_processed_more_than_o
 }
 
 // emulatorBanner says where the emulator listens and, one line per
-// family, the base URL to give each provider's SDK (and sluice).
+// family, the base URL to give each provider's SDK (and sluice), with the
+// variable that SDK reads it from: the table GET /_emulator/info answers
+// from (emulator.Families).
 func emulatorBanner(addr string) string {
-	u := "http://" + addr
-	return fmt.Sprintf(`sluice emulator listening on %[1]s
-  openai:     OPENAI_BASE_URL=%[1]s/v1  (Azure: AZURE_OPENAI_BASE_URL=%[1]s/openai/v1)
-  anthropic:  ANTHROPIC_BASE_URL=%[1]s
-  cloudflare: CLOUDFLARE_BASE_URL=%[1]s/client/v4
-  mistral:    MISTRAL_BASE_URL=%[1]s/mistral
-  together:   TOGETHER_BASE_URL=%[1]s/together/v1
-`, u)
+	root := "http://" + addr
+	var b strings.Builder
+	fmt.Fprintf(&b, "sluice emulator listening on %s\n", root)
+	for _, f := range emulator.Families {
+		fmt.Fprintf(&b, "  %-11s %s=%s%s\n", f.Name+":", f.Env, root, f.Path)
+	}
+	return b.String()
 }

@@ -35,8 +35,8 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	f.maxAttempts = defaultMaxAttempts
 	fs := cmd.Flags()
 	f.given = fs.Changed
-	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed; it takes OpenAI, Anthropic and Cloudflare lines)")
-	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
+	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed; it takes OpenAI, Anthropic, Cloudflare and Gemini lines)")
+	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as the provider's official SDK takes it (OpenAI-compatible: https://HOST/v1; Anthropic: https://api.anthropic.com; Cloudflare: https://api.cloudflare.com/client/v4; Gemini: https://generativelanguage.googleapis.com, no version); default from the provider's environment variable (e.g. OPENAI_BASE_URL) or its preset")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the input path, the provider and the endpoint its base URL resolves to, so re-running the same command resumes the same job)")
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
 	fs.StringVar(&f.modelMap, "model-map", "", "old=new,...: send /v1/chat/completions lines written for model old to model new (e.g. gpt-4o-mini=claude-haiku-4-5); chat lines are translated for anthropic and cloudflare (docs/translation.md)")

@@ -9,13 +9,13 @@ import (
 )
 
 // mixedLocal is --provider local: the built-in emulator serves the OpenAI,
-// Anthropic and Cloudflare batch APIs on one port, so local takes lines of
-// every family. Each chunk goes to the client of its url's family
+// Anthropic, Cloudflare and Gemini batch APIs on one port, so local takes
+// lines of every family. Each chunk goes to the client of its url's family
 // (provider.FamilyOf); its chunk file is already in that family's format
 // (provider.MixedCodec).
 type mixedLocal struct {
-	openai, anthropic, cloudflare sluice.Provider
-	codec                         sluice.Codec
+	openai, anthropic, cloudflare, gemini sluice.Provider
+	codec                                 sluice.Codec
 }
 
 // noFile is the file id of a chunk whose family sends its body with the
@@ -29,6 +29,8 @@ func (m *mixedLocal) route(url string) sluice.Provider {
 		return m.anthropic
 	case provider.FamilyCloudflare:
 		return m.cloudflare
+	case provider.FamilyGemini:
+		return m.gemini
 	}
 	return m.openai
 }
@@ -70,9 +72,12 @@ func (m *mixedLocal) Decode(ctx context.Context, ref sluice.BatchRef, files []st
 }
 
 // Cancel knows the family by the emulator's batch ids: msgbatch_...
-// (Anthropic), batch_... (OpenAI), else a Workers AI request id.
+// (Anthropic), batch_... (OpenAI), batches/... (Gemini), else a Workers AI
+// request id.
 func (m *mixedLocal) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
 	switch {
+	case strings.HasPrefix(batchID, "batches/"):
+		return m.gemini.Cancel(ctx, batchID)
 	case strings.HasPrefix(batchID, "msgbatch_"):
 		return m.anthropic.Cancel(ctx, batchID)
 	case strings.HasPrefix(batchID, "batch_"):

@@ -66,6 +66,7 @@ var matrixProviders = []matrixProvider{
 	{name: "together", input: writeMTInput, reconciles: true, env: func(addr, key string) []string {
 		return familyEnv("together", key, addr)
 	}},
+	{name: "gemini", input: writeGeminiInput, reconciles: true, env: geminiEnv},
 	{name: "local", input: writeInput, reconciles: true},
 }
 

@@ -27,23 +27,6 @@ func familyEnv(family, key, addr string) []string {
 	panic("no env for " + family)
 }
 
-// familyStats reads /_emulator/stats .by_family[family].
-func (e *emulatorProc) familyStats(t *testing.T, family string) map[string]int64 {
-	t.Helper()
-	resp, err := http.Get("http://" + e.addr + "/_emulator/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		ByFamily map[string]map[string]int64 `json:"by_family"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st.ByFamily[family]
-}
-
 // writeMTInput writes n chat-completion lines over two models, for Mistral and Together.
 func writeMTInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/anthropic"
 	"github.com/sluice-batch/sluice/provider/cloudflare"
+	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
@@ -36,6 +37,12 @@ type netFlags struct {
 	localBatchTime   time.Duration
 	togetherUpload   string
 	mistralTimeout   int
+	gemini           struct {
+		apiVersion   string
+		chunkBytes   int64
+		downloadPath string
+		mimeType     string
+	}
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -48,6 +55,10 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
 	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")
 	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll)")
+	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
+	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
+	fs.StringVar(&n.gemini.mimeType, "gemini-mime-type", "", "--provider gemini: mimeType of uploaded chunk files (default application/jsonl; Google's docs pass jsonl)")
+	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
 }
 
 // credential returns the first of the preset's key variables that is set.
@@ -124,6 +135,14 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	case provider.FamilyTogether:
 		prov, err = together.New(together.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
 			Limits: f.limits, Logger: plog, Upload: n.togetherUpload, CompletionWindow: n.completionWindow})
+	case provider.FamilyGemini:
+		if dp := n.gemini.downloadPath; dp != "download" && dp != "api" {
+			closer()
+			return nil, nil, usageErr("--gemini-download-path %q: want download or api", dp)
+		}
+		prov, err = gemini.New(gemini.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			Limits: f.limits, Logger: plog, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
+			SDKDownloadPath: n.gemini.downloadPath == "api", MimeType: n.gemini.mimeType})
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}
@@ -163,5 +182,12 @@ func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir strin
 	if err != nil {
 		return nil, err
 	}
-	return &mixedLocal{openai: oa, anthropic: an, cloudflare: cf, codec: local.Codec()}, nil
+	gp := provider.Presets["gemini"]
+	gp.Name = local.Name
+	gm, err := gemini.New(gemini.Config{Preset: gp, BaseURL: root + "/gemini", APIKey: "local", Retry: retry, RateLimit: rl,
+		Limits: f.limits, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &mixedLocal{openai: oa, anthropic: an, cloudflare: cf, gemini: gm, codec: local.Codec()}, nil
 }

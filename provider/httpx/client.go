@@ -150,7 +150,9 @@ type Call struct {
 	// after the whole body was sent, or a 2xx answer broke mid-body), before
 	// the call is repeated and before giving up. It looks for what the call
 	// would have created; done true ends the call with ErrReconciled, so a
-	// create is not repeated into a duplicate.
+	// create is not repeated into a duplicate. When Reconcile itself fails,
+	// the call ends with an error wrapping sluice.ErrUnsettled: it is not
+	// repeated blind.
 	Reconcile func(ctx context.Context) (done bool, err error)
 	// Statuses are non-2xx statuses handled as answers, not errors (the
 	// 302 of Together's upload, sent by a client that does not follow
@@ -297,7 +299,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		if !ok {
 			if ambiguous && call.Reconcile != nil {
 				if done, rerr := call.Reconcile(ctx); rerr != nil {
-					return fmt.Errorf("%w; reconciling: %w", lastErr, rerr)
+					return fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
 				} else if done {
 					return ErrReconciled
 				}
@@ -327,7 +329,10 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		if ambiguous && call.Reconcile != nil {
 			done, rerr := call.Reconcile(ctx)
 			if rerr != nil {
-				return fmt.Errorf("%w; reconciling: %w", lastErr, rerr)
+				// The attempt may have landed and the lookup failed: the
+				// outcome is unknown, and repeating the call could make a
+				// duplicate. The caller must look again first.
+				return fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
 			}
 			if done {
 				return ErrReconciled

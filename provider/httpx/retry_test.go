@@ -360,6 +360,26 @@ func TestReconcileAfterAmbiguousFailure(t *testing.T) {
 	}
 }
 
+// TestFailedReconcileIsUnsettled: the body was sent, the connection died,
+// and the lookup failed: the call is not repeated blind, and its error says
+// the outcome is unknown (sluice.ErrUnsettled), with both failures.
+func TestFailedReconcileIsUnsettled(t *testing.T) {
+	s := &script{answers: []func(http.ResponseWriter, *http.Request){reset, ok}}
+	c, _ := newClient(t, httpx.Retry{})
+	call := httpx.Call{Method: "POST", URL: serve(t, s), Body: httpx.BytesBody([]byte(`{"x":1}`)),
+		Reconcile: func(context.Context) (bool, error) {
+			return false, &sluice.APIError{Status: 502, Message: "listing down"}
+		}}
+	err := c.JSON(context.Background(), call, nil)
+	var ae *sluice.APIError
+	if !errors.Is(err, sluice.ErrUnsettled) || !errors.As(err, &ae) || ae.Status != 502 {
+		t.Fatalf("err %v, want the 502 and sluice.ErrUnsettled", err)
+	}
+	if s.count() != 1 {
+		t.Fatalf("%d attempts: a call whose outcome is unknown was repeated", s.count())
+	}
+}
+
 func TestDownloadRestartsAfterMidBodyReset(t *testing.T) {
 	full := []byte(`{"ok":true}` + "\n" + `{"line":2}` + "\n")
 	s := &script{answers: []func(http.ResponseWriter, *http.Request){halfBody, func(w http.ResponseWriter, r *http.Request) {

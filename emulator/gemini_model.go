@@ -1,0 +1,221 @@
+package emulator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Gemini's fake model, its error envelope and the google.rpc.Status codes
+// of per-line errors.
+
+// gemStatusName is the google.rpc.Code name Google's JSON errors carry in
+// error.status for an HTTP status.
+var gemStatusName = map[int]string{
+	400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+	405: "INVALID_ARGUMENT", 409: "ALREADY_EXISTS", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED",
+	499: "CANCELLED", 500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+	504: "DEADLINE_EXCEEDED",
+}
+
+// gemGRPCCode is the numeric google.rpc.Code of a status name, as a
+// google.rpc.Status (per-line errors, an Operation's error) carries it.
+var gemGRPCCode = map[string]int{
+	"CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+	"ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
+	"ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
+	"DATA_LOSS": 15, "UNAUTHENTICATED": 16,
+}
+
+// gemError writes Google's envelope {"error":{"code","message","status"}}.
+func gemError(w http.ResponseWriter, status int, msg string) {
+	gemErrorStatus(w, status, "", msg)
+}
+
+// gemErrorStatus is gemError with an explicit status name (FAILED_PRECONDITION
+// answers 400 like INVALID_ARGUMENT).
+func gemErrorStatus(w http.ResponseWriter, status int, name, msg string, details ...any) {
+	if name == "" {
+		name = gemStatusName[status]
+	}
+	if name == "" {
+		name = "UNKNOWN"
+	}
+	e := map[string]any{"code": status, "message": msg, "status": name}
+	if len(details) > 0 {
+		e["details"] = details
+	}
+	writeJSON(w, status, map[string]any{"error": e})
+}
+
+// gemPart is one part of a Content; only text is read by the fake model.
+type gemContent struct {
+	Role  string `json:"role"`
+	Parts []struct {
+		Text string `json:"text"`
+	} `json:"parts"`
+}
+
+func (c gemContent) text() string {
+	var sb strings.Builder
+	for i, p := range c.Parts {
+		if i > 0 && p.Text != "" {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(p.Text)
+	}
+	return sb.String()
+}
+
+// gemRequest is the part of a GenerateContentRequest the fake model reads;
+// the API's JSON parser takes camelCase and snake_case alike.
+type gemRequest struct {
+	Contents    *[]gemContent `json:"contents"`
+	System      *gemContent   `json:"systemInstruction"`
+	SystemSnake *gemContent   `json:"system_instruction"`
+	GenConfig   *gemGenConfig `json:"generationConfig"`
+	GenConfigSn *gemGenConfig `json:"generation_config"`
+}
+
+type gemGenConfig struct {
+	MaxOutputTokens      int64 `json:"maxOutputTokens"`
+	MaxOutputTokensSnake int64 `json:"max_output_tokens"`
+	CandidateCount       int   `json:"candidateCount"`
+	CandidateCountSnake  int   `json:"candidate_count"`
+}
+
+// runGemini executes one GenerateContentRequest for model ("models/x" or
+// "x"). On success body is a GenerateContentResponse; otherwise status is
+// the HTTP status a direct call would get and body a google.rpc.Status
+// {"code": grpc, "message"} with the status name in the returned name.
+func (s *Server) runGemini(model string, req []byte) (m modelOut, statusName string) {
+	bad := func(msg string) (modelOut, string) {
+		return modelOut{status: 400, body: mustJSON(map[string]any{"code": 3, "message": msg})}, "INVALID_ARGUMENT"
+	}
+	var r gemRequest
+	if err := json.Unmarshal(req, &r); err != nil {
+		return bad("Invalid JSON payload received. " + err.Error())
+	}
+	if r.Contents == nil || len(*r.Contents) == 0 {
+		return bad("* GenerateContentRequest.contents: contents is not specified\n")
+	}
+	sys := r.System
+	if sys == nil {
+		sys = r.SystemSnake
+	}
+	gc := r.GenConfig
+	if gc == nil {
+		gc = r.GenConfigSn
+	}
+	var maxOut int64
+	n := 1
+	if gc != nil {
+		maxOut = max(gc.MaxOutputTokens, gc.MaxOutputTokensSnake)
+		n = max(n, gc.CandidateCount, gc.CandidateCountSnake)
+	}
+	var all strings.Builder
+	if sys != nil {
+		all.WriteString(sys.text())
+	}
+	var last string
+	for i, c := range *r.Contents {
+		switch c.Role {
+		case "", "user":
+			last = c.text()
+		case "model", "function":
+		default:
+			return bad(fmt.Sprintf("* GenerateContentRequest.contents[%d].role: Please use a valid role: user, model.\n", i))
+		}
+		if all.Len() > 0 {
+			all.WriteByte('\n')
+		}
+		all.WriteString(c.text())
+	}
+	text, cut := answer(last, maxOut)
+	finish := "STOP"
+	if cut {
+		finish = "MAX_TOKENS"
+	}
+	in, out := approxTokens(all.Len()), approxTokens(len(text))*int64(n)
+	cands := make([]any, n)
+	for i := range cands {
+		cands[i] = map[string]any{"content": map[string]any{"parts": []any{map[string]any{"text": text}}, "role": "model"},
+			"finishReason": finish, "index": i}
+	}
+	usage := map[string]any{"totalTokenCount": in + out}
+	if in > 0 {
+		usage["promptTokenCount"] = in
+		usage["promptTokensDetails"] = []any{map[string]any{"modality": "TEXT", "tokenCount": in}}
+	}
+	if out > 0 {
+		usage["candidatesTokenCount"] = out
+	}
+	return modelOut{200, mustJSON(map[string]any{"candidates": cands, "usageMetadata": usage,
+		"modelVersion": strings.TrimPrefix(model, "models/"), "responseId": b58ID(0, "gemresp", string(req), 0, 23)}), in, out}, ""
+}
+
+// gemStatusLine is the google.rpc.Status of a per-line error.
+func gemStatusLine(name, msg string) map[string]any {
+	return map[string]any{"code": gemGRPCCode[name], "message": msg}
+}
+
+// runGeminiLine produces the result of line i ({"key","request"}) of a
+// Gemini batch: {"key","response"} or {"key","status"} (the field name is
+// Options.GeminiLineErrorField). Lines not run (expired, cancelled) get no
+// result line: Gemini's output has responses only for requests it ran.
+func (s *Server) runGeminiLine(b *batchRec, i int, line []byte, done bool, undone string) lineResult {
+	var ln struct {
+		Key      json.RawMessage `json:"key"`
+		Request  json.RawMessage `json:"request"`
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	json.Unmarshal(line, &ln)
+	var key string
+	json.Unmarshal(ln.Key, &key)
+	r := lineResult{customID: key, dest: destOut, kind: outErrored}
+	if !done {
+		r.dest, r.kind = destNone, outExpired
+		if undone == stCancelled {
+			r.kind = outCancelled
+		}
+		return r
+	}
+	keyJSON := ln.Key
+	if len(keyJSON) == 0 {
+		keyJSON = json.RawMessage(`""`)
+	}
+	errLine := func(name, msg string) []byte {
+		if b.Inline {
+			return mustJSON(map[string]any{"error": gemStatusLine(name, msg), "metadata": ln.Metadata})
+		}
+		return mustJSON(map[string]any{"key": keyJSON, s.opts.GeminiLineErrorField: gemStatusLine(name, msg)})
+	}
+	switch f := s.lineFate(b, i); f {
+	case fate429:
+		r.data = errLine("RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota). (injected by the emulator's LineErrorRate)")
+	case fate500:
+		r.data = errLine("INTERNAL", "An internal error has occurred. (injected by the emulator's LineErrorRate)")
+	case fate400:
+		r.data = errLine("INVALID_ARGUMENT", "Request contains an invalid argument. (permanent error injected by the emulator's LineErrorRate)")
+	default:
+		m, name := s.runGemini(b.Model, ln.Request)
+		r.in, r.out = m.in, m.out
+		switch {
+		case f == fateOmit:
+			r.kind, r.dest = outOmitted, destNone
+		case m.status == 200 && b.Inline:
+			r.kind, r.data = outSucceeded, mustJSON(map[string]any{"response": json.RawMessage(m.body), "metadata": ln.Metadata})
+		case m.status == 200:
+			d := append([]byte(`{"key":`), keyJSON...)
+			d = append(d, `,"response":`...)
+			d = append(d, m.body...)
+			r.kind, r.data = outSucceeded, append(d, '}')
+		default:
+			var st struct{ Message string }
+			json.Unmarshal(m.body, &st)
+			r.data = errLine(name, st.Message)
+		}
+	}
+	return r
+}

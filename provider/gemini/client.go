@@ -1,0 +1,331 @@
+// Package gemini is the client of the Gemini Developer API's Batch Mode
+// with the Files API (docs/providers/gemini.md has the wire facts).
+//
+// A chunk file is the batch input JSONL, one {"key": custom_id, "request":
+// GenerateContentRequest} per line. Upload sends it with the resumable
+// protocol of the Files API (start, 8 MiB chunks, finalize; after a broken
+// connection it queries the session and resumes from the server's offset)
+// under the display name sluice-<job>-c<chunk>-a<attempt>.jsonl; Create
+// starts models/{model}:batchGenerateContent from it with the display name
+// sluice-<job>-c<chunk>-a<attempt>, which Find matches in the batch listing
+// after a crash. Results come back in a responses file, one {"key",
+// "response"} or {"key","status"} line per request.
+package gemini
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/httpx"
+)
+
+// DefaultChunkSize is the size of one upload request, the SDKs' 8 MiB.
+const DefaultChunkSize = 8 << 20
+
+// DefaultMimeType is the mimeType given to uploaded chunk files.
+const DefaultMimeType = "application/jsonl"
+
+// DefaultFindWindow is how far back Find looks at batches and files: the
+// 48 hours a batch may live before it expires, and a margin.
+const DefaultFindWindow = 72 * time.Hour
+
+// Config configures a Client. The zero Preset means the "gemini" preset.
+type Config struct {
+	Preset provider.Preset
+	// BaseURL without the version, as the Google SDKs take it:
+	// https://generativelanguage.googleapis.com.
+	BaseURL string
+	// APIVersion is put after the base URL (default the preset's, v1beta).
+	APIVersion string
+	APIKey     string // sent as x-goog-api-key
+	HTTP       *http.Client
+	Retry      httpx.Retry
+	// RateLimit defaults to the preset's; Limiter, when set, is shared.
+	RateLimit httpx.RateLimit
+	Limiter   *httpx.Limiter
+	Limits    sluice.Limits // put over the preset's limits
+	// Header is sent with every request.
+	Header http.Header
+	Logger zerolog.Logger
+	// ChunkSize is the bytes of one upload request (default 8 MiB), rounded
+	// up to the granularity the server announces.
+	ChunkSize int64
+	// MimeType of uploaded chunk files (default application/jsonl).
+	MimeType string
+	// SDKDownloadPath downloads responses from /{version}/files/{id}:download
+	// (what the SDKs call) instead of the docs' /download/{version}/….
+	SDKDownloadPath bool
+	// FindWindow is how far back Find looks (default 72 h).
+	FindWindow time.Duration
+	// MaxLine bounds one result line in Decode (default
+	// provider.DefaultMaxLine).
+	MaxLine int
+	Clock   httpx.Clock
+}
+
+// Client implements sluice.Provider for the Gemini Developer API.
+type Client struct {
+	preset   provider.Preset
+	base     *url.URL
+	version  string
+	hc       *httpx.Client // retrying client
+	once     *httpx.Client // one attempt per call: upload chunks, whose retries resume from the server's offset
+	retry    httpx.Retry
+	limits   sluice.Limits
+	chunk    int64
+	mime     string
+	sdkDL    bool
+	findBack time.Duration
+	maxLine  int
+	clock    httpx.Clock
+	log      zerolog.Logger
+}
+
+var _ sluice.Provider = (*Client)(nil)
+
+// New returns a client for cfg.
+func New(cfg Config) (*Client, error) {
+	p := cfg.Preset
+	if p.Name == "" {
+		p = provider.Presets["gemini"]
+	}
+	if p.Family != provider.FamilyGemini {
+		return nil, fmt.Errorf("gemini: preset %q is of family %q", p.Name, p.Family)
+	}
+	raw := cfg.BaseURL
+	if raw == "" {
+		raw = p.BaseURL
+	}
+	base, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
+	}
+	for _, v := range []string{"/v1beta", "/v1"} {
+		if strings.HasSuffix(base.Path, v) {
+			return nil, fmt.Errorf("provider %s: base URL %q ends in the API version; give it without (like https://generativelanguage.googleapis.com) and set the version apart", p.Name, raw)
+		}
+	}
+	c := &Client{preset: p, base: base, version: cfg.APIVersion, limits: p.Limits.Override(cfg.Limits),
+		chunk: cfg.ChunkSize, mime: cfg.MimeType, sdkDL: cfg.SDKDownloadPath, findBack: cfg.FindWindow,
+		maxLine: cfg.MaxLine, clock: cfg.Clock, log: cfg.Logger, retry: cfg.Retry.WithDefaults()}
+	if c.version == "" {
+		c.version = p.APIVersion
+	}
+	if c.version == "" {
+		c.version = "v1beta"
+	}
+	if c.chunk <= 0 {
+		c.chunk = DefaultChunkSize
+	}
+	if c.mime == "" {
+		c.mime = DefaultMimeType
+	}
+	if c.findBack <= 0 {
+		c.findBack = DefaultFindWindow
+	}
+	if c.clock == nil {
+		c.clock = httpx.SystemClock{}
+	}
+	hc := httpx.Config{
+		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
+		RateLimit:  cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}),
+		AuthHeader: "x-goog-api-key", APIKey: cfg.APIKey,
+		Header: cfg.Header, Errors: GoogleErrors, Clock: c.clock, Logger: cfg.Logger,
+	}
+	c.hc = httpx.New(hc)
+	hc.Limiter, hc.Retry = c.hc.Limiter(), httpx.Retry{MaxAttempts: 1}
+	c.once = httpx.New(hc)
+	return c, nil
+}
+
+func (c *Client) Name() string          { return c.preset.Name }
+func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
+func (c *Client) Limits() sluice.Limits { return c.limits }
+func (c *Client) UsesFiles() bool       { return true }
+
+// url is base/{version}/path with query q.
+func (c *Client) url(path string, q url.Values) string {
+	return c.urlAt("/"+c.version+path, q)
+}
+
+func (c *Client) urlAt(path string, q url.Values) string {
+	u := *c.base
+	u.Path = strings.TrimRight(u.Path, "/") + path
+	u.RawPath = ""
+	if len(q) > 0 {
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// DisplayName is the display name of the batch made for ref:
+// sluice-<job>-c<chunk>-a<attempt>. Find matches it.
+func DisplayName(ref sluice.BatchRef) string {
+	return strings.TrimSuffix(provider.UploadName(ref), ".jsonl")
+}
+
+// batchName is "batches/<id>" for an id given with or without the prefix.
+func batchName(id string) string {
+	if strings.HasPrefix(id, "batches/") {
+		return id
+	}
+	return "batches/" + id
+}
+
+// modelName is the model resource of a chunk: models/<id>, or a
+// tunedModels/… name as given.
+func modelName(model string) string {
+	if strings.Contains(model, "/") {
+		return model
+	}
+	return "models/" + model
+}
+
+var jsonHeader = http.Header{"Content-Type": {"application/json"}}
+
+type createRequest struct {
+	Batch struct {
+		DisplayName string `json:"displayName"`
+		InputConfig struct {
+			FileName string `json:"fileName"`
+		} `json:"inputConfig"`
+	} `json:"batch"`
+}
+
+// Create starts POST /{v}/models/{model}:batchGenerateContent from fileID
+// with the display name naming ref. The create is not idempotent: a
+// connection lost after the request was sent is settled by listing
+// batches before it is repeated, so a lost answer does not buy the batch
+// twice.
+func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
+	if fileID == "" {
+		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: no input file id", ref.Chunk)
+	}
+	if ref.Model == "" {
+		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: no model", ref.Chunk)
+	}
+	var req createRequest
+	req.Batch.DisplayName = DisplayName(ref)
+	req.Batch.InputConfig.FileName = fileName(fileID)
+	body, err := httpx.JSONBody(req)
+	if err != nil {
+		return sluice.Batch{}, err
+	}
+	var adopted *operation
+	call := httpx.Call{
+		Method: http.MethodPost, URL: c.url("/"+modelName(ref.Model)+":batchGenerateContent", nil),
+		Header: jsonHeader, Body: body,
+		Reconcile: func(ctx context.Context) (bool, error) {
+			op, err := c.findBatch(ctx, ref)
+			adopted = op
+			return op != nil, err
+		},
+	}
+	var op operation
+	switch err := c.hc.JSON(ctx, call, &op); {
+	case errors.Is(err, httpx.ErrReconciled):
+		c.log.Info().Str("batch_id", adopted.Name).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
+		return adopted.toBatch(), nil
+	case err != nil:
+		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, keyErr(err))
+	case op.name() == "":
+		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no batch name", ref.Chunk)
+	}
+	return op.toBatch(), nil
+}
+
+// Poll reads GET /{v}/batches/{id}.
+func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
+	var op operation
+	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/"+batchName(batchID), nil)}, &op); err != nil {
+		return sluice.Batch{}, notFound("poll batch "+batchID, err)
+	}
+	return op.toBatch(), nil
+}
+
+// Cancel asks POST /{v}/batches/{id}:cancel, then reads the batch. A batch
+// that has already ended (400 FAILED_PRECONDITION) is just read.
+func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
+	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/"+batchName(batchID)+":cancel", nil), Header: jsonHeader}, nil)
+	var ae *sluice.APIError
+	if err != nil && !(errors.As(err, &ae) && ae.Code == "FAILED_PRECONDITION") {
+		return sluice.Batch{}, notFound("cancel batch "+batchID, err)
+	}
+	return c.Poll(ctx, sluice.BatchRef{}, batchID)
+}
+
+// Fetch downloads the batch's responses file into dir as
+// <batch>.responses.jsonl. A batch without one (expired, or cancelled
+// before any request ran) has no results: no files, no error.
+func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	if b.OutputFileID == "" {
+		return nil, nil
+	}
+	id := strings.TrimPrefix(b.OutputFileID, "files/")
+	src := c.urlAt("/download/"+c.version+"/files/"+url.PathEscape(id)+":download", url.Values{"alt": {"media"}})
+	if c.sdkDL {
+		src = c.url("/files/"+url.PathEscape(id)+":download", url.Values{"alt": {"media"}})
+	}
+	path := filepath.Join(dir, provider.SafeFileName(b.ID)+".responses.jsonl")
+	if _, err := c.hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: src}, path); err != nil {
+		return nil, notFound(fmt.Sprintf("download responses file %s of batch %s", b.OutputFileID, b.ID), err)
+	}
+	return []string{path}, nil
+}
+
+// Forget deletes uploaded files (DELETE /{v}/files/{id}); a file already
+// gone (404, or 403 as Google answers for a file it does not show) is no
+// error. Batches are kept: their responses may be fetched again.
+func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+	var errs []error
+	for _, id := range fileIDs {
+		if id == "" {
+			continue
+		}
+		err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: c.url("/"+fileName(id), nil)}, nil)
+		var ae *sluice.APIError
+		if err != nil && !(errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusForbidden)) {
+			errs = append(errs, fmt.Errorf("delete file %s: %w", id, keyErr(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fileName is "files/<id>" for an id given with or without the prefix.
+func fileName(id string) string {
+	if strings.HasPrefix(id, "files/") {
+		return id
+	}
+	return "files/" + id
+}
+
+// notFound wraps err with what, adding sluice.ErrNotFound to a 404.
+func notFound(what string, err error) error {
+	err = keyErr(err)
+	if httpx.IsNotFound(err) {
+		return fmt.Errorf("%s: %w: %w", what, sluice.ErrNotFound, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// keyErr reports a key Google refuses as the 401 it is: Google answers a
+// wrong API key 400 INVALID_ARGUMENT with reason API_KEY_INVALID, which
+// would otherwise read as a request refused for good.
+func keyErr(err error) error {
+	var ae *sluice.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(ae.Code, "API_KEY_INVALID") {
+		ae.Status = http.StatusUnauthorized
+		ae.Message += " (HTTP 400 from Google)"
+	}
+	return err
+}
