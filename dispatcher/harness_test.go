@@ -22,7 +22,9 @@ import (
 	"github.com/sluice-batch/sluice/provider/cloudflare"
 	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/provider/together"
 	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
 )
@@ -64,6 +66,10 @@ func newRig(t *testing.T, presetName string, lines []string, lim sluice.Limits, 
 		prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: srv.URL, APIKey: "k", Retry: fastRetry, RateLimit: rl})
 	case provider.FamilyCloudflare:
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: srv.URL + "/client/v4", AccountID: "acct", APIToken: "k", Retry: fastRetry, RateLimit: rl, TempDir: t.TempDir()})
+	case provider.FamilyMistral:
+		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: srv.URL + "/mistral", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+	case provider.FamilyTogether:
+		prov, err = together.New(together.Config{Preset: p, BaseURL: srv.URL + "/together/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
 	case provider.FamilyGemini:
 		prov, err = gemini.New(gemini.Config{Preset: p, BaseURL: srv.URL + "/gemini", APIKey: "k", Retry: fastRetry, RateLimit: rl})
 	}

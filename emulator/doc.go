@@ -1,7 +1,8 @@
 // Package emulator is a local, deterministic server for the batch APIs sluice
 // drives: OpenAI (and OpenAI-compatible, incl. Azure v1 paths) Files +
-// Batches, Anthropic Message Batches, Cloudflare Workers AI async batch and
-// the Gemini Developer API's Batch Mode with the Files API, all on one
+// Batches, Anthropic Message Batches, Cloudflare Workers AI async batch,
+// the Gemini Developer API's Batch Mode with the Files API, Mistral batch
+// jobs and Together batches, all on one
 // http.Handler, with a fake model, the providers' real limits and
 // fault injection. It is sluice's embedded default provider and the ground
 // truth of its integration tests; the facts it follows are in docs/providers.md.
@@ -26,6 +27,30 @@
 //	  ?queueRequest=true + {"requests":[…]}  queue a batch
 //	  {"request_id":…} (with or without queueRequest)  poll it
 //	  any other body  run the model once
+//
+// Mistral (base URL .../mistral, the SDK's server_url; docs/providers/mistral.md):
+//
+//	POST /mistral/v1/files  GET /mistral/v1/files  GET|DELETE /mistral/v1/files/{id}
+//	GET /mistral/v1/files/{id}/content
+//	POST /mistral/v1/batch/jobs  GET /mistral/v1/batch/jobs  GET|DELETE /mistral/v1/batch/jobs/{id}
+//	POST /mistral/v1/batch/jobs/{id}/cancel
+//
+// Together (base URL .../together/v1; docs/providers/together.md):
+//
+//	POST /together/v1/files/upload (multipart, Go SDK)
+//	POST /together/v1/files (multipart with the file; or a form without it: 302 to
+//	  PUT /together/upload/{id}?signature=…, then POST /together/v1/files/{id}/preprocess)
+//	GET /together/v1/files  GET|DELETE /together/v1/files/{id}  GET /together/v1/files/{id}/content
+//	POST /together/v1/batches (201 {job, warning})  GET /together/v1/batches (bare array)
+//	GET /together/v1/batches/{id}  POST /together/v1/batches/{id}/cancel
+//
+// Mistral states: QUEUED 10%, RUNNING 90%, SUCCESS; past timeout_hours
+// TIMEOUT_EXCEEDED; cancel goes CANCELLATION_REQUESTED, then CANCELLED
+// BatchTime/10 later. Together: VALIDATING 10%, IN_PROGRESS 90%, COMPLETED;
+// EXPIRED after 24 h; cancel ends CANCELLED at once. For both, lines that
+// never ran (expired, cancelled) are in no result file; per-line failures
+// go to the error file (Mistral: OpenAI output lines with a non-2xx
+// status_code; Together: {"custom_id","error":{"message","code"}}).
 //
 // Gemini (base URL .../gemini, every route under both v1beta and v1 as {v};
 // details and decisions in docs/providers/gemini.md):
@@ -197,7 +222,9 @@
 // BatchesStuck and BatchesForgotten likewise. RequestsProcessedMoreThanOnce
 // counts each execution of a (family, job, custom_id) after the first. The
 // job is the OpenAI batch metadata "sluice_job", else the input filename up
-// to its last "-c<digits>" (sluice-<job>-c<chunk>-a<attempt>.jsonl), else "";
+// to its last "-c<digits>" (sluice-<job>-c<chunk>-a<attempt>.jsonl), else ""
+// (Mistral: its metadata, else its last input file's name; Together: its
+// input file's name);
 // Anthropic uses "" (custom_ids are job-wide), Cloudflare the item's
 // external_reference (items without one are not tracked), Gemini the batch
 // displayName up to its last "-c<digits>" with the line's key.

@@ -31,7 +31,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			w.Header().Set("request-id", "req_01"+b58ID(s.opts.Seed, "call", "", n, 22))
 		case famCloudflare:
 			w.Header().Set("cf-ray", hexID(s.opts.Seed, "call", "", n, 8)+"-EMU")
+		case famMistral, famTogether:
+			w.Header().Set("x-request-id", hexID(s.opts.Seed, "call", "", n, 16))
 		}
+		efam := errorFamily(r.URL.Path)
 		if !s.authorized(w, r, fam) {
 			return
 		}
@@ -58,7 +61,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				w.Header().Set("x-ratelimit-remaining-requests", "0")
 				w.Header().Set("x-ratelimit-reset-requests", ra.String())
 			}
-			familyError(w, fam, http.StatusTooManyRequests,
+			familyError(w, efam, http.StatusTooManyRequests,
 				"Rate limit reached (injected by the emulator). Please try again later.")
 		case "reset":
 			s.bump(func(st *Stats) { st.FaultsReset++ })
@@ -66,7 +69,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		default:
 			s.bump(func(st *Stats) { st.Faults5xx++ })
 			code, _ := strconv.Atoi(fault)
-			familyError(w, fam, code, "The server had an error while processing your request (injected by the emulator).")
+			familyError(w, efam, code, "The server had an error while processing your request (injected by the emulator).")
 		}
 	})
 }
@@ -125,6 +128,24 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) 
 	case famCloudflare:
 		if bearer != key {
 			cfError(w, http.StatusUnauthorized, 10000, "Authentication error")
+			return false
+		}
+	case famMistral:
+		if bearer != key {
+			mistralError(w, http.StatusUnauthorized, "unauthorized", "Unauthorized")
+			return false
+		}
+	case famTogether:
+		if strings.HasPrefix(r.URL.Path, togetherUploadPath) {
+			return true // a signed URL: its signature is checked by the handler
+		}
+		if bearer != key {
+			msg := "Invalid API key provided. You can find your API key at https://api.together.xyz/settings/api-keys."
+			if errorFamily(r.URL.Path) == famTogether {
+				togetherError(w, http.StatusUnauthorized, msg)
+			} else {
+				oaiError(w, http.StatusUnauthorized, "invalid_request_error", msg, "", "invalid_api_key")
+			}
 			return false
 		}
 	case famGemini:

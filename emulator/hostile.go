@@ -138,6 +138,13 @@ func (s *Server) conflicting(b *batchRec, i int, data []byte) []byte {
 				"request_id": "req_dup" + hexID(s.opts.Seed, "dupreq", b.ID, i, 13),
 				"body":       json.RawMessage(oaiErrorBody(msg, "server_error", ""))})
 			m["error"] = json.RawMessage("null")
+		case famMistral:
+			m["response"] = mustJSON(map[string]any{"status_code": 500,
+				"body": map[string]any{"object": "error", "message": msg, "type": "internal_server_error", "param": nil, "code": nil}})
+			m["error"] = json.RawMessage("null")
+		case famTogether:
+			delete(m, "response")
+			m["error"] = mustJSON(map[string]any{"message": msg, "code": "server_error"})
 		case famAnthropic:
 			m["result"] = mustJSON(map[string]any{"type": "errored", "error": map[string]any{
 				"type": "error", "error": map[string]any{"type": "api_error", "message": msg}}})

@@ -25,6 +25,9 @@ const completionWindow = 24 * time.Hour
 // windowOf is how long a batch may run before it expires: 24 h, Gemini's
 // 48 h.
 func windowOf(b *batchRec) time.Duration {
+	if b.WindowSec > 0 {
+		return time.Duration(b.WindowSec) * time.Second
+	}
 	if b.Family == famGemini {
 		return geminiExpiry
 	}
@@ -115,7 +118,7 @@ func (s *Server) apply(b *batchRec, ev string, t time.Time) {
 	switch ev {
 	case evValidated:
 		switch b.Family {
-		case famOpenAI:
+		case famOpenAI, famMistral, famTogether:
 			s.validateOpenAI(b, t)
 		case famGemini:
 			s.validateGemini(b, t)
@@ -191,7 +194,7 @@ func (s *Server) validateOpenAI(b *batchRec, t time.Time) {
 	case b.FailInjected:
 		s.fail(b, t, batchError{Code: "invalid_request",
 			Message: "The batch input file failed validation (injected by the emulator's ValidationFailRate)."})
-	case s.opts.EnqueuedTokenLimit > 0:
+	case s.opts.EnqueuedTokenLimit > 0 && b.Family == famOpenAI:
 		if q := s.enqueued(b.Family, b.Model, b.ID); q+b.Tokens > s.opts.EnqueuedTokenLimit {
 			s.fail(b, t, batchError{Code: "token_limit_exceeded", Message: fmt.Sprintf(
 				"Enqueued token limit reached for %s in organization org-emulator. Limit: %s enqueued tokens. "+

@@ -110,17 +110,7 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.drawBatchFates(b)
-	s.batches[id], s.active[id] = b, b
-	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famOpenAI)
-		fs.BatchesCreated++
-		st.ByFamily[famOpenAI] = fs
-	})
-	s.saveState()
-	s.logf("emulator: openai batch %s created: %d requests, model %q, %d scan errors", id, b.N, b.Model, len(b.ScanErrors))
+	s.addBatch(b)
 	answer := s.oaiBatchJSON(b, now)
 	if s.forgets(b) {
 		s.forget(b)
@@ -150,10 +140,23 @@ func lineErr(code, msg string, line int, param string) batchError {
 // collects its request count, model and estimated input tokens
 // (ceil(len(body)/4) per line).
 func (s *Server) scanOpenAI(path, endpoint string, size int64) (scanResult, error) {
+	ep := normEndpoint(endpoint)
+	return scanFile(path, size, s.opts.MaxBatchBytes, s.opts.MaxRequestsPerBatch, "too_many_tasks",
+		func(t []byte, lineNo int, seen map[string]struct{}, sc *scanResult, add func(batchError)) {
+			s.scanLine(t, lineNo, ep, seen, sc, add)
+		})
+}
+
+// scanFile reads a batch input file line by line, counting its requests
+// and handing each of the first maxRequests lines to scanLine; it reports a
+// file over maxBytes, an empty file and a file over maxRequests
+// (tooManyCode) as batch errors, in OpenAI's words.
+func scanFile(path string, size, maxBytes int64, maxRequests int, tooManyCode string,
+	scanLine func(t []byte, lineNo int, seen map[string]struct{}, sc *scanResult, add func(batchError))) (scanResult, error) {
 	var sc scanResult
-	if size > s.opts.MaxBatchBytes {
+	if size > maxBytes {
 		sc.errs = []batchError{lineErr("file_too_large", fmt.Sprintf(
-			"The batch input file is %s bytes; the maximum is %s bytes.", commas(size), commas(s.opts.MaxBatchBytes)), 0, "input_file_id")}
+			"The batch input file is %s bytes; the maximum is %s bytes.", commas(size), commas(maxBytes)), 0, "input_file_id")}
 		return sc, nil
 	}
 	in, err := os.Open(path)
@@ -168,13 +171,12 @@ func (s *Server) scanOpenAI(path, endpoint string, size int64) (scanResult, erro
 			sc.errs = append(sc.errs, e)
 		}
 	}
-	ep := normEndpoint(endpoint)
 	for lineNo := 1; ; lineNo++ {
 		line, rerr := br.ReadBytes('\n')
 		if t := bytes.TrimSpace(line); len(t) > 0 {
 			sc.n++
-			if sc.n <= s.opts.MaxRequestsPerBatch {
-				s.scanLine(t, lineNo, ep, seen, &sc, add)
+			if sc.n <= maxRequests {
+				scanLine(t, lineNo, seen, &sc, add)
 			}
 		}
 		if rerr == io.EOF {
@@ -186,9 +188,9 @@ func (s *Server) scanOpenAI(path, endpoint string, size int64) (scanResult, erro
 	switch {
 	case sc.n == 0:
 		sc.errs = []batchError{lineErr("empty_file", "The batch input file is empty.", 0, "input_file_id")}
-	case sc.n > s.opts.MaxRequestsPerBatch:
-		sc.errs = append([]batchError{lineErr("too_many_tasks", fmt.Sprintf(
-			"The batch input file contains %d requests; the maximum is %d.", sc.n, s.opts.MaxRequestsPerBatch), 0, "")}, sc.errs...)
+	case sc.n > maxRequests:
+		sc.errs = append([]batchError{lineErr(tooManyCode, fmt.Sprintf(
+			"The batch input file contains %d requests; the maximum is %d.", sc.n, maxRequests), 0, "")}, sc.errs...)
 	}
 	return sc, nil
 }
@@ -284,9 +286,14 @@ func (s *Server) lookupBatch(w http.ResponseWriter, id, family string) *batchRec
 	if b := s.batches[id]; b != nil && b.Family == family {
 		return b
 	}
-	if family == famAnthropic {
+	switch family {
+	case famAnthropic:
 		antError(w, http.StatusNotFound, "not_found_error", "Message batch "+id+" not found.")
-	} else {
+	case famMistral:
+		mistralNotFound(w, "Batch job", id)
+	case famTogether:
+		togetherError(w, http.StatusNotFound, "Batch job "+id+" not found")
+	default:
 		oaiError(w, http.StatusNotFound, "invalid_request_error", "No batch found with id '"+id+"'.", "batch_id", "")
 	}
 	return nil

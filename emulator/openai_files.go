@@ -49,65 +49,116 @@ func (c *lineCounter) lines() int64 {
 
 var errTooLarge = errors.New("too large")
 
-// oaiUploadFile streams the multipart "file" part to disk (never into
-// memory), counting lines on the way.
-func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) {
+// received is a multipart upload received into tmp/: the "file" part
+// streamed to disk (never into memory) with its lines counted, and the
+// other parts as small fields.
+type received struct {
+	tmp      *os.File
+	filename string
+	lc       lineCounter
+	fields   map[string]string
+}
+
+// uploadErr is why an upload was refused, in OpenAI's terms (each family
+// renders it in its envelope).
+type uploadErr struct {
+	status           int
+	msg, param, code string
+}
+
+// discard removes the upload's file unless it was stored.
+func (u *received) discard() {
+	if u != nil && u.tmp != nil {
+		u.tmp.Close()
+		os.Remove(u.tmp.Name())
+	}
+}
+
+// readUpload receives a multipart/form-data body whose "file" part is at
+// most maxBytes. A body without a file part is no error (u.tmp is nil).
+func (s *Server) readUpload(r *http.Request, maxBytes int64) (*received, *uploadErr) {
 	mr, err := r.MultipartReader()
 	if err != nil {
-		oaiError(w, 400, "invalid_request_error", "Expected a multipart/form-data request body: "+err.Error(), "", "")
-		return
+		return nil, &uploadErr{400, "Expected a multipart/form-data request body: " + err.Error(), "", ""}
 	}
-	var tmp *os.File
-	defer func() {
-		if tmp != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	var filename, purpose, anchor, secs string
-	var lc lineCounter
+	u := &received{fields: map[string]string{}}
 	for {
 		part, err := mr.NextPart()
 		if err == io.EOF {
-			break
+			return u, nil
 		}
 		if err != nil {
-			oaiError(w, 400, "invalid_request_error", "Malformed multipart body: "+err.Error(), "", "")
-			return
+			u.discard()
+			return nil, &uploadErr{400, "Malformed multipart body: " + err.Error(), "", ""}
 		}
-		switch part.FormName() {
-		case "file":
-			if tmp != nil {
-				oaiError(w, 400, "invalid_request_error", "Only one 'file' part is allowed.", "file", "")
-				return
-			}
-			if tmp, err = os.CreateTemp(filepath.Join(s.dir, "tmp"), "upload-*"); err != nil {
-				oaiError(w, 500, "server_error", err.Error(), "", "")
-				return
-			}
-			filename = part.FileName()
-			n, err := io.Copy(io.MultiWriter(tmp, &lc), io.LimitReader(part, s.opts.MaxFileBytes+1))
-			if err != nil {
-				oaiError(w, 400, "invalid_request_error", "Reading the uploaded file failed: "+err.Error(), "file", "")
-				return
-			}
-			if n > s.opts.MaxFileBytes {
-				oaiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error",
-					"File is too large: the maximum size is "+commas(s.opts.MaxFileBytes)+" bytes.", "file", "file_too_large")
-				return
-			}
-		case "purpose":
-			purpose = smallField(part)
-		case "expires_after[anchor]":
-			anchor = smallField(part)
-		case "expires_after[seconds]":
-			secs = smallField(part)
-		default:
-			io.Copy(io.Discard, part)
+		if part.FormName() != "file" {
+			u.fields[part.FormName()] = smallField(part)
+			continue
+		}
+		if u.tmp != nil {
+			u.discard()
+			return nil, &uploadErr{400, "Only one 'file' part is allowed.", "file", ""}
+		}
+		if u.tmp, err = os.CreateTemp(filepath.Join(s.dir, "tmp"), "upload-*"); err != nil {
+			return nil, &uploadErr{500, err.Error(), "", ""}
+		}
+		u.filename = part.FileName()
+		n, err := io.Copy(io.MultiWriter(u.tmp, &u.lc), io.LimitReader(part, maxBytes+1))
+		if err != nil {
+			u.discard()
+			return nil, &uploadErr{400, "Reading the uploaded file failed: " + err.Error(), "file", ""}
+		}
+		if n > maxBytes {
+			u.discard()
+			return nil, &uploadErr{http.StatusRequestEntityTooLarge,
+				"File is too large: the maximum size is " + commas(maxBytes) + " bytes.", "file", "file_too_large"}
 		}
 	}
+}
+
+// storeUpload makes the received file the content of f (which it fills
+// with the size and line count) and registers f. Caller holds s.mu.
+func (s *Server) storeUpload(u *received, f *fileRec) error {
+	if s.persist {
+		if err := u.tmp.Sync(); err != nil {
+			return err
+		}
+	}
+	u.tmp.Close()
+	if err := os.Rename(u.tmp.Name(), s.filePath(f.ID)); err != nil {
+		os.Remove(u.tmp.Name())
+		u.tmp = nil
+		return err
+	}
+	u.tmp = nil
+	f.Bytes, f.Lines = u.lc.size, u.lc.lines()
+	s.files[f.ID] = f
+	s.saveFile(f)
+	s.bump(func(st *Stats) { st.FilesUploaded++ })
+	s.saveState()
+	return nil
+}
+
+// write answers the refusal in the OpenAI envelope.
+func (e *uploadErr) write(w http.ResponseWriter) {
+	typ := "invalid_request_error"
+	if e.status >= 500 {
+		typ = "server_error"
+	}
+	oaiError(w, e.status, typ, e.msg, e.param, e.code)
+}
+
+// oaiUploadFile stores a multipart upload (CreateFileRequest).
+func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) {
+	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
+	if uerr != nil {
+		uerr.write(w)
+		return
+	}
+	defer u.discard()
+	purpose, anchor, secs := u.fields["purpose"], u.fields["expires_after[anchor]"], u.fields["expires_after[seconds]"]
 	switch {
-	case tmp == nil:
+	case u.tmp == nil:
 		oaiError(w, 400, "invalid_request_error", "Missing required parameter: 'file'.", "file", "missing_required_parameter")
 		return
 	case purpose == "":
@@ -116,7 +167,7 @@ func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) {
 	case !slices.Contains(filePurposes, purpose):
 		oaiError(w, 400, "invalid_request_error", "Invalid value for 'purpose': '"+purpose+"'.", "purpose", "invalid_value")
 		return
-	case purpose == "batch" && !strings.HasSuffix(strings.ToLower(filename), ".jsonl"):
+	case purpose == "batch" && !strings.HasSuffix(strings.ToLower(u.filename), ".jsonl"):
 		oaiError(w, 400, "invalid_request_error", "Invalid file format for Batch API. Must be .jsonl", "file", "invalid_file_format")
 		return
 	}
@@ -136,28 +187,14 @@ func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) {
 		e := now + n
 		exp = &e
 	}
-	if s.persist {
-		if err := tmp.Sync(); err != nil {
-			oaiError(w, 500, "server_error", err.Error(), "", "")
-			return
-		}
-	}
-	tmp.Close()
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq := s.nextSeq()
-	f := &fileRec{ID: s.fileID(seq), Seq: seq, Bytes: lc.size, Lines: lc.lines(), CreatedAt: now,
-		ExpiresAt: exp, Filename: filename, Purpose: purpose}
-	if err := os.Rename(tmp.Name(), s.filePath(f.ID)); err != nil {
+	f := &fileRec{ID: s.fileID(seq), Seq: seq, CreatedAt: now, ExpiresAt: exp, Filename: u.filename, Purpose: purpose}
+	if err := s.storeUpload(u, f); err != nil {
 		oaiError(w, 500, "server_error", err.Error(), "", "")
 		return
 	}
-	tmp = nil
-	s.files[f.ID] = f
-	s.saveFile(f)
-	s.bump(func(st *Stats) { st.FilesUploaded++ })
-	s.saveState()
 	writeJSON(w, http.StatusOK, s.fileJSON(f))
 }
 
@@ -167,47 +204,86 @@ func smallField(part io.Reader) string {
 	return strings.TrimSpace(string(b))
 }
 
-func (s *Server) lookupFile(w http.ResponseWriter, r *http.Request) *fileRec {
-	id := r.PathValue("id")
+// fileAPI is how a family answers about its files: the file object, the
+// 404 for an id it does not know, and the answer to a delete.
+type fileAPI struct {
+	fam     string
+	render  func(*fileRec) any
+	missing func(w http.ResponseWriter, id string)
+	deleted func(*fileRec) any
+}
+
+// fileRoutes serves GET and DELETE p/files/{id} and GET
+// p/files/{id}/content for a family; each family sees only its own files.
+func (s *Server) fileRoutes(mux *http.ServeMux, p string, a fileAPI) {
+	lookup := func(w http.ResponseWriter, r *http.Request) *fileRec {
+		id := r.PathValue("id")
+		if f := s.files[id]; f != nil && fileFamily(f) == a.fam {
+			return f
+		}
+		a.missing(w, id)
+		return nil
+	}
+	mux.HandleFunc("GET "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if f := lookup(w, r); f != nil {
+			writeJSON(w, http.StatusOK, a.render(f))
+		}
+	})
+	mux.HandleFunc("DELETE "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if f := lookup(w, r); f != nil {
+			s.deleteFile(f)
+			writeJSON(w, http.StatusOK, a.deleted(f))
+		}
+	})
+	mux.HandleFunc("GET "+p+"/files/{id}/content", func(w http.ResponseWriter, r *http.Request) {
+		s.serveContent(w, r.PathValue("id"), a.fam, func(id string) { a.missing(w, id) })
+	})
+}
+
+// deleteFile removes a file and its content. Caller holds s.mu.
+func (s *Server) deleteFile(f *fileRec) {
+	delete(s.files, f.ID)
+	os.Remove(filepath.Join(s.dir, "files", f.ID+".json"))
+	os.Remove(s.filePath(f.ID))
+}
+
+// oaiFiles is the OpenAI family's fileAPI.
+func (s *Server) oaiFiles() fileAPI {
+	return fileAPI{fam: famOpenAI, render: func(f *fileRec) any { return s.fileJSON(f) },
+		missing: func(w http.ResponseWriter, id string) {
+			oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+id, "id", "")
+		},
+		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }}
+}
+
+// serveContent streams the content of file id of family fam as
+// application/octet-stream (missing writes the family's 404). A lost
+// result file answers 404; a result download may be cut short
+// (TruncateDownloadRate).
+func (s *Server) serveContent(w http.ResponseWriter, id, fam string, missing func(id string)) {
+	s.mu.Lock()
 	f := s.files[id]
-	if f != nil && f.Family != "" {
-		f = nil // another family's file
+	if f != nil && (fileFamily(f) != fam || f.Lost || f.Pending) {
+		f = nil
 	}
-	if f == nil {
-		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+id, "id", "")
-	}
-	return f
-}
-
-func (s *Server) oaiGetFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.lookupFile(w, r); f != nil {
-		writeJSON(w, http.StatusOK, s.fileJSON(f))
-	}
-}
-
-func (s *Server) oaiFileContent(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	f := s.lookupFile(w, r)
 	var in *os.File
 	var err error
 	var cut bool
-	switch {
-	case f != nil && f.Lost:
-		s.mu.Unlock()
-		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+f.ID, "id", "")
-		return
-	case f != nil:
+	if f != nil {
 		in, err = os.Open(s.filePath(f.ID))
-		cut = f.Purpose == "batch_output" && s.truncates(f.ID)
+		cut = (f.Purpose == "batch_output" || f.Result) && s.truncates(f.ID)
 	}
 	s.mu.Unlock()
 	if f == nil {
+		missing(id)
 		return
 	}
 	if err != nil {
-		oaiError(w, http.StatusInternalServerError, "server_error", err.Error(), "", "")
+		familyError(w, fam, http.StatusInternalServerError, err.Error())
 		return
 	}
 	defer in.Close()
@@ -218,19 +294,6 @@ func (s *Server) oaiFileContent(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.FormatInt(f.Bytes, 10))
 	w.WriteHeader(http.StatusOK)
 	io.Copy(w, in)
-}
-
-func (s *Server) oaiDeleteFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.lookupFile(w, r)
-	if f == nil {
-		return
-	}
-	delete(s.files, f.ID)
-	os.Remove(filepath.Join(s.dir, "files", f.ID+".json"))
-	os.Remove(s.filePath(f.ID))
-	writeJSON(w, http.StatusOK, map[string]any{"id": f.ID, "object": "file", "deleted": true})
 }
 
 func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) {

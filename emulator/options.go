@@ -49,7 +49,8 @@ type Options struct {
 	// ExpireDoneFraction is the fraction of lines done in an expiring batch.
 	// 0 means the default 0.5; a negative value means none.
 	ExpireDoneFraction float64
-	// ValidationFailRate is the share of OpenAI batches that fail validation.
+	// ValidationFailRate is the share of OpenAI, Mistral and Together
+	// batches that fail validation.
 	ValidationFailRate float64
 	// LineErrorRate is the share of lines that come back as per-request
 	// errors: a quarter 429, a quarter 500 (retryable), half 400 (permanent).
@@ -81,27 +82,29 @@ type Options struct {
 	// promise the full Content-Length but send half the body and drop the
 	// connection.
 	TruncateDownloadRate float64
-	// OutputFile404Rate is the share of batches whose output (OpenAI:
-	// output file content; Anthropic: results) answers 404 although the
-	// batch says it completed. Not applied to Cloudflare.
+	// OutputFile404Rate is the share of batches whose output (OpenAI,
+	// Mistral, Together: output file content; Anthropic: results) answers
+	// 404 although the batch says it completed. Not applied to Cloudflare.
 	OutputFile404Rate float64
 	// StuckRate is the share of batches that get stuck in StuckPhase and
 	// never leave it, far past the 24h window, until cancelled.
 	StuckRate float64
 	// StuckPhase is "finalizing" (default: every line ran; OpenAI
-	// finalizing, Anthropic in_progress, Cloudflare running) or
-	// "validating" (nothing ran; OpenAI validating, Anthropic in_progress,
-	// Cloudflare queued).
+	// finalizing, Anthropic in_progress, Cloudflare running, Mistral
+	// RUNNING, Together IN_PROGRESS) or "validating" (nothing ran; OpenAI
+	// validating, Anthropic in_progress, Cloudflare queued, Mistral QUEUED,
+	// Together VALIDATING).
 	StuckPhase string
 	// ForgetBatchRate is the share of batches the emulator forgets right
-	// after create answered 200: polls get 404 (Cloudflare: 400, unknown
+	// after create answered (Together: 201): polls get 404 (Cloudflare: 400, unknown
 	// request_id), listings omit them, and none of their lines run.
 	ForgetBatchRate float64
 
 	// EnqueuedTokenLimit is, per model, the maximum sum of estimated input
 	// tokens of running batches. An OpenAI batch beyond it ends failed with
 	// token_limit_exceeded after create returned 200; an Anthropic create
-	// beyond it gets 429 rate_limit_error. 0 = unlimited.
+	// beyond it gets 429 rate_limit_error. Not applied to Mistral and
+	// Together (how they report it is unconfirmed). 0 = unlimited.
 	EnqueuedTokenLimit int64
 
 	// OpenAI limits: requests per batch (default 50000), bytes of a batch
@@ -114,6 +117,14 @@ type Options struct {
 	// bytes (default 256_000_000).
 	AnthropicMaxRequests int
 	AnthropicMaxBytes    int64
+	// Mistral limits: requests per job (default 1_000_000, the guide's
+	// figure; docs/providers/mistral.md). Its files are bounded by
+	// MaxFileBytes.
+	MistralMaxRequests int
+	// Together limits: requests per batch (default 50000) and bytes of a
+	// batch input file (default 100_000_000).
+	TogetherMaxRequests int
+	TogetherMaxBytes    int64
 	// CloudflareMaxBytes: a payload of this size or more gets 413 / 3006
 	// (default 10_000_000).
 	CloudflareMaxBytes int64
@@ -146,7 +157,7 @@ type Options struct {
 
 	// APIKey, if non-empty, is enforced: OpenAI "Authorization: Bearer" (or
 	// Azure "api-key"), Anthropic "x-api-key" plus "anthropic-version",
-	// Cloudflare "Authorization: Bearer". If empty, anything is accepted.
+	// Cloudflare, Mistral and Together "Authorization: Bearer". If empty, anything is accepted.
 	APIKey string
 
 	// Now is the clock (default time.Now).
@@ -199,6 +210,15 @@ func (o *Options) applyDefaults() {
 	}
 	if o.AnthropicMaxBytes <= 0 {
 		o.AnthropicMaxBytes = 256_000_000
+	}
+	if o.MistralMaxRequests <= 0 {
+		o.MistralMaxRequests = 1_000_000
+	}
+	if o.TogetherMaxRequests <= 0 {
+		o.TogetherMaxRequests = 50000
+	}
+	if o.TogetherMaxBytes <= 0 {
+		o.TogetherMaxBytes = 100_000_000
 	}
 	if o.CloudflareMaxBytes <= 0 {
 		o.CloudflareMaxBytes = 10_000_000

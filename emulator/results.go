@@ -105,7 +105,7 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 					h.malformed++
 				case lf.dup && r.kind == outSucceeded:
 					dest := r.dest
-					if b.Family == famOpenAI {
+					if filesFamily(b.Family) {
 						dest = destErr
 					}
 					extras[i] = append(extras[i], put(s.conflicting(b, i, data), dest))
@@ -162,7 +162,7 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 
 	// Write the destination files in processing order.
 	var outW, errW *resultFile
-	if b.Family == famOpenAI {
+	if filesFamily(b.Family) {
 		outW, errW = s.newResultFile(), s.newResultFile()
 	} else {
 		outW = s.newResultFile()
@@ -190,19 +190,19 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 			}
 		}
 	}
-	if b.Family == famOpenAI {
+	if filesFamily(b.Family) {
 		exp := t.Add(30 * 24 * time.Hour).Unix()
 		if b.OutputExpiresSec > 0 {
 			exp = t.Unix() + b.OutputExpiresSec
 		}
-		if b.OutputFileID, err = s.commitOutputFile(outW, b.ID+"_output.jsonl", t, exp); err != nil {
+		if b.OutputFileID, err = s.commitOutputFile(b, outW, false, t, exp); err != nil {
 			return err
 		}
 		if f := s.files[b.OutputFileID]; f != nil && b.OutputLost {
 			f.Lost = true
 			s.saveFile(f)
 		}
-		if b.ErrorFileID, err = s.commitOutputFile(errW, b.ID+"_error.jsonl", t, exp); err != nil {
+		if b.ErrorFileID, err = s.commitOutputFile(b, errW, true, t, exp); err != nil {
 			return err
 		}
 	} else if b.Family == famGemini && !b.Inline {
@@ -291,9 +291,11 @@ func (r *resultFile) discard() {
 	}
 }
 
-// commitOutputFile turns a non-empty result file into an OpenAI File with
-// purpose batch_output; an empty one is dropped and "" returned.
-func (s *Server) commitOutputFile(r *resultFile, name string, t time.Time, exp int64) (string, error) {
+// commitOutputFile turns a non-empty result file of b into a File of b's
+// family (OpenAI: purpose batch_output; Mistral: purpose batch, sample_type
+// batch_result or batch_error; Together: purpose batch-api); an empty one
+// is dropped and "" returned.
+func (s *Server) commitOutputFile(b *batchRec, r *resultFile, errs bool, t time.Time, exp int64) (string, error) {
 	if r.err != nil {
 		return "", r.err
 	}
@@ -303,7 +305,19 @@ func (s *Server) commitOutputFile(r *resultFile, name string, t time.Time, exp i
 	}
 	seq := s.nextSeq()
 	f := &fileRec{ID: s.fileID(seq), Seq: seq, Bytes: r.bytes, Lines: r.lines,
-		CreatedAt: t.Unix(), ExpiresAt: &exp, Filename: name, Purpose: "batch_output"}
+		CreatedAt: t.Unix(), ExpiresAt: &exp, Filename: b.ID + "_output.jsonl", Purpose: "batch_output", Result: true}
+	if errs {
+		f.Filename = b.ID + "_error.jsonl"
+	}
+	switch b.Family {
+	case famMistral:
+		f.ID, f.Family, f.Purpose, f.SampleType = s.mistralFileID(seq), famMistral, "batch", "batch_result"
+		if errs {
+			f.SampleType = "batch_error"
+		}
+	case famTogether:
+		f.ID, f.Family, f.Purpose, f.Processed = s.togetherFileID(seq), famTogether, "batch-api", true
+	}
 	if err := r.commit(s.filePath(f.ID)); err != nil {
 		return "", err
 	}
@@ -323,6 +337,8 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 		return s.runAnthropicLine(b, i, line, done, undone)
 	case famCloudflare:
 		return s.runCloudflareLine(b, i, line, done)
+	case famMistral, famTogether:
+		return s.runBodyLine(b, i, line, done, undone, created)
 	case famGemini:
 		return s.runGeminiLine(b, i, line, done, undone)
 	}

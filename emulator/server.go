@@ -164,9 +164,7 @@ func (s *Server) routes() *http.ServeMux {
 	for _, p := range []string{"/v1", "/openai/v1"} {
 		mux.HandleFunc("POST "+p+"/files", s.oaiUploadFile)
 		mux.HandleFunc("GET "+p+"/files", s.oaiListFiles)
-		mux.HandleFunc("GET "+p+"/files/{id}", s.oaiGetFile)
-		mux.HandleFunc("GET "+p+"/files/{id}/content", s.oaiFileContent)
-		mux.HandleFunc("DELETE "+p+"/files/{id}", s.oaiDeleteFile)
+		s.fileRoutes(mux, p, s.oaiFiles())
 		mux.HandleFunc("POST "+p+"/batches", s.oaiCreateBatch)
 		mux.HandleFunc("GET "+p+"/batches", s.oaiListBatches)
 		mux.HandleFunc("GET "+p+"/batches/{id}", s.oaiGetBatch)
@@ -183,6 +181,8 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.antCancel)
 	mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.antResults)
 	mux.HandleFunc("POST /client/v4/accounts/{account}/ai/run/{model...}", s.cfRun)
+	s.mistralRoutes(mux)
+	s.togetherRoutes(mux)
 	s.geminiRoutes(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
@@ -191,7 +191,7 @@ func (s *Server) routes() *http.ServeMux {
 		writeJSON(w, http.StatusOK, map[string]any{"base_urls": BaseURLs(baseURL(r))})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		familyError(w, familyOf(r.URL.Path), http.StatusNotFound,
+		familyError(w, errorFamily(r.URL.Path), http.StatusNotFound,
 			"Unknown request URL: "+r.Method+" "+r.URL.Path+".")
 	})
 	return mux

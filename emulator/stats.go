@@ -54,8 +54,7 @@ type Stats struct {
 	BatchesForgotten   int64 `json:"batches_forgotten"`
 
 	// ByFamily holds per API family ("openai", "anthropic", "cloudflare",
-	// "gemini")
-	// counters.
+	// "gemini", "mistral", "together") counters.
 	ByFamily map[string]FamilyStats `json:"by_family"`
 }
 
@@ -76,7 +75,7 @@ func (st *Stats) family(f string) FamilyStats {
 func (st Stats) clone() Stats {
 	c := st
 	c.ByFamily = make(map[string]FamilyStats, 3)
-	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare, famGemini} {
+	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare, famGemini, famMistral, famTogether} {
 		c.ByFamily[f] = st.ByFamily[f]
 	}
 	return c

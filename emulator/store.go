@@ -29,6 +29,24 @@ type fileRec struct {
 	SHA256   string    `json:"sha256,omitempty"` // base64
 	Source   string    `json:"source,omitempty"` // UPLOADED or GENERATED
 	Created  time.Time `json:"created,omitempty"`
+	// Result: a batch's output or error file (downloads may be cut).
+	Result bool `json:"result,omitempty"`
+	// SampleType is Mistral's sample_type.
+	SampleType string `json:"sample_type,omitempty"`
+	// Pending: a Together file announced by POST /files whose bytes were
+	// not PUT yet; Signed: it has a signed upload URL; Processed: usable
+	// for batches (Together).
+	Pending   bool `json:"pending,omitempty"`
+	Signed    bool `json:"signed,omitempty"`
+	Processed bool `json:"processed,omitempty"`
+}
+
+// fileFamily is the family that owns f.
+func fileFamily(f *fileRec) string {
+	if f.Family == "" {
+		return famOpenAI
+	}
+	return f.Family
 }
 
 // batchError is one entry of an OpenAI batch's errors.data.
@@ -81,15 +99,19 @@ type batchRec struct {
 	CompletionWindow string            `json:"completion_window,omitempty"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
 	OutputExpiresSec int64             `json:"output_expires_sec,omitempty"`
-	Account          string            `json:"account,omitempty"`
-	DisplayName      string            `json:"display_name,omitempty"` // Gemini
-	Inline           bool              `json:"inline,omitempty"`       // Gemini inlined requests
-	JobKey           string            `json:"job_key"`
-	N                int               `json:"n"`
-	Tokens           int64             `json:"tokens"`
-	ScanErrors       []batchError      `json:"scan_errors,omitempty"`
-	FailInjected     bool              `json:"fail_injected,omitempty"`
-	ExpireFate       bool              `json:"expire_fate,omitempty"`
+	// WindowSec is how long the batch may run before it expires (0: the
+	// family's window; Mistral's timeout_hours).
+	WindowSec    int64        `json:"window_sec,omitempty"`
+	InputFiles   []string     `json:"input_files,omitempty"` // Mistral
+	Account      string       `json:"account,omitempty"`
+	DisplayName  string       `json:"display_name,omitempty"` // Gemini
+	Inline       bool         `json:"inline,omitempty"`       // Gemini inlined requests
+	JobKey       string       `json:"job_key"`
+	N            int          `json:"n"`
+	Tokens       int64        `json:"tokens"`
+	ScanErrors   []batchError `json:"scan_errors,omitempty"`
+	FailInjected bool         `json:"fail_injected,omitempty"`
+	ExpireFate   bool         `json:"expire_fate,omitempty"`
 	// Stuck is the phase the batch never leaves (StuckRate), or "".
 	Stuck string `json:"stuck,omitempty"`
 	// OutputLost: its output answers 404 (OutputFile404Rate).
@@ -111,6 +133,9 @@ type batchRec struct {
 	InputTokens  int64        `json:"input_tokens"`
 	OutputTokens int64        `json:"output_tokens"`
 }
+
+// window is how long b may run before it expires.
+func (b *batchRec) window() time.Duration { return windowOf(b) }
 
 // endedAt is when a batch reached a terminal status.
 func (b *batchRec) endedAt() *time.Time {

@@ -17,6 +17,8 @@ const (
 	famOpenAI     = "openai"
 	famAnthropic  = "anthropic"
 	famCloudflare = "cloudflare"
+	famMistral    = "mistral"
+	famTogether   = "together"
 	famInternal   = "internal"
 )
 
@@ -39,6 +41,8 @@ var Families = []Family{
 	{"cloudflare", "/client/v4", "CLOUDFLARE_BASE_URL"},
 	{famGemini, geminiPrefix, "GOOGLE_GEMINI_BASE_URL"},
 	{"azure", "/openai/v1", "AZURE_OPENAI_BASE_URL"},
+	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
+	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root
@@ -59,6 +63,10 @@ func familyOf(path string) string {
 		return famInternal
 	case strings.HasPrefix(path, "/client/v4/"):
 		return famCloudflare
+	case strings.HasPrefix(path, "/mistral/"):
+		return famMistral
+	case strings.HasPrefix(path, "/together/"):
+		return famTogether
 	case strings.HasPrefix(path, geminiPrefix+"/"):
 		return famGemini
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
@@ -174,9 +182,50 @@ func cfError(w http.ResponseWriter, status, code int, msg string) {
 	})
 }
 
-// familyError writes a generic error in the envelope of the request's family.
+// filesFamily reports whether a family's batches read an uploaded input
+// file and write output and error files.
+func filesFamily(fam string) bool {
+	return fam == famOpenAI || fam == famMistral || fam == famTogether
+}
+
+// errorFamily is the envelope family of a request: Together's batch
+// endpoints answer {"error":"text"}, its other endpoints the OpenAI shape.
+func errorFamily(path string) string {
+	fam := familyOf(path)
+	if fam == famTogether && !strings.HasPrefix(path, "/together/v1/batches") {
+		return famOpenAI
+	}
+	return fam
+}
+
+// mistralError writes {"object":"error","message","type","param","code"}
+// (docs/providers/mistral.md).
+func mistralError(w http.ResponseWriter, status int, typ, msg string) {
+	writeJSON(w, status, map[string]any{"object": "error", "message": msg, "type": typ, "param": nil, "code": nil})
+}
+
+// togetherError writes the batch error envelope {"error":"text"}.
+func togetherError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": msg})
+}
+
+// familyError writes a generic error in the envelope of the request's
+// family (see errorFamily).
 func familyError(w http.ResponseWriter, fam string, status int, msg string) {
 	switch fam {
+	case famMistral:
+		typ := "invalid_request_error"
+		switch {
+		case status == 401:
+			typ = "unauthorized"
+		case status == 429:
+			typ = "rate_limited"
+		case status >= 500:
+			typ = "internal_server_error"
+		}
+		mistralError(w, status, typ, msg)
+	case famTogether:
+		togetherError(w, status, msg)
 	case famAnthropic:
 		typ := map[int]string{400: "invalid_request_error", 401: "authentication_error",
 			404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",

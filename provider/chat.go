@@ -52,6 +52,11 @@ var chatFamilies = map[Family]chatFamily{
 		}
 		return "/v1beta/models/" + strings.TrimPrefix(m, "models/") + ":generateContent"
 	}, nil},
+	// Mistral and Together take chat lines at the same url; their codec
+	// (BodyLineCodec) checks the url and the custom_id on the translated
+	// line.
+	FamilyMistral:  {translate.Mistral, func(string) string { return ChatURL }, nil},
+	FamilyTogether: {translate.Together, func(string) string { return ChatURL }, nil},
 }
 
 // bufs are the buffers of translated bodies, from Validate to AppendItem

@@ -240,6 +240,54 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, b...)
 }
 
+// BodyLineCodec writes chunk files as {"custom_id":…,"body":…} lines, the
+// input line shape of Mistral and Together (docs/providers/mistral.md,
+// docs/providers/together.md): method and url are left out, the url is
+// the batch's endpoint, sent on create.
+type BodyLineCodec struct {
+	name        string
+	endpoints   map[string]bool
+	list        string
+	maxCustomID int
+}
+
+// NewBodyLineCodec returns a codec for provider name accepting the given
+// endpoints and custom_ids of at most maxCustomID characters (0: any).
+func NewBodyLineCodec(name string, endpoints []string, maxCustomID int) BodyLineCodec {
+	m := make(map[string]bool, len(endpoints))
+	for _, e := range endpoints {
+		m[e] = true
+	}
+	return BodyLineCodec{name: name, endpoints: m, list: strings.Join(endpoints, ", "), maxCustomID: maxCustomID}
+}
+
+func (c BodyLineCodec) Validate(it *sluice.Item) error {
+	if !c.endpoints[it.URL] {
+		return fmt.Errorf("url %q is not a batch endpoint of %s (accepted: %s)", it.URL, c.name, c.list)
+	}
+	if c.maxCustomID > 0 && len([]rune(it.CustomID)) > c.maxCustomID {
+		return fmt.Errorf("custom_id %q is longer than the %d characters %s allows", it.CustomID, c.maxCustomID, c.name)
+	}
+	return nil
+}
+
+func (BodyLineCodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
+
+func (BodyLineCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
+	body := it.Body
+	if it.ModelFromJob {
+		var err error
+		if body, err = withModel(body, it.Model); err != nil {
+			return dst, err
+		}
+	}
+	dst = append(dst, `{"custom_id":`...)
+	dst = appendJSONString(dst, it.CustomID)
+	dst = append(dst, `,"body":`...)
+	dst = append(dst, bytes.TrimSpace(body)...)
+	return append(dst, "}\n"...), nil
+}
+
 // FamilyOf is the API family whose batch endpoint url is: Anthropic's
 // /v1/messages, Cloudflare's /ai/run[/...], Gemini's
 // /{v1beta,v1}/models/{model}:generateContent, else OpenAI's.

@@ -2,11 +2,16 @@
 // provider presets (base URL, credentials, limits, endpoints) and the wire
 // codecs that turn a validated input line into the bytes of a chunk file.
 // The clients themselves live in the subpackages openai, anthropic,
-// cloudflare and gemini.
+// cloudflare, gemini, mistral and together.
+//
+// Presets is the one table of providers: a new provider is one struct
+// literal in it (and, for a new wire shape, a Family and a client
+// package). `sluice providers` prints it.
 package provider
 
 import (
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -20,6 +25,8 @@ const (
 	FamilyOpenAI     Family = "openai"     // Files + Batches (OpenAI and compatible)
 	FamilyAnthropic  Family = "anthropic"  // Message Batches
 	FamilyCloudflare Family = "cloudflare" // Workers AI async batch
+	FamilyMistral    Family = "mistral"    // Files + /v1/batch/jobs (docs/providers/mistral.md)
+	FamilyTogether   Family = "together"   // Files (redirect upload) + /v1/batches (docs/providers/together.md)
 	FamilyGemini     Family = "gemini"     // Gemini Developer API Batch Mode + Files API
 )
 
@@ -42,8 +49,17 @@ type Preset struct {
 	Limits     sluice.Limits
 	// Endpoints are the batch endpoints (input line urls) it accepts.
 	Endpoints []string
-	// CompletionWindow is sent on batch create (OpenAI family).
+	// InputFormat names the input lines it accepts, for `sluice providers`:
+	// every provider reads sluice's input format (custom_id, method, url,
+	// body); this says what body the url calls for.
+	InputFormat string
+	// MaxCustomID bounds the length of a custom_id (0: no bound).
+	MaxCustomID int
+	// CompletionWindow is sent on batch create (OpenAI family, Together).
 	CompletionWindow string
+	// Window is how long a batch may run at the provider, as its documents
+	// say it, for `sluice providers`.
+	Window string
 	// APIVersion is put between the base URL and every path (Gemini:
 	// v1beta; the base URL carries no version, as the Google SDKs take it).
 	APIVersion string
@@ -55,6 +71,9 @@ type Preset struct {
 	Burst             int
 	// Notes is one line for --help and the README.
 	Notes string
+	// Quirks are the ways its API departs from OpenAI's, for `sluice
+	// providers` and the provider docs.
+	Quirks []string
 }
 
 // Presets is the table of known providers (docs/providers.md, "Limits");
@@ -67,6 +86,7 @@ var Presets = map[string]Preset{
 		Endpoints:         openAIEndpoints,
 		CompletionWindow:  "24h",
 		RequestsPerSecond: 50, Burst: 50,
+		InputFormat: openAIInput, Window: "24h",
 		Notes: "the built-in emulator, in-process; no key needed",
 	},
 	"openai": {
@@ -77,6 +97,7 @@ var Presets = map[string]Preset{
 		CompletionWindow: "24h",
 		// Uploads are limited to 1,000/min per user; the rest depends on the tier.
 		RequestsPerSecond: 5, Burst: 10,
+		InputFormat: openAIInput, Window: "24h",
 		Notes: "200 MB / 50,000 requests per batch; enqueued-token limit per model",
 	},
 	"azure": {
@@ -88,7 +109,9 @@ var Presets = map[string]Preset{
 		Endpoints:         []string{"/chat/completions", "/v1/chat/completions", "/embeddings", "/v1/embeddings", "/responses", "/v1/responses"},
 		CompletionWindow:  "24h",
 		RequestsPerSecond: 5, Burst: 10,
-		Notes: "base URL https://RESOURCE.openai.azure.com/openai/v1; body.model is the Global-Batch deployment name",
+		InputFormat: openAIInput, Window: "24h (not enforced: runs until cancelled)",
+		Notes:  "base URL https://RESOURCE.openai.azure.com/openai/v1; body.model is the Global-Batch deployment name",
+		Quirks: []string{"api-key header", "body.model is the Global-Batch deployment name, the same on every line", "endpoints with or without /v1"},
 	},
 	"nebius": {
 		Name: "nebius", Family: FamilyOpenAI, BaseURL: "https://api.studio.nebius.com/v1", BaseURLEnv: "NEBIUS_BASE_URL",
@@ -97,6 +120,7 @@ var Presets = map[string]Preset{
 		Endpoints:         []string{"/v1/chat/completions", "/v1/embeddings"},
 		CompletionWindow:  "24h",
 		RequestsPerSecond: 2, Burst: 5,
+		InputFormat: openAIInput, Window: "24h",
 		Notes: "10 GB / 5,000,000 requests per file; 500 batches",
 	},
 	"groq": {
@@ -107,6 +131,7 @@ var Presets = map[string]Preset{
 		Endpoints:         []string{"/v1/chat/completions"},
 		CompletionWindow:  "24h",
 		RequestsPerSecond: 2, Burst: 5,
+		InputFormat: openAIInput, Window: "24h to 7d (--completion-window)",
 		Notes: "100 MB per file; completion window 24h to 7d (--completion-window)",
 	},
 	"deepinfra": {
@@ -117,6 +142,7 @@ var Presets = map[string]Preset{
 		Endpoints:         []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"},
 		CompletionWindow:  "24h",
 		RequestsPerSecond: 2, Burst: 5,
+		InputFormat: openAIInput, Window: "24h",
 		Notes: "limits unconfirmed: OpenAI's assumed",
 	},
 	"anthropic": {
@@ -126,7 +152,9 @@ var Presets = map[string]Preset{
 		Endpoints: []string{"/v1/messages", "/v1/chat/completions"}, // chat lines translated (docs/translation.md)
 		// Tier 1 allows 50 requests/min across the Message Batches endpoints.
 		RequestsPerSecond: 0.8, Burst: 4,
-		Notes: "256 MB / 100,000 requests per batch; custom_id ^[a-zA-Z0-9_-]{1,64}$",
+		InputFormat: "Anthropic Messages body (model, max_tokens, messages)", MaxCustomID: 64, Window: "24h, then expired",
+		Notes:  "256 MB / 100,000 requests per batch; custom_id ^[a-zA-Z0-9_-]{1,64}$",
+		Quirks: []string{"no file upload: the batch is the create body", "no metadata: a lost create is adopted by time and size, one create at a time"},
 	},
 	"cloudflare": {
 		Name: "cloudflare", Family: FamilyCloudflare, BaseURL: "https://api.cloudflare.com/client/v4", BaseURLEnv: "CLOUDFLARE_BASE_URL",
@@ -136,7 +164,42 @@ var Presets = map[string]Preset{
 		Endpoints: []string{"/ai/run/{model}", "/ai/run", "/v1/chat/completions"}, // chat lines translated (docs/translation.md)
 		// The Cloudflare API allows 1,200 requests per 5 minutes per user.
 		RequestsPerSecond: 3, Burst: 5,
-		Notes: "payload under 10 MB; no listing, so a crash inside submit cannot be reconciled",
+		InputFormat: "Workers AI model input (url names the model, or body.model with /ai/run)", Window: "unconfirmed",
+		Notes:  "payload under 10 MB; no listing, so a crash inside submit cannot be reconciled",
+		Quirks: []string{"$CLOUDFLARE_ACCOUNT_ID", "results come back in the final poll answer", "no listing: a lost create cannot be adopted"},
+	},
+	"mistral": {
+		Name: "mistral", Family: FamilyMistral, BaseURL: "https://api.mistral.ai", BaseURLEnv: "MISTRAL_BASE_URL",
+		KeyEnv: []string{"MISTRAL_API_KEY"}, AuthHeader: "Authorization",
+		// Sources conflict on requests per batch (1,000,000 in the guide,
+		// 100,000 on the known-limitations page) and on size (512 MB): the
+		// smaller figures are taken. docs/providers/mistral.md.
+		Limits: sluice.Limits{MaxBatchBytes: 512_000_000, MaxBatchRequests: 100_000},
+		Endpoints: []string{"/v1/chat/completions", "/v1/embeddings", "/v1/fim/completions", "/v1/moderations",
+			"/v1/chat/moderations", "/v1/ocr", "/v1/classifications", "/v1/chat/classifications", "/v1/conversations"},
+		InputFormat: "OpenAI-shaped body of the endpoint (Mistral's chat, embeddings, fim, moderation...); sent as {custom_id, body}",
+		Window:      "timeout_hours (default 24), then TIMEOUT_EXCEEDED",
+		// Mistral's rate limits are per workspace tier; 1 call/s is the
+		// free tier's.
+		RequestsPerSecond: 1, Burst: 5,
+		Notes: "base URL without /v1; 100,000 requests / 512 MB per batch (unconfirmed); job metadata names the chunk",
+		Quirks: []string{"base URL without /v1 (paths carry it)", "POST /v1/batch/jobs with input_files[] and job-level model",
+			"statuses QUEUED, RUNNING, SUCCESS, FAILED, TIMEOUT_EXCEEDED, CANCELLATION_REQUESTED, CANCELLED",
+			"422 {detail:[...]} on validation errors", "results kept 24h after completion (unconfirmed)"},
+	},
+	"together": {
+		Name: "together", Family: FamilyTogether, BaseURL: "https://api.together.xyz/v1", BaseURLEnv: "TOGETHER_BASE_URL",
+		KeyEnv: []string{"TOGETHER_API_KEY"}, AuthHeader: "Authorization",
+		// 30 B enqueued tokens per model (sluice's own estimate of them).
+		Limits:      sluice.Limits{MaxBatchBytes: 100_000_000, MaxBatchRequests: 50_000, MaxEnqueuedTokens: 30_000_000_000},
+		Endpoints:   []string{"/v1/chat/completions", "/v1/completions"},
+		InputFormat: "OpenAI chat or completions body with body.model; sent as {custom_id, body}",
+		MaxCustomID: 64, CompletionWindow: "24h", Window: "24h (best effort)",
+		RequestsPerSecond: 2, Burst: 5,
+		Notes: "100 MB / 50,000 requests per batch; 30B enqueued tokens per model; custom_id up to 64 characters",
+		Quirks: []string{"upload: POST /files answers 302 to a signed URL, PUT the bytes, POST /files/{id}/preprocess",
+			"create answers 201 {job, warning}", "list answers a bare array", "batch errors {\"error\": \"text\"}",
+			"no metadata: a lost create is adopted by its input file"},
 	},
 	"gemini": {
 		Name: "gemini", Family: FamilyGemini, BaseURL: "https://generativelanguage.googleapis.com", BaseURLEnv: "GOOGLE_GEMINI_BASE_URL",
@@ -153,6 +216,9 @@ var Presets = map[string]Preset{
 		Notes: "2 GB per input file, 100 concurrent batches, batches expire after 48h; model from the url",
 	},
 }
+
+// openAIInput is the input format of the OpenAI family.
+const openAIInput = "OpenAI batch input: the endpoint's request body, sent as the line itself"
 
 var openAIEndpoints = []string{
 	"/v1/responses", "/v1/chat/completions", "/v1/embeddings", "/v1/completions",
@@ -190,6 +256,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return AnthropicCodec{}
 	case FamilyCloudflare:
 		return CloudflareCodec{}
+	case FamilyMistral, FamilyTogether:
+		return NewBodyLineCodec(p.Name, p.Endpoints, p.MaxCustomID)
 	case FamilyGemini:
 		return GeminiCodec{}
 	}
@@ -198,4 +266,26 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return MixedCodec{OpenAI: NewOpenAICodec(p.Endpoints).Named(p.Name)}
 	}
 	return NewOpenAICodec(p.Endpoints).Named(p.Name)
+}
+
+// Resolve returns the preset a client of family runs with (p, or the
+// preset named after the family when p is the zero Preset) and its base
+// URL (raw, else the preset's), checked to be an http(s) URL, without a
+// trailing slash, query or fragment.
+func Resolve(p Preset, family Family, raw string) (Preset, *url.URL, error) {
+	if p.Name == "" {
+		p = Presets[string(family)]
+	}
+	if p.Family != family {
+		return p, nil, fmt.Errorf("%s: preset %q is of family %q", family, p.Name, p.Family)
+	}
+	if raw == "" {
+		raw = p.BaseURL
+	}
+	base, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return p, nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
+	}
+	base.Path = strings.TrimRight(base.Path, "/")
+	return p, base, nil
 }

@@ -23,6 +23,15 @@ func UploadName(ref sluice.BatchRef) string {
 		"-a" + strconv.Itoa(ref.Attempt) + ".jsonl"
 }
 
+// UploadedSize is the size of ref's chunk file as uploaded (its size on
+// disk, else ref.Bytes), which Find matches against file listings.
+func UploadedSize(ref sluice.BatchRef) int64 {
+	if st, err := os.Stat(ref.Path); err == nil {
+		return st.Size()
+	}
+	return ref.Bytes
+}
+
 // Metadata keys put on batches (OpenAI family) to find them after a crash.
 const (
 	MetaJob     = "sluice_job"
@@ -245,4 +254,34 @@ func decodeJSONLFile(ctx context.Context, path string, maxLine int, bad *sluice.
 			return err
 		}
 	}
+}
+
+// Adopt chooses, among the batches a listing shows for one chunk, the one
+// to adopt after a crash: the first live one, else the first that ended
+// (failed, expired, cancelled or cancelling), which the dispatcher then
+// retries from.
+type Adopt[T any] struct {
+	live, ended *T
+}
+
+// Offer considers b, whose status is st; it reports whether a live batch
+// was found (the search can stop).
+func (a *Adopt[T]) Offer(b *T, st sluice.BatchStatus) bool {
+	switch st {
+	case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
+		if a.ended == nil {
+			a.ended = b
+		}
+		return false
+	}
+	a.live = b
+	return true
+}
+
+// Best is the batch to adopt, or nil.
+func (a *Adopt[T]) Best() *T {
+	if a.live != nil {
+		return a.live
+	}
+	return a.ended
 }

@@ -16,7 +16,14 @@ func providerFiles(t *testing.T, emu *emulatorProc) []string {
 
 func providerFilesKey(t *testing.T, emu *emulatorProc, key string) []string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", "http://"+emu.addr+"/v1/files", nil)
+	return providerFilesAt(t, emu, key, "/v1/files")
+}
+
+// providerFilesAt lists the files of the emulator's family whose file list
+// is at path (/v1/files, /mistral/v1/files, /together/v1/files).
+func providerFilesAt(t *testing.T, emu *emulatorProc, key, path string) []string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+emu.addr+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -30,7 +37,7 @@ func providerFilesKey(t *testing.T, emu *emulatorProc, key string) []string {
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET /v1/files: %d %v", resp.StatusCode, err)
+		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
 	}
 	var ids []string
 	for _, f := range list.Data {

@@ -60,6 +60,12 @@ var matrixProviders = []matrixProvider{
 	{name: "cloudflare", input: writeCloudflareMatrixInput, reconciles: false, env: func(addr, key string) []string {
 		return []string{"CLOUDFLARE_API_TOKEN=" + key, "CLOUDFLARE_ACCOUNT_ID=acct-matrix", "CLOUDFLARE_BASE_URL=http://" + addr + "/client/v4"}
 	}},
+	{name: "mistral", input: writeMTInput, reconciles: true, env: func(addr, key string) []string {
+		return familyEnv("mistral", key, addr)
+	}},
+	{name: "together", input: writeMTInput, reconciles: true, env: func(addr, key string) []string {
+		return familyEnv("together", key, addr)
+	}},
 	{name: "gemini", input: writeGeminiInput, reconciles: true, env: geminiEnv},
 	{name: "local", input: writeInput, reconciles: true},
 }
@@ -226,8 +232,9 @@ func (c *cell) finish(why string) {
 			}
 		}
 	}
-	if c.emu != nil && (c.p.name == "openai" || c.p.name == "azure") {
-		if files := providerFilesKey(c.t, c.emu, matrixKey); len(files) != 0 {
+	filesAt := map[string]string{"openai": "/v1/files", "azure": "/v1/files", "mistral": "/mistral/v1/files", "together": "/together/v1/files"}
+	if path, ok := filesAt[c.p.name]; ok && c.emu != nil {
+		if files := providerFilesAt(c.t, c.emu, matrixKey, path); len(files) != 0 {
 			c.t.Errorf("%s: %d files left at the provider: %v", why, len(files), files)
 		}
 	}

@@ -21,7 +21,9 @@ import (
 	"github.com/sluice-batch/sluice/provider/cloudflare"
 	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/provider/together"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -33,6 +35,8 @@ type netFlags struct {
 	maxRetryWait     time.Duration
 	completionWindow string
 	localBatchTime   time.Duration
+	togetherUpload   string
+	mistralTimeout   int
 	gemini           struct {
 		apiVersion   string
 		chunkBytes   int64
@@ -48,6 +52,8 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default 8)")
 	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default 10m)")
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
+	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
+	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")
 	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll)")
 	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
 	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
@@ -123,6 +129,12 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		}
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
 			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: tmp})
+	case provider.FamilyMistral:
+		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			Limits: f.limits, Logger: plog, TimeoutHours: n.mistralTimeout})
+	case provider.FamilyTogether:
+		prov, err = together.New(together.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
+			Limits: f.limits, Logger: plog, Upload: n.togetherUpload, CompletionWindow: n.completionWindow})
 	case provider.FamilyGemini:
 		if dp := n.gemini.downloadPath; dp != "download" && dp != "api" {
 			closer()

@@ -106,7 +106,8 @@ func echo(s string) string {
 }
 
 // TestChatLinesOnAnyProvider runs one 10,000-line OpenAI chat completions
-// file to completion with --provider anthropic, cloudflare and gemini
+// file to completion with --provider anthropic, cloudflare, gemini,
+// mistral and together
 // against `sluice emulate`, from fresh state directories, with
 // --model-map: every output line must carry a chat.completion the OpenAI
 // SDK parses, answering that line's last user message (so the translated
@@ -128,6 +129,8 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 		{"cloudflare", "@cf/meta/llama-3.3-70b-instruct-fp8-fast", []string{"CLOUDFLARE_API_TOKEN=cf-test", "CLOUDFLARE_ACCOUNT_ID=acct1",
 			"CLOUDFLARE_BASE_URL=http://" + emu.addr + "/client/v4"}, false, false},
 		{"gemini", "gemini-2.5-flash", geminiEnv(emu.addr, "gm-test"), true, true},
+		{"mistral", "mistral-small-latest", familyEnv("mistral", "k", emu.addr), true, true},
+		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", familyEnv("together", "k", emu.addr), true, true},
 	} {
 		t.Run(c.provider, func(t *testing.T) {
 			dir := t.TempDir()
@@ -168,8 +171,8 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 				if i%7 == 4 || i%7 == 5 {
 					// JSON mode: the emulator answers {"echo": …} (through
 					// the forced response-format tool on Anthropic, as a
-					// JSON value on Workers AI, as JSON text on Gemini);
-					// the content is its JSON.
+					// JSON value on Workers AI, as JSON text on Gemini,
+					// Mistral and Together); the content is its JSON.
 					var js struct{ Echo string }
 					if err := json.Unmarshal([]byte(got), &js); err != nil {
 						t.Fatalf("%s: JSON mode content %q is not JSON: %v", o.CustomID, got, err)

@@ -77,20 +77,9 @@ var _ sluice.Provider = (*Client)(nil)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p := cfg.Preset
-	if p.Name == "" {
-		p = provider.Presets["anthropic"]
-	}
-	if p.Family != provider.FamilyAnthropic {
-		return nil, fmt.Errorf("anthropic: preset %q is of family %q", p.Name, p.Family)
-	}
-	raw := cfg.BaseURL
-	if raw == "" {
-		raw = p.BaseURL
-	}
-	base, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
+	p, base, err := provider.Resolve(cfg.Preset, provider.FamilyAnthropic, cfg.BaseURL)
+	if err != nil {
+		return nil, err
 	}
 	c := &Client{preset: p, base: base, limits: p.Limits.Override(cfg.Limits), maxLine: cfg.MaxLine,
 		clock: cfg.Clock, log: cfg.Logger, skew: cfg.FindSkew, window: cfg.FindWindow, claimed: cfg.Claimed}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/anthropic"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 )
 
 const testKey = "sk-ant-test-0123456789"
@@ -89,32 +90,7 @@ func ids(n int, prefix string) []string {
 
 func run(t *testing.T, c *anthropic.Client, ref sluice.BatchRef, b sluice.Batch) (sluice.Batch, map[string]sluice.Result) {
 	t.Helper()
-	ctx := context.Background()
-	var err error
-	for i := 0; !b.Status.Ended(); i++ {
-		if i > 50 {
-			t.Fatalf("batch still %s", b.Status)
-		}
-		if b, err = c.Poll(ctx, ref, b.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	files, err := c.Fetch(ctx, ref, b, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]sluice.Result{}
-	err = c.Decode(ctx, ref, files, nil, func(r sluice.Result) error {
-		if _, dup := got[r.CustomID]; dup {
-			t.Errorf("duplicate %s", r.CustomID)
-		}
-		got[r.CustomID] = r
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, got
+	return ptest.Finish(t, c, ref, b)
 }
 
 func TestEmulatorFullCycle(t *testing.T) {

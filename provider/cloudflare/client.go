@@ -75,23 +75,12 @@ var _ sluice.Provider = (*Client)(nil)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p := cfg.Preset
-	if p.Name == "" {
-		p = provider.Presets["cloudflare"]
-	}
-	if p.Family != provider.FamilyCloudflare {
-		return nil, fmt.Errorf("cloudflare: preset %q is of family %q", p.Name, p.Family)
+	p, base, err := provider.Resolve(cfg.Preset, provider.FamilyCloudflare, cfg.BaseURL)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.AccountID == "" {
 		return nil, fmt.Errorf("provider %s needs an account id (%s)", p.Name, p.AccountEnv)
-	}
-	raw := cfg.BaseURL
-	if raw == "" {
-		raw = p.BaseURL
-	}
-	base, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
 	}
 	c := &Client{preset: p, base: base, account: cfg.AccountID, limits: p.Limits.Override(cfg.Limits),
 		pollQ: !cfg.PollWithoutQueueRequest, tmp: cfg.TempDir, log: cfg.Logger}

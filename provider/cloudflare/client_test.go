@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/cloudflare"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 )
 
 const (
@@ -93,33 +94,7 @@ func ids(n int) []string {
 
 func run(t *testing.T, c *cloudflare.Client, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool)) (sluice.Batch, map[string]sluice.Result) {
 	t.Helper()
-	ctx := context.Background()
-	var err error
-	for i := 0; !b.Status.Ended(); i++ {
-		if i > 50 {
-			t.Fatalf("batch still %s", b.Status)
-		}
-		if b, err = c.Poll(ctx, ref, b.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := t.TempDir()
-	files, err := c.Fetch(ctx, ref, b, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]sluice.Result{}
-	err = c.Decode(ctx, ref, files, lookup, func(r sluice.Result) error {
-		if _, dup := got[r.CustomID]; dup {
-			t.Errorf("duplicate %s", r.CustomID)
-		}
-		got[r.CustomID] = r
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, got
+	return ptest.FinishLookup(t, c, ref, b, lookup)
 }
 
 func TestEmulatorFullCycle(t *testing.T) {

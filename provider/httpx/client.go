@@ -15,6 +15,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -153,6 +154,10 @@ type Call struct {
 	// the call ends with an error wrapping sluice.ErrUnsettled: it is not
 	// repeated blind.
 	Reconcile func(ctx context.Context) (done bool, err error)
+	// Statuses are non-2xx statuses handled as answers, not errors (the
+	// 302 of Together's upload, sent by a client that does not follow
+	// redirects).
+	Statuses []int
 }
 
 // ErrReconciled ends a call whose Reconcile found its effect at the
@@ -270,7 +275,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 			c.downSince.CompareAndSwap(0, c.clock.Now().UnixNano())
 			retry, lastErr = true, err
 			ambiguous = ambiguous || sent
-		case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		case resp.StatusCode >= 200 && resp.StatusCode < 300 || slices.Contains(call.Statuses, resp.StatusCode):
 			herr := handle(resp)
 			var re *ReadError
 			if herr == nil || !errors.As(herr, &re) {

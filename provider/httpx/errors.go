@@ -36,6 +36,43 @@ func OpenAIErrors(body []byte) (code, message string) {
 	return code, message
 }
 
+// MistralErrors decodes Mistral's error bodies (docs/providers/mistral.md):
+// 422 {"detail":[{"loc":[…],"msg","type"}]} (the code is the first
+// entry's type, the message joins every entry's loc and msg), {"detail":
+// "text"}, {"object":"error","message","type","code"}, {"message":"text"},
+// and the OpenAI envelope.
+func MistralErrors(body []byte) (code, message string) {
+	if d := gjson.GetBytes(body, "detail"); d.IsArray() {
+		var msgs []string
+		d.ForEach(func(_, e gjson.Result) bool {
+			if code == "" {
+				code = e.Get("type").String()
+			}
+			var loc []string
+			for _, l := range e.Get("loc").Array() {
+				loc = append(loc, l.String())
+			}
+			m := e.Get("msg").String()
+			if len(loc) > 0 {
+				m = strings.Join(loc, ".") + ": " + m
+			}
+			msgs = append(msgs, m)
+			return true
+		})
+		return code, strings.Join(msgs, "; ")
+	} else if d.Type == gjson.String {
+		return "", d.String()
+	}
+	if m := gjson.GetBytes(body, "message"); m.Type == gjson.String {
+		code = gjson.GetBytes(body, "code").String()
+		if code == "" {
+			code = gjson.GetBytes(body, "type").String()
+		}
+		return code, m.String()
+	}
+	return OpenAIErrors(body)
+}
+
 // AnthropicErrors decodes {"type":"error","error":{"type","message"}}.
 func AnthropicErrors(body []byte) (code, message string) {
 	e := gjson.GetBytes(body, "error")

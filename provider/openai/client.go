@@ -11,6 +11,7 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -160,40 +161,58 @@ var jsonHeader = http.Header{"Content-Type": {"application/json"}}
 // "batch", then file). A connection lost after the whole file was sent is
 // settled by listing files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
-	name := provider.UploadName(ref)
 	fields := []httpx.Field{{Name: "purpose", Value: "batch"}}
 	if c.fileTTL > 0 {
 		fields = append(fields,
 			httpx.Field{Name: "expires_after[anchor]", Value: "created_at"},
 			httpx.Field{Name: "expires_after[seconds]", Value: strconv.FormatInt(int64(c.fileTTL/time.Second), 10)})
 	}
+	id, _, err := UploadChunk(ctx, c.hc, c.url("/files", nil), fields, ref, func(ctx context.Context) (string, error) {
+		f, err := c.findFile(ctx, ref)
+		if f == nil {
+			return "", err
+		}
+		return f.ID, err
+	}, c.log)
+	return id, err
+}
+
+// UploadChunk streams ref's chunk file to url as multipart/form-data:
+// fields, then the part "file" named provider.UploadName(ref). It returns
+// the answer's "id" and the answer itself, for every client of a files API
+// (OpenAI, Mistral, Together). A connection lost after the whole file was
+// sent is settled by find (the id of the file already made, or "") before
+// the upload is repeated; an adopted file comes back with a nil answer.
+func UploadChunk(ctx context.Context, hc *httpx.Client, url string, fields []httpx.Field, ref sluice.BatchRef,
+	find func(context.Context) (string, error), log zerolog.Logger) (string, json.RawMessage, error) {
+	name := provider.UploadName(ref)
 	body, ctype, _, err := httpx.Multipart(fields, "file", name, ref.Path)
 	if err != nil {
-		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
+		return "", nil, fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
 	}
 	var adopted string
 	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/files", nil),
-		Header: http.Header{"Content-Type": {ctype}}, Body: body,
+		Method: http.MethodPost, URL: url, Header: http.Header{"Content-Type": {ctype}}, Body: body,
 		Reconcile: func(ctx context.Context) (bool, error) {
-			f, err := c.findFile(ctx, ref)
-			if f != nil {
-				adopted = f.ID
-			}
+			id, err := find(ctx)
+			adopted = id
 			return adopted != "", err
 		},
 	}
-	var f fileObject
-	switch err := c.hc.JSON(ctx, call, &f); {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("file_id", adopted).Str("filename", name).Msg("upload answer lost; adopted the uploaded file")
-		return adopted, nil
-	case err != nil:
-		return "", fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
-	case f.ID == "":
-		return "", fmt.Errorf("upload chunk %d: answer carries no file id", ref.Chunk)
+	var raw json.RawMessage
+	var f struct {
+		ID string `json:"id"`
 	}
-	return f.ID, nil
+	switch err := hc.JSON(ctx, call, &raw); {
+	case errors.Is(err, httpx.ErrReconciled):
+		log.Info().Str("file_id", adopted).Str("filename", name).Msg("upload answer lost; adopted the uploaded file")
+		return adopted, nil, nil
+	case err != nil:
+		return "", nil, fmt.Errorf("upload chunk %d: %w", ref.Chunk, err)
+	case json.Unmarshal(raw, &f) != nil || f.ID == "":
+		return "", nil, fmt.Errorf("upload chunk %d: answer carries no file id", ref.Chunk)
+	}
+	return f.ID, raw, nil
 }
 
 // Create starts a batch from fileID: POST /batches with input_file_id,
@@ -212,50 +231,85 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	if c.outTTL > 0 {
 		req.OutputExpiresAfter = &expiresAfter{Anchor: "created_at", Seconds: int64(c.outTTL / time.Second)}
 	}
+	return CreateBatch(ctx, c.hc, c.url("/batches", nil), req, ref, func(ctx context.Context) (*batchObject, error) {
+		return c.findBatch(ctx, ref)
+	}, (*batchObject).toBatch, c.log)
+}
+
+// CreateBatch sends a create call (the JSON of req) to url and maps its
+// answer, a T, with toBatch, for every client of a files-based batch API. A
+// connection lost after the request was sent is settled by find (what the
+// call made, or nil) before the create is repeated, so a lost answer does
+// not buy the batch twice.
+func CreateBatch[T any](ctx context.Context, hc *httpx.Client, url string, req any, ref sluice.BatchRef,
+	find func(context.Context) (*T, error), toBatch func(*T) sluice.Batch, log zerolog.Logger) (sluice.Batch, error) {
 	body, err := httpx.JSONBody(req)
 	if err != nil {
 		return sluice.Batch{}, err
 	}
-	var adopted *batchObject
+	var adopted *T
 	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/batches", nil), Header: jsonHeader, Body: body,
+		Method: http.MethodPost, URL: url, Header: jsonHeader, Body: body,
 		Reconcile: func(ctx context.Context) (bool, error) {
-			b, err := c.findBatch(ctx, ref)
+			b, err := find(ctx)
 			adopted = b
 			return b != nil, err
 		},
 	}
-	var w batchObject
-	switch err := c.hc.JSON(ctx, call, &w); {
+	var w T
+	switch err := hc.JSON(ctx, call, &w); {
 	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
-		return adopted.toBatch(), nil
+		b := toBatch(adopted)
+		log.Info().Str("batch_id", b.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
+		return b, nil
 	case err != nil:
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
-	case w.ID == "":
+	}
+	b := toBatch(&w)
+	if b.ID == "" {
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no batch id", ref.Chunk)
 	}
-	return w.toBatch(), nil
+	return b, nil
 }
 
 // Poll reads GET /batches/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
-	var w batchObject
-	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches/"+url.PathEscape(batchID), nil)}, &w)
-	if err != nil {
-		return sluice.Batch{}, notFound(fmt.Sprintf("poll batch %s", batchID), err)
-	}
-	return w.toBatch(), nil
+	return BatchCall(ctx, c.hc, http.MethodGet, c.url("/batches/"+url.PathEscape(batchID), nil), "poll batch "+batchID, (*batchObject).toBatch)
 }
 
-// Cancel asks POST /batches/{id}/cancel.
+// Cancel asks POST /batches/{id}/cancel (see CancelBatch).
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	var w batchObject
-	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil)}, &w)
-	if err != nil {
-		return sluice.Batch{}, notFound(fmt.Sprintf("cancel batch %s", batchID), err)
+	u := c.url("/batches/"+url.PathEscape(batchID), nil)
+	return CancelBatch(ctx, c.hc, c.url("/batches/"+url.PathEscape(batchID)+"/cancel", nil), u, batchID, (*batchObject).toBatch)
+}
+
+// CancelBatch sends a cancel call to cancelURL. When the provider refuses
+// it (a 4xx other than 404 and 429) and a poll of pollURL shows the batch
+// cancelling or ended, that batch is the answer: a cancel repeated after
+// its first answer was lost, or a batch that ended meanwhile, has nothing
+// left to cancel, and its results must still be fetched.
+func CancelBatch[T any](ctx context.Context, hc *httpx.Client, cancelURL, pollURL, batchID string, toBatch func(*T) sluice.Batch) (sluice.Batch, error) {
+	b, err := BatchCall(ctx, hc, http.MethodPost, cancelURL, "cancel batch "+batchID, toBatch)
+	var ae *sluice.APIError
+	if err == nil || !errors.As(err, &ae) || ae.Status/100 != 4 || ae.Status == http.StatusNotFound || ae.Status == http.StatusTooManyRequests {
+		return b, err
 	}
-	return w.toBatch(), nil
+	if p, perr := BatchCall(ctx, hc, http.MethodGet, pollURL, "poll batch "+batchID, toBatch); perr == nil &&
+		(p.Status.Ended() || p.Status == sluice.BatchCancelling) {
+		return p, nil
+	}
+	return b, err
+}
+
+// BatchCall sends a bodiless call whose answer is one batch of the
+// provider's shape T and maps it with toBatch; a 404 wraps
+// sluice.ErrNotFound. what names the call in errors.
+func BatchCall[T any](ctx context.Context, hc *httpx.Client, method, url, what string, toBatch func(*T) sluice.Batch) (sluice.Batch, error) {
+	var w T
+	if err := hc.JSON(ctx, httpx.Call{Method: method, URL: url}, &w); err != nil {
+		return sluice.Batch{}, NotFound(what, err)
+	}
+	return toBatch(&w), nil
 }
 
 // Fetch downloads the batch's output file and error file (GET
@@ -263,6 +317,14 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 // <batch>.errors.jsonl. A missing or empty error file is no error (Azure
 // gives even a clean batch an empty one); empty files are not returned.
 func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	return FetchFiles(ctx, c.hc, func(id string) string { return c.url("/files/"+url.PathEscape(id)+"/content", nil) }, b, dir, c.log)
+}
+
+// FetchFiles downloads b's output and error files, whose content contentURL
+// names, into dir as <batch>.output.jsonl and <batch>.errors.jsonl, for
+// every client of a files-based batch API (OpenAI, Mistral, Together). A
+// missing or empty error file is no error; empty files are not returned.
+func FetchFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID string) string, b sluice.Batch, dir string, log zerolog.Logger) ([]string, error) {
 	var paths []string
 	for _, f := range []struct {
 		id, suffix string
@@ -272,13 +334,13 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 			continue
 		}
 		path := filepath.Join(dir, provider.SafeFileName(b.ID)+f.suffix)
-		n, err := c.hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files/"+url.PathEscape(f.id)+"/content", nil)}, path)
+		n, err := hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: contentURL(f.id)}, path)
 		switch {
 		case err != nil && f.optional && httpx.IsNotFound(err):
-			c.log.Debug().Str("file_id", f.id).Msg("error file not found; treated as empty")
+			log.Debug().Str("file_id", f.id).Msg("error file not found; treated as empty")
 			continue
 		case err != nil:
-			return paths, notFound(fmt.Sprintf("download file %s of batch %s", f.id, b.ID), err)
+			return paths, NotFound(fmt.Sprintf("download file %s of batch %s", f.id, b.ID), err)
 		case n == 0:
 			os.Remove(path)
 			continue
@@ -291,12 +353,46 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 // Forget deletes files (DELETE /files/{id}); a file already gone is no
 // error.
 func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+	return DeleteFiles(ctx, c.hc, func(id string) string { return c.url("/files/"+url.PathEscape(id), nil) }, fileIDs...)
+}
+
+// Files implements Fetch, Decode and Forget for the clients of a
+// files-based batch API whose result lines have the OpenAI batch output
+// shape (Mistral, Together): embed it.
+type Files struct {
+	HC *httpx.Client
+	// FileURL is the URL of a file; its content is at FileURL(id)+"/content".
+	FileURL func(id string) string
+	MaxLine int // bound of one result line (default provider.DefaultMaxLine)
+	Log     zerolog.Logger
+}
+
+// Fetch downloads the batch's output and error files (FetchFiles).
+func (f Files) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+	return FetchFiles(ctx, f.HC, func(id string) string { return f.FileURL(id) + "/content" }, b, dir, f.Log)
+}
+
+// Decode reads output and error file lines with DecodeLine: {custom_id,
+// response{status_code, body}} or {custom_id, error{code, message}} (error
+// may be a bare string).
+func (f Files) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	return provider.DecodeJSONL(ctx, files, f.MaxLine, DecodeLine, fn)
+}
+
+// Forget deletes files (DeleteFiles).
+func (f Files) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+	return DeleteFiles(ctx, f.HC, f.FileURL, fileIDs...)
+}
+
+// DeleteFiles deletes files with DELETE fileURL(id); a file already gone
+// is no error.
+func DeleteFiles(ctx context.Context, hc *httpx.Client, fileURL func(fileID string) string, fileIDs ...string) error {
 	var errs []error
 	for _, id := range fileIDs {
 		if id == "" {
 			continue
 		}
-		err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: c.url("/files/"+url.PathEscape(id), nil)}, nil)
+		err := hc.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: fileURL(id)}, nil)
 		if err != nil && !httpx.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete file %s: %w", id, err))
 		}
@@ -304,8 +400,8 @@ func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...str
 	return errors.Join(errs...)
 }
 
-// notFound wraps err with what, adding sluice.ErrNotFound to a 404.
-func notFound(what string, err error) error {
+// NotFound wraps err with what, adding sluice.ErrNotFound to a 404.
+func NotFound(what string, err error) error {
 	if httpx.IsNotFound(err) {
 		return fmt.Errorf("%s: %w: %w", what, sluice.ErrNotFound, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
 
@@ -73,32 +74,7 @@ func cycle(t *testing.T, c *openai.Client, ref sluice.BatchRef) (sluice.Batch, m
 
 func finish(t *testing.T, c *openai.Client, ref sluice.BatchRef, b sluice.Batch) (sluice.Batch, map[string]sluice.Result) {
 	t.Helper()
-	ctx := context.Background()
-	var err error
-	for i := 0; !b.Status.Ended(); i++ {
-		if i > 10 {
-			t.Fatalf("batch still %s", b.Status)
-		}
-		if b, err = c.Poll(ctx, ref, b.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	files, err := c.Fetch(ctx, ref, b, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]sluice.Result{}
-	err = c.Decode(ctx, ref, files, nil, func(r sluice.Result) error {
-		if _, dup := got[r.CustomID]; dup {
-			t.Errorf("duplicate result %s", r.CustomID)
-		}
-		got[r.CustomID] = r
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, got
+	return ptest.Finish(t, c, ref, b)
 }
 
 func TestFullCycle(t *testing.T) {

@@ -20,10 +20,34 @@ type outputLine struct {
 		RequestID  string          `json:"request_id"`
 		Body       json.RawMessage `json:"body"`
 	} `json:"response"`
-	Error *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+	Error *lineError `json:"error"`
+}
+
+// lineError is a line's error: {"code","message"}, or a bare string
+// (seen in Together's batch errors; docs/providers/together.md).
+type lineError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *lineError) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		e.Message = s
+		return nil
+	}
+	var o struct {
+		Code    json.RawMessage `json:"code"`
+		Message string          `json:"message"`
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return err
+	}
+	e.Message = o.Message
+	if json.Unmarshal(o.Code, &e.Code) != nil && len(o.Code) > 0 && string(o.Code) != "null" {
+		e.Code = string(o.Code) // a numeric code, as its text
+	}
+	return nil
 }
 
 // Decode streams the output and error files, one line at a time (lines of

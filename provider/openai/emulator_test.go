@@ -2,44 +2,27 @@ package openai_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
 
 func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) {
 	t.Helper()
 	o.APIKey = testKey
-	s, err := emulator.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { srv.Close(); s.Close() })
-	return s, srv.URL
+	return ptest.Emulator(t, o, nil)
 }
 
 // stats reads GET /_emulator/stats.
 func stats(t *testing.T, root string) emulator.Stats {
 	t.Helper()
-	resp, err := http.Get(root + "/_emulator/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st emulator.Stats
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return ptest.Stats(t, root)
 }
 
 func manyIDs(n int, prefix string) []string {

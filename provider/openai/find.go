@@ -52,7 +52,7 @@ func (c *Client) cutoff() time.Time { return c.clock.Now().Add(-c.findBack) }
 // findBatch returns the batch made for ref, or nil.
 func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*batchObject, error) {
 	cutoff := c.cutoff()
-	var dead *batchObject
+	var pick provider.Adopt[batchObject]
 	after := ""
 	for page := 0; page < maxPages; page++ {
 		q := url.Values{"limit": {strconv.Itoa(listPage)}}
@@ -69,15 +69,7 @@ func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*batchObje
 			if b.CreatedAt.IsZero() || !b.CreatedAt.Before(cutoff) {
 				allOld = false
 			}
-			if !provider.MatchesMetadata(b.Metadata, ref) {
-				continue
-			}
-			switch MapStatus(b.Status) {
-			case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
-				if dead == nil {
-					dead = b
-				}
-			default:
+			if provider.MatchesMetadata(b.Metadata, ref) && pick.Offer(b, MapStatus(b.Status)) {
 				return b, nil
 			}
 		}
@@ -90,7 +82,7 @@ func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*batchObje
 		}
 		after = next
 	}
-	return dead, nil
+	return pick.Best(), nil
 }
 
 // findFile returns the newest batch file uploaded for ref, or nil.

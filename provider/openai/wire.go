@@ -99,7 +99,8 @@ func (w *batchObject) toBatch() sluice.Batch {
 
 // MapStatus maps a batch status onto sluice's, case-insensitively and
 // ignoring '_', '-' and spaces: Azure's documents show "Validating" and
-// "InProgress", Together's "CANCELING". An unknown status maps to
+// "InProgress", Together's "CANCELING", Mistral's "TIMEOUT_EXCEEDED" and
+// "CANCELLATION_REQUESTED". An unknown status maps to
 // in_progress (the batch is polled on; its word is kept verbatim in
 // ProviderStatus).
 func MapStatus(s string) sluice.BatchStatus {
@@ -121,9 +122,9 @@ func MapStatus(s string) sluice.BatchStatus {
 		return sluice.BatchCompleted
 	case "failed":
 		return sluice.BatchFailed
-	case "expired":
+	case "expired", "timeoutexceeded":
 		return sluice.BatchExpired
-	case "cancelling", "canceling":
+	case "cancelling", "canceling", "cancellationrequested":
 		return sluice.BatchCancelling
 	case "cancelled", "canceled":
 		return sluice.BatchCancelled

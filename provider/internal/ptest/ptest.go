@@ -1,0 +1,172 @@
+// Package ptest holds what the tests of provider clients share: an
+// emulator behind a loopback server, chunk files written by a provider's
+// codec, a batch run to its end, and a handler that loses answers.
+package ptest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/emulator"
+)
+
+// Key is the API key the emulators of these tests accept.
+const Key = "test-key-123456"
+
+// Emulator runs an emulator enforcing o.APIKey (default Key) behind a loopback server, its
+// handler wrapped by wrap (nil: none), and returns it with its root URL.
+func Emulator(t *testing.T, o emulator.Options, wrap func(http.Handler) http.Handler) (*emulator.Server, string) {
+	t.Helper()
+	if o.APIKey == "" {
+		o.APIKey = Key
+	}
+	s, err := emulator.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return s, srv.URL
+}
+
+// Stats reads GET /_emulator/stats.
+func Stats(t *testing.T, root string) emulator.Stats {
+	t.Helper()
+	resp, err := http.Get(root + "/_emulator/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st emulator.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// IDs are n custom_ids prefix-0 ... prefix-(n-1).
+func IDs(n int, prefix string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+// Chunk writes a chunk file of chat requests for model with the given
+// custom_ids, through codec, and returns its ref.
+func Chunk(t *testing.T, codec sluice.Codec, job string, chunk int64, attempt int, model string, ids ...string) sluice.BatchRef {
+	t.Helper()
+	var b []byte
+	for _, id := range ids {
+		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi %s"}],"max_tokens":50}`, model, id)
+		it := &sluice.Item{CustomID: id, URL: "/v1/chat/completions", Model: model, Body: []byte(body),
+			Raw: fmt.Appendf(nil, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":%s}`, id, body)}
+		if err := codec.Validate(it); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if b, err = codec.AppendItem(b, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d-%d.jsonl", chunk, attempt))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: attempt, URL: "/v1/chat/completions", Model: model,
+		Path: path, Requests: len(ids), Bytes: int64(len(b)), IntentAt: time.Now()}
+}
+
+// Cycle uploads ref, creates its batch and runs it to its end (Finish).
+func Cycle(t *testing.T, p sluice.Provider, ref sluice.BatchRef) (sluice.Batch, map[string]sluice.Result) {
+	t.Helper()
+	fileID, err := p.Upload(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Create(context.Background(), ref, fileID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Finish(t, p, ref, b)
+}
+
+// Finish polls b until it ends, fetches and decodes its results, and
+// returns them by custom_id (a custom_id decoded twice fails the test).
+func Finish(t *testing.T, p sluice.Provider, ref sluice.BatchRef, b sluice.Batch) (sluice.Batch, map[string]sluice.Result) {
+	t.Helper()
+	return FinishLookup(t, p, ref, b, nil)
+}
+
+// FinishLookup is Finish with the lookup Decode gets (for providers that
+// answer by position).
+func FinishLookup(t *testing.T, p sluice.Provider, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool)) (sluice.Batch, map[string]sluice.Result) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	for i := 0; !b.Status.Ended(); i++ {
+		if i > 50 {
+			t.Fatalf("batch still %s", b.Status)
+		}
+		if b, err = p.Poll(ctx, ref, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := p.Fetch(ctx, ref, b, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]sluice.Result{}
+	err = p.Decode(ctx, ref, files, lookup, func(r sluice.Result) error {
+		if _, dup := got[r.CustomID]; dup {
+			t.Errorf("duplicate result %s", r.CustomID)
+		}
+		got[r.CustomID] = r
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, got
+}
+
+// LoseAnswers wraps h: the first n requests that match are served for
+// real (their effect happens) and then the connection is closed before
+// any answer is written, as when a network drops a response.
+func LoseAnswers(n int, match func(*http.Request) bool) func(http.Handler) http.Handler {
+	var mu sync.Mutex
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			lose := n > 0 && match(r)
+			if lose {
+				n--
+			}
+			mu.Unlock()
+			if !lose {
+				h.ServeHTTP(w, r)
+				return
+			}
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				panic(http.ErrAbortHandler)
+			}
+			conn.Close()
+		})
+	}
+}
