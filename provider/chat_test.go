@@ -98,6 +98,22 @@ func TestPlanCodecModelMap(t *testing.T) {
 	if err := gc.Validate(it); err != nil || it.Model != "tunedModels/mine" {
 		t.Fatalf("a tuned model: %v (model %q)", err, it.Model)
 	}
+
+	// Mistral and Together: the translated body (max_completion_tokens
+	// renamed, the mapped model written) in a {custom_id, body} line.
+	for _, c := range []struct{ preset, model string }{{"mistral", "mistral-small-latest"}, {"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo"}} {
+		pc := Presets[c.preset].PlanCodec(ChatOptions{ModelMap: map[string]string{"gpt-4o-mini": c.model}})
+		it = chatItem("g", `{"model":"gpt-4o-mini","max_completion_tokens":9,"messages":[{"role":"user","content":"x"}]}`)
+		if err := pc.Validate(it); err != nil {
+			t.Fatalf("%s: %v", c.preset, err)
+		}
+		out, _ = pc.AppendItem(nil, it)
+		if gjson.GetBytes(out, "custom_id").String() != "g" || gjson.GetBytes(out, "body.model").String() != c.model ||
+			gjson.GetBytes(out, "body.max_tokens").Int() != 9 || gjson.GetBytes(out, "body.max_completion_tokens").Exists() ||
+			gjson.GetBytes(out, "url").Exists() || it.URL != ChatURL {
+			t.Fatalf("%s item %s", c.preset, out)
+		}
+	}
 }
 
 // TestPlanCodecWarnings: warnings reach ChatOptions.Warn with the line.
