@@ -208,12 +208,14 @@ var Presets = map[string]Preset{
 		// 2 GB per input file; 100 concurrent batches per project. No
 		// request count per batch is documented: 100,000 is sluice's
 		// choice (docs/providers/gemini.md), overridable.
-		Limits:     sluice.Limits{MaxBatchBytes: 2_000_000_000, MaxBatchRequests: 100_000, MaxLiveBatches: 100},
-		Endpoints:  []string{"/v1beta/models/{model}:generateContent", "/v1/models/{model}:generateContent"},
-		APIVersion: "v1beta",
+		Limits:      sluice.Limits{MaxBatchBytes: 2_000_000_000, MaxBatchRequests: 100_000, MaxLiveBatches: 100},
+		Endpoints:   []string{"/v1beta/models/{model}:generateContent", "/v1/models/{model}:generateContent", "/v1/chat/completions"}, // chat lines translated (docs/translation.md)
+		InputFormat: "Gemini GenerateContentRequest body (model from the url)",
+		APIVersion:  "v1beta",
 		// No batch-API rate limit is documented; kept low like Anthropic's.
 		RequestsPerSecond: 2, Burst: 5,
-		Notes: "2 GB per input file, 100 concurrent batches, batches expire after 48h; model from the url",
+		Notes:  "2 GB per input file, 100 concurrent batches, batches expire after 48h; model from the url",
+		Window: "48h, then BATCH_STATE_EXPIRED",
 	},
 }
 
