@@ -174,6 +174,7 @@ func TestLogsAreJSONWhenNotATerminal(t *testing.T) {
 // TestSecretsNeverWritten runs with a key and greps every log line, the
 // output and the database for it.
 func TestSecretsNeverWritten(t *testing.T) {
+	t.Parallel() // its own emulator and state directory
 	const key = "sk-SECRET-d0c5a3b1e8f7"
 	emu := startEmulator(t, "--http-fault-rate", "0.2", "--retry-after", "20ms", "--seed", "3")
 	dir := t.TempDir()

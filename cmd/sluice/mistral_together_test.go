@@ -84,6 +84,7 @@ func TestProvidersCommand(t *testing.T) {
 // twice and no success is delivered twice (re-executions happen only for
 // requests whose result the emulator spoiled).
 func TestFaultsMistralTogether(t *testing.T) {
+	t.Parallel() // its own emulator and state directory
 	for _, tc := range []struct{ family, base string }{{"mistral", "/mistral"}, {"together", "/together/v1"}} {
 		t.Run(tc.family, func(t *testing.T) {
 			emu := startEmulator(t, "--batch-time", "100ms", "--seed", "12", "--http-fault-rate", "0.25",
@@ -126,6 +127,7 @@ func TestFaultsMistralTogether(t *testing.T) {
 // line per request: those done before the cancel as successes, the others
 // as cancelled.
 func TestCancelMistralTogether(t *testing.T) {
+	t.Parallel() // its own emulator and state directory
 	for _, tc := range []struct{ family, base, path, status string }{
 		{"mistral", "/mistral", "/mistral/v1/batch/jobs/", "CANCELLED"},
 		{"together", "/together/v1", "/together/v1/batches/", "CANCELLED"},

@@ -62,6 +62,7 @@ func response(t *testing.T, line string) string {
 // 10% and run as a new job buys exactly that 10%; --reuse=false buys
 // everything again; within one job identical bodies are never collapsed.
 func TestReuseAcrossJobsBuysOnlyNewBodies(t *testing.T) {
+	t.Parallel() // its own emulator and state directory
 	emu := startEmulator(t)
 	dir := t.TempDir()
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
@@ -319,6 +320,7 @@ func TestPlanCostAgainstHandComputed(t *testing.T) {
 // finishes without buying anything twice; a cap over an unpriced model is
 // refused before any work.
 func TestMaxCostThroughBinary(t *testing.T) {
+	t.Parallel() // its own emulator and state directory
 	emu := startEmulator(t, "--batch-time", "50ms")
 	dir := t.TempDir()
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")

@@ -113,6 +113,7 @@ func echo(s string) string {
 // SDK parses, answering that line's last user message (so the translated
 // request reached the fake model whole), from the mapped model, with usage.
 func TestChatLinesOnAnyProvider(t *testing.T) {
+	t.Parallel() // its own emulator and state directory
 	emu := startEmulator(t, "--batch-time", "200ms")
 	for _, c := range []struct {
 		provider, model string
