@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 )
 
 const testKey = "gm-test-0123456789"
@@ -28,13 +28,8 @@ const testKey = "gm-test-0123456789"
 func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) {
 	t.Helper()
 	o.APIKey = testKey
-	s, err := emulator.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { srv.Close(); s.Close() })
-	return s, srv.URL + "/gemini"
+	s, root := ptest.Emulator(t, o, nil)
+	return s, root + "/gemini"
 }
 
 func newClient(t *testing.T, base string, mod ...func(*gemini.Config)) *gemini.Client {
@@ -78,45 +73,6 @@ func writeChunk(t *testing.T, job string, chunk int64, pad int, ids ...string) s
 		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now()}
 }
 
-func ids(n int, prefix string) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%d", prefix, i)
-	}
-	return out
-}
-
-// finish polls b until it ends, fetches and decodes its results.
-func finish(t *testing.T, c *gemini.Client, ref sluice.BatchRef, b sluice.Batch) (sluice.Batch, map[string]sluice.Result) {
-	t.Helper()
-	ctx := context.Background()
-	var err error
-	for i := 0; !b.Status.Ended(); i++ {
-		if i > 50 {
-			t.Fatalf("batch still %s", b.Status)
-		}
-		if b, err = c.Poll(ctx, ref, b.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	files, err := c.Fetch(ctx, ref, b, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]sluice.Result{}
-	err = c.Decode(ctx, ref, files, nil, func(r sluice.Result) error {
-		if _, dup := got[r.CustomID]; dup {
-			t.Errorf("%s decoded twice", r.CustomID)
-		}
-		got[r.CustomID] = r
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, got
-}
-
 // TestClientRoundTrip uploads a chunk in several upload requests, creates
 // a batch, polls it to completion, fetches and decodes every result, with
 // per-line errors classified by their status.
@@ -124,7 +80,7 @@ func TestClientRoundTrip(t *testing.T) {
 	s, base := startEmulator(t, emulator.Options{GeminiUploadGranularity: 1024, LineErrorRate: 0.3, Seed: 7})
 	c := newClient(t, base, func(cfg *gemini.Config) { cfg.ChunkSize = 4096 })
 	ctx := context.Background()
-	ref := writeChunk(t, "job1", 3, 80, ids(60, "a")...)
+	ref := writeChunk(t, "job1", 3, 80, ptest.IDs(60, "a")...)
 	if ref.Bytes < 3*4096 {
 		t.Fatalf("chunk of %d bytes fits in too few upload requests", ref.Bytes)
 	}
@@ -142,7 +98,7 @@ func TestClientRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(b.ID, "batches/") || b.Status != sluice.BatchValidating || b.ProviderStatus != "BATCH_STATE_PENDING" || b.Total != 60 {
 		t.Fatalf("created: %+v", b)
 	}
-	b, got := finish(t, c, ref, b)
+	b, got := ptest.Finish(t, c, ref, b)
 	if b.Status != sluice.BatchCompleted || b.OutputFileID == "" {
 		t.Fatalf("ended: %+v", b)
 	}
@@ -255,7 +211,7 @@ func TestUploadResumesFromServerOffset(t *testing.T) {
 		cfg.HTTP = &http.Client{Transport: br}
 	})
 	ctx := context.Background()
-	ref := writeChunk(t, "job1", 1, 100, ids(100, "u")...)
+	ref := writeChunk(t, "job1", 1, 100, ptest.IDs(100, "u")...)
 	fileID, err := c.Upload(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +242,7 @@ func TestUploadSurvivesResets(t *testing.T) {
 	c := newClient(t, base, func(cfg *gemini.Config) { cfg.ChunkSize = 2048; cfg.Retry = httpx.Retry{MaxAttempts: 30} })
 	ctx := context.Background()
 	for k := 0; k < 3; k++ {
-		ref := writeChunk(t, "job1", int64(k), 30, ids(40, fmt.Sprintf("r%d", k))...)
+		ref := writeChunk(t, "job1", int64(k), 30, ptest.IDs(40, fmt.Sprintf("r%d", k))...)
 		fileID, err := c.Upload(ctx, ref)
 		if err != nil {
 			t.Fatal(err)
@@ -334,7 +290,7 @@ func TestCreateAnswerLostIsAdopted(t *testing.T) {
 	la := &loseAnswer{}
 	c := newClient(t, base, func(cfg *gemini.Config) { cfg.HTTP = &http.Client{Transport: la} })
 	ctx := context.Background()
-	ref := writeChunk(t, "jobX", 2, 0, ids(5, "x")...)
+	ref := writeChunk(t, "jobX", 2, 0, ptest.IDs(5, "x")...)
 	fileID, err := c.Upload(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +305,7 @@ func TestCreateAnswerLostIsAdopted(t *testing.T) {
 	if n := s.Stats().ByFamily["gemini"].BatchesCreated; n != 1 {
 		t.Fatalf("%d batches created, want 1 (adopted, not bought twice)", n)
 	}
-	_, got := finish(t, c, ref, b)
+	_, got := ptest.Finish(t, c, ref, b)
 	if len(got) != 5 {
 		t.Fatalf("%d results", len(got))
 	}
@@ -362,7 +318,7 @@ func TestFindAfterCrash(t *testing.T) {
 	_, base := startEmulator(t, emulator.Options{})
 	ctx := context.Background()
 	a := newClient(t, base)
-	ref := writeChunk(t, "job-crash", 7, 0, ids(4, "f")...)
+	ref := writeChunk(t, "job-crash", 7, 0, ptest.IDs(4, "f")...)
 	fileID, err := a.Upload(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +347,7 @@ func TestCancelAndWrongKey(t *testing.T) {
 	_, base := startEmulator(t, emulator.Options{BatchTime: time.Hour})
 	c := newClient(t, base)
 	ctx := context.Background()
-	ref := writeChunk(t, "jobC", 1, 0, ids(3, "c")...)
+	ref := writeChunk(t, "jobC", 1, 0, ptest.IDs(3, "c")...)
 	fileID, err := c.Upload(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
