@@ -454,3 +454,42 @@ func TestCodec(t *testing.T) {
 		}
 	}
 }
+
+// TestFindPagesThroughListings: with more batches and files than one page
+// of a listing (listPage), Find still finds those of any chunk, following
+// nextPageToken.
+func TestFindPagesThroughListings(t *testing.T) {
+	_, base := startEmulator(t, emulator.Options{BatchTime: time.Millisecond} /* ended batches: no cap on live ones */)
+	ctx := context.Background()
+	c := newClient(t, base)
+	const n = 105 // more than one page of 100
+	refs := make([]sluice.BatchRef, n)
+	files := make([]string, n)
+	batches := make([]string, n)
+	for i := range refs {
+		refs[i] = writeChunk(t, "job-pages", int64(i+1), 0, ptest.IDs(1, fmt.Sprintf("p%d", i))...)
+		var err error
+		if files[i], err = c.Upload(ctx, refs[i]); err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.Create(ctx, refs[i], files[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches[i] = b.ID
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		if f, id, err := newClient(t, base).Find(ctx, refs[i]); err != nil || f != files[i] || id != batches[i] {
+			t.Errorf("chunk %d: Find = %q, %q, %v; want %s, %s", i+1, f, id, err, files[i], batches[i])
+		}
+	}
+	// A file with no batch, among more than a page of files.
+	extra := writeChunk(t, "job-pages", n+1, 0, "lone")
+	fileID, err := c.Upload(ctx, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, id, err := newClient(t, base).Find(ctx, extra); err != nil || f != fileID || id != "" {
+		t.Errorf("lone file: Find = %q, %q, %v; want %s and no batch", f, id, err, fileID)
+	}
+}
