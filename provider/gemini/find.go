@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -48,23 +49,11 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*operation, error) {
 	want := DisplayName(ref)
 	cutoff := c.clock.Now().Add(-c.findBack)
-	var dead *operation
-	token := ""
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"pageSize": {strconv.Itoa(listPage)}}
-		if token != "" {
-			q.Set("pageToken", token)
-		}
-		var l struct {
-			Operations    []operation `json:"operations"`
-			NextPageToken string      `json:"nextPageToken"`
-		}
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches", q)}, &l); err != nil {
-			return nil, err
-		}
-		allOld := len(l.Operations) > 0
-		for i := range l.Operations {
-			op := &l.Operations[i]
+	var live, dead *operation
+	err := listPages(ctx, c, "/batches", "operations", func(ops []operation) bool {
+		allOld := len(ops) > 0
+		for i := range ops {
+			op := &ops[i]
 			if t := op.Metadata.CreateTime; t.IsZero() || !t.Before(cutoff) {
 				allOld = false
 			}
@@ -77,13 +66,17 @@ func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*operation
 					dead = op
 				}
 			default:
-				return op, nil
+				live = op
+				return true
 			}
 		}
-		if l.NextPageToken == "" || l.NextPageToken == token || allOld {
-			break
-		}
-		token = l.NextPageToken
+		return allOld
+	})
+	if err != nil {
+		return nil, err
+	}
+	if live != nil {
+		return live, nil
 	}
 	return dead, nil
 }
@@ -95,33 +88,57 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 		size = st.Size() // what was uploaded
 	}
 	cutoff := c.clock.Now().Add(-c.findBack)
+	var found *fileObject
+	err := listPages(ctx, c, "/files", "files", func(files []fileObject) bool {
+		allOld := len(files) > 0
+		for i := range files {
+			f := &files[i]
+			if f.CreateTime.IsZero() || !f.CreateTime.Before(cutoff) {
+				allOld = false
+			}
+			if f.DisplayName == name && (size <= 0 || int64(f.SizeBytes) == size) && (f.State == "" || f.State == "ACTIVE") {
+				found = f
+				return true
+			}
+		}
+		return allOld
+	})
+	if err != nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// listPages walks a listing at path (GET /{v}{path}, pageSize listPage,
+// paged with pageToken), handing visit the entries under key of each page,
+// until visit says stop, the last page, a repeated page token, or maxPages.
+func listPages[T any](ctx context.Context, c *Client, path, key string, visit func([]T) (stop bool)) error {
 	token := ""
 	for page := 0; page < maxPages; page++ {
 		q := url.Values{"pageSize": {strconv.Itoa(listPage)}}
 		if token != "" {
 			q.Set("pageToken", token)
 		}
-		var l struct {
-			Files         []fileObject `json:"files"`
-			NextPageToken string       `json:"nextPageToken"`
+		var l map[string]json.RawMessage
+		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(path, q)}, &l); err != nil {
+			return err
 		}
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files", q)}, &l); err != nil {
-			return nil, err
-		}
-		allOld := len(l.Files) > 0
-		for i := range l.Files {
-			f := &l.Files[i]
-			if f.CreateTime.IsZero() || !f.CreateTime.Before(cutoff) {
-				allOld = false
-			}
-			if f.DisplayName == name && (size <= 0 || int64(f.SizeBytes) == size) && (f.State == "" || f.State == "ACTIVE") {
-				return f, nil
+		var items []T
+		if raw, ok := l[key]; ok {
+			if err := json.Unmarshal(raw, &items); err != nil {
+				return fmt.Errorf("list %s: %w", path, err)
 			}
 		}
-		if l.NextPageToken == "" || l.NextPageToken == token || allOld {
-			break
+		var next string
+		if raw, ok := l["nextPageToken"]; ok {
+			if err := json.Unmarshal(raw, &next); err != nil {
+				return fmt.Errorf("list %s: %w", path, err)
+			}
 		}
-		token = l.NextPageToken
+		if visit(items) || next == "" || next == token {
+			return nil
+		}
+		token = next
 	}
-	return nil, nil
+	return nil
 }
