@@ -19,6 +19,13 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// The PostgreSQL tracker's migrations are a numbered set of their own
+// (postgres/NNNN_name.sql), recorded in its schema_migrations table: the
+// two schemas evolve together but not step for step.
+//
+//go:embed postgres/*.sql
+var pgFiles embed.FS
+
 // Migration is one numbered schema change.
 type Migration struct {
 	Version int
@@ -28,6 +35,15 @@ type Migration struct {
 
 // All returns the embedded migrations in order.
 func All() ([]Migration, error) { return Load(files) }
+
+// Postgres returns the embedded PostgreSQL migrations in order.
+func Postgres() ([]Migration, error) {
+	sub, err := fs.Sub(pgFiles, "postgres")
+	if err != nil {
+		return nil, err
+	}
+	return Load(sub)
+}
 
 // Load reads NNNN_name.sql files from fsys, in version order, and checks
 // that no two share a version.

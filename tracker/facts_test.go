@@ -158,9 +158,8 @@ func TestMigrationFacts(t *testing.T) {
 // as a row, in the update's transaction; the same error again is not a new
 // row, the same error after the chunk recovered is; an update refused by
 // its state guard records nothing.
-func TestAttemptErrorsRecorded(t *testing.T) {
+func testAttemptErrorsRecorded(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	db := open(t)
 	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -225,9 +224,8 @@ func TestAttemptErrorsRecorded(t *testing.T) {
 
 // TestFinishJobRecordsSummary: a job becomes done with its summary in one
 // transaction, only from merging; a later merge replaces the summary.
-func TestFinishJobRecordsSummary(t *testing.T) {
+func testFinishJobRecordsSummary(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	db := open(t)
 	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -28,10 +29,13 @@ func (e *LockedError) Error() string {
 
 func (e *LockedError) Unwrap() error { return ErrLocked }
 
-// Lock is an exclusive per-job lock: flock(2) on a file beside the
-// database. The kernel releases it when the process dies, however it dies.
+// Lock is an exclusive per-job lock that dies with its process: on SQLite
+// flock(2) on a file beside the database, which the kernel releases when
+// the process dies however it dies; on PostgreSQL a session advisory lock
+// on a connection of its own, which the server releases when the
+// connection drops (postgres_lock.go).
 type Lock struct {
-	f *os.File
+	release func() error
 }
 
 // LockJob takes the job's lock without waiting.
@@ -57,16 +61,35 @@ func (d *DB) LockJob(job string) (*Lock, error) {
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &Lock{f: f}, nil
+	return &Lock{release: func() error {
+		f.Truncate(0)
+		return f.Close() // closing the descriptor releases the flock
+	}}, nil
+}
+
+// LockHolder implements Backend: the pid written in the job's lock file,
+// if that process is alive.
+func (d *DB) LockHolder(_ context.Context, job string) int {
+	b, err := os.ReadFile(filepath.Join(d.dir, "locks", job+".lock"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0 // killed without cleaning up: the kernel freed the lock
+	}
+	return pid
 }
 
 // Unlock releases the lock.
 func (l *Lock) Unlock() error {
-	if l == nil || l.f == nil {
+	if l == nil || l.release == nil {
 		return nil
 	}
-	l.f.Truncate(0)
-	err := l.f.Close() // closing the descriptor releases the flock
-	l.f = nil
+	err := l.release()
+	l.release = nil
 	return err
 }

@@ -16,9 +16,8 @@ func key(i int) []byte { return []byte(fmt.Sprintf("key-%012d", i)) }
 // found by a later plan, each at its own index, across lookup batches;
 // unknown keys, the plan's own job and failed requests give nothing; a
 // deleted job takes its answers with it.
-func TestLedgerLookupInBatches(t *testing.T) {
+func testLedgerLookupInBatches(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	db := open(t)
 	const n = 700
 	a := &sluice.Job{ID: "a", Provider: "openai", Input: "/a", Dir: t.TempDir(), MaxAttempts: 3}
 	p, err := db.BeginPlan(ctx, a)
@@ -84,7 +83,7 @@ func TestLedgerLookupInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left int
-	db.SQL().QueryRow(`SELECT COUNT(*) FROM ledger`).Scan(&left)
+	left = db.count(t, `SELECT COUNT(*) FROM ledger`)
 	if left != 0 {
 		t.Errorf("%d ledger rows survive their job", left)
 	}

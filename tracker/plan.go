@@ -41,7 +41,7 @@ type Plan struct {
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
-func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (*Plan, error) {
+func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error) {
 	limits, err := json.Marshal(job.Limits)
 	if err != nil {
 		return nil, err

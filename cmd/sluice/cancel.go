@@ -159,7 +159,7 @@ func cancelMaxPollDefault(provider string) time.Duration {
 
 // canceller asks the provider to cancel each live batch once.
 type canceller struct {
-	db    *tracker.DB
+	db    tracker.Backend
 	prov  sluice.Provider
 	log   zerolog.Logger
 	asked map[string]bool // batch ids already asked

@@ -27,7 +27,7 @@ import (
 // not fatal: the output is written; the next run tries again. newProv
 // returns the run's provider client (made on first use: a re-run of a done
 // job made none).
-func settleProviderFiles(ctx context.Context, db *tracker.DB, job *sluice.Job, keep bool, concurrency int,
+func settleProviderFiles(ctx context.Context, db tracker.Backend, job *sluice.Job, keep bool, concurrency int,
 	newProv func() (sluice.Provider, error), log zerolog.Logger) {
 	switch {
 	case job.State != sluice.JobDone || job.ProviderFiles == sluice.ProviderFilesDeleted:
@@ -56,7 +56,7 @@ func settleProviderFiles(ctx context.Context, db *tracker.DB, job *sluice.Job, k
 
 // deleteProviderFiles deletes, for every chunk, its uploaded input file and
 // its batch's result files, and returns how many it asked to delete.
-func deleteProviderFiles(ctx context.Context, db *tracker.DB, job *sluice.Job, concurrency int, newProv func() (sluice.Provider, error)) (int, error) {
+func deleteProviderFiles(ctx context.Context, db tracker.Backend, job *sluice.Job, concurrency int, newProv func() (sluice.Provider, error)) (int, error) {
 	chunks, err := db.Chunks(ctx, job.ID)
 	if err != nil {
 		return 0, err

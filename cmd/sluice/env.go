@@ -18,6 +18,7 @@ import (
 
 type globalFlags struct {
 	state     string
+	db        string
 	logFormat string
 	logLevel  string
 }
@@ -45,22 +46,42 @@ func (g *globalFlags) stateDir() (string, error) {
 	return filepath.Join(home, ".local", "state", "sluice"), nil
 }
 
-func (g *globalFlags) openDB(ctx context.Context) (*tracker.DB, error) {
+// dbURL is the tracker database the user chose: --db, else $SLUICE_DB;
+// "" is SQLite in the state directory.
+func (g *globalFlags) dbURL() string {
+	if g.db != "" {
+		return g.db
+	}
+	return os.Getenv("SLUICE_DB")
+}
+
+func (g *globalFlags) openDB(ctx context.Context) (tracker.Backend, error) {
 	dir, err := g.stateDir()
 	if err != nil {
 		return nil, err
 	}
-	return openTracker(ctx, dir)
+	return openTracker(ctx, g.dbURL(), dir)
 }
 
-// openTracker opens the state database in dir with the options the
-// environment sets.
-func openTracker(ctx context.Context, dir string) (*tracker.DB, error) {
-	busy, err := busyTimeout()
-	if err != nil {
-		return nil, err
+// openTracker opens the tracker: the PostgreSQL database dsn names
+// (docs/scale-out.md, "PostgreSQL"), or with dsn "" the SQLite database in
+// dir with the options the environment sets. Either way job files live in
+// dir. A database that cannot be used is an error here, before any work;
+// no error names the password.
+func openTracker(ctx context.Context, dsn, dir string) (tracker.Backend, error) {
+	switch {
+	case dsn == "":
+		busy, err := busyTimeout()
+		if err != nil {
+			return nil, err
+		}
+		return tracker.OpenOptions(ctx, dir, tracker.Options{BusyTimeout: busy})
+	case tracker.IsPostgresDSN(dsn):
+		return tracker.OpenPostgres(ctx, dsn, dir)
+	default:
+		return nil, usageErr("--db %s: want a postgres:// (or postgresql://) URL, or none for SQLite in the state directory",
+			tracker.RedactDSN(dsn))
 	}
-	return tracker.OpenOptions(ctx, dir, tracker.Options{BusyTimeout: busy})
 }
 
 // busyTimeout is how long a statement waits for another process's lock on

@@ -137,7 +137,7 @@ func (f *jobFlags) legacyJobID(absInput string) string {
 // version planned under its legacy name for the same endpoint given from
 // the environment, so upgrading sluice mid-job never starts the job over
 // and buys its batches again.
-func (f *jobFlags) findJobID(ctx context.Context, db *tracker.DB, absInput string) (string, error) {
+func (f *jobFlags) findJobID(ctx context.Context, db tracker.Backend, absInput string) (string, error) {
 	id := f.jobID(absInput)
 	if f.job != "" {
 		return id, nil
@@ -196,7 +196,7 @@ func checkOutputFree(ctx context.Context, g *globalFlags, f *jobFlags, input, ou
 // may change while a job runs (live batches, enqueued tokens, attempts) is
 // recorded and takes effect; the rest of run's flags (rate, concurrency,
 // poll intervals, deadline, stuck-after) are never stored and always do.
-func (f *jobFlags) checkSettings(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, log zerolog.Logger) error {
+func (f *jobFlags) checkSettings(ctx context.Context, db tracker.Backend, job *sluice.Job, p provider.Preset, log zerolog.Logger) error {
 	given := func(name string) bool { return f.given != nil && f.given(name) }
 	refuse := func(flag, now, was string) error {
 		return usageErr("%s %s: job %s was planned with %s, and what shaped a plan cannot change; "+

@@ -122,6 +122,7 @@ original custom_ids, in input order.
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.state, "state", "", "state directory holding the database, chunks and results (default $SLUICE_STATE, else $XDG_STATE_HOME/sluice or ~/.local/state/sluice)")
+	root.PersistentFlags().StringVar(&g.db, "db", "", "tracker database: postgres://USER:PASSWORD@HOST:PORT/DBNAME (default $SLUICE_DB; without either, SQLite in the state directory); docs/scale-out.md")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON lines otherwise), json, console")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newPlanCmd(g), newRunCmd(g), newStatusCmd(g), newCancelCmd(g), newEmulateCmd(g), newProvidersCmd())

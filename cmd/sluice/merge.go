@@ -36,7 +36,7 @@ type jobSummary struct {
 // files this merge would write are there untouched since the last one: a
 // timer that keeps running the finished job's command then costs a stat,
 // not a rewrite of the whole output.
-func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsOut, order string, log zerolog.Logger) (*merger.Summary, error) {
+func mergeJob(ctx context.Context, db tracker.Backend, job *sluice.Job, out, errorsOut, order string, log zerolog.Logger) (*merger.Summary, error) {
 	if errorsOut == "" {
 		errorsOut = errorsPathFor(out)
 	}
@@ -95,7 +95,7 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	return sum, nil
 }
 
-func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*sluice.Chunk, sum *merger.Summary) jobSummary {
+func summarize(ctx context.Context, db tracker.Backend, job *sluice.Job, chunks []*sluice.Chunk, sum *merger.Summary) jobSummary {
 	n := countChunks(chunks)
 	js := jobSummary{JobSummary: sluice.JobSummary{Output: sum.Output, Errors: sum.Errors, Lines: sum.Lines,
 		Succeeded: sum.Succeeded, Failed: sum.Failed, Retried: retriedRequests(ctx, db, job.ID), Batches: n.submitted,
@@ -115,7 +115,7 @@ func summarize(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*s
 
 // retriedRequests counts the job's requests that went into a retry batch
 // (-1 when the database cannot say).
-func retriedRequests(ctx context.Context, db *tracker.DB, job string) int64 {
+func retriedRequests(ctx context.Context, db tracker.Backend, job string) int64 {
 	n, err := db.RetriedRequests(ctx, job)
 	if err != nil {
 		return -1
@@ -138,7 +138,7 @@ func (js jobSummary) current(out, errorsOut, order string) bool {
 }
 
 // previousSummary is the summary of the job's last merge, or a zero one.
-func previousSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) jobSummary {
+func previousSummary(ctx context.Context, db tracker.Backend, job *sluice.Job) jobSummary {
 	s, err := db.Summary(ctx, job.ID)
 	if err != nil || s == nil {
 		return jobSummary{}
@@ -152,7 +152,7 @@ func previousSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) jobSu
 
 // printSummary is the last word of a run on stdout: counts, batches,
 // tokens, wall time, and where the output and errors are.
-func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.Job, sum *merger.Summary, wall time.Duration) {
+func printSummary(w io.Writer, ctx context.Context, db tracker.Backend, job *sluice.Job, sum *merger.Summary, wall time.Duration) {
 	js := previousSummary(ctx, db, job)
 	if js.Output == "" {
 		chunks, _ := db.Chunks(ctx, job.ID)
@@ -189,7 +189,7 @@ func printSummary(w io.Writer, ctx context.Context, db *tracker.DB, job *sluice.
 
 // printProgressSummary says where a job stands when a run stops with work
 // left (--once, --deadline, a signal).
-func printProgressSummary(ctx context.Context, db *tracker.DB, job *sluice.Job) {
+func printProgressSummary(ctx context.Context, db tracker.Backend, job *sluice.Job) {
 	states, err := db.RequestStates(ctx, job.ID)
 	if err != nil {
 		return

@@ -58,7 +58,7 @@ func keyScope(f *jobFlags, p provider.Preset) string {
 }
 
 // recordReuse records in the plan the requests answered from earlier jobs.
-func recordReuse(plan *tracker.Plan, res *splitter.Result, log zerolog.Logger) error {
+func recordReuse(plan tracker.PlanWriter, res *splitter.Result, log zerolog.Logger) error {
 	if res.ReuseRefused > 0 {
 		log.Warn().Int64("requests", res.ReuseRefused).Msg("earlier answers whose results file is gone or changed were not reused; those requests will be bought")
 	}
@@ -111,7 +111,7 @@ func priceOf(t *pricing.Table, p provider.Preset) func(string) (pricing.Price, b
 // checkCap refuses a spend cap that cannot be kept: a model of a chunk
 // still to run without a price, or without a bound on its output. It
 // records the cap (status shows it) before anything is submitted.
-func (m *moneyFlags) checkCap(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table) error {
+func (m *moneyFlags) checkCap(ctx context.Context, db tracker.Backend, job *sluice.Job, p provider.Preset, t *pricing.Table) error {
 	if m.maxCost <= 0 {
 		return db.SetMaxCost(ctx, job.ID, nil)
 	}
@@ -136,7 +136,7 @@ func (m *moneyFlags) checkCap(ctx context.Context, db *tracker.DB, job *sluice.J
 
 // capReached ends a run the spend cap stopped: exit 3 with what was
 // committed.
-func capReached(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table, limit float64) error {
+func capReached(ctx context.Context, db tracker.Backend, job *sluice.Job, p provider.Preset, t *pricing.Table, limit float64) error {
 	printProgressSummary(ctx, db, job)
 	chunks, err := db.Chunks(ctx, job.ID)
 	if err != nil {

@@ -23,7 +23,7 @@ type planMoney struct {
 	sources map[string]int64
 }
 
-func newPlanMoney(ctx context.Context, db *tracker.DB, job *sluice.Job, tbl *pricing.Table) (*planMoney, error) {
+func newPlanMoney(ctx context.Context, db tracker.Backend, job *sluice.Job, tbl *pricing.Table) (*planMoney, error) {
 	learned, err := db.Learned(ctx)
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ type spendJSON struct {
 	ReusedFrom     map[string]int64 `json:"reused_from"`
 }
 
-func jobMoney(ctx context.Context, db *tracker.DB, job *sluice.Job, chunks []*sluice.Chunk) *spendJSON {
+func jobMoney(ctx context.Context, db tracker.Backend, job *sluice.Job, chunks []*sluice.Chunk) *spendJSON {
 	tbl := pricesInForce()
 	learned, _ := db.Learned(ctx)
 	s := dispatcher.SpendOf(chunks, func(m string) (pricing.Price, bool) { return tbl.Lookup(job.Provider, m) }, learned)

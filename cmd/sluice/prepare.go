@@ -39,7 +39,7 @@ func (f *jobFlags) rejectsPath(dir string) string {
 // openJob opens the state database, takes the lock of the input's job and
 // finds or plans the job, with a progress line on a terminal. close
 // releases the lock and the database.
-func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger) (db *tracker.DB, pr *prepared, close func(), err error) {
+func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger) (db tracker.Backend, pr *prepared, close func(), err error) {
 	db, err = g.openDB(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -71,7 +71,7 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 // prepareJob finds the job of this input or plans it. A job interrupted
 // while planning is thrown away and planned again; a job whose input
 // changed since it was planned is refused. The caller holds the job lock.
-func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Preset, input, id string,
+func prepareJob(ctx context.Context, db tracker.Backend, f *jobFlags, p provider.Preset, input, id string,
 	progress func(splitter.Progress), log zerolog.Logger) (*prepared, error) {
 	st, err := os.Stat(input)
 	if err != nil {
@@ -197,7 +197,7 @@ func (c *chatWarnings) log(log zerolog.Logger, input, prov string) {
 // checkUnchanged refuses a job whose input changed since it was planned.
 // Size and modification time decide quickly; when only the time moved,
 // the content hash decides.
-func checkUnchanged(ctx context.Context, db *tracker.DB, job *sluice.Job, st os.FileInfo) error {
+func checkUnchanged(ctx context.Context, db tracker.Backend, job *sluice.Job, st os.FileInfo) error {
 	fp := job.Fingerprint
 	if st.Size() == fp.Size && st.ModTime().Equal(fp.ModTime) {
 		return nil

@@ -76,7 +76,7 @@ func credential(p provider.Preset) string {
 // starts the emulator in this process on a loopback port, keeping its state
 // under the state directory so a killed run resumes against the same
 // batches.
-func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Preset, db *tracker.DB, log zerolog.Logger) (sluice.Provider, func(), error) {
+func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Preset, db tracker.Backend, log zerolog.Logger) (sluice.Provider, func(), error) {
 	stateDir := db.Dir()
 	retry := httpx.Retry{MaxAttempts: n.retries, MaxTotalWait: n.maxRetryWait}
 	rl := httpx.RateLimit{PerSecond: n.rate, Burst: n.burst}
@@ -159,7 +159,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 // localFamilies makes --provider local take every family's lines: the
 // in-process emulator at root serves them all (see mixedLocal).
 func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir string, retry httpx.Retry, rl httpx.RateLimit,
-	f *jobFlags, log zerolog.Logger, db *tracker.DB) (sluice.Provider, error) {
+	f *jobFlags, log zerolog.Logger, db tracker.Backend) (sluice.Provider, error) {
 	local := provider.Presets["local"]
 	// Each family's client keeps its wire format and limits, but calls the
 	// in-process emulator at local's rate, not the real API's.

@@ -8,9 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -22,7 +20,10 @@ import (
 )
 
 type statusDoc struct {
-	StateDir string      `json:"state_dir"`
+	StateDir string `json:"state_dir"`
+	// Database names the PostgreSQL tracker (--db), password redacted;
+	// empty for SQLite in the state directory.
+	Database string      `json:"database,omitempty"`
 	Jobs     []statusJob `json:"jobs"`
 }
 
@@ -111,18 +112,22 @@ job's lock, so it is safe to run while cron drives the job.`,
 				return err
 			}
 			doc := statusDoc{StateDir: dir, Jobs: []statusJob{}}
-			if _, err := os.Stat(filepath.Join(dir, "sluice.db")); errors.Is(err, os.ErrNotExist) {
+			dsn := g.dbURL()
+			if _, err := os.Stat(filepath.Join(dir, "sluice.db")); dsn == "" && errors.Is(err, os.ErrNotExist) {
 				// Nothing was ever run with this state directory.
 				if len(args) == 1 {
 					return usageErr("job %s: not found (no jobs in %s)", args[0], dir)
 				}
 				return printStatus(doc, asJSON, withChunks)
 			}
-			db, err := openTracker(ctx, dir)
+			db, err := openTracker(ctx, dsn, dir)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			if dsn != "" {
+				doc.Database = db.Describe() // its password redacted
+			}
 			var jobs []*sluice.Job
 			if len(args) == 1 {
 				j, err := db.Job(ctx, args[0])
@@ -161,7 +166,7 @@ func printStatus(doc statusDoc, asJSON, withChunks bool) error {
 	return nil
 }
 
-func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks bool) (statusJob, error) {
+func jobStatus(cmd *cobra.Command, db tracker.Backend, j *sluice.Job, withChunks bool) (statusJob, error) {
 	ctx := cmd.Context()
 	reqs, err := db.RequestStates(ctx, j.ID)
 	if err != nil {
@@ -174,7 +179,7 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 	s := statusJob{ID: j.ID, Input: j.Input, Provider: j.Provider, State: j.State, Output: j.Output,
 		Requests: reqs, Total: j.Requests, Rejected: j.Rejected, Chunks: map[sluice.ChunkState]int{},
 		Live: []statusBatch{}, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
-		Age: shortDuration(time.Since(j.CreatedAt)), RunningPID: lockHolder(db.Dir(), j.ID)}
+		Age: shortDuration(time.Since(j.CreatedAt)), RunningPID: db.LockHolder(ctx, j.ID)}
 	if j.Output != "" {
 		s.Errors = errorsPathFor(j.Output)
 	}
@@ -283,30 +288,15 @@ func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time)
 	return strings.Join(parts, "; ")
 }
 
-// lockHolder returns the pid of a live sluice process holding the job's
-// lock, or 0. It reads the pid the holder wrote into the lock file (a
-// clean exit empties it) and checks that the process exists; it never
-// takes the lock, which could make a cron run starting at that moment fail.
-func lockHolder(stateDir, job string) int {
-	b, err := os.ReadFile(filepath.Join(stateDir, "locks", job+".lock"))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return 0 // killed without cleaning up: the kernel freed the lock
-	}
-	return pid
-}
-
 // maxLiveLines bounds the live batches listed per job without --chunks.
 const maxLiveLines = 10
 
 func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 	if len(doc.Jobs) == 0 {
+		if doc.Database != "" {
+			fmt.Fprintf(w, "no jobs in %s\n", doc.Database)
+			return
+		}
 		fmt.Fprintf(w, "no jobs in %s\n", doc.StateDir)
 		return
 	}

@@ -1,0 +1,275 @@
+// Package testsrv gives tests the real servers sluice talks to beyond one
+// machine, never mocks: PostgreSQL here (postgres.go), S3 beside it.
+package testsrv
+
+// The PostgreSQL server the tests use: $SLUICE_TEST_POSTGRES when set (a
+// postgres:// URL to a server where that role may CREATE DATABASE), else
+// one private server per test process: initdb and postgres from
+// /usr/lib/postgresql/*/bin (or PATH) in a temp directory, on a free
+// 127.0.0.1 port with its unix socket in that directory, as the postgres
+// user when the tests run as root, killed when the test process exits
+// (Pdeathsig from a thread that lives as long as the process). Tests never
+// skip for want of it: they fail, saying how to install it.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const pgInstallHint = "install PostgreSQL (Debian/Ubuntu: apt-get install postgresql) so that initdb and postgres are " +
+	"in /usr/lib/postgresql/*/bin or on PATH, or set SLUICE_TEST_POSTGRES to a postgres:// URL of a server where " +
+	"that role may CREATE DATABASE"
+
+var pgsrv struct {
+	once  sync.Once
+	admin string // a DSN to the server's postgres database
+	err   error
+}
+
+var pgSeq atomic.Int64
+
+// Postgres returns the DSN of a fresh, empty database on the test server,
+// dropped when the test ends.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	admin, err := PostgresServer()
+	if err != nil {
+		t.Fatalf("test PostgreSQL server: %v", err)
+	}
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	name := fmt.Sprintf("sluice_t%d_%d_%s", os.Getpid(), pgSeq.Add(1), hex.EncodeToString(rnd[:]))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pgAdminExec(ctx, admin, `CREATE DATABASE `+name); err != nil {
+		t.Fatalf("test PostgreSQL server: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := pgAdminExec(ctx, admin, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
+			t.Logf("test PostgreSQL server: drop database %s: %v", name, err)
+		}
+	})
+	return withDatabase(admin, name)
+}
+
+// PostgresServer returns a DSN to the test server's postgres database,
+// starting the private server on first use.
+func PostgresServer() (string, error) {
+	pgsrv.once.Do(func() {
+		if dsn := os.Getenv("SLUICE_TEST_POSTGRES"); dsn != "" {
+			pgsrv.admin = dsn
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := pgAdminExec(ctx, dsn, `SELECT 1`); err != nil {
+				pgsrv.err = fmt.Errorf("SLUICE_TEST_POSTGRES: %v", err)
+			}
+			return
+		}
+		pgsrv.admin, pgsrv.err = startPostgres()
+	})
+	return pgsrv.admin, pgsrv.err
+}
+
+// withDatabase is dsn naming database name instead.
+func withDatabase(dsn, name string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func pgAdminExec(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// pgBinDir finds initdb and postgres: the newest /usr/lib/postgresql/N/bin,
+// else PATH.
+func pgBinDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("no PostgreSQL server binaries (initdb, postgres) found; %s", pgInstallHint)
+}
+
+// pgDirPrefix names the private servers' directories; the pid of the test
+// process that owns one follows, so a later process removes those whose
+// owner is gone (killed before it could clean up).
+const pgDirPrefix = "sluice-testpg-"
+
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pgDirPrefix+"*"))
+	for _, d := range dirs {
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), pgDirPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+}
+
+// startPostgres starts the private server and returns its admin DSN.
+func startPostgres() (string, error) {
+	bin, err := pgBinDir()
+	if err != nil {
+		return "", err
+	}
+	sweepStale()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", pgDirPrefix, os.Getpid()))
+	if err != nil {
+		return "", err
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// The server refuses to run as root: run it as postgres.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return "", fmt.Errorf("running as root, and there is no postgres user to run the server as: %v; %s", err, pgInstallHint)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return "", err
+		}
+	}
+	var rnd [12]byte
+	rand.Read(rnd[:])
+	password := hex.EncodeToString(rnd[:])
+	pwfile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwfile, []byte(password+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if cred != nil {
+		os.Chown(pwfile, int(cred.Uid), int(cred.Gid))
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--pwfile", pwfile,
+		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Dir = dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	os.Remove(pwfile)
+
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		port, err := pgFreePort()
+		if err != nil {
+			return "", err
+		}
+		dsn := fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", password, port)
+		exited, err := runPostgres(bin, dir, data, port, cred)
+		if err != nil {
+			return "", err
+		}
+		if lastErr = pgWaitReady(dsn, exited); lastErr == nil {
+			return dsn, nil
+		}
+	}
+	return "", fmt.Errorf("postgres did not start: %v (log: %s)", lastErr, filepath.Join(dir, "postgres.log"))
+}
+
+// runPostgres starts the server from a goroutine locked to its OS thread
+// for good: Pdeathsig fires when the thread that started the child ends,
+// so that thread lives as long as the test process, and the server is
+// killed when the process exits however it exits. exited is closed when
+// the server process ends.
+func runPostgres(bin, dir, data string, port int, cred *syscall.Credential) (exited chan error, err error) {
+	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	started := make(chan error, 1)
+	exited = make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the process
+		cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+			"-c", "full_page_writes=off", "-c", "max_connections=400", "-c", "shared_buffers=64MB")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("start postgres: %w", err)
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+		close(exited)
+		select {} // keep the thread (see above)
+	}()
+	return exited, <-started
+}
+
+func pgWaitReady(dsn string, exited chan error) error {
+	deadline := time.Now().Add(90 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		select {
+		case e := <-exited:
+			return fmt.Errorf("postgres exited: %v", e)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = pgAdminExec(ctx, dsn, `SELECT 1`)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+func pgFreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

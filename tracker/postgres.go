@@ -1,0 +1,374 @@
+package tracker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/migrations"
+)
+
+// Postgres is the tracker in a PostgreSQL database (--db postgres://...;
+// docs/scale-out.md, "PostgreSQL"): the same Backend contract as *DB, with
+// its own numbered migrations (migrations/postgres), request rows written
+// with COPY, and per-job locks that are session advisory locks.
+type Postgres struct {
+	pool *pgxpool.Pool
+	cfg  *pgxpool.Config
+	dir  string
+	desc string // the DSN with its password redacted
+	pw   string // the password, to scrub from errors
+	now  func() time.Time
+}
+
+// IsPostgresDSN reports whether s names a PostgreSQL database: a
+// postgres:// or postgresql:// URL.
+func IsPostgresDSN(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// pgDefaultMaxConns is the pool's size unless the DSN sets pool_max_conns:
+// the dispatcher's concurrent calls each hold a connection while they
+// write.
+const pgDefaultMaxConns = 16
+
+// pgConnectTimeout bounds each connection attempt unless the DSN sets
+// connect_timeout, so an unreachable server fails in seconds.
+const pgConnectTimeout = 10 * time.Second
+
+// OpenPostgres connects to the database dsn names, checks that it can be
+// used (reachable, credentials accepted), brings its schema up to date
+// and refuses a schema newer than this binary knows. dir is the local
+// state directory for job files.
+func OpenPostgres(ctx context.Context, dsn, dir string) (*Postgres, error) {
+	ms, err := migrations.Postgres()
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return OpenPostgresWith(ctx, dsn, dir, ms)
+}
+
+// OpenPostgresWith is OpenPostgres with a given set of migrations (tests).
+func OpenPostgresWith(ctx context.Context, dsn, dir string, ms []migrations.Migration) (*Postgres, error) {
+	desc := RedactDSN(dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("--db %s: %s", desc, scrub(err.Error(), dsnPassword(dsn)))
+	}
+	pw := cfg.ConnConfig.Password
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = pgConnectTimeout
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = pgDefaultMaxConns
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "sluice"
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--db %s: %s", desc, scrub(err.Error(), pw))
+	}
+	p := &Postgres{pool: pool, cfg: cfg, dir: dir, desc: desc, pw: pw, now: time.Now}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, p.connectError(err)
+	}
+	if err := p.migrate(ctx, ms); err != nil {
+		pool.Close()
+		return nil, p.wrap(err)
+	}
+	return p, nil
+}
+
+// connectError says why the database cannot be used, naming it without
+// its password.
+func (p *Postgres) connectError(err error) error {
+	var pe *pgconn.PgError
+	why := "cannot connect"
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "28P01" || pe.Code == "28000":
+			why = "refused the credentials"
+		case pe.Code == "3D000":
+			why = "does not exist (create it first, e.g. createdb)"
+		}
+	} else if host := p.cfg.ConnConfig.Host; host != "" {
+		why = fmt.Sprintf("cannot connect to %s:%d", host, p.cfg.ConnConfig.Port)
+	}
+	return &pgError{msg: fmt.Sprintf("database %s %s: %s", p.desc, why, scrub(err.Error(), p.pw)), err: err}
+}
+
+// wrap scrubs the password out of err's text, keeping err for errors.Is.
+func (p *Postgres) wrap(err error) error {
+	if err == nil || p.pw == "" || !strings.Contains(err.Error(), p.pw) {
+		return err
+	}
+	return &pgError{msg: scrub(err.Error(), p.pw), err: err}
+}
+
+// pgError is an error whose text had the password scrubbed out.
+type pgError struct {
+	msg string
+	err error
+}
+
+func (e *pgError) Error() string { return e.msg }
+func (e *pgError) Unwrap() error { return e.err }
+
+func scrub(s, pw string) string {
+	if pw == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, pw, "xxxxx")
+}
+
+var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// RedactDSN returns dsn with any password replaced by xxxxx, for errors,
+// logs and status.
+func RedactDSN(dsn string) string {
+	if IsPostgresDSN(dsn) {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			// Unparseable: keep the scheme and nothing that could be secret.
+			return dsn[:strings.Index(dsn, "://")+3] + "..."
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return kvPassword.ReplaceAllString(dsn, "${1}xxxxx")
+}
+
+// dsnPassword is the password in dsn, if one can be found without
+// parsing it as pgx does (for errors of a DSN pgx cannot parse).
+func dsnPassword(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		pw, _ := u.User.Password()
+		return pw
+	}
+	return ""
+}
+
+// Dir implements Backend.
+func (p *Postgres) Dir() string { return p.dir }
+
+// Describe implements Backend.
+func (p *Postgres) Describe() string { return "postgres " + p.desc }
+
+// Close implements Backend.
+func (p *Postgres) Close() error {
+	p.pool.Close()
+	return nil
+}
+
+// SetClock replaces the clock (tests).
+func (p *Postgres) SetClock(now func() time.Time) { p.now = now }
+
+// Pool exposes the database for inspection in tests.
+func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
+
+// pgMigrateLock is the advisory lock key that serialises migrations
+// between processes opening the same database at once.
+const pgMigrateLock = 0x736c756963650001 // "sluice" 1
+
+// migrate applies every migration not recorded in schema_migrations, each
+// in its own transaction under an advisory lock, and refuses a database
+// that records a version this binary does not know.
+func (p *Postgres) migrate(ctx context.Context, ms []migrations.Migration) error {
+	known := map[int]bool{}
+	for _, m := range ms {
+		known[m.Version] = true
+	}
+	step := func(m *migrations.Migration) (bool, error) {
+		applied := false
+		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(pgMigrateLock)); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+				return fmt.Errorf("create schema_migrations: %w", err)
+			}
+			rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+			if err != nil {
+				return err
+			}
+			done, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+			if err != nil {
+				return err
+			}
+			for _, v := range done {
+				if !known[int(v)] {
+					return fmt.Errorf("database schema version %d is newer than this sluice knows: upgrade sluice", v)
+				}
+				if m != nil && int(v) == m.Version {
+					return nil // another process applied it meanwhile
+				}
+			}
+			if m == nil {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("apply migration postgres/%s: %w", m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+				m.Version, m.Name, p.now().Unix()); err != nil {
+				return err
+			}
+			applied = true
+			return nil
+		})
+		return applied, err
+	}
+	// First a check alone: a newer schema is refused before anything.
+	if _, err := step(nil); err != nil {
+		return err
+	}
+	for i := range ms {
+		if _, err := step(&ms[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tx runs fn in a transaction, committing when it returns nil.
+func (p *Postgres) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return p.wrap(pgx.BeginFunc(ctx, p.pool, fn))
+}
+
+// pgJobRows is jobRows for PostgreSQL: the request rows of the job whose
+// id is $1.
+const pgJobRows = `requests.id BETWEEN (SELECT (key << 40) FROM jobs WHERE jobs.id = $1)
+	AND (SELECT ((key << 40) | 1099511627775) FROM jobs WHERE jobs.id = $1)`
+
+// Job implements sluice.Store.
+func (p *Postgres) Job(ctx context.Context, id string) (*sluice.Job, error) {
+	j, err := scanJob(p.pool.QueryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	return j, p.wrap(err)
+}
+
+// Jobs implements Backend.
+func (p *Postgres) Jobs(ctx context.Context) ([]*sluice.Job, error) {
+	rows, err := p.pool.Query(ctx, `SELECT `+jobCols+` FROM jobs ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, p.wrap(err)
+	}
+	defer rows.Close()
+	var js []*sluice.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		js = append(js, j)
+	}
+	return js, p.wrap(rows.Err())
+}
+
+// SetJobState implements sluice.Store.
+func (p *Postgres) SetJobState(ctx context.Context, id string, from, to sluice.JobState) error {
+	return pgSetJobState(ctx, p.pool, id, from, to, p.now().UnixNano())
+}
+
+type pgExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func pgSetJobState(ctx context.Context, q pgExecer, id string, from, to sluice.JobState, now int64) error {
+	tag, err := q.Exec(ctx, `UPDATE jobs SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`, to, now, id, from)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("job %s: %s -> %s: %w", id, from, to, ErrConflict)
+	}
+	return nil
+}
+
+// CancelJob implements Backend.
+func (p *Postgres) CancelJob(ctx context.Context, id string, from sluice.JobState) (time.Time, error) {
+	now := p.now()
+	tag, err := p.pool.Exec(ctx, `UPDATE jobs SET state = $1, cancel_requested_at = $2, updated_at = $2
+		WHERE id = $3 AND state = $4`, sluice.JobCancelled, now.UnixNano(), id, from)
+	if err != nil {
+		return time.Time{}, p.wrap(err)
+	}
+	if tag.RowsAffected() != 1 {
+		return time.Time{}, fmt.Errorf("job %s: %s -> %s: %w", id, from, sluice.JobCancelled, ErrConflict)
+	}
+	return now, nil
+}
+
+// SetJobOutput implements Backend.
+func (p *Postgres) SetJobOutput(ctx context.Context, id, output string) error {
+	_, err := p.pool.Exec(ctx, `UPDATE jobs SET output = $1, updated_at = $2 WHERE id = $3`, output, p.now().UnixNano(), id)
+	return p.wrap(err)
+}
+
+// UpdateFingerprint implements Backend.
+func (p *Postgres) UpdateFingerprint(ctx context.Context, id string, fp sluice.Fingerprint) error {
+	_, err := p.pool.Exec(ctx, `UPDATE jobs SET input_size = $1, input_mtime = $2, input_hash = $3 WHERE id = $4`,
+		fp.Size, ns(fp.ModTime), fp.Hash, id)
+	return p.wrap(err)
+}
+
+// DeleteJob implements Backend. The job's chunks, errors, summary and
+// reuse sources go by ON DELETE CASCADE; its request rows and ledger
+// entries are a range of ids.
+func (p *Postgres) DeleteJob(ctx context.Context, id string) error {
+	return p.tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM ledger WHERE request BETWEEN (SELECT (key << 40) FROM jobs WHERE jobs.id = $1)
+			AND (SELECT ((key << 40) | 1099511627775) FROM jobs WHERE jobs.id = $1)`, id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM requests WHERE `+pgJobRows, id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
+		return err
+	})
+}
+
+// SetJobSettings implements Backend.
+func (p *Postgres) SetJobSettings(ctx context.Context, id string, limits sluice.Limits, maxAttempts int) error {
+	b, err := json.Marshal(limits)
+	if err != nil {
+		return err
+	}
+	_, err = p.pool.Exec(ctx, `UPDATE jobs SET limits = $1, max_attempts = $2, updated_at = $3 WHERE id = $4`,
+		string(b), maxAttempts, p.now().UnixNano(), id)
+	return p.wrap(err)
+}
+
+// SetProviderFiles implements Backend.
+func (p *Postgres) SetProviderFiles(ctx context.Context, id, state string) error {
+	_, err := p.pool.Exec(ctx, `UPDATE jobs SET provider_files = $1, updated_at = $2 WHERE id = $3`,
+		state, p.now().UnixNano(), id)
+	return p.wrap(err)
+}

@@ -1,0 +1,284 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// Chunks implements sluice.Store.
+func (p *Postgres) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
+	rows, err := p.pool.Query(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = $1 ORDER BY id`, job)
+	if err != nil {
+		return nil, p.wrap(err)
+	}
+	defer rows.Close()
+	var cs []*sluice.Chunk
+	for rows.Next() {
+		c, err := scanChunk(rows)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, p.wrap(rows.Err())
+}
+
+// UpdateChunk implements sluice.Store.
+func (p *Postgres) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
+	return p.tx(ctx, func(tx pgx.Tx) error { return pgUpdateChunk(ctx, tx, c, from, p.now()) })
+}
+
+// pgUpdateChunk is updateChunk for PostgreSQL: c is written if the chunk
+// is still in state from, and a last error other than the one the row
+// holds is kept as an attempt_errors row.
+func pgUpdateChunk(ctx context.Context, tx pgx.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
+	if c.ErrorCode != "" || c.LastError != "" {
+		if _, err := tx.Exec(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
+			SELECT job_id, id, $1, $2, $3, $4 FROM chunks WHERE job_id = $5 AND id = $6 AND state = $7
+				AND (error_code != $2 OR last_error != $3)`,
+			c.Attempt, c.ErrorCode, c.LastError, now.UnixNano(), c.Job, c.ID, from); err != nil {
+			return fmt.Errorf("chunk %d: record error: %w", c.ID, err)
+		}
+	}
+	tag, err := tx.Exec(ctx, `UPDATE chunks SET state = $1, file_id = $2, batch_id = $3, batch_status = $4,
+		intent_at = $5, next_poll_at = $6, polls = $7, submitted_at = $8, ended_at = $9, last_error = $10,
+		input_tokens = $11, output_tokens = $12, results_path = $13, fetch_failures = $14, error_code = $15, stuck = $16,
+		usage_est_tokens = $17, queue_refusals = $18 WHERE job_id = $19 AND id = $20 AND state = $21`,
+		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
+		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
+		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Job, c.ID, from)
+	if err != nil {
+		return fmt.Errorf("chunk %d: %w", c.ID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("chunk %d: %s -> %s: %w", c.ID, from, c.State, ErrConflict)
+	}
+	return nil
+}
+
+// ChunkRequests implements sluice.Store.
+func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
+	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, line, custom_id, chunk_id, idx, byte_offset, length,
+		tokens, attempt, state FROM requests WHERE (id >> 40) = (SELECT key FROM jobs WHERE id = $1) AND chunk_id = $2
+		ORDER BY idx`, job, chunk)
+	if err != nil {
+		return p.wrap(err)
+	}
+	defer rows.Close()
+	var r sluice.Request
+	for rows.Next() {
+		if err := rows.Scan(&r.Ordinal, &r.Line, &r.CustomID, &r.Chunk, &r.Index, &r.Offset, &r.Length,
+			&r.Tokens, &r.Attempt, &r.State); err != nil {
+			return err
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+	}
+	return p.wrap(rows.Err())
+}
+
+// FinishChunk implements sluice.Store. The outcomes, moves and ledger
+// entries go as arrays, one statement each, rather than a statement per
+// request: a round trip to the server costs more than SQLite's call.
+func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
+	return p.tx(ctx, func(tx pgx.Tx) error {
+		if err := pgUpdateChunk(ctx, tx, f.Chunk, f.From, p.now()); err != nil {
+			return err
+		}
+		job := f.Chunk.Job
+		var key int64
+		if err := tx.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`, job).Scan(&key); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("job %s: %w", job, ErrNotFound)
+			}
+			return err
+		}
+		for _, c := range f.NewChunks {
+			if _, err := tx.Exec(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
+				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
+				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
+				return fmt.Errorf("record chunk %d: %w", c.ID, err)
+			}
+		}
+		if len(f.Outcomes) > 0 {
+			ids := make([]int64, len(f.Outcomes))
+			states := make([]string, len(f.Outcomes))
+			for i, o := range f.Outcomes {
+				ids[i], states[i] = requestID(key, o.Ordinal), string(o.State)
+			}
+			if err := pgGuardedRequests(ctx, tx, `UPDATE requests r SET state = u.state FROM u
+				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
+				`unnest($1::bigint[], $3::text[]) AS u(id, state)`, ids, f.Chunk.ID, states); err != nil {
+				return err
+			}
+			if err := pgRecordLedger(ctx, tx, key, f); err != nil {
+				return err
+			}
+		}
+		if len(f.Moved) > 0 {
+			n := len(f.Moved)
+			ids, chunks, offs := make([]int64, n), make([]int64, n), make([]int64, n)
+			idxs, lens, atts := make([]int32, n), make([]int32, n), make([]int32, n)
+			for i, r := range f.Moved {
+				ids[i], chunks[i], offs[i] = requestID(key, r.Ordinal), r.Chunk, r.Offset
+				idxs[i], lens[i], atts[i] = int32(r.Index), int32(r.Length), int32(r.Attempt)
+			}
+			if err := pgGuardedRequests(ctx, tx, `UPDATE requests r SET chunk_id = u.chunk, idx = u.idx,
+				byte_offset = u.off, length = u.len, attempt = u.att FROM u
+				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
+				`unnest($1::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::int[]) AS u(id, chunk, idx, off, len, att)`,
+				ids, f.Chunk.ID, chunks, idxs, offs, lens, atts); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// pgGuardedRequests runs update, an UPDATE of requests FROM the rows u
+// (from, over the ids in $1) guarded on chunk $2 and state pending, and
+// fails with ErrConflict naming the first request that was no longer
+// pending in that chunk unless every id was updated. The check reads the
+// rows as they were before the update (one snapshot for the statement).
+func pgGuardedRequests(ctx context.Context, tx pgx.Tx, update, from string, ids []int64, chunk int64, more ...any) error {
+	args := append([]any{ids, chunk}, more...)
+	var updated int64
+	var bad *int64
+	err := tx.QueryRow(ctx, `WITH u AS (SELECT * FROM `+from+`),
+		upd AS (`+update+` RETURNING 1),
+		bad AS (SELECT min(u.id) AS id FROM u WHERE NOT EXISTS (SELECT 1 FROM requests r
+			WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'))
+		SELECT (SELECT count(*) FROM upd), (SELECT id FROM bad)`, args...).Scan(&updated, &bad)
+	if err != nil {
+		return err
+	}
+	if updated != int64(len(ids)) {
+		ord := int64(-1)
+		if bad != nil {
+			ord = *bad & maxOrdinal
+		}
+		return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", ord, chunk, ErrConflict)
+	}
+	return nil
+}
+
+// pgRecordLedger is recordLedger for PostgreSQL: the first success of a
+// body key stays its answer (in outcome order within one finish).
+func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish) error {
+	var ids, offs, lens []int64
+	for _, o := range f.Outcomes {
+		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
+			continue
+		}
+		ids = append(ids, requestID(key, o.Ordinal))
+		offs = append(offs, o.Offset)
+		lens = append(lens, o.Length)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO ledger (key, request, byte_offset, length)
+		SELECT r.body_key, r.id, u.off, u.len
+		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(id, off, len, n)
+		JOIN requests r ON r.id = u.id WHERE r.body_key IS NOT NULL ORDER BY u.n
+		ON CONFLICT (key) DO NOTHING`, ids, offs, lens); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
+
+// RequestStates implements sluice.Store.
+func (p *Postgres) RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error) {
+	var pending, succeeded, failed int64
+	err := p.pool.QueryRow(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
+		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
+		FROM requests WHERE `+pgJobRows, job).Scan(&pending, &succeeded, &failed)
+	if err != nil {
+		return nil, p.wrap(err)
+	}
+	m := map[sluice.RequestState]int64{}
+	for s, n := range map[sluice.RequestState]int64{sluice.RequestPending: pending, sluice.RequestSucceeded: succeeded,
+		sluice.RequestFailed: failed} {
+		if n > 0 {
+			m[s] = n
+		}
+	}
+	return m, nil
+}
+
+// Expected implements sluice.Store.
+func (p *Postgres) Expected(ctx context.Context, job string, fn func(int64, string) bool) error {
+	// Stopping early cancels the query rather than reading the rest.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, custom_id FROM requests WHERE `+pgJobRows+` ORDER BY id`, job)
+	if err != nil {
+		return p.wrap(err)
+	}
+	defer rows.Close()
+	var o int64
+	var id string
+	for rows.Next() {
+		if err := rows.Scan(&o, &id); err != nil {
+			return err
+		}
+		if !fn(o, id) {
+			cancel()
+			return nil
+		}
+	}
+	return p.wrap(rows.Err())
+}
+
+// BatchKnown implements Backend.
+func (p *Postgres) BatchKnown(ctx context.Context, batchID string) bool {
+	var one int
+	err := p.pool.QueryRow(ctx, `SELECT 1 FROM chunks WHERE batch_id = $1 LIMIT 1`, batchID).Scan(&one)
+	return err == nil
+}
+
+// RetriedRequests implements Backend.
+func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, error) {
+	var n int64
+	err := p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM requests WHERE `+pgJobRows+` AND attempt > 1`, job).Scan(&n)
+	return n, p.wrap(err)
+}
+
+// AttemptErrors implements Backend.
+func (p *Postgres) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
+	var total int64
+	if err := p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = $1`, job).Scan(&total); err != nil {
+		return nil, 0, p.wrap(err)
+	}
+	var limit *int64 // LIMIT NULL: every row
+	if n > 0 {
+		l := int64(n)
+		limit = &l
+	}
+	rows, err := p.pool.Query(ctx, `SELECT job_id, chunk_id, attempt, code, message, at FROM
+		(SELECT * FROM attempt_errors WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) e ORDER BY seq`, job, limit)
+	if err != nil {
+		return nil, 0, p.wrap(err)
+	}
+	defer rows.Close()
+	var es []sluice.AttemptError
+	for rows.Next() {
+		var e sluice.AttemptError
+		var at int64
+		if err := rows.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
+			return nil, 0, err
+		}
+		e.At = fromNS(at)
+		es = append(es, e)
+	}
+	return es, total, p.wrap(rows.Err())
+}

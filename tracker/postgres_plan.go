@@ -1,0 +1,316 @@
+package tracker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// pgPlan is a plan being recorded in PostgreSQL: the whole plan is one
+// transaction on a connection of its own, and request rows go in with
+// COPY (pgx CopyFrom), a call's rows at a time. The job's row is
+// committed first, in state planning, as on SQLite: a crash leaves a job
+// the next run deletes and plans again.
+type pgPlan struct {
+	d   *Postgres
+	ctx context.Context
+	job *sluice.Job
+	key int64
+	tx  pgx.Tx
+	// failed is the error that aborted the transaction: PostgreSQL refuses
+	// every statement after a failed one until the rollback.
+	failed error
+	vals   []any
+}
+
+// BeginPlan implements Backend.
+func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error) {
+	limits, err := json.Marshal(job.Limits)
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	job.State = sluice.JobPlanning
+	job.CreatedAt, job.UpdatedAt = now, now
+	if job.MaxAttempts == 0 {
+		job.MaxAttempts = 3
+	}
+	if job.ProviderFiles == "" {
+		job.ProviderFiles = sluice.ProviderFilesLive
+	}
+	var key int64
+	if err := p.pool.QueryRow(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
+		max_attempts, created_at, updated_at, endpoint, provider_files)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING key`,
+		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
+		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles).Scan(&key); err != nil {
+		return nil, p.wrap(fmt.Errorf("record job %s: %w", job.ID, err))
+	}
+	if key > maxJobKey {
+		p.DeleteJob(ctx, job.ID)
+		return nil, fmt.Errorf("record job %s: the database holds too many jobs (key %d)", job.ID, key)
+	}
+	pl := &pgPlan{d: p, ctx: ctx, job: job, key: key, vals: make([]any, 10)}
+	if pl.tx, err = p.pool.Begin(ctx); err != nil {
+		p.DeleteJob(context.WithoutCancel(ctx), job.ID)
+		return nil, p.wrap(err)
+	}
+	return pl, nil
+}
+
+// AddRequest implements sluice.PlanSink. The splitter records a plan
+// with AddRequests; one row at a time is one COPY each.
+func (pl *pgPlan) AddRequest(r *sluice.Request) error {
+	return pl.AddRequests([]sluice.Request{*r})
+}
+
+// AddRequests implements splitter.BatchSink: the rows go in with one COPY
+// before it returns, so an error names a row of this call.
+func (pl *pgPlan) AddRequests(rs []sluice.Request) error {
+	for i := range rs {
+		if err := checkOrdinal(&rs[i]); err != nil {
+			return err
+		}
+	}
+	return pl.copy(rs)
+}
+
+var requestCopyCols = []string{"id", "line", "custom_id", "chunk_id", "idx", "byte_offset", "length", "tokens", "attempt", "body_key"}
+
+// copy writes rs with COPY. A failure aborts the plan's transaction; the
+// error names the row at fault when the server says which.
+func (pl *pgPlan) copy(rs []sluice.Request) error {
+	if pl.failed != nil {
+		return pl.failed
+	}
+	i := -1
+	_, err := pl.tx.CopyFrom(pl.ctx, pgx.Identifier{"requests"}, requestCopyCols, pgx.CopyFromFunc(func() ([]any, error) {
+		i++
+		if i >= len(rs) {
+			return nil, nil
+		}
+		r := &rs[i]
+		attempt := r.Attempt
+		if attempt == 0 {
+			attempt = 1
+		}
+		v := pl.vals
+		v[0], v[1], v[2], v[3], v[4] = requestID(pl.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, int32(r.Index)
+		v[5], v[6], v[7], v[8], v[9] = r.Offset, int32(r.Length), r.Tokens, int32(attempt), r.BodyKey
+		if r.BodyKey == nil {
+			v[9] = nil
+		}
+		return v, nil
+	}))
+	if err != nil {
+		err = pl.d.wrap(err)
+		if r := faultyRow(err, pl.key, rs); r != nil {
+			err = fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
+		} else {
+			err = fmt.Errorf("record requests: %w", err)
+		}
+		pl.failed = err
+	}
+	return err
+}
+
+// faultyRow finds the row of rs that a unique violation of COPY is about:
+// the first row whose custom_id (or ordinal) the server names, or, when
+// it repeats within rs, its second occurrence.
+func faultyRow(err error, key int64, rs []sluice.Request) *sluice.Request {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		return nil
+	}
+	// Detail: Key ((id >> 40), custom_id)=(1, the-id) already exists.
+	_, val, ok := strings.Cut(pe.Detail, ")=(")
+	if !ok {
+		return nil
+	}
+	val = strings.TrimSuffix(val, ") already exists.")
+	var match func(r *sluice.Request) bool
+	switch pe.ConstraintName {
+	case "requests_custom_id":
+		_, cid, ok := strings.Cut(val, ", ")
+		if !ok {
+			return nil
+		}
+		match = func(r *sluice.Request) bool { return r.CustomID == cid }
+	default:
+		match = func(r *sluice.Request) bool { return fmt.Sprint(requestID(key, r.Ordinal)) == val }
+	}
+	var first *sluice.Request
+	for i := range rs {
+		if match(&rs[i]) {
+			if first != nil {
+				return &rs[i]
+			}
+			first = &rs[i]
+		}
+	}
+	return first
+}
+
+// AddChunk implements sluice.PlanSink.
+func (pl *pgPlan) AddChunk(c *sluice.Chunk) error {
+	if pl.failed != nil {
+		return pl.failed
+	}
+	c.Job = pl.job.ID
+	if c.Attempt == 0 {
+		c.Attempt = 1
+	}
+	c.State = sluice.ChunkPending
+	if _, err := pl.tx.Exec(pl.ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
+		bytes, est_tokens, bound, state, max_output_tokens, no_max_requests)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		pl.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
+		c.MaxOutputTokens, c.NoMaxRequests); err != nil {
+		pl.failed = fmt.Errorf("record chunk %d: %w", c.ID, pl.d.wrap(err))
+		return pl.failed
+	}
+	return nil
+}
+
+// FindCustomID implements sluice.PlanSink.
+func (pl *pgPlan) FindCustomID(customID string) (int64, bool, error) {
+	if pl.failed != nil {
+		return 0, false, pl.failed
+	}
+	var line int64
+	err := pl.tx.QueryRow(pl.ctx, `SELECT line FROM requests WHERE (id >> 40) = $1 AND custom_id = $2`,
+		pl.key, customID).Scan(&line)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return line, err == nil, pl.d.wrap(err)
+}
+
+// LookupReuse implements splitter.ReuseSink: on the pool, not the plan's
+// transaction (the answers are in other jobs' committed rows), reuseBatch
+// keys a query.
+func (pl *pgPlan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error) error {
+	for off := 0; off < len(keys); off += reuseBatch {
+		batch := keys[off:min(len(keys), off+reuseBatch)]
+		if err := pl.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (pl *pgPlan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) error {
+	idx := make(map[string]int, len(keys))
+	for i, k := range keys {
+		if _, dup := idx[string(k)]; !dup {
+			idx[string(k)] = i // the first of equal keys gets the answer
+		}
+	}
+	rows, err := pl.d.pool.Query(pl.ctx, `SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.byte_offset, l.length
+		FROM ledger l
+		JOIN requests r ON r.id = l.request
+		JOIN jobs j ON j.key = (l.request >> 40)
+		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
+		WHERE l.key = ANY($1::bytea[]) AND r.state = 'succeeded' AND j.key != $2 AND c.results_path != ''`, keys, pl.key)
+	if err != nil {
+		return fmt.Errorf("ledger lookup: %w", pl.d.wrap(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k []byte
+		var dir, rel string
+		var h sluice.Answer
+		if err := rows.Scan(&k, &h.SourceJob, &dir, &rel, &h.CustomID, &h.Offset, &h.Length); err != nil {
+			return err
+		}
+		i, ok := idx[string(k)]
+		if !ok {
+			continue
+		}
+		delete(idx, string(k))
+		h.Results = filepath.Join(dir, rel)
+		if err := fn(i, h); err != nil {
+			return err
+		}
+	}
+	return pl.d.wrap(rows.Err())
+}
+
+// SetReused implements PlanWriter.
+func (pl *pgPlan) SetReused(n int64, sources map[string]int64) error {
+	if n == 0 {
+		return nil
+	}
+	if pl.failed != nil {
+		return pl.failed
+	}
+	err := func() error {
+		if _, err := pl.tx.Exec(pl.ctx, `UPDATE requests SET state = 'succeeded' WHERE id BETWEEN $1 AND $2 AND chunk_id = 0`,
+			requestID(pl.key, 0), requestID(pl.key, maxOrdinal)); err != nil {
+			return err
+		}
+		if _, err := pl.tx.Exec(pl.ctx, `UPDATE jobs SET reused = $1 WHERE id = $2`, n, pl.job.ID); err != nil {
+			return err
+		}
+		for src, k := range sources {
+			if _, err := pl.tx.Exec(pl.ctx, `INSERT INTO reuse_sources (job_id, source_job, requests) VALUES ($1, $2, $3)`,
+				pl.job.ID, src, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		pl.failed = pl.d.wrap(err)
+		return pl.failed
+	}
+	pl.job.Reused = n
+	return nil
+}
+
+// Commit implements PlanWriter.
+func (pl *pgPlan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, rejected int64) error {
+	if pl.tx == nil {
+		return fmt.Errorf("commit plan of job %s: the plan is closed", pl.job.ID)
+	}
+	err := pl.failed
+	if err == nil {
+		var tag pgconn.CommandTag
+		tag, err = pl.tx.Exec(ctx, `UPDATE jobs SET input_size = $1, input_mtime = $2, input_hash = $3,
+			requests = $4, rejected = $5, state = $6, updated_at = $7 WHERE id = $8 AND state = $9`,
+			fp.Size, ns(fp.ModTime), fp.Hash, requests, rejected, sluice.JobPlanned, pl.d.now().UnixNano(),
+			pl.job.ID, sluice.JobPlanning)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("commit plan of job %s: %w", pl.job.ID, ErrConflict)
+		}
+	}
+	if err != nil {
+		pl.tx.Rollback(context.WithoutCancel(ctx))
+		pl.tx = nil
+		return pl.d.wrap(err)
+	}
+	err = pl.tx.Commit(ctx)
+	pl.tx = nil
+	if err != nil {
+		return pl.d.wrap(err)
+	}
+	pl.job.State, pl.job.Fingerprint, pl.job.Requests, pl.job.Rejected = sluice.JobPlanned, fp, requests, rejected
+	return nil
+}
+
+// Abort implements PlanWriter.
+func (pl *pgPlan) Abort(ctx context.Context) error {
+	if pl.tx != nil {
+		pl.tx.Rollback(ctx)
+		pl.tx = nil
+	}
+	return pl.d.DeleteJob(ctx, pl.job.ID)
+}
