@@ -142,7 +142,7 @@ var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+
 // RedactDSN returns dsn with any password replaced by xxxxx, for errors,
 // logs and status.
 func RedactDSN(dsn string) string {
-	if IsPostgresDSN(dsn) {
+	if strings.Contains(dsn, "://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
 			// Unparseable: keep the scheme and nothing that could be secret.
