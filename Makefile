@@ -1,6 +1,10 @@
 # Development tasks. `make` alone lists them; README.md, "Development".
 # Everything runs from a fresh clone with Go and a C compiler (cgo, for
 # SQLite); `make lint` installs the pinned staticcheck into GOPATH/bin.
+# `make test` and `make bench` also need PostgreSQL for the PostgreSQL
+# tracker: $SLUICE_TEST_POSTGRES (a postgres:// URL that may CREATE
+# DATABASE), else the server binaries (apt-get install postgresql), from
+# which each test process starts a private server (README.md, "Development").
 
 GO ?= go
 # staticcheck, pinned: bump it on purpose, with the fixes it asks for.

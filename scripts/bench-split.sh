@@ -7,7 +7,9 @@
 # RUNS (3: each tool runs RUNS times, alternating; the best run counts,
 # since the machine may be shared), BENCH_DIR (where the generated input is
 # cached, default ${TMPDIR:-/tmp}/sluice-bench), KEEP_INPUT=0 to delete the
-# input afterwards.
+# input afterwards, DB=postgres://... to record the plan in that PostgreSQL
+# database instead of SQLite (docs/scale-out.md, "PostgreSQL"; the server's
+# own CPU is not in the figures).
 #
 # sluice runs splitter.Split with full validation, grouping, fsynced chunk
 # files and every request row in the real tracker (SQLite in a fresh state
@@ -30,6 +32,8 @@ fi
 bin="$bench/benchsplit"
 go build -o "$bin" ./splitter/internal/benchsplit
 bytes=$(stat -c %s "$input")
+dbargs=()
+if [ -n "${DB:-}" ]; then dbargs=(-db "$DB"); fi
 work=$(mktemp -d "$bench/run.XXXXXX")
 cleanup() {
   rm -rf "$work"
@@ -49,11 +53,11 @@ run_sluice() {
   sync
   state="$work/state$i"
   if [ -x /usr/bin/time ]; then
-    /usr/bin/time -v "$bin" -in "$input" -state "$state" -provider "$provider" >"$work/out.json" 2>"$work/time.txt"
+    /usr/bin/time -v "$bin" -in "$input" -state "$state" -provider "$provider" "${dbargs[@]}" >"$work/out.json" 2>"$work/time.txt"
     rss_kb=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$work/time.txt")
     cpu=$(awk -F: '/User time|System time/ {s += $2} END {printf "%.2f", s}' "$work/time.txt")
   else
-    "$bin" -in "$input" -state "$state" -provider "$provider" >"$work/out.json"
+    "$bin" -in "$input" -state "$state" -provider "$provider" "${dbargs[@]}" >"$work/out.json"
     rss_kb=$(sed -n 's/.*"peak_rss_mb":\([0-9.]*\).*/\1/p' "$work/out.json" | awk '{printf "%d", $1*1024}')
     cpu="?"
   fi
@@ -92,8 +96,8 @@ for i in $(seq "$runs"); do
     "${tools[$(((i - 1 + k) % 3))]}"
   done
 done
-awk -v b="$bytes" -v a="$best_sluice" -v s="$best_split" -v r="$best_rss" -v n="$best_nosink" -v size="$size" -v p="$provider" 'BEGIN{
-  printf "input %s (%.0f bytes), provider %s, best of runs:\n", size, b, p
+awk -v db="${DB:+postgres}" -v b="$bytes" -v a="$best_sluice" -v s="$best_split" -v r="$best_rss" -v n="$best_nosink" -v size="$size" -v p="$provider" 'BEGIN{
+  printf "input %s (%.0f bytes), provider %s, tracker %s, best of runs:\n", size, b, p, (db == "" ? "sqlite" : db)
   printf "  sluice split : %7.0f MB/s  (%.2fs)  peak RSS %d MB\n", b/a/1e6, a, r/1024
   printf "  GNU split    : %7.0f MB/s  (%.2fs)  --line-bytes=10M\n", b/s/1e6, s
   printf "  ratio        : %7.2fx  (target >= 0.5x; RSS target < 150 MB)\n", s/a

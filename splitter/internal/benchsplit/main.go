@@ -2,7 +2,7 @@
 // as sink, in a fresh state directory, and prints throughput and peak RSS.
 // scripts/bench-split.sh drives it.
 //
-//	go run ./splitter/internal/benchsplit -in FILE [-provider openai] [-state DIR] [-skip-invalid]
+//	go run ./splitter/internal/benchsplit -in FILE [-provider openai] [-state DIR] [-db postgres://...] [-skip-invalid]
 package main
 
 import (
@@ -31,6 +31,7 @@ func main() {
 	skip := flag.Bool("skip-invalid", false, "write bad lines to the rejects file and go on")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.StringVar(&traceOut, "trace", "", "write an execution trace here")
+	flag.StringVar(&dbURL, "db", "", "record the plan in this PostgreSQL database (default: SQLite in the state directory)")
 	flag.BoolVar(&nullSink, "null-sink", false, "record nothing (measures the splitter without SQLite)")
 	flag.Parse()
 	if err := run(*in, *prov, *state, *skip, *cpuprof); err != nil {
@@ -54,11 +55,20 @@ func run(in, prov, state string, skip bool, cpuprof string) error {
 		defer os.RemoveAll(state)
 	}
 	ctx := context.Background()
-	db, err := tracker.Open(ctx, state)
+	var db tracker.Backend
+	if dbURL != "" {
+		db, err = tracker.OpenPostgres(ctx, dbURL, state)
+	} else {
+		db, err = tracker.Open(ctx, state)
+	}
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	// A PostgreSQL database outlives the state directory: drop the last run.
+	if err := db.DeleteJob(ctx, "bench"); err != nil {
+		return err
+	}
 	dir := filepath.Join(state, "jobs", "bench")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -132,6 +142,7 @@ func hwmKB() int64 {
 var (
 	nullSink bool
 	traceOut string
+	dbURL    string
 )
 
 // nopSink records nothing.

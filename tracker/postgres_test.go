@@ -1,0 +1,157 @@
+package tracker_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+
+	"github.com/sluice-batch/sluice/internal/testsrv"
+	"github.com/sluice-batch/sluice/migrations"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// Tests of the PostgreSQL backend's own mechanics; its contract is the
+// conformance suite's (conformance_test.go).
+
+func TestRedactDSN(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:s3cret@db:5432/jobs?sslmode=require": "postgres://u:xxxxx@db:5432/jobs?sslmode=require",
+		"postgresql://u@db/jobs":                           "postgresql://u@db/jobs",
+		"postgres://db/jobs?user=u&password=s3cret":        "postgres://db/jobs?password=xxxxx&user=u",
+		"host=db user=u password=s3cret dbname=jobs":       "host=db user=u password=xxxxx dbname=jobs",
+		"host=db password='s3 cret' dbname=jobs":           "host=db password=xxxxx dbname=jobs",
+		"mysql://root:s3cret@localhost/x":                  "mysql://root:xxxxx@localhost/x",
+		"postgres://u:s3cret@[bad":                         "postgres://...",
+	} {
+		if got := tracker.RedactDSN(in); got != want {
+			t.Errorf("RedactDSN(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(tracker.RedactDSN(in), "s3") {
+			t.Errorf("RedactDSN(%q) keeps the password", in)
+		}
+	}
+}
+
+// TestPostgresMigrations: versions land in any order and each once, even
+// when several processes open a new database at once; a version this
+// binary does not know is refused before anything is applied.
+func TestPostgresMigrations(t *testing.T) {
+	ctx := context.Background()
+	dsn := testsrv.Postgres(t)
+	dir := filepath.Join(t.TempDir(), "state")
+	gap := fstest.MapFS{"0001_a.sql": {Data: []byte("CREATE TABLE a (x int);")}, "0003_c.sql": {Data: []byte("CREATE TABLE c (x int);")}}
+	ms, _ := migrations.Load(gap)
+	// Opened by eight at once: the advisory lock applies each version once.
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, err := tracker.OpenPostgresWith(ctx, dsn, dir, ms)
+			if err == nil {
+				db.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent opens: %v", err)
+	}
+	gap["0002_b.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE b (x int);")}
+	ms, _ = migrations.Load(gap)
+	db, err := tracker.OpenPostgresWith(ctx, dsn, dir, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, tables int
+	db.Pool().QueryRow(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&n)
+	db.Pool().QueryRow(ctx, `SELECT COUNT(*) FROM pg_tables WHERE tablename IN ('a', 'b', 'c')`).Scan(&tables)
+	db.Close()
+	if n != 3 || tables != 3 {
+		t.Errorf("%d versions recorded, %d tables; want 3 and 3", n, tables)
+	}
+	_, err = tracker.OpenPostgresWith(ctx, dsn, dir, ms[:1])
+	if err == nil || !strings.Contains(err.Error(), "newer than this sluice knows: upgrade sluice") {
+		t.Errorf("a binary that knows fewer versions: %v, want refused", err)
+	}
+	// A failing migration leaves nothing of itself.
+	bad := fstest.MapFS{"0001_a.sql": gap["0001_a.sql"], "0002_b.sql": gap["0002_b.sql"], "0003_c.sql": gap["0003_c.sql"],
+		"0004_d.sql": {Data: []byte("CREATE TABLE d (x int); SELECT no_such_function();")}}
+	ms, _ = migrations.Load(bad)
+	if _, err := tracker.OpenPostgresWith(ctx, dsn, dir, ms); err == nil || !strings.Contains(err.Error(), "0004_d.sql") {
+		t.Errorf("a failing migration: %v, want its name", err)
+	}
+	db, err = tracker.OpenPostgresWith(ctx, dsn, dir, ms[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.Pool().QueryRow(ctx, `SELECT COUNT(*) FROM pg_tables WHERE tablename = 'd'`).Scan(&tables)
+	if tables != 0 {
+		t.Error("a failed migration left its table")
+	}
+}
+
+// TestPostgresSchemaMirrorsSQLite: every column the SQLite schema has
+// after its migrations is in the PostgreSQL schema (offset is byte_offset
+// there), so the two backends hold the same facts.
+func TestPostgresSchemaMirrorsSQLite(t *testing.T) {
+	ctx := context.Background()
+	lite := open(t)
+	pg := openPostgres(t, testsrv.Postgres(t))
+	cols := func(q string, scan func() ([]string, error)) map[string]bool {
+		names, err := scan()
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		m := map[string]bool{}
+		for _, n := range names {
+			m[n] = true
+		}
+		return m
+	}
+	pgCols := cols("pg", func() ([]string, error) {
+		rows, err := pg.Pool().Query(ctx, `SELECT table_name || '.' || column_name FROM information_schema.columns WHERE table_schema = 'public'`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			out = append(out, s)
+		}
+		return out, rows.Err()
+	})
+	liteCols := cols("sqlite", func() ([]string, error) {
+		rows, err := lite.SQL().Query(`SELECT m.name || '.' || p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
+			WHERE m.type = 'table' AND m.name NOT IN ('schema_version')`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			out = append(out, s)
+		}
+		return out, rows.Err()
+	})
+	if len(liteCols) < 50 {
+		t.Fatalf("only %d SQLite columns found", len(liteCols))
+	}
+	for c := range liteCols {
+		pc := strings.Replace(c, ".offset", ".byte_offset", 1)
+		if !pgCols[pc] {
+			t.Errorf("SQLite column %s is not in the PostgreSQL schema (as %s)", c, pc)
+		}
+	}
+}
