@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -76,9 +75,8 @@ func OpenPostgresWith(ctx context.Context, dsn, dir string, ms []migrations.Migr
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "sluice"
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state directory: %w", err)
-	}
+	// The state directory is not created here: status only reads, and a
+	// job's directory is made (with its parents, 0700) when it is planned.
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--db %s: %s", desc, scrub(err.Error(), pw))
@@ -259,10 +257,23 @@ func (p *Postgres) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return p.wrap(pgx.BeginFunc(ctx, p.pool, fn))
 }
 
-// pgJobRows is jobRows for PostgreSQL: the request rows of the job whose
-// id is $1.
-const pgJobRows = `requests.id BETWEEN (SELECT (key << 40) FROM jobs WHERE jobs.id = $1)
-	AND (SELECT ((key << 40) | 1099511627775) FROM jobs WHERE jobs.id = $1)`
+// pgPartition is the table of the request rows of the job with this key,
+// a partition of requests (migrations/postgres/0001_init.sql).
+func pgPartition(key int64) string { return fmt.Sprintf("requests_j%d", key) }
+
+type pgQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// pgJobKey returns the key of job; ok is false when there is no such job
+// (a job deleted between two statements reads as empty, as on SQLite).
+func pgJobKey(ctx context.Context, q pgQuerier, job string) (key int64, ok bool, err error) {
+	err = q.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`, job).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return key, err == nil, err
+}
 
 // Job implements sluice.Store.
 func (p *Postgres) Job(ctx context.Context, id string) (*sluice.Job, error) {
@@ -338,19 +349,23 @@ func (p *Postgres) UpdateFingerprint(ctx context.Context, id string, fp sluice.F
 	return p.wrap(err)
 }
 
-// DeleteJob implements Backend. The job's chunks, errors, summary and
-// reuse sources go by ON DELETE CASCADE; its request rows and ledger
-// entries are a range of ids.
+// DeleteJob implements Backend. The job's request rows are its partition,
+// dropped; its chunks, errors, summary and reuse sources go by ON DELETE
+// CASCADE; its ledger entries are a range of ids.
 func (p *Postgres) DeleteJob(ctx context.Context, id string) error {
 	return p.tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM ledger WHERE request BETWEEN (SELECT (key << 40) FROM jobs WHERE jobs.id = $1)
-			AND (SELECT ((key << 40) | 1099511627775) FROM jobs WHERE jobs.id = $1)`, id); err != nil {
+		key, ok, err := pgJobKey(ctx, tx, id)
+		if err != nil || !ok {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM requests WHERE `+pgJobRows, id); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM ledger WHERE request BETWEEN $1 AND $2`,
+			requestID(key, 0), requestID(key, maxOrdinal)); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgPartition(key)); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
 		return err
 	})
 }

@@ -2,7 +2,6 @@ package tracker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -64,9 +63,12 @@ func pgUpdateChunk(ctx context.Context, tx pgx.Tx, c *sluice.Chunk, from sluice.
 
 // ChunkRequests implements sluice.Store.
 func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
+	key, ok, err := pgJobKey(ctx, p.pool, job)
+	if err != nil || !ok {
+		return p.wrap(err)
+	}
 	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, line, custom_id, chunk_id, idx, byte_offset, length,
-		tokens, attempt, state FROM requests WHERE (id >> 40) = (SELECT key FROM jobs WHERE id = $1) AND chunk_id = $2
-		ORDER BY idx`, job, chunk)
+		tokens, attempt, state FROM `+pgPartition(key)+` WHERE chunk_id = $1 ORDER BY idx`, chunk)
 	if err != nil {
 		return p.wrap(err)
 	}
@@ -93,13 +95,14 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		job := f.Chunk.Job
-		var key int64
-		if err := tx.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`, job).Scan(&key); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("job %s: %w", job, ErrNotFound)
-			}
+		key, ok, err := pgJobKey(ctx, tx, job)
+		if err != nil {
 			return err
 		}
+		if !ok {
+			return fmt.Errorf("job %s: %w", job, ErrNotFound)
+		}
+		part := pgPartition(key)
 		for _, c := range f.NewChunks {
 			if _, err := tx.Exec(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
 				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests)
@@ -115,7 +118,7 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			for i, o := range f.Outcomes {
 				ids[i], states[i] = requestID(key, o.Ordinal), string(o.State)
 			}
-			if err := pgGuardedRequests(ctx, tx, `UPDATE requests r SET state = u.state FROM u
+			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET state = u.state FROM u
 				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
 				`unnest($1::bigint[], $3::text[]) AS u(id, state)`, ids, f.Chunk.ID, states); err != nil {
 				return err
@@ -132,7 +135,7 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				ids[i], chunks[i], offs[i] = requestID(key, r.Ordinal), r.Chunk, r.Offset
 				idxs[i], lens[i], atts[i] = int32(r.Index), int32(r.Length), int32(r.Attempt)
 			}
-			if err := pgGuardedRequests(ctx, tx, `UPDATE requests r SET chunk_id = u.chunk, idx = u.idx,
+			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET chunk_id = u.chunk, idx = u.idx,
 				byte_offset = u.off, length = u.len, attempt = u.att FROM u
 				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
 				`unnest($1::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::int[]) AS u(id, chunk, idx, off, len, att)`,
@@ -149,13 +152,13 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 // fails with ErrConflict naming the first request that was no longer
 // pending in that chunk unless every id was updated. The check reads the
 // rows as they were before the update (one snapshot for the statement).
-func pgGuardedRequests(ctx context.Context, tx pgx.Tx, update, from string, ids []int64, chunk int64, more ...any) error {
+func pgGuardedRequests(ctx context.Context, tx pgx.Tx, part, update, from string, ids []int64, chunk int64, more ...any) error {
 	args := append([]any{ids, chunk}, more...)
 	var updated int64
 	var bad *int64
 	err := tx.QueryRow(ctx, `WITH u AS (SELECT * FROM `+from+`),
 		upd AS (`+update+` RETURNING 1),
-		bad AS (SELECT min(u.id) AS id FROM u WHERE NOT EXISTS (SELECT 1 FROM requests r
+		bad AS (SELECT min(u.id) AS id FROM u WHERE NOT EXISTS (SELECT 1 FROM `+part+` r
 			WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'))
 		SELECT (SELECT count(*) FROM upd), (SELECT id FROM bad)`, args...).Scan(&updated, &bad)
 	if err != nil {
@@ -189,7 +192,7 @@ func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish)
 	if _, err := tx.Exec(ctx, `INSERT INTO ledger (key, request, byte_offset, length)
 		SELECT r.body_key, r.id, u.off, u.len
 		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(id, off, len, n)
-		JOIN requests r ON r.id = u.id WHERE r.body_key IS NOT NULL ORDER BY u.n
+		JOIN `+pgPartition(key)+` r ON r.id = u.id WHERE r.body_key IS NOT NULL ORDER BY u.n
 		ON CONFLICT (key) DO NOTHING`, ids, offs, lens); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
@@ -199,13 +202,17 @@ func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish)
 // RequestStates implements sluice.Store.
 func (p *Postgres) RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error) {
 	var pending, succeeded, failed int64
-	err := p.pool.QueryRow(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
+	m := map[sluice.RequestState]int64{}
+	key, ok, err := pgJobKey(ctx, p.pool, job)
+	if err != nil || !ok {
+		return m, p.wrap(err)
+	}
+	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
 		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
-		FROM requests WHERE `+pgJobRows, job).Scan(&pending, &succeeded, &failed)
+		FROM `+pgPartition(key)).Scan(&pending, &succeeded, &failed)
 	if err != nil {
 		return nil, p.wrap(err)
 	}
-	m := map[sluice.RequestState]int64{}
 	for s, n := range map[sluice.RequestState]int64{sluice.RequestPending: pending, sluice.RequestSucceeded: succeeded,
 		sluice.RequestFailed: failed} {
 		if n > 0 {
@@ -220,7 +227,11 @@ func (p *Postgres) Expected(ctx context.Context, job string, fn func(int64, stri
 	// Stopping early cancels the query rather than reading the rest.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, custom_id FROM requests WHERE `+pgJobRows+` ORDER BY id`, job)
+	key, ok, err := pgJobKey(ctx, p.pool, job)
+	if err != nil || !ok {
+		return p.wrap(err)
+	}
+	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, custom_id FROM `+pgPartition(key)+` ORDER BY id`)
 	if err != nil {
 		return p.wrap(err)
 	}
@@ -249,7 +260,11 @@ func (p *Postgres) BatchKnown(ctx context.Context, batchID string) bool {
 // RetriedRequests implements Backend.
 func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, error) {
 	var n int64
-	err := p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM requests WHERE `+pgJobRows+` AND attempt > 1`, job).Scan(&n)
+	key, ok, err := pgJobKey(ctx, p.pool, job)
+	if err != nil || !ok {
+		return 0, p.wrap(err)
+	}
+	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgPartition(key)+` WHERE attempt > 1`).Scan(&n)
 	return n, p.wrap(err)
 }
 

@@ -15,16 +15,22 @@ import (
 )
 
 // pgPlan is a plan being recorded in PostgreSQL: the whole plan is one
-// transaction on a connection of its own, and request rows go in with
-// COPY (pgx CopyFrom), a call's rows at a time. The job's row is
-// committed first, in state planning, as on SQLite: a crash leaves a job
-// the next run deletes and plans again.
+// transaction, and request rows go in with COPY (pgx CopyFrom), a call's
+// rows at a time, into the job's own partition of requests
+// (migrations/postgres/0001_init.sql), which has only its primary key
+// until Commit builds the others. The job's row and its empty partition
+// are committed first, in state planning, as on SQLite: a crash leaves a
+// job the next run deletes and plans again.
 type pgPlan struct {
 	d   *Postgres
 	ctx context.Context
 	job *sluice.Job
 	key int64
 	tx  pgx.Tx
+	// part is the job's partition; uniq tells whether its custom_id index
+	// exists yet (FindCustomID builds it early, Commit at the latest).
+	part string
+	uniq bool
 	// failed is the error that aborted the transaction: PostgreSQL refuses
 	// every statement after a failed one until the rollback.
 	failed error
@@ -58,10 +64,30 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 		p.DeleteJob(ctx, job.ID)
 		return nil, fmt.Errorf("record job %s: the database holds too many jobs (key %d)", job.ID, key)
 	}
-	pl := &pgPlan{d: p, ctx: ctx, job: job, key: key, vals: make([]any, 10)}
-	if pl.tx, err = p.pool.Begin(ctx); err != nil {
+	pl := &pgPlan{d: p, ctx: ctx, job: job, key: key, part: pgPartition(key), vals: make([]any, 10)}
+	// The partition is made apart and attached (SHARE UPDATE EXCLUSIVE on
+	// requests, which reads and writes of other jobs pass), with a CHECK
+	// of its bounds so that attaching it scans nothing; it is committed
+	// empty, so that DeleteJob finds it after a crash.
+	lo, hi := requestID(key, 0), requestID(key+1, 0)
+	err = p.tx(ctx, func(tx pgx.Tx) error {
+		for _, q := range []string{
+			`CREATE TABLE ` + pl.part + ` (LIKE requests INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+			fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s_ids CHECK (id >= %d AND id < %d)`, pl.part, pl.part, lo, hi),
+			fmt.Sprintf(`ALTER TABLE requests ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)`, pl.part, lo, hi),
+		} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		pl.tx, err = p.pool.Begin(ctx)
+	}
+	if err != nil {
 		p.DeleteJob(context.WithoutCancel(ctx), job.ID)
-		return nil, p.wrap(err)
+		return nil, fmt.Errorf("record job %s: %w", job.ID, p.wrap(err))
 	}
 	return pl, nil
 }
@@ -92,7 +118,7 @@ func (pl *pgPlan) copy(rs []sluice.Request) error {
 		return pl.failed
 	}
 	i := -1
-	_, err := pl.tx.CopyFrom(pl.ctx, pgx.Identifier{"requests"}, requestCopyCols, pgx.CopyFromFunc(func() ([]any, error) {
+	_, err := pl.tx.CopyFrom(pl.ctx, pgx.Identifier{pl.part}, requestCopyCols, pgx.CopyFromFunc(func() ([]any, error) {
 		i++
 		if i >= len(rs) {
 			return nil, nil
@@ -130,20 +156,16 @@ func faultyRow(err error, key int64, rs []sluice.Request) *sluice.Request {
 	if !errors.As(err, &pe) || pe.Code != "23505" {
 		return nil
 	}
-	// Detail: Key ((id >> 40), custom_id)=(1, the-id) already exists.
-	_, val, ok := strings.Cut(pe.Detail, ")=(")
+	// Detail: Key (custom_id)=(the-id) already exists.
+	col, val, ok := strings.Cut(pe.Detail, ")=(")
 	if !ok {
 		return nil
 	}
 	val = strings.TrimSuffix(val, ") already exists.")
 	var match func(r *sluice.Request) bool
-	switch pe.ConstraintName {
-	case "requests_custom_id":
-		_, cid, ok := strings.Cut(val, ", ")
-		if !ok {
-			return nil
-		}
-		match = func(r *sluice.Request) bool { return r.CustomID == cid }
+	switch {
+	case strings.HasSuffix(col, "custom_id"):
+		match = func(r *sluice.Request) bool { return r.CustomID == val }
 	default:
 		match = func(r *sluice.Request) bool { return fmt.Sprint(requestID(key, r.Ordinal)) == val }
 	}
@@ -180,18 +202,58 @@ func (pl *pgPlan) AddChunk(c *sluice.Chunk) error {
 	return nil
 }
 
-// FindCustomID implements sluice.PlanSink.
+// FindCustomID implements sluice.PlanSink. The splitter asks only when
+// its filter of custom_ids (48 bits of a hash each) says the id may have
+// been seen: nearly always a true duplicate. The first call builds the
+// partition's custom_id index from the rows so far; the rows after it
+// maintain it.
 func (pl *pgPlan) FindCustomID(customID string) (int64, bool, error) {
 	if pl.failed != nil {
 		return 0, false, pl.failed
 	}
+	if err := pl.uniqueIndex(); err != nil {
+		return 0, false, err
+	}
 	var line int64
-	err := pl.tx.QueryRow(pl.ctx, `SELECT line FROM requests WHERE (id >> 40) = $1 AND custom_id = $2`,
-		pl.key, customID).Scan(&line)
+	err := pl.tx.QueryRow(pl.ctx, `SELECT line FROM `+pl.part+` WHERE custom_id = $1`, customID).Scan(&line)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
 	return line, err == nil, pl.d.wrap(err)
+}
+
+// uniqueIndex builds the partition's unique index on custom_id unless it
+// is there. A duplicate already recorded fails it: the error names both
+// lines (a savepoint keeps the plan usable long enough to find them).
+func (pl *pgPlan) uniqueIndex() error {
+	if pl.uniq {
+		return nil
+	}
+	if _, err := pl.tx.Exec(pl.ctx, `SAVEPOINT custom_ids`); err != nil {
+		pl.failed = pl.d.wrap(err)
+		return pl.failed
+	}
+	_, err := pl.tx.Exec(pl.ctx, `CREATE UNIQUE INDEX `+pl.part+`_custom_id ON `+pl.part+` (custom_id)`)
+	if err == nil {
+		pl.uniq = true
+		_, err = pl.tx.Exec(pl.ctx, `RELEASE SAVEPOINT custom_ids`)
+		if err != nil {
+			pl.failed = pl.d.wrap(err)
+		}
+		return pl.failed
+	}
+	err = pl.d.wrap(err)
+	if _, rerr := pl.tx.Exec(pl.ctx, `ROLLBACK TO SAVEPOINT custom_ids`); rerr == nil {
+		var id string
+		var first, second int64
+		if pl.tx.QueryRow(pl.ctx, `SELECT custom_id, MIN(line), MAX(line) FROM (SELECT custom_id, line,
+			ROW_NUMBER() OVER (PARTITION BY custom_id ORDER BY line) n FROM `+pl.part+`) d WHERE n <= 2
+			GROUP BY custom_id HAVING COUNT(*) > 1 ORDER BY MAX(line) LIMIT 1`).Scan(&id, &first, &second) == nil {
+			err = fmt.Errorf("record request %q (line %d): duplicate custom_id, first at line %d: %w", id, second, first, err)
+		}
+	}
+	pl.failed = err
+	return err
 }
 
 // LookupReuse implements splitter.ReuseSink: on the pool, not the plan's
@@ -253,8 +315,7 @@ func (pl *pgPlan) SetReused(n int64, sources map[string]int64) error {
 		return pl.failed
 	}
 	err := func() error {
-		if _, err := pl.tx.Exec(pl.ctx, `UPDATE requests SET state = 'succeeded' WHERE id BETWEEN $1 AND $2 AND chunk_id = 0`,
-			requestID(pl.key, 0), requestID(pl.key, maxOrdinal)); err != nil {
+		if _, err := pl.tx.Exec(pl.ctx, `UPDATE `+pl.part+` SET state = 'succeeded' WHERE chunk_id = 0`); err != nil {
 			return err
 		}
 		if _, err := pl.tx.Exec(pl.ctx, `UPDATE jobs SET reused = $1 WHERE id = $2`, n, pl.job.ID); err != nil {
@@ -281,7 +342,11 @@ func (pl *pgPlan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, r
 	if pl.tx == nil {
 		return fmt.Errorf("commit plan of job %s: the plan is closed", pl.job.ID)
 	}
-	err := pl.failed
+	// The partition's indexes, built from its rows in one pass each.
+	err := pl.uniqueIndex()
+	if err == nil {
+		_, err = pl.tx.Exec(ctx, `CREATE INDEX `+pl.part+`_chunk ON `+pl.part+` (chunk_id, idx)`)
+	}
 	if err == nil {
 		var tag pgconn.CommandTag
 		tag, err = pl.tx.Exec(ctx, `UPDATE jobs SET input_size = $1, input_mtime = $2, input_hash = $3,

@@ -326,13 +326,19 @@ func testAddRequestsBatchedNamesDuplicate(t *testing.T, db *testDB) {
 	}
 	rs[150].CustomID = "id-3" // a duplicate inside the second 64-row insert
 	err = p.AddRequests(rs)
-	if err == nil || !strings.Contains(err.Error(), `"id-3" (line 151)`) {
-		t.Fatalf("AddRequests with a duplicate: %v; want it to name id-3 on line 151", err)
-	}
 	if db.name != "sqlite" {
-		// PostgreSQL aborts the plan's transaction at a failed write: the
-		// plan takes nothing more and is thrown away (the splitter stops at
-		// the first error and aborts the plan on either backend).
+		// PostgreSQL checks custom_ids when the plan commits (or at the
+		// splitter's first FindCustomID), with one index build instead of
+		// an index insert per row; the plan is then refused and thrown
+		// away (the splitter stops at the first error and aborts the plan
+		// on either backend).
+		if err == nil {
+			err = p.Commit(ctx, sluice.Fingerprint{}, 200, 0)
+		}
+		if err == nil || !strings.Contains(err.Error(), `"id-3" (line 151)`) || !strings.Contains(err.Error(), "first at line 4") {
+			p.Abort(ctx)
+			t.Fatalf("a plan with a duplicate: %v; want it to name id-3 on line 151, first at line 4", err)
+		}
 		if err := p.AddRequests(rs[151:]); err == nil {
 			t.Error("a plan took rows after a failed write")
 		}
@@ -343,6 +349,9 @@ func testAddRequestsBatchedNamesDuplicate(t *testing.T, db *testDB) {
 			t.Errorf("aborted job still there: %v", err)
 		}
 		return
+	}
+	if err == nil || !strings.Contains(err.Error(), `"id-3" (line 151)`) {
+		t.Fatalf("AddRequests with a duplicate: %v; want it to name id-3 on line 151", err)
 	}
 	// SQLite keeps the rows before the one at fault and goes on.
 	if line, found, _ := p.FindCustomID("id-3"); !found || line != 4 {

@@ -205,6 +205,9 @@ func TestPostgresBadConfigurationBeforeAnyWork(t *testing.T) {
 		if st.code != 0 || !strings.Contains(st.stdout, "no jobs in postgres "+strings.Replace(dsn, ":"+mustPassword(u)+"@", ":xxxxx@", 1)) {
 			t.Fatalf("status of an empty database: exit %d\n%s%s", st.code, st.stdout, st.stderr)
 		}
+		if _, err := os.Stat(filepath.Join(dir, "state")); !os.IsNotExist(err) {
+			t.Errorf("status created the state directory: %v", err)
+		}
 		if n := pgQuery(t, dsn, `SELECT MAX(version) FROM schema_migrations`); n != 1 {
 			t.Errorf("schema version %d after the first open, want 1", n)
 		}
