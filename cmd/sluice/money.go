@@ -5,17 +5,14 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/provider"
-	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -55,29 +52,6 @@ func keyScope(f *jobFlags, p provider.Preset) string {
 		base = p.BaseURL
 	}
 	return p.Name + "\x00" + base
-}
-
-// recordReuse records in the plan the requests answered from earlier jobs.
-func recordReuse(plan *tracker.Plan, res *splitter.Result, log zerolog.Logger) error {
-	if res.ReuseRefused > 0 {
-		log.Warn().Int64("requests", res.ReuseRefused).Msg("earlier answers whose results file is gone or changed were not reused; those requests will be bought")
-	}
-	if res.Reused == 0 {
-		return nil
-	}
-	ev := log.Info().Int64("reused", res.Reused)
-	for _, s := range sortedKeys(res.ReuseSources) {
-		ev = ev.Int64("from "+s, res.ReuseSources[s])
-	}
-	ev.Msg("requests answered from earlier jobs' results; not bought again")
-	return plan.SetReused(res.Reused, res.ReuseSources)
-}
-
-// reusedFiles are the job's results files of reused answers.
-func reusedFiles(job *sluice.Job) []string {
-	m, _ := filepath.Glob(filepath.Join(job.Dir, "results", "reused-*.results"))
-	sort.Strings(m)
-	return m
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/tracker"
 )
@@ -222,7 +223,7 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 		n := countChunks(chunks)
 		s.Summary = &jobSummary{JobSummary: sluice.JobSummary{Output: j.Output, Errors: s.Errors, Lines: j.Requests,
 			Succeeded: reqs[sluice.RequestSucceeded], Failed: reqs[sluice.RequestFailed],
-			Retried: retriedRequests(ctx, db, j.ID), Batches: n.submitted, RetryBatches: n.retryBatches,
+			Retried: lifecycle.RetriedRequests(ctx, db, j.ID), Batches: n.submitted, RetryBatches: n.retryBatches,
 			InputTokens: s.InputTokens, OutputTokens: s.OutputTokens, StartedAt: j.CreatedAt,
 			FinishedAt: j.UpdatedAt, Cancelled: !j.CancelRequestedAt.IsZero()},
 			Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
