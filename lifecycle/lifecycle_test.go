@@ -375,3 +375,30 @@ func TestErrorsPathFor(t *testing.T) {
 		}
 	}
 }
+
+func TestNextAction(t *testing.T) {
+	past := time.Now().Add(-time.Minute)
+	chunks := []*sluice.Chunk{
+		{ID: 1, State: sluice.ChunkSubmitted, NextPollAt: past},
+		{ID: 2, State: sluice.ChunkPending},
+		{ID: 3, State: sluice.ChunkCreating},
+		{ID: 4, State: sluice.ChunkDone},
+	}
+	for _, c := range []struct {
+		state sluice.JobState
+		want  string
+	}{
+		{sluice.JobRunning, "check 1 chunk caught mid-call (uploading/creating) against the provider; submit 1 batch; poll 1 live batches (next poll now)"},
+		{sluice.JobCancelled, "check 1 chunk caught mid-call (uploading/creating) against the provider; wait for 1 cancelled batches to end; fail 1 unsubmitted batches as cancelled; merge what completed ('sluice cancel j' or 'sluice run' again)"},
+		{sluice.JobDone, "nothing: output written"},
+		{sluice.JobMerging, "merge the results into the output"},
+		{sluice.JobPlanning, "plan again from scratch (planning was interrupted)"},
+	} {
+		if got := lifecycle.NextAction(&sluice.Job{ID: "j", State: c.state}, chunks); got != c.want {
+			t.Errorf("%s: NextAction = %q, want %q", c.state, got, c.want)
+		}
+	}
+	if got := lifecycle.NextAction(&sluice.Job{ID: "j", State: sluice.JobRunning}, chunks[3:]); got != "merge the results into the output" {
+		t.Errorf("every chunk ended: %q", got)
+	}
+}
