@@ -20,7 +20,9 @@ import (
 	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/provider/together"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -39,39 +41,73 @@ type world struct {
 
 func newWorld(t *testing.T, n int, opts emulator.Options) *world {
 	t.Helper()
+	var lines []string
+	for i := 0; i < n; i++ {
+		model := []string{"gpt-4o-mini", "gpt-4.1-nano", "gpt-4o"}[i%3]
+		lines = append(lines, fmt.Sprintf(`{"custom_id":"r%04d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[{"role":"user","content":"q %d"}]}}`, i, model, i))
+	}
+	return newWorldFor(t, "openai", lines, opts)
+}
+
+// newWorldFor is a world whose provider is preset name (a family with a
+// client in providerFor), with lines as its input.
+func newWorldFor(t *testing.T, name string, lines []string, opts emulator.Options) *world {
+	t.Helper()
 	emu, err := emulator.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(emu.Handler())
 	t.Cleanup(func() { srv.Close(); emu.Close() })
-	p, err := provider.Lookup("openai")
+	p, err := provider.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry := httpx.Retry{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxWait: 50 * time.Millisecond, MaxTotalWait: 5 * time.Second}
-	prov, err := openai.New(openai.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: "k", Retry: retry, RateLimit: httpx.RateLimit{PerSecond: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	prov := providerFor(t, p, srv.URL)
 	db, err := tracker.Open(context.Background(), filepath.Join(t.TempDir(), "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	w := &world{t: t, db: db, emu: emu, prov: prov, p: p, log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
-	var b strings.Builder
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("r%04d", i)
-		w.ids = append(w.ids, id)
-		model := []string{"gpt-4o-mini", "gpt-4.1-nano", "gpt-4o"}[i%3]
-		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, model, i)
+	for _, l := range lines {
+		var in sluice.InputLine
+		if err := json.Unmarshal([]byte(l), &in); err != nil {
+			t.Fatal(err)
+		}
+		w.ids = append(w.ids, in.CustomID)
 	}
 	w.input = filepath.Join(t.TempDir(), "in.jsonl")
-	if err := os.WriteFile(w.input, []byte(b.String()), 0o600); err != nil {
+	if err := os.WriteFile(w.input, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// fastRetry keeps the HTTP layer's retries quick: tests never wait out
+// the defaults.
+var fastRetry = httpx.Retry{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxWait: 50 * time.Millisecond, MaxTotalWait: 5 * time.Second}
+
+// providerFor is the client of preset p at the emulator at url.
+func providerFor(t *testing.T, p provider.Preset, url string) sluice.Provider {
+	t.Helper()
+	rl := httpx.RateLimit{PerSecond: -1}
+	var prov sluice.Provider
+	var err error
+	switch p.Family {
+	case provider.FamilyOpenAI:
+		prov, err = openai.New(openai.Config{Preset: p, BaseURL: url + "/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+	case provider.FamilyMistral:
+		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: url + "/mistral", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+	case provider.FamilyTogether:
+		prov, err = together.New(together.Config{Preset: p, BaseURL: url + "/together/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+	default:
+		t.Fatalf("no client for family %s in this test", p.Family)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prov
 }
 
 func (w *world) spec() lifecycle.Spec {
