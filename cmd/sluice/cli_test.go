@@ -115,6 +115,7 @@ func TestChangedInputRefused(t *testing.T) {
 // TestCronOnceFlow runs --once repeatedly against a slow emulator, as a
 // timer would, until it exits 0; the output is then complete.
 func TestCronOnceFlow(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "400ms")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 50)

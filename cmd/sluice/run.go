@@ -30,7 +30,7 @@ type runFlags struct {
 	stuckAfter      time.Duration
 	net             netFlags
 	// keepProviderFiles keeps the job's files at the provider once its
-	// output is written (cmd/sluice/cleanup.go).
+	// output is written (lifecycle/cleanup.go).
 	keepProviderFiles bool
 }
 
