@@ -181,7 +181,8 @@ func TestSecretsNeverWritten(t *testing.T) {
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 20)
 	env := append(stateEnv(dir), "OPENAI_API_KEY="+key, "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
-	r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "openai", "--log-level", "debug", "--rate", "-1")
+	r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "openai", "--log-level", "debug", "--rate", "-1",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}

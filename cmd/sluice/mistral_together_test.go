@@ -89,6 +89,7 @@ func TestCancelMistralTogether(t *testing.T) {
 		{"together", "/together/v1", "/together/v1/batches/", "CANCELLED"},
 	} {
 		t.Run(tc.family, func(t *testing.T) {
+			t.Parallel() // its own emulator and state directory
 			emu := startEmulator(t, "--batch-time", "4s")
 			dir := t.TempDir()
 			in, ids := writeMTInput(t, dir, 40)

@@ -134,6 +134,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", familyEnv("together", "k", emu.addr), true, true},
 	} {
 		t.Run(c.provider, func(t *testing.T) {
+			t.Parallel() // its own state directory; the emulator serves every family at once
 			dir := t.TempDir()
 			in, ids, lasts := writeChatInput(t, dir, 10_000, c.required)
 			out := filepath.Join(dir, "out.jsonl")
