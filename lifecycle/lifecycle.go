@@ -42,6 +42,7 @@ type Store interface {
 	SetProviderFiles(ctx context.Context, id, state string) error
 	Learned(ctx context.Context) (map[string]sluice.Learned, error)
 	AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error)
+	SetMaxCost(ctx context.Context, job string, usd *float64) error
 }
 
 var _ Store = (*tracker.DB)(nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/lifecycle"
+	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/mistral"
@@ -436,5 +437,23 @@ func TestNextAction(t *testing.T) {
 	}
 	if got := lifecycle.NextAction(&sluice.Job{ID: "j", State: sluice.JobRunning}, chunks[3:]); got != "merge the results into the output" {
 		t.Errorf("every chunk ended: %q", got)
+	}
+}
+
+// TestCapRefusedBeforeAnyWork: a spend cap that cannot be kept (a model
+// without a price) is refused before the job moves or anything is sent.
+func TestCapRefusedBeforeAnyWork(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, 6, emulator.Options{})
+	job := w.prepare().Job
+	o := w.fast()
+	o.MaxCost = 1
+	o.Price = func(string) (pricing.Price, bool) { return pricing.Price{}, false }
+	_, err := lifecycle.Run(ctx, w.db, w.prov, job, o, nil)
+	if !errors.Is(err, lifecycle.ErrBadInput) || !strings.Contains(err.Error(), "no price for model") {
+		t.Fatalf("unpriced cap: %v, want a bad-input error naming the model", err)
+	}
+	if w.state(job.ID) != sluice.JobPlanned || w.emu.Stats().APICalls != 0 {
+		t.Errorf("after a refused cap the job is %s and the provider got %d calls", w.state(job.ID), w.emu.Stats().APICalls)
 	}
 }

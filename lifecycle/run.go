@@ -33,7 +33,10 @@ type RunOptions struct {
 	// StuckAfter: a batch not ended this long after its submission is
 	// cancelled and its requests retried.
 	StuckAfter time.Duration
-	// MaxCost caps the job's committed spend in USD; Price prices a model.
+	// MaxCost caps the job's committed spend in USD (docs/money.md); Price
+	// prices a model. A cap is refused (ErrBadInput) before anything is
+	// submitted when a model of a chunk still to run has no price or no
+	// bound on its output; the cap is recorded (0: none).
 	MaxCost float64
 	Price   func(model string) (pricing.Price, bool)
 	// OnTick is called after each round of the dispatcher with the chunks.
@@ -101,6 +104,9 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 // start nothing new, let calls in flight record their outcome. The caller
 // holds the job's lock.
 func Run(ctx context.Context, db Store, prov sluice.Provider, job *sluice.Job, o RunOptions, stop <-chan struct{}) (Outcome, error) {
+	if err := checkCap(ctx, db, job, o); err != nil {
+		return dispatcher.Stopped, err
+	}
 	if o.Output != "" {
 		if err := db.SetJobOutput(ctx, job.ID, o.Output); err != nil {
 			return dispatcher.Stopped, err

@@ -82,32 +82,6 @@ func priceOf(t *pricing.Table, p provider.Preset) func(string) (pricing.Price, b
 	return func(model string) (pricing.Price, bool) { return t.Lookup(p.Name, model) }
 }
 
-// checkCap refuses a spend cap that cannot be kept: a model of a chunk
-// still to run without a price, or without a bound on its output. It
-// records the cap (status shows it) before anything is submitted.
-func (m *moneyFlags) checkCap(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table) error {
-	if m.maxCost <= 0 {
-		return db.SetMaxCost(ctx, job.ID, nil)
-	}
-	chunks, err := db.Chunks(ctx, job.ID)
-	if err != nil {
-		return err
-	}
-	for _, c := range chunks {
-		if c.State.Terminal() {
-			continue
-		}
-		pr, ok := t.Lookup(p.Name, c.Model)
-		if !ok {
-			return usageErr("--max-cost: no price for model %q at provider %s, so its cost is unknown and the cap could not be kept; give its batch prices with --prices FILE (docs/money.md)", c.Model, p.Name)
-		}
-		if e := pricing.Of(pr, true, sluice.Learned{}, pricing.WorkOf(c)); !e.Bounded() {
-			return usageErr("--max-cost: %d request(s) for model %q set no max_tokens and the model's output ceiling is unknown, so the cap could not be kept; set max_tokens in the requests or max_output_tokens for the model with --prices FILE", c.NoMaxRequests, c.Model)
-		}
-	}
-	return db.SetMaxCost(ctx, job.ID, &m.maxCost)
-}
-
 // capReached ends a run the spend cap stopped: exit 3 with what was
 // committed.
 func capReached(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table, limit float64) error {

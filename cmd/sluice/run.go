@@ -206,9 +206,6 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if job.Output != "" && job.Output != out && job.State != sluice.JobPlanned {
 		log.Warn().Str("was", job.Output).Str("now", out).Msg("output path differs from the first run's; writing to the new one")
 	}
-	if err := f.money.checkCap(ctx, db, job, p, prices); err != nil {
-		return err
-	}
 	start := time.Now()
 	var prov sluice.Provider
 	var closers []func()
