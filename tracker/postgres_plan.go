@@ -229,6 +229,12 @@ func (pl *pgPlan) uniqueIndex() error {
 	if pl.uniq {
 		return nil
 	}
+	// Index builds sort the partition's rows: in memory rather than in
+	// temporary files, for this transaction only.
+	if _, err := pl.tx.Exec(pl.ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
+		pl.failed = pl.d.wrap(err)
+		return pl.failed
+	}
 	if _, err := pl.tx.Exec(pl.ctx, `SAVEPOINT custom_ids`); err != nil {
 		pl.failed = pl.d.wrap(err)
 		return pl.failed

@@ -188,7 +188,7 @@ func testGuardedTransitions(t *testing.T, db *testDB) {
 	if err := db.UpdateChunk(ctx, c, sluice.ChunkUploading); err == nil {
 		t.Error("unknown chunk state accepted")
 	}
-	if err := db.SetJobState(ctx, "j", sluice.JobRunning, sluice.JobDone); !errors.Is(err, tracker.ErrConflict) {
+	if err := db.SetJobState(ctx, "j", sluice.JobRunning, sluice.JobMerging); !errors.Is(err, tracker.ErrConflict) {
 		t.Errorf("job transition from the wrong state: %v", err)
 	}
 	if err := db.exec(`UPDATE jobs SET state = 'nope' WHERE id = 'j'`); err == nil {
