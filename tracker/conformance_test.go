@@ -36,6 +36,8 @@ var conformance = []struct {
 	{"LedgerLookupInBatches", testLedgerLookupInBatches},
 	{"CancelAndSettings", testCancelAndSettings},
 	{"ConcurrentGuardedTransition", testConcurrentGuardedTransition},
+	{"JobTransitionTable", testJobTransitionTable},
+	{"CancelAndFinishFollowTheTable", testCancelAndFinishFollowTheTable},
 }
 
 // testDB is a backend under test, with what the tests need beyond the

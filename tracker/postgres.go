@@ -312,6 +312,9 @@ type pgExecer interface {
 }
 
 func pgSetJobState(ctx context.Context, q pgExecer, id string, from, to sluice.JobState, now int64) error {
+	if err := sluice.CheckTransition(id, from, to); err != nil {
+		return err
+	}
 	tag, err := q.Exec(ctx, `UPDATE jobs SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`, to, now, id, from)
 	if err != nil {
 		return err
@@ -324,6 +327,9 @@ func pgSetJobState(ctx context.Context, q pgExecer, id string, from, to sluice.J
 
 // CancelJob implements Backend.
 func (p *Postgres) CancelJob(ctx context.Context, id string, from sluice.JobState) (time.Time, error) {
+	if err := sluice.CheckTransition(id, from, sluice.JobCancelled); err != nil {
+		return time.Time{}, err
+	}
 	now := p.now()
 	tag, err := p.pool.Exec(ctx, `UPDATE jobs SET state = $1, cancel_requested_at = $2, updated_at = $2
 		WHERE id = $3 AND state = $4`, sluice.JobCancelled, now.UnixNano(), id, from)

@@ -11,19 +11,18 @@ import (
 	"github.com/sluice-batch/sluice/tracker"
 )
 
-// TestJobTransitionTable drives every (from, to) pair of job states through
-// a real SQLite tracker: each pair the table allows moves the job, each
+// testJobTransitionTable drives every (from, to) pair of job states through
+// a real tracker: each pair the table allows moves the job, each
 // other pair is refused with an error naming both states, and a refused
 // move leaves the job where it was.
-func TestJobTransitionTable(t *testing.T) {
+func testJobTransitionTable(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	db := open(t)
 	planJob(t, db, "j", 1)
 	legal, illegal := 0, 0
 	for _, from := range sluice.JobStates {
 		for _, to := range sluice.JobStates {
 			// Put the job in state from (no guarded path leads everywhere).
-			if _, err := db.SQL().ExecContext(ctx, `UPDATE jobs SET state = ? WHERE id = 'j'`, from); err != nil {
+			if err := db.exec(fmt.Sprintf(`UPDATE jobs SET state = '%s' WHERE id = 'j'`, from)); err != nil {
 				t.Fatal(err)
 			}
 			err := db.SetJobState(ctx, "j", from, to)
@@ -61,15 +60,14 @@ func TestJobTransitionTable(t *testing.T) {
 	}
 }
 
-// TestCancelAndFinishFollowTheTable: the tracker's other state changes
+// testCancelAndFinishFollowTheTable: the tracker's other state changes
 // (a cancel, a job's finish) are refused from states the table does not
 // allow them from, before any row changes.
-func TestCancelAndFinishFollowTheTable(t *testing.T) {
+func testCancelAndFinishFollowTheTable(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	db := open(t)
 	planJob(t, db, "j", 1)
 	for _, from := range sluice.JobStates {
-		if _, err := db.SQL().ExecContext(ctx, `UPDATE jobs SET state = ? WHERE id = 'j'`, from); err != nil {
+		if err := db.exec(fmt.Sprintf(`UPDATE jobs SET state = '%s' WHERE id = 'j'`, from)); err != nil {
 			t.Fatal(err)
 		}
 		_, err := db.CancelJob(ctx, "j", from)
@@ -81,7 +79,7 @@ func TestCancelAndFinishFollowTheTable(t *testing.T) {
 		}
 	}
 	for _, from := range sluice.JobStates {
-		if _, err := db.SQL().ExecContext(ctx, `UPDATE jobs SET state = ? WHERE id = 'j'`, from); err != nil {
+		if err := db.exec(fmt.Sprintf(`UPDATE jobs SET state = '%s' WHERE id = 'j'`, from)); err != nil {
 			t.Fatal(err)
 		}
 		err := db.FinishJob(ctx, "j", &sluice.JobSummary{Output: "/out"})
