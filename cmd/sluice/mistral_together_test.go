@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,14 +73,4 @@ func TestProvidersCommand(t *testing.T) {
 	if len(infos) != len(got) || got["openai"].Window == "" {
 		t.Errorf("rows %d, openai %+v", len(infos), got["openai"])
 	}
-}
-
-func mustRequest(t *testing.T, method, url, key string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	return req
 }
