@@ -488,3 +488,13 @@ func TestJobIdentity(t *testing.T) {
 		t.Errorf("NormalizeURL = %q", got)
 	}
 }
+
+// TestRunRefusesAJobStillPlanning: only a prepared job runs.
+func TestRunRefusesAJobStillPlanning(t *testing.T) {
+	w := newWorld(t, 3, emulator.Options{})
+	job := w.prepare().Job
+	job.State = sluice.JobPlanning
+	if _, err := lifecycle.Run(context.Background(), w.db, w.prov, job, w.fast(), nil); err == nil || !strings.Contains(err.Error(), "is planning") {
+		t.Fatalf("run of a planning job: %v", err)
+	}
+}
