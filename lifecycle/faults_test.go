@@ -89,7 +89,7 @@ func TestCancelMistralTogether(t *testing.T) {
 				model := []string{"mistral-small-latest", "meta-llama/Llama-3.3-70B-Instruct-Turbo"}[i%2]
 				lines = append(lines, fmt.Sprintf(`{"custom_id":"c%05d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":64,"messages":[{"role":"user","content":"question %d"}]}}`, i, model, i))
 			}
-			w := newWorldFor(t, family, lines, emulator.Options{BatchTime: 4 * time.Second})
+			w := newWorldFor(t, family, lines, emulator.Options{BatchTime: 10 * time.Second}) // live when cancelled; a cancel takes 1s
 			ctx := context.Background()
 			job := w.prepare().Job
 			o := w.fast()

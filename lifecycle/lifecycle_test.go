@@ -295,9 +295,9 @@ func TestStopThenResume(t *testing.T) {
 // every line, the cancelled ones as failures.
 func TestCancelKeepsWhatEnded(t *testing.T) {
 	ctx := context.Background()
-	// Batches end 5s after their create, and a cancel takes a tenth of
-	// that: long enough to be live when cancelled, short to wait out.
-	w := newWorld(t, 30, emulator.Options{BatchTime: 5 * time.Second})
+	// Batches end 10s after their create, and a cancel takes a tenth of
+	// that: live when cancelled even on a loaded machine, short to wait out.
+	w := newWorld(t, 30, emulator.Options{BatchTime: 10 * time.Second})
 	job := w.prepare().Job
 	o := w.fast()
 	o.Once = true
