@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -88,28 +89,65 @@ func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, f
 
 // FinishChunk implements sluice.Store. The outcomes, moves and ledger
 // entries go as arrays, one statement each, rather than a statement per
-// request: a round trip to the server costs more than SQLite's call.
+// request: a round trip to the server costs more than SQLite's call. New
+// chunks with an id of 0 or less get theirs here (sluice.Finish), after
+// the job's highest, under a lock of the job's row (SELECT ... FOR UPDATE):
+// PostgreSQL runs transactions side by side, and workers finishing chunks
+// of one job at once must not hand out the same id. The ids are written
+// back into f once committed.
 func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
-	return p.tx(ctx, func(tx pgx.Tx) error {
+	ids := make([]int64, len(f.NewChunks))
+	moved := make([]int64, len(f.Moved))
+	err := p.tx(ctx, func(tx pgx.Tx) error {
 		if err := pgUpdateChunk(ctx, tx, f.Chunk, f.From, p.now()); err != nil {
 			return err
 		}
 		job := f.Chunk.Job
-		key, ok, err := pgJobKey(ctx, tx, job)
-		if err != nil {
+		var key int64
+		lock := ""
+		for _, c := range f.NewChunks {
+			if c.ID <= 0 {
+				lock = " FOR UPDATE"
+			}
+		}
+		if err := tx.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`+lock, job).Scan(&key); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("job %s: %w", job, ErrNotFound)
+			}
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("job %s: %w", job, ErrNotFound)
-		}
 		part := pgPartition(key)
-		for _, c := range f.NewChunks {
+		assigned := map[int64]int64{} // placeholder -> id
+		var next int64
+		for i, c := range f.NewChunks {
+			id := c.ID
+			if id <= 0 {
+				if _, dup := assigned[id]; dup {
+					return fmt.Errorf("new chunks of chunk %d share the placeholder id %d", f.Chunk.ID, id)
+				}
+				if next == 0 {
+					if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = $1`, job).Scan(&next); err != nil {
+						return fmt.Errorf("allocate chunk ids: %w", err)
+					}
+				}
+				id, assigned[c.ID] = next, next
+				next++
+			}
+			ids[i] = id
 			if _, err := tx.Exec(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
 				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
+				job, id, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
 				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
-				return fmt.Errorf("record chunk %d: %w", c.ID, err)
+				return fmt.Errorf("record chunk %d: %w", id, err)
+			}
+		}
+		for i, r := range f.Moved {
+			moved[i] = r.Chunk
+			if id, ok := assigned[r.Chunk]; ok {
+				moved[i] = id
+			} else if r.Chunk <= 0 {
+				return fmt.Errorf("request #%d moved to chunk %d, which is not among the new chunks", r.Ordinal, r.Chunk)
 			}
 		}
 		if len(f.Outcomes) > 0 {
@@ -129,22 +167,32 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		if len(f.Moved) > 0 {
 			n := len(f.Moved)
-			ids, chunks, offs := make([]int64, n), make([]int64, n), make([]int64, n)
+			ids, offs := make([]int64, n), make([]int64, n)
 			idxs, lens, atts := make([]int32, n), make([]int32, n), make([]int32, n)
 			for i, r := range f.Moved {
-				ids[i], chunks[i], offs[i] = requestID(key, r.Ordinal), r.Chunk, r.Offset
+				ids[i], offs[i] = requestID(key, r.Ordinal), r.Offset
 				idxs[i], lens[i], atts[i] = int32(r.Index), int32(r.Length), int32(r.Attempt)
 			}
 			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET chunk_id = u.chunk, idx = u.idx,
 				byte_offset = u.off, length = u.len, attempt = u.att FROM u
 				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
 				`unnest($1::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::int[]) AS u(id, chunk, idx, off, len, att)`,
-				ids, f.Chunk.ID, chunks, idxs, offs, lens, atts); err != nil {
+				ids, f.Chunk.ID, moved, idxs, offs, lens, atts); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for i, c := range f.NewChunks {
+		c.ID = ids[i]
+	}
+	for i := range f.Moved {
+		f.Moved[i].Chunk = moved[i]
+	}
+	return nil
 }
 
 // pgGuardedRequests runs update, an UPDATE of requests FROM the rows u

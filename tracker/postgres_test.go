@@ -3,12 +3,14 @@ package tracker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
 
+	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/internal/testsrv"
 	"github.com/sluice-batch/sluice/migrations"
 	"github.com/sluice-batch/sluice/tracker"
@@ -153,5 +155,73 @@ func TestPostgresSchemaMirrorsSQLite(t *testing.T) {
 		if !pgCols[pc] {
 			t.Errorf("SQLite column %s is not in the PostgreSQL schema (as %s)", c, pc)
 		}
+	}
+}
+
+// TestPostgresFinishChunkAllocatesIDs: new chunks with placeholder ids (0
+// or less) get ids after the job's highest inside FinishChunk; two
+// finishes of one job at once, each on its own connection, never hand out
+// the same id (the job's row is locked while ids are allocated).
+func TestPostgresFinishChunkAllocatesIDs(t *testing.T) {
+	ctx := context.Background()
+	db := openPostgres(t, testsrv.Postgres(t))
+	const chunks = 8
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []sluice.Request
+	for c := 1; c <= chunks; c++ {
+		for i := 0; i < 2; i++ {
+			o := int64((c-1)*2 + i)
+			rs = append(rs, sluice.Request{Ordinal: o, Line: o + 1, CustomID: fmt.Sprint("r", o), Chunk: int64(c), Index: i})
+		}
+		if err := p.AddChunk(&sluice.Chunk{ID: int64(c), URL: "u", Model: "m", Path: fmt.Sprint("c", c), Requests: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.AddRequests(rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{}, int64(len(rs)), 0); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := db.Chunks(ctx, "j")
+	var wg sync.WaitGroup
+	errs := make([]error, chunks)
+	fins := make([]*sluice.Finish, chunks)
+	for i, c := range cs {
+		c.State = sluice.ChunkFailed
+		o := int64(i * 2)
+		fins[i] = &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
+			Moved: []sluice.Request{{Ordinal: o, Chunk: -1, Attempt: 2}, {Ordinal: o + 1, Chunk: -2, Attempt: 2}},
+			NewChunks: []*sluice.Chunk{{ID: -1, Attempt: 2, URL: "u", Model: "m", Path: "a", Requests: 1, State: sluice.ChunkPending},
+				{ID: -2, Attempt: 2, URL: "u", Model: "m", Path: "b", Requests: 1, State: sluice.ChunkPending}}}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = db.FinishChunk(ctx, fins[i]) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for _, f := range fins {
+		for k, c := range f.NewChunks {
+			if c.ID <= chunks || seen[c.ID] {
+				t.Fatalf("new chunk id %d: want a fresh id past %d, each once", c.ID, chunks)
+			}
+			seen[c.ID] = true
+			if f.Moved[k].Chunk != c.ID {
+				t.Errorf("moved request names chunk %d, its new chunk is %d", f.Moved[k].Chunk, c.ID)
+			}
+			var n int
+			db.ChunkRequests(ctx, "j", c.ID, func(*sluice.Request) error { n++; return nil })
+			if n != 1 {
+				t.Errorf("chunk %d has %d requests, want 1", c.ID, n)
+			}
+		}
+	}
+	if all, _ := db.Chunks(ctx, "j"); len(all) != 3*chunks {
+		t.Errorf("%d chunks, want %d", len(all), 3*chunks)
 	}
 }
