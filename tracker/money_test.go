@@ -82,8 +82,7 @@ func testLedgerLookupInBatches(t *testing.T, db *testDB) {
 	if err := db.DeleteJob(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	var left int
-	left = db.count(t, `SELECT COUNT(*) FROM ledger`)
+	left := db.count(t, `SELECT COUNT(*) FROM ledger`)
 	if left != 0 {
 		t.Errorf("%d ledger rows survive their job", left)
 	}

@@ -159,8 +159,7 @@ func testPlanCommitAndDuplicate(t *testing.T, db *testDB) {
 	if _, err := db.Job(ctx, "j"); !errors.Is(err, tracker.ErrNotFound) {
 		t.Errorf("aborted job still there: %v", err)
 	}
-	var n int
-	n = db.count(t, `SELECT COUNT(*) FROM requests`) // the only job's
+	n := db.count(t, `SELECT COUNT(*) FROM requests`) // the only job's
 	if n != 0 {
 		t.Errorf("%d request rows survive an abort", n)
 	}
