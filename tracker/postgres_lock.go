@@ -32,36 +32,51 @@ const pgAppPrefix = "sluice lock pid "
 // releases it when that connection drops, so a process that dies however
 // it dies frees the job, as flock does on SQLite.
 func (p *Postgres) LockJob(job string) (*Lock, error) {
+	l, ok, err := p.advisoryLock(pgLockKey(job), false)
+	if err != nil {
+		return nil, fmt.Errorf("lock job %s: %w", job, err)
+	}
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), pgLockTimeout)
+		defer cancel()
+		return nil, &LockedError{Job: job, PID: p.LockHolder(ctx, job)}
+	}
+	return l, nil
+}
+
+// advisoryLock tries the session advisory lock key (shared or exclusive)
+// on a new connection whose application_name carries this process's pid;
+// ok is false when another session holds it. The lock lives as long as
+// the connection: Unlock, or the process's death.
+func (p *Postgres) advisoryLock(key int64, shared bool) (l *Lock, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), pgLockTimeout)
 	defer cancel()
 	cfg := p.cfg.ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = pgAppPrefix + strconv.Itoa(os.Getpid())
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("lock job %s: %w", job, p.connectError(err))
+		return nil, false, p.connectError(err)
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pgLockKey(job)).Scan(&ok); err != nil {
+	try, unlock := `SELECT pg_try_advisory_lock($1)`, `SELECT pg_advisory_unlock($1)`
+	if shared {
+		try, unlock = `SELECT pg_try_advisory_lock_shared($1)`, `SELECT pg_advisory_unlock_shared($1)`
+	}
+	if err := conn.QueryRow(ctx, try, key).Scan(&ok); err != nil || !ok {
 		conn.Close(ctx)
-		return nil, fmt.Errorf("lock job %s: %w", job, p.wrap(err))
+		return nil, false, p.wrap(err)
 	}
-	if !ok {
-		conn.Close(ctx)
-		return nil, &LockedError{Job: job, PID: p.LockHolder(ctx, job)}
-	}
-	key := pgLockKey(job)
 	return &Lock{release: func() error {
 		// Unlocked before the session closes, so that the lock is free when
 		// Unlock returns (the server ends a closed session on its own time;
 		// closing it would release the lock too).
 		ctx, cancel := context.WithTimeout(context.Background(), pgLockTimeout)
 		defer cancel()
-		_, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key)
+		_, err := conn.Exec(ctx, unlock, key)
 		if cerr := conn.Close(ctx); err == nil {
 			err = cerr
 		}
 		return p.wrap(err)
-	}}, nil
+	}}, true, nil
 }
 
 // LockHolder implements Backend: the pid in the application_name of the
