@@ -183,6 +183,10 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		return nil
 	})
+	var rc *requestConflict
+	if errors.As(err, &rc) {
+		rc.name(ctx, p.pool)
+	}
 	if err != nil {
 		return err
 	}
@@ -195,31 +199,53 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 	return nil
 }
 
-// pgGuardedRequests runs update, an UPDATE of requests FROM the rows u
-// (from, over the ids in $1) guarded on chunk $2 and state pending, and
-// fails with ErrConflict naming the first request that was no longer
-// pending in that chunk unless every id was updated. The check reads the
-// rows as they were before the update (one snapshot for the statement).
+// pgGuardedRequests runs update, an UPDATE of the partition part FROM the
+// rows u (from, over the ids in $1) guarded on chunk $2 and state
+// pending, and fails with a *requestConflict (ErrConflict) unless every
+// id was updated.
 func pgGuardedRequests(ctx context.Context, tx pgx.Tx, part, update, from string, ids []int64, chunk int64, more ...any) error {
 	args := append([]any{ids, chunk}, more...)
 	var updated int64
-	var bad *int64
-	err := tx.QueryRow(ctx, `WITH u AS (SELECT * FROM `+from+`),
-		upd AS (`+update+` RETURNING 1),
-		bad AS (SELECT min(u.id) AS id FROM u WHERE NOT EXISTS (SELECT 1 FROM `+part+` r
-			WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'))
-		SELECT (SELECT count(*) FROM upd), (SELECT id FROM bad)`, args...).Scan(&updated, &bad)
+	err := tx.QueryRow(ctx, `WITH u AS (SELECT * FROM `+from+`), upd AS (`+update+` RETURNING 1)
+		SELECT count(*) FROM upd`, args...).Scan(&updated)
 	if err != nil {
 		return err
 	}
 	if updated != int64(len(ids)) {
-		ord := int64(-1)
-		if bad != nil {
-			ord = *bad & maxOrdinal
-		}
-		return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", ord, chunk, ErrConflict)
+		return &requestConflict{part: part, ids: ids, chunk: chunk}
 	}
 	return nil
+}
+
+// requestConflict is a finish refused because some of its requests were
+// no longer pending in the chunk. Which one is looked up only then, after
+// the transaction rolled back (name), so that a finish that lands pays
+// for no such check.
+type requestConflict struct {
+	part    string
+	ids     []int64
+	chunk   int64
+	ordinal int64 // -1 until named
+}
+
+func (e *requestConflict) Error() string {
+	if e.ordinal < 0 {
+		return fmt.Sprintf("a request of chunk %d is no longer pending there: %v", e.chunk, ErrConflict)
+	}
+	return fmt.Sprintf("request #%d of chunk %d is no longer pending there: %v", e.ordinal, e.chunk, ErrConflict)
+}
+
+func (e *requestConflict) Unwrap() error { return ErrConflict }
+
+// name finds the first request of the refused finish that is not pending
+// in its chunk.
+func (e *requestConflict) name(ctx context.Context, q pgQuerier) {
+	e.ordinal = -1
+	var bad *int64
+	if q.QueryRow(ctx, `SELECT min(u.id) FROM unnest($1::bigint[]) AS u(id) WHERE NOT EXISTS (SELECT 1 FROM `+e.part+` r
+		WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending')`, e.ids, e.chunk).Scan(&bad) == nil && bad != nil {
+		e.ordinal = *bad & maxOrdinal
+	}
 }
 
 // pgRecordLedger is recordLedger for PostgreSQL: the first success of a

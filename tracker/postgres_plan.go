@@ -72,7 +72,7 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 	lo, hi := requestID(key, 0), requestID(key+1, 0)
 	err = p.tx(ctx, func(tx pgx.Tx) error {
 		for _, q := range []string{
-			`CREATE TABLE ` + pl.part + ` (LIKE requests INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+			`CREATE TABLE ` + pl.part + ` (LIKE requests INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH (fillfactor = 50)`,
 			fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s_ids CHECK (id >= %d AND id < %d)`, pl.part, pl.part, lo, hi),
 			fmt.Sprintf(`ALTER TABLE requests ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)`, pl.part, lo, hi),
 		} {
@@ -222,6 +222,59 @@ func (pl *pgPlan) FindCustomID(customID string) (int64, bool, error) {
 	return line, err == nil, pl.d.wrap(err)
 }
 
+// checkUnique refuses a plan whose custom_ids repeat, naming both lines.
+// A job's custom_ids are looked up only while it is planned
+// (FindCustomID), so the partition keeps no index of them: one more index
+// would be written at every request's change of state (updates that
+// change no indexed column and find room on their page write no index
+// entry at all; the partitions leave that room, fillfactor 50).
+func (pl *pgPlan) checkUnique() error {
+	if pl.failed != nil {
+		return pl.failed
+	}
+	if pl.uniq {
+		// FindCustomID built it and it held from then on.
+		_, err := pl.tx.Exec(pl.ctx, `DROP INDEX `+pl.part+`_custom_id`)
+		return pl.fail(err)
+	}
+	if _, err := pl.tx.Exec(pl.ctx, `SET LOCAL work_mem = '256MB'`); err != nil {
+		return pl.fail(err)
+	}
+	var id string
+	err := pl.tx.QueryRow(pl.ctx, `SELECT custom_id FROM `+pl.part+` GROUP BY custom_id HAVING COUNT(*) > 1 LIMIT 1`).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return pl.fail(err)
+	}
+	return pl.duplicate(id, nil)
+}
+
+// fail records err (scrubbed) as the error that ended the plan.
+func (pl *pgPlan) fail(err error) error {
+	if err != nil && pl.failed == nil {
+		pl.failed = pl.d.wrap(err)
+	}
+	return pl.failed
+}
+
+// duplicate ends the plan with an error naming the first two lines of
+// custom_id id.
+func (pl *pgPlan) duplicate(id string, cause error) error {
+	var first, second int64
+	if err := pl.tx.QueryRow(pl.ctx, `SELECT MIN(line), MAX(line) FROM (SELECT line FROM `+pl.part+`
+		WHERE custom_id = $1 ORDER BY line LIMIT 2) d`, id).Scan(&first, &second); err != nil {
+		return pl.fail(err)
+	}
+	err := fmt.Errorf("record request %q (line %d): duplicate custom_id, first at line %d", id, second, first)
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", err, pl.d.wrap(cause))
+	}
+	pl.failed = err
+	return err
+}
+
 // uniqueIndex builds the partition's unique index on custom_id unless it
 // is there. A duplicate already recorded fails it: the error names both
 // lines (a savepoint keeps the plan usable long enough to find them).
@@ -248,18 +301,14 @@ func (pl *pgPlan) uniqueIndex() error {
 		}
 		return pl.failed
 	}
-	err = pl.d.wrap(err)
 	if _, rerr := pl.tx.Exec(pl.ctx, `ROLLBACK TO SAVEPOINT custom_ids`); rerr == nil {
 		var id string
-		var first, second int64
-		if pl.tx.QueryRow(pl.ctx, `SELECT custom_id, MIN(line), MAX(line) FROM (SELECT custom_id, line,
-			ROW_NUMBER() OVER (PARTITION BY custom_id ORDER BY line) n FROM `+pl.part+`) d WHERE n <= 2
-			GROUP BY custom_id HAVING COUNT(*) > 1 ORDER BY MAX(line) LIMIT 1`).Scan(&id, &first, &second) == nil {
-			err = fmt.Errorf("record request %q (line %d): duplicate custom_id, first at line %d: %w", id, second, first, err)
+		if pl.tx.QueryRow(pl.ctx, `SELECT custom_id FROM `+pl.part+` GROUP BY custom_id HAVING COUNT(*) > 1
+			LIMIT 1`).Scan(&id) == nil {
+			return pl.duplicate(id, err)
 		}
 	}
-	pl.failed = err
-	return err
+	return pl.fail(err)
 }
 
 // LookupReuse implements splitter.ReuseSink: on the pool, not the plan's
@@ -348,10 +397,14 @@ func (pl *pgPlan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, r
 	if pl.tx == nil {
 		return fmt.Errorf("commit plan of job %s: the plan is closed", pl.job.ID)
 	}
-	// The partition's indexes, built from its rows in one pass each.
-	err := pl.uniqueIndex()
+	// custom_ids checked unique, the chunk index built from the rows in
+	// one pass, and the statistics the planner needs for the partition.
+	err := pl.checkUnique()
 	if err == nil {
 		_, err = pl.tx.Exec(ctx, `CREATE INDEX `+pl.part+`_chunk ON `+pl.part+` (chunk_id, idx)`)
+	}
+	if err == nil {
+		_, err = pl.tx.Exec(ctx, `ANALYZE `+pl.part)
 	}
 	if err == nil {
 		var tag pgconn.CommandTag
