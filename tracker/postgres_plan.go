@@ -1,15 +1,18 @@
 package tracker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -31,11 +34,28 @@ type pgPlan struct {
 	// exists yet (FindCustomID builds it early, Commit at the latest).
 	part string
 	uniq bool
-	// failed is the error that aborted the transaction: PostgreSQL refuses
-	// every statement after a failed one until the rollback.
+	// failed is the error that ended the plan: PostgreSQL refuses every
+	// statement of a transaction after a failed one.
 	failed error
-	vals   []any
+	// The copiers: AddRequests hands a copy of its rows to one of
+	// pgCopiers goroutines, each writing with COPY on a connection of its
+	// own, and returns; barrier waits for what it handed over.
+	copies   chan []sluice.Request
+	free     chan []sluice.Request
+	inflight sync.WaitGroup
+	copiers  sync.WaitGroup
+	copyMu   sync.Mutex
+	copyErr  error
+	stop     context.CancelFunc
 }
+
+// pgCopiers is how many connections write a plan's rows at once. Each
+// COPY is a transaction of its own (asynchronous commit: the plan's
+// Commit is synchronous and its WAL flush covers every COPY before it),
+// so the server's work on one batch overlaps sluice's on the next, and
+// the server can put two cores on the rows. A crash before Commit leaves
+// a job in state planning, which the next run deletes with its partition.
+const pgCopiers = 2
 
 // BeginPlan implements Backend.
 func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error) {
@@ -64,7 +84,7 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 		p.DeleteJob(ctx, job.ID)
 		return nil, fmt.Errorf("record job %s: the database holds too many jobs (key %d)", job.ID, key)
 	}
-	pl := &pgPlan{d: p, ctx: ctx, job: job, key: key, part: pgPartition(key), vals: make([]any, 10)}
+	pl := &pgPlan{d: p, ctx: ctx, job: job, key: key, part: pgPartition(key)}
 	// The partition is made apart and attached (SHARE UPDATE EXCLUSIVE on
 	// requests, which reads and writes of other jobs pass), with a CHECK
 	// of its bounds so that attaching it scans nothing; it is committed
@@ -92,33 +112,151 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 	return pl, nil
 }
 
-// AddRequest implements sluice.PlanSink. The splitter records a plan
-// with AddRequests; one row at a time is one COPY each.
+// AddRequest implements sluice.PlanSink: one row, one COPY, waited for.
+// (The splitter records a plan with AddRequests.)
 func (pl *pgPlan) AddRequest(r *sluice.Request) error {
-	return pl.AddRequests([]sluice.Request{*r})
+	if err := pl.AddRequests([]sluice.Request{*r}); err != nil {
+		return err
+	}
+	return pl.barrier()
 }
 
-// AddRequests implements splitter.BatchSink: the rows go in with one COPY
-// before it returns, so an error names a row of this call.
+// AddRequests implements splitter.BatchSink: a copy of the rows goes to a
+// copier, which writes them with one COPY. An error of that COPY is
+// returned by a later call (naming the row at fault); Commit returns it at
+// the latest.
 func (pl *pgPlan) AddRequests(rs []sluice.Request) error {
+	if err := pl.err(); err != nil {
+		return err
+	}
 	for i := range rs {
 		if err := checkOrdinal(&rs[i]); err != nil {
 			return err
 		}
 	}
-	return pl.copy(rs)
+	if len(rs) == 0 {
+		return nil
+	}
+	if pl.copies == nil {
+		pl.startCopiers()
+	}
+	var buf []sluice.Request
+	select {
+	case buf = <-pl.free:
+	default:
+	}
+	buf = append(buf[:0], rs...)
+	for i := range buf {
+		if buf[i].BodyKey != nil {
+			buf[i].BodyKey = bytes.Clone(buf[i].BodyKey) // the caller reuses its buffers
+		}
+	}
+	pl.inflight.Add(1)
+	select {
+	case pl.copies <- buf:
+		return nil
+	case <-pl.ctx.Done():
+		pl.inflight.Done()
+		return pl.ctx.Err()
+	}
+}
+
+func (pl *pgPlan) startCopiers() {
+	ctx, stop := context.WithCancel(pl.ctx)
+	pl.stop = stop
+	pl.copies = make(chan []sluice.Request, pgCopiers)
+	pl.free = make(chan []sluice.Request, 2*pgCopiers+2)
+	for range pgCopiers {
+		pl.copiers.Add(1)
+		go func() {
+			defer pl.copiers.Done()
+			pl.copier(ctx)
+		}()
+	}
+}
+
+// copier writes the batches it is handed, each with one COPY in a
+// transaction of its own, until the channel closes. After an error it
+// writes nothing more.
+func (pl *pgPlan) copier(ctx context.Context) {
+	var conn *pgxpool.Conn
+	defer func() {
+		if conn != nil {
+			conn.Release()
+		}
+	}()
+	vals := make([]any, 10)
+	for rs := range pl.copies {
+		err := pl.err()
+		if err == nil && conn == nil {
+			if conn, err = pl.d.pool.Acquire(ctx); err == nil {
+				_, err = conn.Exec(ctx, `SET synchronous_commit = off`)
+			}
+		}
+		if err == nil {
+			err = pl.copy(ctx, conn.Conn(), rs, vals)
+		}
+		if err != nil {
+			pl.setErr(err)
+		}
+		select {
+		case pl.free <- rs:
+		default:
+		}
+		pl.inflight.Done()
+	}
+	if conn != nil {
+		conn.Exec(context.WithoutCancel(ctx), `RESET synchronous_commit`)
+	}
+}
+
+func (pl *pgPlan) setErr(err error) {
+	pl.copyMu.Lock()
+	if pl.copyErr == nil {
+		pl.copyErr = err
+	}
+	pl.copyMu.Unlock()
+}
+
+// err is the error that ended the plan, if any.
+func (pl *pgPlan) err() error {
+	if pl.failed != nil {
+		return pl.failed
+	}
+	pl.copyMu.Lock()
+	defer pl.copyMu.Unlock()
+	return pl.copyErr
+}
+
+// barrier waits until every row handed to the copiers is written (or
+// failed), and returns the plan's error.
+func (pl *pgPlan) barrier() error {
+	pl.inflight.Wait()
+	if err := pl.err(); err != nil {
+		pl.failed = err
+		return err
+	}
+	return nil
+}
+
+// stopCopiers waits for the copiers to finish and end.
+func (pl *pgPlan) stopCopiers() {
+	if pl.copies == nil {
+		return
+	}
+	close(pl.copies)
+	pl.copiers.Wait()
+	pl.stop()
+	pl.copies = nil
 }
 
 var requestCopyCols = []string{"id", "line", "custom_id", "chunk_id", "idx", "byte_offset", "length", "tokens", "attempt", "body_key"}
 
-// copy writes rs with COPY. A failure aborts the plan's transaction; the
-// error names the row at fault when the server says which.
-func (pl *pgPlan) copy(rs []sluice.Request) error {
-	if pl.failed != nil {
-		return pl.failed
-	}
+// copy writes rs with COPY on conn. The error names the row at fault when
+// the server says which.
+func (pl *pgPlan) copy(ctx context.Context, conn *pgx.Conn, rs []sluice.Request, v []any) error {
 	i := -1
-	_, err := pl.tx.CopyFrom(pl.ctx, pgx.Identifier{pl.part}, requestCopyCols, pgx.CopyFromFunc(func() ([]any, error) {
+	_, err := conn.CopyFrom(ctx, pgx.Identifier{pl.part}, requestCopyCols, pgx.CopyFromFunc(func() ([]any, error) {
 		i++
 		if i >= len(rs) {
 			return nil, nil
@@ -128,7 +266,6 @@ func (pl *pgPlan) copy(rs []sluice.Request) error {
 		if attempt == 0 {
 			attempt = 1
 		}
-		v := pl.vals
 		v[0], v[1], v[2], v[3], v[4] = requestID(pl.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, int32(r.Index)
 		v[5], v[6], v[7], v[8], v[9] = r.Offset, int32(r.Length), r.Tokens, int32(attempt), r.BodyKey
 		if r.BodyKey == nil {
@@ -139,13 +276,11 @@ func (pl *pgPlan) copy(rs []sluice.Request) error {
 	if err != nil {
 		err = pl.d.wrap(err)
 		if r := faultyRow(err, pl.key, rs); r != nil {
-			err = fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
-		} else {
-			err = fmt.Errorf("record requests: %w", err)
+			return fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
 		}
-		pl.failed = err
+		return fmt.Errorf("record requests: %w", err)
 	}
-	return err
+	return nil
 }
 
 // faultyRow finds the row of rs that a unique violation of COPY is about:
@@ -183,8 +318,8 @@ func faultyRow(err error, key int64, rs []sluice.Request) *sluice.Request {
 
 // AddChunk implements sluice.PlanSink.
 func (pl *pgPlan) AddChunk(c *sluice.Chunk) error {
-	if pl.failed != nil {
-		return pl.failed
+	if err := pl.err(); err != nil {
+		return err
 	}
 	c.Job = pl.job.ID
 	if c.Attempt == 0 {
@@ -208,14 +343,14 @@ func (pl *pgPlan) AddChunk(c *sluice.Chunk) error {
 // partition's custom_id index from the rows so far; the rows after it
 // maintain it.
 func (pl *pgPlan) FindCustomID(customID string) (int64, bool, error) {
-	if pl.failed != nil {
-		return 0, false, pl.failed
+	if err := pl.barrier(); err != nil {
+		return 0, false, err
 	}
 	if err := pl.uniqueIndex(); err != nil {
 		return 0, false, err
 	}
 	var line int64
-	err := pl.tx.QueryRow(pl.ctx, `SELECT line FROM `+pl.part+` WHERE custom_id = $1`, customID).Scan(&line)
+	err := pl.d.pool.QueryRow(pl.ctx, `SELECT line FROM `+pl.part+` WHERE custom_id = $1`, customID).Scan(&line)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -276,37 +411,30 @@ func (pl *pgPlan) duplicate(id string, cause error) error {
 }
 
 // uniqueIndex builds the partition's unique index on custom_id unless it
-// is there. A duplicate already recorded fails it: the error names both
-// lines (a savepoint keeps the plan usable long enough to find them).
+// is there, in a transaction of its own (the copiers' COPYs, on other
+// connections, maintain it from then on). A duplicate already recorded
+// fails it: the error names both lines.
 func (pl *pgPlan) uniqueIndex() error {
 	if pl.uniq {
 		return nil
 	}
-	// Index builds sort the partition's rows: in memory rather than in
-	// temporary files, for this transaction only.
-	if _, err := pl.tx.Exec(pl.ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
-		pl.failed = pl.d.wrap(err)
-		return pl.failed
-	}
-	if _, err := pl.tx.Exec(pl.ctx, `SAVEPOINT custom_ids`); err != nil {
-		pl.failed = pl.d.wrap(err)
-		return pl.failed
-	}
-	_, err := pl.tx.Exec(pl.ctx, `CREATE UNIQUE INDEX `+pl.part+`_custom_id ON `+pl.part+` (custom_id)`)
+	err := pgx.BeginFunc(pl.ctx, pl.d.pool, func(tx pgx.Tx) error {
+		// The build sorts the partition's rows: in memory rather than in
+		// temporary files.
+		if _, err := tx.Exec(pl.ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(pl.ctx, `CREATE UNIQUE INDEX `+pl.part+`_custom_id ON `+pl.part+` (custom_id)`)
+		return err
+	})
 	if err == nil {
 		pl.uniq = true
-		_, err = pl.tx.Exec(pl.ctx, `RELEASE SAVEPOINT custom_ids`)
-		if err != nil {
-			pl.failed = pl.d.wrap(err)
-		}
-		return pl.failed
+		return nil
 	}
-	if _, rerr := pl.tx.Exec(pl.ctx, `ROLLBACK TO SAVEPOINT custom_ids`); rerr == nil {
-		var id string
-		if pl.tx.QueryRow(pl.ctx, `SELECT custom_id FROM `+pl.part+` GROUP BY custom_id HAVING COUNT(*) > 1
-			LIMIT 1`).Scan(&id) == nil {
-			return pl.duplicate(id, err)
-		}
+	var id string
+	if pl.d.pool.QueryRow(pl.ctx, `SELECT custom_id FROM `+pl.part+` GROUP BY custom_id HAVING COUNT(*) > 1
+		LIMIT 1`).Scan(&id) == nil {
+		return pl.duplicate(id, err)
 	}
 	return pl.fail(err)
 }
@@ -366,8 +494,8 @@ func (pl *pgPlan) SetReused(n int64, sources map[string]int64) error {
 	if n == 0 {
 		return nil
 	}
-	if pl.failed != nil {
-		return pl.failed
+	if err := pl.barrier(); err != nil {
+		return err
 	}
 	err := func() error {
 		if _, err := pl.tx.Exec(pl.ctx, `UPDATE `+pl.part+` SET state = 'succeeded' WHERE chunk_id = 0`); err != nil {
@@ -397,9 +525,14 @@ func (pl *pgPlan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, r
 	if pl.tx == nil {
 		return fmt.Errorf("commit plan of job %s: the plan is closed", pl.job.ID)
 	}
-	// custom_ids checked unique, the chunk index built from the rows in
-	// one pass, and the statistics the planner needs for the partition.
-	err := pl.checkUnique()
+	// Every row written; custom_ids checked unique, the chunk index built
+	// from the rows in one pass, and the statistics the planner needs for
+	// the partition.
+	err := pl.barrier()
+	pl.stopCopiers()
+	if err == nil {
+		err = pl.checkUnique()
+	}
 	if err == nil {
 		_, err = pl.tx.Exec(ctx, `CREATE INDEX `+pl.part+`_chunk ON `+pl.part+` (chunk_id, idx)`)
 	}
@@ -432,6 +565,11 @@ func (pl *pgPlan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, r
 
 // Abort implements PlanWriter.
 func (pl *pgPlan) Abort(ctx context.Context) error {
+	if pl.stop != nil {
+		pl.stop() // COPYs in flight are cancelled
+	}
+	pl.inflight.Wait()
+	pl.stopCopiers()
 	if pl.tx != nil {
 		pl.tx.Rollback(ctx)
 		pl.tx = nil
