@@ -29,6 +29,19 @@ func (p *Postgres) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, err
 	return cs, p.wrap(rows.Err())
 }
 
+// Chunk reads one chunk of a job (the dispatcher re-reads a chunk it holds
+// a lease on before acting, since another worker may have moved it).
+func (p *Postgres) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
+	c, err := scanChunk(p.pool.QueryRow(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = $1 AND id = $2`, job, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, p.wrap(err))
+	}
+	return c, nil
+}
+
 // UpdateChunk implements sluice.Store.
 func (p *Postgres) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
 	return p.tx(ctx, func(tx pgx.Tx) error { return pgUpdateChunk(ctx, tx, c, from, p.now()) })
@@ -90,7 +103,8 @@ func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, f
 // FinishChunk implements sluice.Store. The outcomes, moves and ledger
 // entries go as arrays, one statement each, rather than a statement per
 // request: a round trip to the server costs more than SQLite's call. New
-// chunks with an id of 0 or less get theirs here (sluice.Finish), after
+// chunks with an id of 0 or less get theirs here (sluice.Finish), in order
+// after
 // the job's highest, under a lock of the job's row (SELECT ... FOR UPDATE):
 // PostgreSQL runs transactions side by side, and workers finishing chunks
 // of one job at once must not hand out the same id. The ids are written
@@ -117,12 +131,12 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		part := pgPartition(key)
-		assigned := map[int64]int64{} // placeholder -> id
+		assigned := map[int64]int64{} // negative placeholder -> id
 		var next int64
 		for i, c := range f.NewChunks {
 			id := c.ID
 			if id <= 0 {
-				if _, dup := assigned[id]; dup {
+				if _, dup := assigned[id]; dup && id < 0 {
 					return fmt.Errorf("new chunks of chunk %d share the placeholder id %d", f.Chunk.ID, id)
 				}
 				if next == 0 {
@@ -142,11 +156,18 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("record chunk %d: %w", id, err)
 			}
 		}
+		// A moved request names its new chunk by the chunk's placeholder id,
+		// or, when no new chunk has that id, by -1-i for NewChunks[i].
 		for i, r := range f.Moved {
 			moved[i] = r.Chunk
-			if id, ok := assigned[r.Chunk]; ok {
+			if r.Chunk > 0 {
+				continue
+			}
+			if id, ok := assigned[r.Chunk]; ok && r.Chunk < 0 {
 				moved[i] = id
-			} else if r.Chunk <= 0 {
+			} else if k := -1 - r.Chunk; r.Chunk < 0 && k < int64(len(ids)) {
+				moved[i] = ids[k]
+			} else {
 				return fmt.Errorf("request #%d moved to chunk %d, which is not among the new chunks", r.Ordinal, r.Chunk)
 			}
 		}

@@ -224,4 +224,23 @@ func TestPostgresFinishChunkAllocatesIDs(t *testing.T) {
 	if all, _ := db.Chunks(ctx, "j"); len(all) != 3*chunks {
 		t.Errorf("%d chunks, want %d", len(all), 3*chunks)
 	}
+	// The other way to name them: new chunks with id 0, moved requests
+	// naming NewChunks[i] as -1-i.
+	c, err := db.Chunk(ctx, "j", fins[0].NewChunks[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State = sluice.ChunkFailed
+	f := &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
+		Moved:     []sluice.Request{{Ordinal: 0, Chunk: -1, Attempt: 3}},
+		NewChunks: []*sluice.Chunk{{Attempt: 3, URL: "u", Model: "m", Path: "x", Requests: 1, State: sluice.ChunkPending}}}
+	if err := db.FinishChunk(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if f.NewChunks[0].ID != 3*chunks+1 || f.Moved[0].Chunk != f.NewChunks[0].ID {
+		t.Errorf("id 0 and ref -1: new chunk %d, moved to %d; want %d for both", f.NewChunks[0].ID, f.Moved[0].Chunk, 3*chunks+1)
+	}
+	if _, err := db.Chunk(ctx, "j", 999); !errors.Is(err, tracker.ErrNotFound) {
+		t.Errorf("Chunk of a chunk that is not there: %v, want ErrNotFound", err)
+	}
 }
