@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -157,32 +158,37 @@ func (s *S3) explain(key string, err error) error {
 		case "NoSuchKey", "NotFound":
 			return fmt.Errorf("%s: %w", what, ErrNotExist)
 		case "NoSuchBucket":
-			return &ConfigError{fmt.Errorf("%s: bucket %s does not exist", s.where, s.bucket)}
-		case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "Forbidden":
-			return &ConfigError{fmt.Errorf("%s: the credentials were refused (%s): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN", what, ae.ErrorCode())}
+			return fmt.Errorf("%s: bucket %s: %w", s.where, s.bucket, ErrNoBucket)
+		case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "Forbidden", "InvalidClientTokenId":
+			return fmt.Errorf("%s: %w (%s): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN", what, ErrCredentials, ae.ErrorCode())
 		}
 		return fmt.Errorf("%s: %s: %s", what, ae.ErrorCode(), ae.ErrorMessage())
 	}
 	var re interface{ HTTPStatusCode() int }
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
-		return fmt.Errorf("%s: %w", what, ErrNotExist)
+	if errors.As(err, &re) {
+		switch re.HTTPStatusCode() {
+		case http.StatusNotFound:
+			return fmt.Errorf("%s: %w", what, ErrNotExist)
+		case http.StatusForbidden:
+			return fmt.Errorf("%s: %w (HTTP 403): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN", what, ErrCredentials)
+		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) || strings.Contains(err.Error(), "dial tcp") {
-		return &ConfigError{fmt.Errorf("%s: cannot reach the endpoint: %w", s.where, err)}
+	var ne net.Error
+	if errors.As(err, &ne) || strings.Contains(err.Error(), "dial tcp") {
+		return fmt.Errorf("%s: %w: %v", s.where, ErrUnreachable, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// ConfigError is a store that cannot work as configured: no such bucket,
-// refused credentials, an endpoint that cannot be reached.
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
+// Errors of a store that cannot work as configured.
+var (
+	ErrNoBucket    = errors.New("no such bucket")
+	ErrCredentials = errors.New("the credentials were refused")
+	ErrUnreachable = errors.New("cannot reach the endpoint")
+)
 
 func (s *S3) key(key string) (*string, error) {
 	if err := checkKey(key); err != nil {
@@ -351,8 +357,7 @@ func (s *S3) fetchRange(ctx context.Context, key string, off, n int64, etag stri
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		var ce *ConfigError
-		if errors.Is(err, ErrNotExist) || errors.As(err, &ce) || strings.Contains(err.Error(), "changed while it was read") {
+		if errors.Is(err, ErrNotExist) || errors.Is(err, ErrNoBucket) || errors.Is(err, ErrCredentials) || strings.Contains(err.Error(), "changed while it was read") {
 			return nil, err
 		}
 		last = err

@@ -65,14 +65,21 @@ func mergeJob(ctx context.Context, db *tracker.DB, job *sluice.Job, out, errorsO
 	}
 	files = append(files, reusedFiles(job)...)
 	log.Info().Int("files", len(files)).Str("output", out).Msg("merging results")
+	// An output in object storage is merged into the job directory, then
+	// uploaded whole (objects.go).
+	localOut, localErrs := localCopy(job, "out-", out), localCopy(job, "errors-", errorsOut)
 	sum, err := merger.Merge(ctx, merger.Config{
-		Output: out, ErrorsPath: errorsOut, Order: order, Files: files, Total: job.Requests,
+		Output: localOut, ErrorsPath: localErrs, Order: order, Files: files, Total: job.Requests,
 		Expected: func(yield func(int64, string) bool) error { return db.Expected(ctx, job.ID, yield) },
-		TempDir:  filepath.Dir(out), Rejected: rejectedResults(job, log),
+		TempDir:  filepath.Dir(localOut), Rejected: rejectedResults(job, log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("merge job %s: %w", job.ID, err)
 	}
+	if err := uploadOutputs(ctx, [2]string{localOut, out}, [2]string{localErrs, errorsOut}); err != nil {
+		return nil, err
+	}
+	sum.Output, sum.Errors = out, errorsOut
 	js := summarize(ctx, db, job, chunks, sum)
 	js.Cancelled, js.Order = !job.CancelRequestedAt.IsZero(), order
 	if st, err := os.Stat(sum.Output); err == nil {

@@ -51,7 +51,7 @@ A bad line stops planning with its file, line number, custom_id and reason
 			if err != nil {
 				return err
 			}
-			input, err := filepath.Abs(args[0])
+			input, err := pathArg(args[0])
 			if err != nil {
 				return err
 			}

@@ -73,12 +73,13 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 // changed since it was planned is refused. The caller holds the job lock.
 func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Preset, input, id string,
 	progress func(splitter.Progress), log zerolog.Logger) (*prepared, error) {
-	st, err := os.Stat(input)
+	st, err := statInput(ctx, input) // a file, or an object (objects.go)
 	if err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("input: %w", err))
+		return nil, err
 	}
-	if st.IsDir() {
-		return nil, usageErr("input %s is a directory", input)
+	store, err := jobStore(ctx, f, db.Dir())
+	if err != nil {
+		return nil, err
 	}
 	job, err := db.Job(ctx, id)
 	switch {
@@ -94,6 +95,14 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 	default:
 		if err := checkUnchanged(ctx, db, job, st); err != nil {
 			return nil, err
+		}
+		if store != nil {
+			// The job's files are in the store; this state directory is
+			// their cache (it may be another machine's, or empty).
+			job.Dir = filepath.Join(db.Dir(), "jobs", id)
+			if err := os.MkdirAll(job.Dir, 0o700); err != nil {
+				return nil, err
+			}
 		}
 		if err := f.checkSettings(ctx, db, job, p, log); err != nil {
 			return nil, err
@@ -120,12 +129,16 @@ func prepareJob(ctx context.Context, db *tracker.DB, f *jobFlags, p provider.Pre
 	warns := &chatWarnings{}
 	codec := p.PlanCodec(provider.ChatOptions{ModelMap: modelMap, DefaultMaxTokens: f.maxTokens, Warn: warns.add})
 	res, err := splitter.Split(ctx, splitter.Config{
-		Input: input, Dir: dir, Codec: codec, Limits: job.Limits, Model: f.model,
+		Input: input, Open: inputOpener(ctx, input), Dir: dir, Codec: codec, Limits: job.Limits, Model: f.model,
 		SkipInvalid: f.skipInvalid, RejectsPath: rejects, Progress: progress,
 		KeyScope: keyScope(f, p), Reuse: f.reuse,
 	}, plan)
 	if err == nil {
 		err = recordReuse(plan, res, log)
+	}
+	if err == nil {
+		// The plan's files are stored before the plan is recorded.
+		err = newJobFiles(store, job).putAll(ctx)
 	}
 	if err == nil {
 		err = plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected)
@@ -197,25 +210,25 @@ func (c *chatWarnings) log(log zerolog.Logger, input, prov string) {
 // checkUnchanged refuses a job whose input changed since it was planned.
 // Size and modification time decide quickly; when only the time moved,
 // the content hash decides.
-func checkUnchanged(ctx context.Context, db *tracker.DB, job *sluice.Job, st os.FileInfo) error {
+func checkUnchanged(ctx context.Context, db *tracker.DB, job *sluice.Job, st inputInfo) error {
 	fp := job.Fingerprint
-	if st.Size() == fp.Size && st.ModTime().Equal(fp.ModTime) {
+	if st.size == fp.Size && st.mtime.Equal(fp.ModTime) {
 		return nil
 	}
 	changed := func(why string) error {
 		return usageErr("input %s changed since job %s was planned (%s); run with --job NEW_NAME to start a new job, or restore the file", job.Input, job.ID, why)
 	}
-	if st.Size() != fp.Size {
-		return changed(fmt.Sprintf("size %d, was %d", st.Size(), fp.Size))
+	if st.size != fp.Size {
+		return changed(fmt.Sprintf("size %d, was %d", st.size, fp.Size))
 	}
-	now, err := splitter.FingerprintFile(job.Input)
+	hash, err := hashInput(ctx, job.Input)
 	if err != nil {
 		return err
 	}
-	if now.Hash != fp.Hash {
-		return changed(fmt.Sprintf("modified %s, content differs", st.ModTime().Format(time.RFC3339)))
+	if hash != fp.Hash {
+		return changed(fmt.Sprintf("modified %s, content differs", st.mtime.Format(time.RFC3339)))
 	}
-	return db.UpdateFingerprint(ctx, job.ID, now)
+	return db.UpdateFingerprint(ctx, job.ID, sluice.Fingerprint{Size: st.size, ModTime: st.mtime, Hash: hash})
 }
 
 // noteSkipInvalid tells a run without --skip-invalid that the plan it

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/objstore"
 )
 
 type runFlags struct {
@@ -142,11 +143,11 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err != nil {
 		return err
 	}
-	input, err := filepath.Abs(inputArg)
+	input, err := pathArg(inputArg)
 	if err != nil {
 		return err
 	}
-	out, err := filepath.Abs(f.out)
+	out, err := pathArg(f.out)
 	if err != nil {
 		return err
 	}
@@ -198,6 +199,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	defer closeJob()
 	job := pr.job
+	store, err := jobStore(ctx, &f.jobFlags, db.Dir())
+	if err != nil {
+		return err
+	}
 	if pr.reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
 		noteSkipInvalid(log, &f.jobFlags, pr)
@@ -250,12 +255,16 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			f.reconcileGrace = time.Millisecond
 		}
 		bar := newRunProgress(os.Stderr, db, job)
-		d := dispatcher.New(db, prov, job, dispatcher.Options{
+		opts := dispatcher.Options{
 			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
 			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,
 			StuckAfter: f.stuckAfter,
 			MaxCost:    f.money.maxCost, Price: priceOf(prices, p), Learned: db.Learned,
-		})
+		}
+		if files := newJobFiles(store, job); files != nil {
+			opts.Files = files
+		}
+		d := dispatcher.New(db, prov, job, opts)
 		outcome, err := d.Run(ctx, stop)
 		bar.done()
 		if err != nil {
@@ -281,6 +290,9 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 		job.State = sluice.JobMerging
 	}
+	if err := newJobFiles(store, job).fetchDir(ctx, "results"); err != nil {
+		return err
+	}
 	sum, err := mergeJob(ctx, db, job, out, f.errorsOut, f.order, log)
 	if err != nil {
 		return err
@@ -302,6 +314,9 @@ func orDefault(v, def time.Duration) time.Duration {
 }
 
 func errorsPathFor(out string) string {
+	if objstore.IsURL(out) {
+		return errorsPathForURL(out)
+	}
 	dir, base := filepath.Split(out)
 	ext := ""
 	for _, e := range []string{".gz", ".zst"} {
