@@ -131,6 +131,14 @@ func TestStoreContract(t *testing.T) {
 			if got := readAll(t, s, "b/file.bin"); !bytes.Equal(got, fileData) {
 				t.Fatal("PutFile: read back differs")
 			}
+			if _, ok := s.(*S3); ok {
+				// S3's ETag of a multipart object ends in -PARTS.
+				for key, parts := range map[string]string{"b/big.bin": "-3", "b/file.bin": "-2"} {
+					if in, _ := s.Stat(ctx, key); !strings.HasSuffix(strings.Trim(in.ETag, `"`), parts) {
+						t.Fatalf("%s has ETag %s: want a multipart upload of %s parts", key, in.ETag, parts[1:])
+					}
+				}
+			}
 
 			// Ranges, one across a part boundary, one past the end.
 			for _, rg := range [][2]int64{{0, 10}, {5<<20 - 3, 7}, {int64(len(big)) - 4, 100}, {int64(len(big)) + 10, 5}} {

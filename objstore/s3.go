@@ -30,6 +30,10 @@ const (
 	PutConcurrency   = 4
 	ReadAhead        = 2
 	rangeAttempts    = 5 // tries of one range (the SDK's retries inside each)
+	// maxParts is S3's limit of parts per upload: a stream Put stores at
+	// most maxParts*DefaultPartSize bytes (156 GiB); PutFile sizes its
+	// parts to fit.
+	maxParts = 10000
 )
 
 // S3Options configure an S3 store. Everything else (credentials, region,
@@ -314,7 +318,7 @@ func newRangeReader(ctx context.Context, s *S3, key string, info Info) *rangeRea
 			select {
 			case b = <-r.free:
 			default:
-				b = make([]byte, 0, s.rangeSize)
+				b = make([]byte, 0, n) // the first range's size: a small object gets a small buffer
 			}
 			b, err := s.fetchRange(ctx, key, off, n, info.ETag, b[:0])
 			select {
@@ -421,7 +425,9 @@ func (s *S3) PutFile(ctx context.Context, key, path string) error {
 		return err
 	}
 	size := st.Size()
-	if size <= s.partSize {
+	// S3 allows 10,000 parts: a file too big for that gets bigger parts.
+	partSize := max(s.partSize, (size/maxParts+1+(1<<20)-1)&^((1<<20)-1))
+	if size <= partSize {
 		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.bucket, Key: k,
 			Body: io.NewSectionReader(f, 0, size), ContentLength: aws.Int64(size)})
 		return s.explain(key, err)
@@ -431,7 +437,7 @@ func (s *S3) PutFile(ctx context.Context, key, path string) error {
 		if off >= size {
 			return nil, 0, nil, io.EOF
 		}
-		n := min(s.partSize, size-off)
+		n := min(partSize, size-off)
 		body := io.NewSectionReader(f, off, n)
 		off += n
 		return body, n, func() {}, nil
