@@ -48,6 +48,13 @@ retried in new batches, and merges every result into OUTPUT, one line per
 input request in input order (.gz or .zst names are compressed). Requests
 that failed for good are also written to the errors file.
 
+INPUT and OUTPUT may be objects in S3 or an S3-compatible store
+(s3://BUCKET/KEY): the input is streamed in ranged reads, the output
+uploaded whole by multipart upload. --store keeps the job's chunk and
+results files in a store as well (docs/scale-out.md, "Object storage").
+Credentials and endpoint as the AWS SDKs read them: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL_S3.
+
 Everything is recorded in the state directory before and after each call to
 the provider, so killing sluice at any moment and running the same command
 again resumes the job without buying any batch twice.
@@ -74,8 +81,8 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	f.net.register(cmd)
 	f.money.registerRun(cmd)
 	fs := cmd.Flags()
-	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
-	fs.StringVar(&f.errorsOut, "errors", "", "errors file for requests that failed for good (default: OUTPUT with .errors before the extension)")
+	fs.StringVarP(&f.out, "out", "o", "", "output file or s3://BUCKET/KEY (required); .gz or .zst compresses")
+	fs.StringVar(&f.errorsOut, "errors", "", "errors file (or s3://BUCKET/KEY) for requests that failed for good (default: OUTPUT with .errors before the extension)")
 	fs.StringVar(&f.order, "order", "input", "output order: input (the input's order) or any (as results came, cheaper)")
 	fs.IntVar(&f.concurrency, "concurrency", 4, "provider calls in flight at once (uploads, creates, polls, downloads)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default 10s; 200ms for --provider local)")
