@@ -499,8 +499,15 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader) error {
 // upload is completed only when every part is stored, and aborted when
 // anything fails.
 func (s *S3) multipart(ctx context.Context, key string, k *string, next func() (body io.ReadSeeker, n int64, release func(), err error)) (err error) {
-	up, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: k,
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Created even when ctx ends meanwhile, so that its id is known and
+	// the upload can be aborted below.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	up, err := s.client.CreateMultipartUpload(cctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: k,
 		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32})
+	cancel()
 	if err != nil {
 		return s.explain(key, err)
 	}
@@ -510,7 +517,9 @@ func (s *S3) multipart(ctx context.Context, key string, k *string, next func() (
 			// process killed before this leaves an incomplete upload that
 			// is invisible under the key (a bucket lifecycle rule for
 			// incomplete multipart uploads removes its parts).
-			_, aerr := s.client.AbortMultipartUpload(context.WithoutCancel(ctx),
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			_, aerr := s.client.AbortMultipartUpload(actx,
 				&s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: k, UploadId: up.UploadId})
 			if aerr != nil {
 				err = fmt.Errorf("%w (and aborting the multipart upload failed: %v)", err, s.explain(key, aerr))

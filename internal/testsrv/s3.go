@@ -94,6 +94,7 @@ func S3Client(ctx context.Context, endpoint string) (*s3.Client, error) {
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		o.BaseEndpoint = aws.String(endpoint)
 		o.UsePathStyle = true
+		o.DisableLogOutputChecksumValidationSkipped = true
 	}), nil
 }
 
