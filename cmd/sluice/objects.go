@@ -266,12 +266,21 @@ func (j *jobFiles) putAll(ctx context.Context) error {
 	return nil
 }
 
-// fetchDir fetches what the job directory lacks of the store's files
-// under sub (the results files, before a merge).
-func (j *jobFiles) fetchDir(ctx context.Context, sub string) error {
+// fetchForMerge fetches what the job directory lacks of the files a
+// merge reads: the results files and the rejected lines' records.
+func (j *jobFiles) fetchForMerge(ctx context.Context) error {
 	if j == nil {
 		return nil
 	}
+	if err := j.Fetch(ctx, splitter.RejectedResults); err != nil && !errors.Is(err, objstore.ErrNotExist) {
+		return err
+	}
+	return j.fetchDir(ctx, "results")
+}
+
+// fetchDir fetches what the job directory lacks of the store's files
+// under sub.
+func (j *jobFiles) fetchDir(ctx context.Context, sub string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	prefix := j.key + "/"

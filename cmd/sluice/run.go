@@ -297,7 +297,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 		job.State = sluice.JobMerging
 	}
-	if err := newJobFiles(store, job).fetchDir(ctx, "results"); err != nil {
+	if err := newJobFiles(store, job).fetchForMerge(ctx); err != nil {
 		return err
 	}
 	sum, err := mergeJob(ctx, db, job, out, f.errorsOut, f.order, log)

@@ -172,11 +172,15 @@ func TestS3ResumeOnEmptyStateDir(t *testing.T) {
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 600)
 	data, _ := os.ReadFile(in)
+	// A bad line, rejected by --skip-invalid: its record is a file of the
+	// plan (rejected.results) that the merge needs too.
+	data = append(data, `{"custom_id":"bad1","method":"GET","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}`+"\n"...)
+	ids = append(ids, "bad1")
 	b.put(t, "in.jsonl", data)
 	emu := startEmulator(t, "--batch-time", "700ms")
 	first := filepath.Join(dir, "first")
 	args := openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"),
-		"--max-live-batches", "2", "--reconcile-grace", "300ms")
+		"--max-live-batches", "2", "--reconcile-grace", "300ms", "--skip-invalid")
 	cmd := sluiceCmd(append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + first}, b.env...), args...)
 	var se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &se
@@ -233,8 +237,8 @@ func TestS3ResumeOnEmptyStateDir(t *testing.T) {
 	}
 	env := append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + second}, b.env...)
 	r := runSluice(t, env, args...)
-	if r.code != 0 {
-		t.Fatalf("second run: exit %d\n%s", r.code, r.stderr)
+	if r.code != exitFailures {
+		t.Fatalf("second run: exit %d, want 4 (one line rejected)\n%s", r.code, r.stderr)
 	}
 	got, ok := b.get(t, "out.jsonl")
 	if !ok {
