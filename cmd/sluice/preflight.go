@@ -40,7 +40,7 @@ func checkCredentials(f *jobFlags, p provider.Preset) error {
 // directory missing, not a directory, or not writable.
 func checkOutputPaths(input, out, errorsOut string) error {
 	ctx := context.Background()
-	if _, err := statInput(ctx, input); err != nil { // a file, or an object (objects.go)
+	if err := checkInput(ctx, input); err != nil { // a file, or an object (objects.go)
 		return err
 	}
 	in, _ := os.Stat(input) // nil for an object

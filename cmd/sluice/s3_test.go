@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/sluice-batch/sluice/internal/testsrv"
-	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -320,74 +319,6 @@ func TestS3BadConfiguration(t *testing.T) {
 }
 
 var idField = regexp.MustCompile(`"(id|request_id|batch_id|created)":("[^"]*"|[0-9]+)`)
-
-// TestS3OutputUpload: an output bigger than one part is uploaded by
-// multipart upload and appears whole; an upload interrupted midway leaves
-// nothing under the output's key and no multipart upload behind.
-func TestS3OutputUpload(t *testing.T) {
-	t.Parallel()
-	b := newS3Bucket(t)
-	dir := t.TempDir()
-	// The bucket's store as uploadOutputs finds it, with S3's smallest
-	// parts (5 MiB) to keep the test light.
-	small, err := objstore.NewS3(context.Background(), b.name, "", objstore.S3Options{
-		Endpoint: objstore.EndpointFromEnv(os.Getenv), PartSize: 5 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s3Stores.Store(b.name+"/", small)
-	big := make([]byte, 2*(5<<20)+123)
-	for i := range big {
-		big[i] = byte('a' + i%26)
-	}
-	local := filepath.Join(dir, "out.jsonl")
-	writeFile(t, local, big)
-	if err := uploadOutputs(context.Background(), [2]string{local, b.url("done/out.jsonl")}); err != nil {
-		t.Fatal(err)
-	}
-	got, ok := b.get(t, "done/out.jsonl")
-	if !ok || !bytes.Equal(got, big) {
-		t.Fatalf("uploaded output: %d bytes (want %d) or differs", len(got), len(big))
-	}
-	head, err := b.client.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &b.name, Key: aws.String("done/out.jsonl")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if etag := strings.Trim(aws.ToString(head.ETag), `"`); !strings.HasSuffix(etag, "-3") {
-		t.Fatalf("ETag %s: want a multipart upload of 3 parts", etag)
-	}
-	if _, err := os.Stat(local); err == nil {
-		t.Error("the local copy of an uploaded output was kept")
-	}
-
-	// Interrupted once its multipart upload has begun.
-	writeFile(t, local, big)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		for ctx.Err() == nil {
-			ups, err := b.client.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: &b.name})
-			if err == nil && len(ups.Uploads) > 0 {
-				cancel()
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
-	if err := uploadOutputs(ctx, [2]string{local, b.url("cut/out.jsonl")}); !errors.Is(err, context.Canceled) {
-		t.Fatalf("an interrupted upload: %v, want context.Canceled", err)
-	}
-	if _, ok := b.get(t, "cut/out.jsonl"); ok {
-		t.Fatal("an interrupted upload left an object under the output's key")
-	}
-	ups, err := b.client.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: &b.name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ups.Uploads) != 0 {
-		t.Fatalf("%d multipart uploads left after an interrupted upload", len(ups.Uploads))
-	}
-}
 
 // TestS3InputChanged: a job planned from an object is reused while the
 // object is as it was (rewritten with the same bytes: the hash decides),
