@@ -165,10 +165,38 @@ func normalizeIDs(b []byte) []byte {
 // carried over, as a shared database would be; the first directory gone)
 // fetches the chunk and results files it lacks from the store and finishes
 // the job without buying any request twice.
+//
+// Both kinds of store: a prefix in S3 and a shared directory (the input
+// and output in S3 either way).
 func TestS3ResumeOnEmptyStateDir(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"s3", "dir"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testResumeOnEmptyStateDir(t, kind)
+		})
+	}
+}
+
+func testResumeOnEmptyStateDir(t *testing.T, kind string) {
 	b := newS3Bucket(t)
 	dir := t.TempDir()
+	store, storedResults := b.url("state"), func() int {
+		n := 0
+		for _, k := range b.keys(t, "state/jobs/") {
+			if strings.Contains(k, "/results/c") {
+				n++
+			}
+		}
+		return n
+	}
+	if kind == "dir" {
+		store = filepath.Join(dir, "shared")
+		storedResults = func() int {
+			m, _ := filepath.Glob(filepath.Join(store, "jobs", "*", "results", "c*.results"))
+			return len(m)
+		}
+	}
 	in, ids := writeInput(t, dir, 600)
 	data, _ := os.ReadFile(in)
 	// A bad line, rejected by --skip-invalid: its record is a file of the
@@ -178,7 +206,7 @@ func TestS3ResumeOnEmptyStateDir(t *testing.T) {
 	b.put(t, "in.jsonl", data)
 	emu := startEmulator(t, "--batch-time", "700ms")
 	first := filepath.Join(dir, "first")
-	args := openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"),
+	args := openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", store,
 		"--max-live-batches", "2", "--reconcile-grace", "300ms", "--skip-invalid")
 	cmd := sluiceCmd(append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + first}, b.env...), args...)
 	var se bytes.Buffer
@@ -192,13 +220,7 @@ func TestS3ResumeOnEmptyStateDir(t *testing.T) {
 	// others not.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		n := 0
-		for _, k := range b.keys(t, "state/jobs/") {
-			if strings.Contains(k, "/results/c") {
-				n++
-			}
-		}
-		if n >= 1 {
+		if storedResults() >= 1 {
 			break
 		}
 		select {
