@@ -218,6 +218,14 @@ func uploadOutputs(ctx context.Context, objects Objects, pairs ...[2]string) err
 		if err != nil {
 			return err
 		}
+		if a, ok := s.(interface {
+			AbortIncomplete(context.Context, string) error
+		}); ok {
+			// An upload of this output that a killed merge left behind.
+			if err := a.AbortIncomplete(ctx, key); err != nil {
+				return fmt.Errorf("upload %s: %w", url, err)
+			}
+		}
 		if err := s.PutFile(ctx, key, local); err != nil {
 			return fmt.Errorf("upload %s: %w", url, err)
 		}

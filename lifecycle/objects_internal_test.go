@@ -113,4 +113,25 @@ func TestS3OutputUpload(t *testing.T) {
 	if len(ups.Uploads) != 0 {
 		t.Fatalf("%d multipart uploads left after an interrupted upload", len(ups.Uploads))
 	}
+
+	// A merge killed mid-upload leaves an incomplete upload (nothing can
+	// abort it): the next upload of that output aborts it.
+	for _, key := range []string{"cut/out.jsonl", "cut/out.jsonl.other"} {
+		if _, err := b.client.CreateMultipartUpload(context.Background(), &s3.CreateMultipartUploadInput{Bucket: &b.name, Key: aws.String(key)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(local, big[:1000], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := uploadOutputs(context.Background(), objects, [2]string{local, url("cut/out.jsonl")}); err != nil {
+		t.Fatal(err)
+	}
+	ups, err = b.client.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: &b.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups.Uploads) != 1 || aws.ToString(ups.Uploads[0].Key) != "cut/out.jsonl.other" {
+		t.Fatalf("after the upload: %d incomplete uploads left, want only the other key's", len(ups.Uploads))
+	}
 }

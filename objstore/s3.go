@@ -573,6 +573,31 @@ func (s *S3) multipart(ctx context.Context, key string, k *string, next func() (
 	return s.explain(key, err)
 }
 
+// AbortIncomplete aborts the incomplete multipart uploads to key: what a
+// put killed mid-upload left (invisible under the key, but its parts are
+// stored and billed). Only for a key one writer owns (a job's output).
+func (s *S3) AbortIncomplete(ctx context.Context, key string) error {
+	k, err := s.key(key)
+	if err != nil {
+		return err
+	}
+	out, err := s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: k})
+	if err != nil {
+		return s.explain(key, err)
+	}
+	for _, u := range out.Uploads {
+		if aws.ToString(u.Key) != *k {
+			continue
+		}
+		if _, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: k, UploadId: u.UploadId}); err != nil {
+			if e := s.explain(key, err); !errors.Is(e, ErrNotExist) {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
 // waitErr waits for the group: its first error, else that of ctx (the
 // put's: a cancelled put must not complete).
 func waitErr(g *errgroup.Group, ctx context.Context) error {
