@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/splitter"
 )
@@ -113,6 +114,27 @@ type jobFiles struct {
 	store objstore.Store
 	key   string // jobs/JOB
 	dir   string // the job directory
+}
+
+// CacheIn makes the job directory of job, whose files are kept in store,
+// the one in the state directory of db: it may be another machine's, or
+// empty, and is filled from the store as steps need the files. Nothing
+// changes without a store.
+func CacheIn(db Store, job *sluice.Job, store objstore.Store) error {
+	if store == nil {
+		return nil
+	}
+	job.Dir = filepath.Join(db.Dir(), "jobs", job.ID)
+	return os.MkdirAll(job.Dir, 0o700)
+}
+
+// filesOf is dispatcher.Options.Files for a job whose files are kept in
+// store (nil without one).
+func filesOf(store objstore.Store, job *sluice.Job) dispatcher.Files {
+	if store == nil {
+		return nil
+	}
+	return newJobFiles(store, job)
 }
 
 // newJobFiles is nil (nothing to keep elsewhere) without a store.

@@ -107,13 +107,8 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 		if err := checkUnchanged(ctx, db, s.Objects, job, st); err != nil {
 			return nil, err
 		}
-		if s.Files != nil {
-			// The job's files are in the store; this state directory is
-			// their cache (it may be another machine's, or empty).
-			job.Dir = filepath.Join(db.Dir(), "jobs", id)
-			if err := os.MkdirAll(job.Dir, 0o700); err != nil {
-				return nil, err
-			}
+		if err := CacheIn(db, job, s.Files); err != nil {
+			return nil, err
 		}
 		if s.Check != nil {
 			if err := s.Check(ctx, job); err != nil {

@@ -90,12 +90,8 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 		// The in-process emulator died with the run: nothing lands later.
 		grace = sluice.LocalReconcileGrace
 	}
-	var files dispatcher.Files
-	if jf := newJobFiles(o.Files, job); jf != nil {
-		files = jf
-	}
 	return dispatcher.Options{
-		Files:       files,
+		Files:       filesOf(o.Files, job),
 		Concurrency: o.Concurrency, PollInterval: orDefault(o.PollInterval, poll),
 		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, Once: o.Once,
 		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Now: o.Now,

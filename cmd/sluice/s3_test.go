@@ -384,3 +384,46 @@ func TestS3InputChanged(t *testing.T) {
 		t.Fatalf("plan of a changed object: exit %d, want 2 naming the change\n%s", r.code, r.stderr)
 	}
 }
+
+// TestS3CancelMergesToObject: a job with its input, output and files in
+// S3 is left running (--once), then cancelled from another, empty state
+// directory (the tracker carried over): the cancel finds the job's files
+// in the store and merges the output object, one line per request.
+func TestS3CancelMergesToObject(t *testing.T) {
+	t.Parallel()
+	b := newS3Bucket(t)
+	emu := startEmulator(t, "--batch-time", "3s")
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 60)
+	data, _ := os.ReadFile(in)
+	b.put(t, "in.jsonl", data)
+	first := filepath.Join(dir, "first")
+	env := append([]string{"OPENAI_API_KEY=sk-x", "SLUICE_STATE=" + first, "SLUICE_STORE=" + b.url("state")}, b.env...)
+	r := runSluice(t, env, "run", b.url("in.jsonl"), "--out", b.url("out.jsonl"), "--provider", "openai",
+		"--base-url", "http://"+emu.addr+"/v1", "--once", "--rate", "-1")
+	if r.code != exitStopped {
+		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, r.stderr)
+	}
+	job := onlyJob(t, statusOf(t, env))
+	second := filepath.Join(dir, "second")
+	os.MkdirAll(second, 0o700)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if data, err := os.ReadFile(filepath.Join(first, tracker.DBName+suffix)); err == nil {
+			writeFile(t, filepath.Join(second, tracker.DBName+suffix), data)
+		}
+	}
+	os.RemoveAll(first)
+	env = append([]string{"OPENAI_API_KEY=sk-x", "SLUICE_STATE=" + second}, b.env...)
+	r = runSluice(t, env, "cancel", job.ID, "--store", b.url("state"), "--base-url", "http://"+emu.addr+"/v1",
+		"--poll-interval", "100ms", "--max-poll-interval", "200ms")
+	if r.code != exitFailures && r.code != exitOK {
+		t.Fatalf("cancel: exit %d\n%s", r.code, r.stderr)
+	}
+	got, ok := b.get(t, "out.jsonl")
+	if !ok {
+		t.Fatalf("no output object after the cancel:\n%s", r.stdout)
+	}
+	p := filepath.Join(dir, "out.jsonl")
+	writeFile(t, p, got)
+	checkOutput(t, p, ids)
+}
