@@ -58,7 +58,7 @@ func Merge(ctx context.Context, db Store, job *sluice.Job, o MergeOptions) (*mer
 		order = "input"
 	}
 	if job.State == sluice.JobDone {
-		if js := LastSummary(ctx, db, job); js.Current(out, errorsOut, order) {
+		if js := LastSummary(ctx, db, job); js.current(ctx, o.Objects, out, errorsOut, order) {
 			log.Info().Str("output", out).Str("errors", errorsOut).Msg("job done before; output unchanged since")
 			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed, Rejected: js.Rejected,
 				OutputBytes: js.OutputBytes, Output: js.Output, Errors: js.Errors}, nil
@@ -106,11 +106,11 @@ func Merge(ctx context.Context, db Store, job *sluice.Job, o MergeOptions) (*mer
 	sum.Output, sum.Errors = out, errorsOut
 	js := Summarize(ctx, db, job, chunks, sum)
 	js.Cancelled, js.Order = !job.CancelRequestedAt.IsZero(), order
-	if st, err := os.Stat(sum.Output); err == nil {
-		js.OutputBytes, js.OutputMTime = st.Size(), st.ModTime()
+	if size, mtime, err := statOutput(ctx, o.Objects, sum.Output); err == nil {
+		js.OutputBytes, js.OutputMTime = size, mtime
 	}
-	if st, err := os.Stat(sum.Errors); err == nil {
-		js.ErrorsBytes = st.Size()
+	if size, _, err := statOutput(ctx, o.Objects, sum.Errors); err == nil {
+		js.ErrorsBytes = size
 	}
 	if job.State == sluice.JobMerging {
 		// Done and its summary in one transaction: a done job always has one.
@@ -164,15 +164,21 @@ func RetriedRequests(ctx context.Context, db Store, job string) int64 {
 // Current reports whether the output and errors files of this summary are
 // the ones asked for and still as the merge left them.
 func (js Summary) Current(out, errorsOut, order string) bool {
+	return js.current(context.Background(), nil, out, errorsOut, order)
+}
+
+// current is Current for outputs that may be objects (found through
+// objects): an object's size and LastModified tell as a file's do.
+func (js Summary) current(ctx context.Context, objects Objects, out, errorsOut, order string) bool {
 	if js.Output != out || js.Errors != errorsOut || js.Order != order || js.OutputMTime.IsZero() {
 		return false
 	}
-	o, err := os.Stat(out)
-	if err != nil || o.Size() != js.OutputBytes || !o.ModTime().Equal(js.OutputMTime) {
+	size, mtime, err := statOutput(ctx, objects, out)
+	if err != nil || size != js.OutputBytes || !mtime.Equal(js.OutputMTime) {
 		return false
 	}
-	e, err := os.Stat(errorsOut)
-	return err == nil && e.Size() == js.ErrorsBytes
+	size, _, err = statOutput(ctx, objects, errorsOut)
+	return err == nil && size == js.ErrorsBytes
 }
 
 // LastSummary is the summary of the job's last merge, or a zero one.

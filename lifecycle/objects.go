@@ -214,6 +214,24 @@ func (j *jobFiles) fetchForMerge(ctx context.Context) error {
 	return err
 }
 
+// statOutput is the size and modification time of an output: a file, or
+// an object.
+func statOutput(ctx context.Context, objects Objects, out string) (int64, time.Time, error) {
+	if !objstore.IsURL(out) {
+		st, err := os.Stat(out)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		return st.Size(), st.ModTime(), nil
+	}
+	s, key, err := objects.get(ctx, out)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	in, err := s.Stat(ctx, key)
+	return in.Size, in.ModTime, err
+}
+
 // localCopy is where the merge writes an output (or errors file) of job:
 // its path, or for an object a file in the job directory.
 func localCopy(job *sluice.Job, prefix, out string) (string, error) {

@@ -376,6 +376,17 @@ func TestS3InputChanged(t *testing.T) {
 	if _, ok := b.get(t, "out.errors.jsonl.zst"); !ok {
 		t.Error("no errors object out.errors.jsonl.zst")
 	}
+	// The job is done: the same command again leaves the output object as
+	// it is (README, "Overnight": no rewrite of a finished job's output).
+	before, _ := b.client.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &b.name, Key: aws.String("out.jsonl.zst")})
+	time.Sleep(1100 * time.Millisecond) // LastModified has a resolution of a second
+	if r := runSluice(t, env, "run", b.url("in.jsonl"), "--out", b.url("out.jsonl.zst")); r.code != 0 || !strings.Contains(r.stderr, "output unchanged since") {
+		t.Fatalf("run of the done job: exit %d\n%s", r.code, r.stderr)
+	}
+	after, _ := b.client.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &b.name, Key: aws.String("out.jsonl.zst")})
+	if !aws.ToTime(after.LastModified).Equal(aws.ToTime(before.LastModified)) {
+		t.Error("a run of the done job uploaded its output again")
+	}
 
 	changed := bytes.Replace(data, []byte("doc 0"), []byte("doc X"), 1)
 	b.put(t, "in.jsonl", changed)
