@@ -128,6 +128,28 @@ func CacheIn(db Store, job *sluice.Job, store objstore.Store) error {
 	return os.MkdirAll(job.Dir, 0o700)
 }
 
+// checkStoreHolds refuses, before any work, a store that does not hold the
+// files of a job planned before (another --store than its plan's), unless
+// this state directory still has them itself.
+func checkStoreHolds(ctx context.Context, db Store, job *sluice.Job, store objstore.Store) error {
+	if store == nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(db.Dir(), "jobs", job.ID, "chunks")); err == nil {
+		return nil
+	}
+	errFound := errors.New("found")
+	err := store.List(ctx, objstore.Join("jobs", job.ID, "chunks")+"/", func(objstore.Info) error { return errFound })
+	switch {
+	case err == errFound:
+		return nil
+	case err != nil:
+		return err
+	}
+	return badInputf("job %s has no files in the store %s nor in this state directory: was it planned with another --store? "+
+		"give the store it was planned with, or run with --job NEW_NAME to plan a new job", job.ID, store)
+}
+
 // filesOf is dispatcher.Options.Files for a job whose files are kept in
 // store (nil without one).
 func filesOf(store objstore.Store, job *sluice.Job) dispatcher.Files {

@@ -107,6 +107,9 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 		if err := checkUnchanged(ctx, db, s.Objects, job, st); err != nil {
 			return nil, err
 		}
+		if err := checkStoreHolds(ctx, db, job, s.Files); err != nil {
+			return nil, err
+		}
 		if err := CacheIn(db, job, s.Files); err != nil {
 			return nil, err
 		}

@@ -257,6 +257,16 @@ func testResumeOnEmptyStateDir(t *testing.T, kind string) {
 		t.Fatal(err)
 	}
 	env := append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + second}, b.env...)
+	// Another store than the plan's is refused before any work.
+	wrong := append([]string{}, args...)
+	for i := range wrong {
+		if wrong[i] == store {
+			wrong[i] = b.url("elsewhere")
+		}
+	}
+	if r := runSluice(t, env, wrong...); r.code != exitUsage || !strings.Contains(r.stderr, "planned with another --store") {
+		t.Fatalf("a run with another --store: exit %d, want 2\n%s", r.code, r.stderr)
+	}
 	r := runSluice(t, env, args...)
 	if r.code != exitFailures {
 		t.Fatalf("second run: exit %d, want 4 (one line rejected)\n%s", r.code, r.stderr)
