@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,8 +112,12 @@ func startS3() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	sweepS3Dirs()
 	dir, err := os.MkdirTemp("", "sluice-test-s3-")
 	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return "", err
 	}
 	if err := os.Mkdir(filepath.Join(dir, "root"), 0o700); err != nil {
@@ -144,6 +149,25 @@ func startS3() (string, error) {
 		ep := "http://" + addr
 		os.Setenv("AWS_ENDPOINT_URL_S3", ep)
 		return ep, nil
+	}
+}
+
+// sweepS3Dirs removes the directories of servers whose test process has
+// exited (the server died with it; its directory cannot go then).
+func sweepS3Dirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "sluice-test-s3-*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
 	}
 }
 
