@@ -23,7 +23,8 @@ import (
 )
 
 // Sizes of S3 transfers. A put holds at most PutConcurrency parts in
-// memory; a sequential read at most ReadAhead+1 ranges.
+// memory; a sequential read at most ReadAhead+2 ranges (ReadAhead+1 GETs in
+// flight and the one being read).
 const (
 	DefaultPartSize  = 16 << 20 // bytes per multipart part (S3: 5 MiB to 5 GiB)
 	DefaultRangeSize = 8 << 20  // bytes per ranged GET of a sequential read
@@ -285,7 +286,7 @@ func (s *S3) getRange(ctx context.Context, key string, off, n int64, etag string
 }
 
 // Open reads the object sequentially in ranged GETs of RangeSize bytes,
-// ReadAhead ranges ahead of the reader, each retried on failure; the
+// up to ReadAhead+1 GETs at once ahead of the reader, each range retried on failure; the
 // object must keep its ETag while it is read.
 func (s *S3) Open(ctx context.Context, key string) (io.ReadCloser, Info, error) {
 	info, err := s.Stat(ctx, key)
@@ -295,10 +296,11 @@ func (s *S3) Open(ctx context.Context, key string) (io.ReadCloser, Info, error) 
 	return newRangeReader(ctx, s, key, info), info, nil
 }
 
-// rangeReader is a sequential reader of ranges fetched ahead.
+// rangeReader is a sequential reader of ranges fetched ahead: up to
+// ReadAhead+1 ranged GETs run at once, and their ranges are read in order.
 type rangeReader struct {
 	cancel context.CancelFunc
-	ranges chan rangeBuf
+	queue  chan chan rangeBuf // one per range, in order
 	free   chan []byte
 	cur    []byte
 	buf    []byte // backing array of cur
@@ -313,28 +315,31 @@ type rangeBuf struct {
 
 func newRangeReader(ctx context.Context, s *S3, key string, info Info) *rangeReader {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &rangeReader{cancel: cancel, ranges: make(chan rangeBuf, ReadAhead), free: make(chan []byte, ReadAhead+1)}
+	r := &rangeReader{cancel: cancel, queue: make(chan chan rangeBuf, ReadAhead), free: make(chan []byte, ReadAhead+2)}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer close(r.ranges)
+		defer close(r.queue)
 		for off := int64(0); off < info.Size; off += s.rangeSize {
 			n := min(s.rangeSize, info.Size-off)
+			ch := make(chan rangeBuf, 1)
+			select {
+			case r.queue <- ch: // waits while ReadAhead ranges are ahead
+			case <-ctx.Done():
+				return
+			}
 			var b []byte
 			select {
 			case b = <-r.free:
 			default:
 				b = make([]byte, 0, n) // the first range's size: a small object gets a small buffer
 			}
-			b, err := s.fetchRange(ctx, key, off, n, info.ETag, b[:0])
-			select {
-			case r.ranges <- rangeBuf{b, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				b, err := s.fetchRange(ctx, key, off, n, info.ETag, b)
+				ch <- rangeBuf{b, err}
+			}()
 		}
 	}()
 	return r
@@ -388,13 +393,15 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 			}
 			r.buf = nil
 		}
-		rb, ok := <-r.ranges
+		ch, ok := <-r.queue
 		if !ok {
 			r.err = io.EOF
 			return 0, io.EOF
 		}
+		rb := <-ch
 		if rb.err != nil {
 			r.err = rb.err
+			r.cancel() // the ranges after it are not wanted
 			return 0, rb.err
 		}
 		r.cur, r.buf = rb.b, rb.b
@@ -406,7 +413,7 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 
 func (r *rangeReader) Close() error {
 	r.cancel()
-	for range r.ranges { // let the fetcher end
+	for range r.queue { // let the producer end
 	}
 	r.wg.Wait()
 	if r.err == nil {
