@@ -4,17 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-batch/sluice/internal/testsrv"
+	"github.com/sluice-batch/sluice/tracker"
 )
 
 // The PostgreSQL tracker through the real binary (docs/scale-out.md,
@@ -33,6 +36,21 @@ func pgQuery(t *testing.T, dsn, q string, args ...any) int64 {
 	var n int64
 	if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// pgTry is pgQuery for polling: -1 while the query fails (no schema yet).
+func pgTry(dsn, q string) int64 {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return -1
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if conn.QueryRow(ctx, q).Scan(&n) != nil {
+		return -1
 	}
 	return n
 }
@@ -289,5 +307,77 @@ func TestPostgresLockAndCrashResume(t *testing.T) {
 	checkOutput(t, out, ids)
 	if s := emu.stats(t); s["requests_processed_more_than_once"] != 0 {
 		t.Errorf("requests processed more than once: %d", s["requests_processed_more_than_once"])
+	}
+}
+
+// TestPostgresAndS3EphemeralPod: the disk-less machine of issue 13. A run
+// with the tracker in PostgreSQL (--db) and input, output and job files in
+// S3 (--store) is SIGKILLed mid-job; a run on another, empty state
+// directory, with nothing carried over, finishes the job from the database
+// and the store: every custom_id once in input order, no request processed
+// twice, one batch per chunk.
+func TestPostgresAndS3EphemeralPod(t *testing.T) {
+	t.Parallel()
+	dsn := testsrv.Postgres(t)
+	b := newS3Bucket(t)
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 600)
+	data, _ := os.ReadFile(in)
+	b.put(t, "in.jsonl", data)
+	emu := startEmulator(t, "--batch-time", "700ms")
+	args := openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"),
+		"--max-live-batches", "2", "--reconcile-grace", "300ms", "--db", dsn)
+	first := filepath.Join(dir, "pod1")
+	cmd := sluiceCmd(append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + first, "SLUICE_DB="}, b.env...), args...)
+	var se strings.Builder
+	cmd.Stdout, cmd.Stderr = io.Discard, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// Killed once a chunk has ended (its state in the database) and others
+	// have not.
+	deadline := time.Now().Add(2 * time.Minute)
+	for pgTry(dsn, `SELECT COUNT(*) FROM chunks WHERE state = 'done'`) < 1 {
+		select {
+		case err := <-done:
+			t.Fatalf("the first run ended (%v) before it was killed:\n%s", err, se.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no chunk done after 2 minutes:\n%s", se.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+	if n := emu.stats(t)["batches_created"]; n >= 6 {
+		t.Fatalf("every batch was created before the kill (%d)", n)
+	}
+	if err := os.RemoveAll(first); err != nil { // the pod is gone, and its disk
+		t.Fatal(err)
+	}
+	second := filepath.Join(dir, "pod2")
+	r := runSluice(t, append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + second, "SLUICE_DB="}, b.env...), args...)
+	if r.code != 0 {
+		t.Fatalf("the run on an empty state directory: exit %d\n%s", r.code, r.stderr)
+	}
+	got, ok := b.get(t, "out.jsonl")
+	if !ok {
+		t.Fatal("no output object after the second run")
+	}
+	p := filepath.Join(dir, "out.jsonl")
+	writeFile(t, p, got)
+	checkOutput(t, p, ids)
+	st := emu.stats(t)
+	if st["requests_processed_more_than_once"] != 0 || st["batches_created"] != 6 || st["requests_processed"] != 600 {
+		t.Fatalf("want 6 batches, 600 requests each processed once; emulator stats: %v", st)
+	}
+	if n := pgQuery(t, dsn, `SELECT COUNT(*) FROM jobs WHERE state = 'done'`); n != 1 {
+		t.Errorf("%d done jobs in the database, want 1", n)
+	}
+	if _, err := os.Stat(filepath.Join(second, tracker.DBName)); !os.IsNotExist(err) {
+		t.Errorf("a SQLite database in the second state directory: %v", err)
 	}
 }
