@@ -20,6 +20,12 @@ type Finish struct {
 	From      ChunkState // the state the chunk must still be in
 	Outcomes  []Outcome
 	Moved     []Request // Ordinal, Chunk, Index, Offset, Length, Attempt set
+	// NewChunks are the chunks of the next attempt. One whose ID is 0 or
+	// less gets its id from the store, in the same transaction, so that
+	// workers finishing chunks of one job at once never hand out the same
+	// id; such an ID is a placeholder, distinct among NewChunks, that the
+	// Moved requests name as their Chunk. The store writes the ids it gave
+	// back into NewChunks and Moved once committed.
 	NewChunks []*Chunk
 }
 

@@ -305,9 +305,6 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	if err := d.store.FinishChunk(ctx, fin); err != nil {
 		return fatal(err)
 	}
-	for _, nc := range fin.NewChunks {
-		d.nextID = max(d.nextID, nc.ID+1)
-	}
 	ev := d.chunkLog(c).Info()
 	if c.ErrorCode == sluice.CodeProviderOutput {
 		ev = d.chunkLog(c).Warn().Str("provider_output", c.LastError)

@@ -52,7 +52,11 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		cur = nil
 		return nil
 	}
-	next := d.nextID
+	// The new chunks' ids come from the store when they are recorded
+	// (sluice.Finish): here they are placeholders -1, -2, ..., and their
+	// files are named after the chunk they come from, which only the
+	// worker concluding it writes.
+	next := int64(-1)
 	for _, i := range idx {
 		r := reqs[i]
 		if cap(buf) < r.Length {
@@ -80,8 +84,8 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		}
 		if cur == nil {
 			cur = &sluice.Chunk{Job: c.Job, ID: next, Attempt: c.Attempt + 1, URL: c.URL, Model: c.Model,
-				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d%s", next, c.Attempt+1, ext)), State: sluice.ChunkPending}
-			next++
+				Path: filepath.Join("chunks", fmt.Sprintf("retry-c%06d-a%d-%d%s", c.ID, c.Attempt+1, -next, ext)), State: sluice.ChunkPending}
+			next--
 			if f, err = os.Create(filepath.Join(d.job.Dir, cur.Path)); err != nil {
 				return nil, nil, err
 			}
