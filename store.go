@@ -16,10 +16,10 @@ type Outcome struct {
 // requests it made final, the requests it moved to chunks of the next
 // attempt, and those new chunks (their files already written and synced).
 type Finish struct {
-	Chunk     *Chunk     // with its new state, usage, results path, ended time
-	From      ChunkState // the state the chunk must still be in
-	Outcomes  []Outcome
-	Moved     []Request // Ordinal, Chunk, Index, Offset, Length, Attempt set
+	Chunk    *Chunk     // with its new state, usage, results path, ended time
+	From     ChunkState // the state the chunk must still be in
+	Outcomes []Outcome
+	Moved    []Request // Ordinal, Chunk, Index, Offset, Length, Attempt set
 	// NewChunks are the chunks of the next attempt. One whose ID is 0 or
 	// less gets its id from the store, in the same transaction, so that
 	// workers finishing chunks of one job at once never hand out the same

@@ -115,8 +115,8 @@ type Dispatcher struct {
 	opts  Options
 	log   zerolog.Logger
 
-	finishMu  sync.Mutex // serialises FinishChunk
-	createMu  sync.Mutex // serialises creates for sluice.Untagged providers
+	finishMu  sync.Mutex      // serialises FinishChunk
+	createMu  sync.Mutex      // serialises creates for sluice.Untagged providers
 	queueFull map[string]bool // models whose provider queue reported full
 	// alone says, per chunk submitted by this run, whether it went with no
 	// other batch of its model live or submitted beside it.
