@@ -333,3 +333,30 @@ func TestFinishChunkAllocatesIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAtOnce: workers started together open one fresh state database
+// at the same moment; each migration is applied once and every open
+// succeeds.
+func TestOpenAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, err := tracker.Open(context.Background(), dir)
+			if err == nil {
+				db.Close()
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}

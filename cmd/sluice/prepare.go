@@ -26,6 +26,18 @@ type prepared struct {
 	reused  bool
 	res     *splitter.Result // nil when reused
 	rejects string           // where bad lines went (--skip-invalid)
+	// worker is this process as a worker of the job (run; nil for plan).
+	worker *worker
+}
+
+// workerOpts make openJob's caller a worker of the job (run).
+type workerOpts struct {
+	// join shares the job with other workers on this machine (--join):
+	// the job's lock is taken shared. Without it the lock is exclusive,
+	// as for a lone run.
+	join bool
+	ttl  time.Duration // lease time to live
+	stop <-chan struct{}
 }
 
 // rejectsPath is where --skip-invalid writes the bad lines of a job in dir.
@@ -38,8 +50,10 @@ func (f *jobFlags) rejectsPath(dir string) string {
 
 // openJob opens the state database, takes the lock of the input's job and
 // finds or plans the job, with a progress line on a terminal. close
-// releases the lock and the database.
-func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger) (db *tracker.DB, pr *prepared, close func(), err error) {
+// releases the lock and the database. With wo, the process is a worker
+// of the job (docs/scale-out.md, "Many workers"): it plans only while it
+// holds the plan role, else waits for the plan of the worker that does.
+func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger, wo *workerOpts) (db *tracker.DB, pr *prepared, close func(), err error) {
 	db, err = g.openDB(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -49,22 +63,51 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 		db.Close()
 		return nil, nil, nil, err
 	}
-	lock, err := db.LockJob(id)
+	var lock *tracker.Lock
+	if wo != nil && wo.join {
+		lock, err = db.LockJobShared(id)
+	} else {
+		lock, err = db.LockJob(id)
+	}
 	if err != nil {
 		db.Close()
 		return nil, nil, nil, err
 	}
+	var wk *worker
+	if wo != nil {
+		if !wo.join {
+			// The job's only driver on a database no other machine uses:
+			// the leases a killed run left need not be waited out.
+			if err := db.ForgetWorkers(ctx, id); err != nil {
+				lock.Unlock()
+				db.Close()
+				return nil, nil, nil, err
+			}
+		}
+		if wk, err = startWorker(ctx, db, id, wo.ttl, log); err != nil {
+			lock.Unlock()
+			db.Close()
+			return nil, nil, nil, err
+		}
+	}
 	close = func() {
+		wk.close()
 		lock.Unlock()
 		db.Close()
 	}
 	bar := newPlanProgress(os.Stderr)
-	pr, err = prepareJob(ctx, db, f, p, input, id, bar.update, log)
+	plan := func() (*prepared, error) { return prepareJob(ctx, db, f, p, input, id, bar.update, log) }
+	if wk != nil {
+		pr, err = wk.planOnce(ctx, wo.stop, plan)
+	} else {
+		pr, err = plan()
+	}
 	bar.done()
 	if err != nil {
 		close()
 		return nil, nil, nil, err
 	}
+	pr.worker = wk
 	return db, pr, close, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/merger"
 )
 
 type runFlags struct {
@@ -33,6 +35,11 @@ type runFlags struct {
 	// keepProviderFiles keeps the job's files at the provider once its
 	// output is written (cmd/sluice/cleanup.go).
 	keepProviderFiles bool
+	// join makes this run one of several workers of the job on this
+	// machine; leaseTTL is how long a worker's leases outlive its last
+	// heartbeat (cmd/sluice/worker.go, docs/scale-out.md).
+	join     bool
+	leaseTTL time.Duration
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -84,6 +91,8 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", 2*time.Minute, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
 	fs.DurationVar(&f.stuckAfter, "stuck-after", dispatcher.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
 	fs.BoolVar(&f.keepProviderFiles, "keep-provider-files", false, "once the output is written, keep the job's files at the provider (uploaded inputs, result files) instead of deleting them")
+	fs.BoolVar(&f.join, "join", false, "join the job as one more worker beside the runs of it already going (started with --join too) on this state directory, instead of refusing while one runs: one worker plans, each batch's next step is leased to one worker at a time, one merges, the others exit 0 (also $SLUICE_JOIN=1)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long a worker's leases on its batches last past its last heartbeat (it beats every third of this): a worker killed mid-step leaves its batches to the others this long after")
 	cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -192,12 +201,23 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err := checkOutputFree(ctx, g, &f.jobFlags, input, out); err != nil {
 		return err
 	}
-	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log)
+	if os.Getenv("SLUICE_JOIN") == "1" {
+		f.join = true
+	}
+	if f.leaseTTL < 30*time.Millisecond {
+		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
+	}
+	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log, &workerOpts{join: f.join, ttl: f.leaseTTL, stop: stop})
+	if errors.Is(err, errStopped) {
+		log.Info().Msg("stopped while waiting for another worker's plan")
+		return silent(exitStopped)
+	}
 	if err != nil {
 		return err
 	}
 	defer closeJob()
-	job := pr.job
+	job, wk := pr.job, pr.worker
+	doneBefore := job.State == sluice.JobDone
 	if pr.reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
 		noteSkipInvalid(log, &f.jobFlags, pr)
@@ -215,10 +235,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	job.Output = out
 	if job.State == sluice.JobPlanned {
-		if err := db.SetJobState(ctx, job.ID, sluice.JobPlanned, sluice.JobRunning); err != nil {
+		// Another worker may have started it first.
+		if err := advanceJob(ctx, db, job, sluice.JobRunning); err != nil {
 			return err
 		}
-		job.State = sluice.JobRunning
 	}
 	start := time.Now()
 	var prov sluice.Provider
@@ -255,6 +275,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,
 			StuckAfter: f.stuckAfter,
 			MaxCost:    f.money.maxCost, Price: priceOf(prices, p), Learned: db.Learned,
+			Claim: wk.claim,
 		})
 		outcome, err := d.Run(ctx, stop)
 		bar.done()
@@ -276,16 +297,32 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			printProgressSummary(ctx, db, job)
 			return silent(exitStopped)
 		}
-		if err := db.SetJobState(ctx, job.ID, job.State, sluice.JobMerging); err != nil {
+		if err := advanceJob(ctx, db, job, sluice.JobMerging); err != nil {
 			return err
 		}
-		job.State = sluice.JobMerging
 	}
-	sum, err := mergeJob(ctx, db, job, out, f.errorsOut, f.order, log)
+	// One worker merges; the others exit 0 once it has.
+	var sum *merger.Summary
+	merged, err := wk.mergeOnce(ctx, stop, doneBefore, func(fresh *sluice.Job) error {
+		job.State = fresh.State
+		var err error
+		if sum, err = mergeJob(ctx, db, job, out, f.errorsOut, f.order, log); err != nil {
+			return err
+		}
+		settleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+		return nil
+	})
+	if errors.Is(err, errStopped) {
+		log.Info().Msg("stopped while another worker merges; run the same command again to continue")
+		return silent(exitStopped)
+	}
 	if err != nil {
 		return err
 	}
-	settleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+	if !merged {
+		log.Info().Str("job", job.ID).Msg("job done: another worker merged it")
+		return nil
+	}
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
 	if failedAny(sum) {
 		return silent(exitFailures)
