@@ -115,7 +115,9 @@ func (w *worker) close() {
 
 // pollEvery is how often a worker waiting for another (for the plan, for
 // the merge) looks again.
-func (w *worker) pollEvery() time.Duration { return min(max(w.ttl/10, 20*time.Millisecond), time.Second) }
+func (w *worker) pollEvery() time.Duration {
+	return min(max(w.ttl/10, 20*time.Millisecond), time.Second)
+}
 
 // wait sleeps one poll interval, or until ctx ends or stop closes.
 func (w *worker) wait(ctx context.Context, stop <-chan struct{}) error {
