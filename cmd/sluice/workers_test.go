@@ -177,14 +177,15 @@ func checkOneBatchPerAttempt(t *testing.T, stateDir, addr string) {
 // others exited 0, nothing was processed twice, and every chunk attempt
 // has exactly one batch.
 func TestWorkersShareOneJobThroughKills(t *testing.T) {
-	emu := startEmulator(t, "--batch-time", "1500ms", "--expire-rate", "0.2", "--seed", "7")
+	emu := startEmulator(t, "--batch-time", "1s", "--expire-rate", "0.2", "--seed", "7")
 	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 600)
+	in, ids := writeInput(t, dir, 400)
 	out := filepath.Join(dir, "o.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_JOIN=1")
-	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "15",
-		"--concurrency", "2", "--poll-interval", "100ms", "--max-poll-interval", "400ms",
-		"--lease-ttl", "900ms", "--reconcile-grace", "1s", "--log-format", "json"}
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "12",
+		"--concurrency", "3", "--poll-interval", "100ms", "--max-poll-interval", "400ms",
+		"--lease-ttl", "900ms", "--reconcile-grace", "1s", "--log-format", "json",
+		"--keep-provider-files"} // deleting ~100 files at the emulator takes long
 	workers := make([]*workerProc, 3)
 	for i := range workers {
 		workers[i] = startWorkerProc(t, env, args...)
@@ -217,9 +218,9 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 	// Chaos: kill a random worker and start another in its place.
 	rng := rand.New(rand.NewPCG(1, 2))
 	kills := 0
-	chaosEnd := time.Now().Add(8 * time.Second)
+	chaosEnd := time.Now().Add(6 * time.Second)
 	for time.Now().Before(chaosEnd) {
-		time.Sleep(time.Duration(300+rng.IntN(900)) * time.Millisecond)
+		time.Sleep(time.Duration(250+rng.IntN(600)) * time.Millisecond)
 		i := rng.IntN(len(workers))
 		w := workers[i]
 		if w.exited() {
@@ -258,7 +259,7 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 		t.Errorf("the emulator processed %d requests more than once", n)
 	}
 	checkOneBatchPerAttempt(t, filepath.Join(dir, "state"), emu.addr)
-	t.Logf("%d kills", kills)
+	t.Logf("%d kills; finished %s after the last", kills, time.Since(chaosEnd).Round(time.Millisecond))
 }
 
 // TestWorkersStartedAtOncePlanOnce: two workers started at the same moment
