@@ -147,6 +147,15 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err != nil {
 		return err
 	}
+	if os.Getenv("SLUICE_JOIN") == "1" {
+		f.join = true
+	}
+	if f.join && p.Name == "local" {
+		return usageErr("--join: --provider local runs its emulator inside each process, so workers would not see each other's batches; run 'sluice emulate' and use --provider openai with OPENAI_BASE_URL pointing at it")
+	}
+	if f.leaseTTL < 30*time.Millisecond {
+		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
+	}
 	log, err := g.logger(os.Stderr)
 	if err != nil {
 		return err
@@ -200,12 +209,6 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 
 	if err := checkOutputFree(ctx, g, &f.jobFlags, input, out); err != nil {
 		return err
-	}
-	if os.Getenv("SLUICE_JOIN") == "1" {
-		f.join = true
-	}
-	if f.leaseTTL < 30*time.Millisecond {
-		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
 	}
 	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log, &workerOpts{join: f.join, ttl: f.leaseTTL, stop: stop})
 	if errors.Is(err, errStopped) {

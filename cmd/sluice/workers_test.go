@@ -335,3 +335,35 @@ func statusWorkers(t *testing.T, env []string) []statusWorkerJSON {
 }
 
 var _ = fmt.Sprint
+
+// TestJoinKeepsTheLoneRunsLock: a run without --join still refuses while
+// --join workers drive the job (and says how to join), and --join refuses
+// --provider local, whose emulator lives inside each process.
+func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
+	emu := startEmulator(t, "--batch-time", "3s")
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 20)
+	out := filepath.Join(dir, "o.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	w := startWorkerProc(t, env, "run", in, "--out", out, "--provider", "openai", "--join", "--keep-provider-files",
+		"--poll-interval", "200ms", "--max-poll-interval", "500ms")
+	deadline := time.Now().Add(30 * time.Second)
+	for len(statusWorkers(t, env)) == 0 {
+		if time.Now().After(deadline) || w.exited() {
+			t.Fatalf("the --join worker never registered:\n%s", w.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai")
+	if r.code != 1 || !strings.Contains(r.stderr, "--join") {
+		t.Fatalf("lone run beside a --join worker: exit %d, %q; want 1 and a pointer to --join", r.code, r.stderr)
+	}
+	r = runSluice(t, stateEnv(dir), "run", in, "--out", filepath.Join(dir, "local.jsonl"), "--join")
+	if r.code != 2 || !strings.Contains(r.stderr, "--provider local") {
+		t.Fatalf("--join with --provider local: exit %d, %q; want 2", r.code, r.stderr)
+	}
+	<-w.done
+	if w.code != 0 {
+		t.Fatalf("the --join worker exited %d:\n%s", w.code, w.stderr.String())
+	}
+}
