@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -162,7 +163,7 @@ func (w *worker) claim(ctx context.Context, c *sluice.Chunk) (func(), bool, erro
 // committed meanwhile and reuses it), or found planned. While another
 // worker holds the role, it waits for that plan; when that worker dies
 // mid-plan, its role expires and this one plans from scratch.
-func (w *worker) planOnce(ctx context.Context, stop <-chan struct{}, plan func() (*prepared, error)) (*prepared, error) {
+func (w *worker) planOnce(ctx context.Context, stop <-chan struct{}, plan func() (*lifecycle.Prepared, error)) (*lifecycle.Prepared, error) {
 	waiting := false
 	for {
 		job, err := w.db.Job(ctx, w.job)
@@ -227,23 +228,4 @@ func (w *worker) mergeOnce(ctx context.Context, stop <-chan struct{}, doneBefore
 			return false, err
 		}
 	}
-}
-
-// advanceJob moves job from one state to the next, unless another worker
-// moved it first: then job takes the state the store holds.
-func advanceJob(ctx context.Context, db *tracker.DB, job *sluice.Job, to sluice.JobState) error {
-	err := db.SetJobState(ctx, job.ID, job.State, to)
-	if err == nil {
-		job.State = to
-		return nil
-	}
-	if !errors.Is(err, tracker.ErrConflict) {
-		return err
-	}
-	fresh, ferr := db.Job(ctx, job.ID)
-	if ferr != nil {
-		return ferr
-	}
-	job.State = fresh.State
-	return nil
 }
