@@ -360,3 +360,27 @@ func TestOpenAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanLock: one holder of a job's plan lock at a time on a machine;
+// another job's is another lock; unlocking frees it.
+func TestPlanLock(t *testing.T) {
+	db := open(t)
+	l, ok, err := db.TryLockPlan("j")
+	if err != nil || !ok {
+		t.Fatalf("first TryLockPlan: %v %v", ok, err)
+	}
+	if _, ok, err := db.TryLockPlan("j"); ok || err != nil {
+		t.Fatalf("second TryLockPlan while held: %v %v, want refused", ok, err)
+	}
+	o, ok, err := db.TryLockPlan("other")
+	if err != nil || !ok {
+		t.Fatalf("another job's plan lock: %v %v", ok, err)
+	}
+	o.Unlock()
+	l.Unlock()
+	l, ok, err = db.TryLockPlan("j")
+	if err != nil || !ok {
+		t.Fatalf("TryLockPlan after unlock: %v %v", ok, err)
+	}
+	l.Unlock()
+}

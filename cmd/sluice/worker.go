@@ -41,6 +41,8 @@ type leaseStore interface {
 	ReleaseChunk(ctx context.Context, job string, chunk int64, worker string) error
 	ClaimRole(ctx context.Context, job, role, worker string, ttl time.Duration) (bool, error)
 	ReleaseRole(ctx context.Context, job, role, worker string) error
+	// TryLockPlan takes the job's plan lock on this machine, if free.
+	TryLockPlan(job string) (*tracker.Lock, bool, error)
 }
 
 var _ leaseStore = (*tracker.DB)(nil)
@@ -178,12 +180,22 @@ func (w *worker) planOnce(ctx context.Context, stop <-chan struct{}, plan func()
 			return nil, err
 		}
 		if ok {
-			defer func() {
-				if err := w.db.ReleaseRole(context.WithoutCancel(ctx), w.job, sluice.RolePlan, w.id); err != nil {
-					w.log.Warn().Err(err).Msg("could not release the plan role; it expires by itself")
-				}
-			}()
-			return plan()
+			// The role says no worker anywhere plans; the plan lock, that no
+			// live process on this machine does (its heartbeats may be
+			// starved by its own plan's writes).
+			lk, locked, err := w.db.TryLockPlan(w.job)
+			if err != nil {
+				return nil, err
+			}
+			if locked {
+				defer lk.Unlock()
+				defer func() {
+					if err := w.db.ReleaseRole(context.WithoutCancel(ctx), w.job, sluice.RolePlan, w.id); err != nil {
+						w.log.Warn().Err(err).Msg("could not release the plan role; it expires by itself")
+					}
+				}()
+				return plan()
+			}
 		}
 		if !waiting {
 			w.log.Info().Msg("another worker is planning the job; waiting for its plan")

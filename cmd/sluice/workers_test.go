@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -366,4 +367,68 @@ func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
 	if w.code != 0 {
 		t.Fatalf("the --join worker exited %d:\n%s", w.code, w.stderr.String())
 	}
+}
+
+// TestWorkerKilledMidPlanIsReplanned: a worker SIGKILLed while it plans
+// leaves the job in planning (and its plan role held until it expires); a
+// worker started next plans it from scratch and drives it to the end.
+func TestWorkerKilledMidPlanIsReplanned(t *testing.T) {
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 20000)
+	out := filepath.Join(dir, "o.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_JOIN=1")
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--poll-interval", "50ms",
+		"--max-poll-interval", "200ms", "--lease-ttl", "600ms", "--log-format", "json", "--keep-provider-files"}
+	planner := startWorkerProc(t, env, args...)
+	deadline := time.Now().Add(60 * time.Second)
+	for jobState(t, dir) != "planning" {
+		if time.Now().After(deadline) || planner.exited() {
+			t.Fatalf("never saw the job planning (state %q):\n%s", jobState(t, dir), planner.stderr.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	planner.kill()
+	if st := jobState(t, dir); st != "planning" {
+		t.Fatalf("the planner was killed with the job %s, want planning: make the input bigger", st)
+	}
+	next := startWorkerProc(t, env, args...)
+	select {
+	case <-next.done:
+	case <-time.After(120 * time.Second):
+		t.Fatalf("the next worker did not finish:\n%s", next.stderr.String())
+	}
+	if next.code != 0 {
+		t.Fatalf("the next worker exited %d:\n%s", next.code, next.stderr.String())
+	}
+	if se := next.stderr.String(); !strings.Contains(se, "planning again from scratch") || !strings.Contains(se, `"message":"job planned"`) {
+		t.Errorf("the next worker did not plan the job again:\n%s", se)
+	}
+	checkOutput(t, out, ids)
+}
+
+// jobState is the state of the only job in the state directory ("" when
+// there is none yet), read straight from the database: fast enough to
+// catch a plan in progress.
+func jobState(t *testing.T, dir string) string {
+	var st string
+	queryState(t, dir, `SELECT state FROM jobs LIMIT 1`, &st)
+	return st
+}
+
+// workerRows counts the workers registered in the state directory.
+func workerRows(t *testing.T, dir string) int {
+	var n int
+	queryState(t, dir, `SELECT COUNT(*) FROM workers`, &n)
+	return n
+}
+
+func queryState(t *testing.T, dir, q string, dst any) {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "state", tracker.DBName)+"?mode=ro&_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.QueryRow(q).Scan(dst)
 }
