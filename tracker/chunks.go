@@ -103,16 +103,9 @@ func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func
 	return rows.Err()
 }
 
-// FinishChunk implements sluice.Store. New chunks with an id of 0 or
-// less get theirs here, inside the transaction, after the job's highest
-// (sluice.Finish): workers concluding chunks of one job at once cannot
-// hand out the same id. The ids are written back into f once committed.
-// (SQLite's write transactions are exclusive; a backend that lets two run
-// at once must lock the job's row first.)
+// FinishChunk implements sluice.Store.
 func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
-	ids := make([]int64, len(f.NewChunks))
-	moved := make([]int64, len(f.Moved))
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	return d.tx(ctx, func(tx *sql.Tx) error {
 		if err := updateChunk(ctx, tx, f.Chunk, f.From, d.now()); err != nil {
 			return err
 		}
@@ -121,36 +114,23 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		if err != nil {
 			return err
 		}
-		assigned := map[int64]int64{} // placeholder -> id
-		var next int64
-		for i, c := range f.NewChunks {
-			id := c.ID
-			if id <= 0 {
-				if _, dup := assigned[id]; dup {
-					return fmt.Errorf("new chunks of chunk %d share the placeholder id %d", f.Chunk.ID, id)
-				}
-				if next == 0 {
-					if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = ?`, job).Scan(&next); err != nil {
-						return fmt.Errorf("allocate chunk ids: %w", err)
-					}
-				}
-				id, assigned[c.ID] = next, next
-				next++
+		if len(f.NewChunks) > 0 && f.NewChunks[0].ID == 0 {
+			// Several workers may end chunks of the job at once: the ids
+			// are given here, under the transaction's write lock.
+			var next int64
+			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = ?`, job).Scan(&next); err != nil {
+				return err
 			}
-			ids[i] = id
-			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				job, id, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
-				return fmt.Errorf("record chunk %d: %w", id, err)
+			for i, c := range f.NewChunks {
+				c.ID = next + int64(i)
 			}
 		}
-		for i, r := range f.Moved {
-			moved[i] = r.Chunk
-			if id, ok := assigned[r.Chunk]; ok {
-				moved[i] = id
-			} else if r.Chunk <= 0 {
-				return fmt.Errorf("request #%d moved to chunk %d, which is not among the new chunks", r.Ordinal, r.Chunk)
+		for _, c := range f.NewChunks {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
+				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
+				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
+				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
 		}
 		fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
@@ -176,8 +156,14 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		defer mv.Close()
-		for i, r := range f.Moved {
-			res, err := mv.Exec(moved[i], r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
+		for _, r := range f.Moved {
+			if i, ok := sluice.NewChunkIndex(r.Chunk); ok {
+				if i >= len(f.NewChunks) {
+					return fmt.Errorf("request #%d moved to new chunk %d of %d", r.Ordinal, i, len(f.NewChunks))
+				}
+				r.Chunk = f.NewChunks[i].ID
+			}
+			res, err := mv.Exec(r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
 			if err != nil {
 				return err
 			}
@@ -187,16 +173,6 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	for i, c := range f.NewChunks {
-		c.ID = ids[i]
-	}
-	for i := range f.Moved {
-		f.Moved[i].Chunk = moved[i]
-	}
-	return nil
 }
 
 // RequestStates implements sluice.Store.
