@@ -49,11 +49,12 @@ var _ leaseStore = (*tracker.DB)(nil)
 
 // worker is this process as one worker of a job.
 type worker struct {
-	db  leaseStore
-	job string
-	id  string
-	ttl time.Duration
-	log zerolog.Logger
+	db   leaseStore
+	job  string
+	id   string
+	host string
+	ttl  time.Duration
+	log  zerolog.Logger
 
 	cancel context.CancelFunc // stops the heartbeat
 	wg     sync.WaitGroup
@@ -68,7 +69,7 @@ func startWorker(ctx context.Context, db leaseStore, job string, ttl time.Durati
 	host, _ := os.Hostname()
 	var r [4]byte
 	rand.Read(r[:])
-	w := &worker{db: db, job: job, ttl: ttl,
+	w := &worker{db: db, job: job, ttl: ttl, host: host,
 		id: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))}
 	w.log = log.With().Str("job", job).Str("worker", w.id).Logger()
 	if err := db.RegisterWorker(ctx, job, sluice.Worker{ID: w.id, Host: host, PID: os.Getpid()}); err != nil {
@@ -95,7 +96,7 @@ func (w *worker) heartbeat(ctx context.Context) {
 		if errors.Is(err, tracker.ErrNotFound) {
 			// Removed (by an exclusive run that took the job over): say
 			// again that this worker is alive; its lost leases are lost.
-			err = w.db.RegisterWorker(ctx, w.job, sluice.Worker{ID: w.id, PID: os.Getpid()})
+			err = w.db.RegisterWorker(ctx, w.job, sluice.Worker{ID: w.id, Host: w.host, PID: os.Getpid()})
 		}
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("heartbeat failed; leases expire unless the next one lands")
