@@ -171,12 +171,3 @@ func (d *DB) Workers(ctx context.Context, job string) ([]sluice.Worker, error) {
 	}
 	return ws, rows.Err()
 }
-
-// Chunk returns one chunk of a job.
-func (d *DB) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
-	c, err := scanChunk(d.db.QueryRowContext(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = ? AND id = ?`, job, id))
-	if err == sql.ErrNoRows {
-		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, ErrNotFound)
-	}
-	return c, err
-}
