@@ -93,19 +93,19 @@ func (l *Lock) Unlock() error {
 	return err
 }
 
-// TryLockPlan takes the job's plan lock (a flock on a file of its own
-// beside the job's lock) without waiting: ok false when another process
+// TryLockPlan takes the job's plan lock (a flock on locks/plan/JOB.lock,
+// a file of its own beside the job's lock) without waiting: ok false when another process
 // on this machine holds it. A worker plans only while it holds this lock
 // as well as the job's plan role (docs/scale-out.md, "Many workers"): a
 // planner's heartbeats can be starved of SQLite's write lock by its own
 // plan's transactions for longer than a lease lives, and the kernel frees
 // the flock the moment the planner dies, which no lease can tell.
 func (d *DB) TryLockPlan(job string) (l *Lock, ok bool, err error) {
-	dir := filepath.Join(d.dir, "locks")
+	dir := filepath.Join(d.dir, "locks", "plan")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, false, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, job+".plan.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, job+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, false, err
 	}
