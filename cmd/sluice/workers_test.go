@@ -185,7 +185,7 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_JOIN=1")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "12",
 		"--concurrency", "3", "--poll-interval", "100ms", "--max-poll-interval", "400ms",
-		"--lease-ttl", "900ms", "--reconcile-grace", "1s", "--log-format", "json",
+		"--lease-ttl", "900ms", "--reconcile-grace", "1s", "--log-format", "json", "--max-attempts", "8",
 		"--keep-provider-files"} // deleting ~100 files at the emulator takes long
 	workers := make([]*workerProc, 3)
 	for i := range workers {
