@@ -219,6 +219,7 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 	// Chaos: kill a random worker and start another in its place.
 	rng := rand.New(rand.NewPCG(1, 2))
 	kills := 0
+	var all []*workerProc // every worker, killed or not, for its log
 	chaosEnd := time.Now().Add(6 * time.Second)
 	for time.Now().Before(chaosEnd) {
 		time.Sleep(time.Duration(250+rng.IntN(600)) * time.Millisecond)
@@ -229,6 +230,7 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 		}
 		w.kill()
 		kills++
+		all = append(all, w)
 		workers[i] = startWorkerProc(t, env, args...)
 	}
 	if kills < 4 {
@@ -260,7 +262,15 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 		t.Errorf("the emulator processed %d requests more than once", n)
 	}
 	checkOneBatchPerAttempt(t, filepath.Join(dir, "state"), emu.addr)
-	t.Logf("%d kills; finished %s after the last", kills, time.Since(chaosEnd).Round(time.Millisecond))
+	reconciled := 0
+	for _, w := range append(all, workers...) {
+		reconciled += strings.Count(w.stderr.String(), `"message":"reconciled: `)
+	}
+	if reconciled == 0 {
+		t.Errorf("no kill left a chunk mid-call for another worker to reconcile: the test did not exercise leases expiring")
+	}
+	t.Logf("%d kills; %d chunks a killed worker left mid-call reconciled by another; finished %s after the last kill",
+		kills, reconciled, time.Since(chaosEnd).Round(time.Millisecond))
 }
 
 // TestWorkersStartedAtOncePlanOnce: two workers started at the same moment
