@@ -73,6 +73,24 @@ func (d *DB) ForgetWorkers(ctx context.Context, job string) error {
 	})
 }
 
+// PruneWorkers removes the workers of job whose last heartbeat is before
+// before and that hold no unexpired lease or role: workers killed without
+// unregistering, whose leases have run out. It returns how many it
+// removed. A worker removed while alive (its heartbeats starved) finds out
+// at its next heartbeat (ErrNotFound) and registers again.
+func (d *DB) PruneWorkers(ctx context.Context, job string, before time.Time) (int, error) {
+	now := ns(d.now())
+	res, err := d.db.ExecContext(ctx, `DELETE FROM workers WHERE job_id = ? AND heartbeat_at < ?
+		AND NOT EXISTS (SELECT 1 FROM chunk_leases l WHERE l.job_id = workers.job_id AND l.worker_id = workers.id AND l.expires_at > ?)
+		AND NOT EXISTS (SELECT 1 FROM job_roles r WHERE r.job_id = workers.job_id AND r.worker_id = workers.id AND r.expires_at > ?)`,
+		job, ns(before), now, now)
+	if err != nil {
+		return 0, fmt.Errorf("prune the workers of job %s: %w", job, err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
 // Heartbeat records that worker is alive and extends every chunk lease
 // and role it holds to now+ttl. A worker that is not registered (it was
 // removed) gets ErrNotFound.

@@ -381,3 +381,30 @@ func TestPlanLock(t *testing.T) {
 	}
 	l.Unlock()
 }
+
+// TestPruneWorkers removes workers silent since a time whose leases and
+// roles have run out, and only those.
+func TestPruneWorkers(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	clk := withClock(db)
+	planJob(t, db, "j", 2)
+	ttl := 10 * time.Second
+	register(t, db, "j", "dead", "holder", "alive")
+	claim(t, db, "j", 1, "holder", time.Hour) // a long lease, still running
+	clk.add(time.Minute)
+	if err := db.Heartbeat(ctx, "j", "alive", ttl); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.PruneWorkers(ctx, "j", clk.now().Add(-3*ttl))
+	if err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want 1", n, err)
+	}
+	ws, _ := db.Workers(ctx, "j")
+	if len(ws) != 2 || ws[0].ID != "alive" || ws[1].ID != "holder" { // same start: by id
+		t.Errorf("workers after pruning: %+v, want holder and alive", ws)
+	}
+	if err := db.Heartbeat(ctx, "j", "dead", ttl); !errors.Is(err, tracker.ErrNotFound) {
+		t.Errorf("a pruned worker's heartbeat: %v, want ErrNotFound", err)
+	}
+}

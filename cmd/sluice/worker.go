@@ -41,6 +41,7 @@ type leaseStore interface {
 	ReleaseChunk(ctx context.Context, job string, chunk int64, worker string) error
 	ClaimRole(ctx context.Context, job, role, worker string, ttl time.Duration) (bool, error)
 	ReleaseRole(ctx context.Context, job, role, worker string) error
+	PruneWorkers(ctx context.Context, job string, before time.Time) (int, error)
 	// TryLockPlan takes the job's plan lock on this machine, if free.
 	TryLockPlan(job string) (*tracker.Lock, bool, error)
 }
@@ -75,6 +76,7 @@ func startWorker(ctx context.Context, db leaseStore, job string, ttl time.Durati
 	if err := db.RegisterWorker(ctx, job, sluice.Worker{ID: w.id, Host: host, PID: os.Getpid()}); err != nil {
 		return nil, err
 	}
+	w.prune(ctx)
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
 	w.wg.Add(1)
@@ -114,6 +116,18 @@ func (w *worker) close() {
 	w.wg.Wait()
 	if err := w.db.UnregisterWorker(context.Background(), w.job, w.id); err != nil {
 		w.log.Warn().Err(err).Msg("could not unregister the worker; its leases expire by themselves")
+	}
+	w.prune(context.Background())
+}
+
+// prune removes the rows of workers killed without unregistering (silent
+// for three lease lives, nothing held), so that status lists the workers
+// there are.
+func (w *worker) prune(ctx context.Context) {
+	if n, err := w.db.PruneWorkers(ctx, w.job, time.Now().Add(-3*w.ttl)); err != nil {
+		w.log.Warn().Err(err).Msg("could not remove the rows of dead workers")
+	} else if n > 0 {
+		w.log.Info().Int("workers", n).Msg("removed the rows of workers that stopped without leaving")
 	}
 }
 

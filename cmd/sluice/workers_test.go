@@ -262,6 +262,21 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 		t.Errorf("the emulator processed %d requests more than once", n)
 	}
 	checkOneBatchPerAttempt(t, filepath.Join(dir, "state"), emu.addr)
+	// Workers that finished left; only killed ones can still be listed
+	// (those killed within three lease lives of the end).
+	killedPID := map[int]bool{}
+	for _, w := range all {
+		killedPID[w.cmd.Process.Pid] = true
+	}
+	left := statusWorkers(t, env)
+	for _, w := range left {
+		if !killedPID[w.PID] {
+			t.Errorf("worker pid %d exited but is still listed", w.PID)
+		}
+	}
+	if len(left) >= kills {
+		t.Errorf("%d of %d killed workers still listed: dead workers are never removed", len(left), kills)
+	}
 	reconciled := 0
 	for _, w := range append(all, workers...) {
 		reconciled += strings.Count(w.stderr.String(), `"message":"reconciled: `)
