@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -360,7 +361,13 @@ func statusWorkers(t *testing.T, env []string) []statusWorkerJSON {
 	return ws
 }
 
-var _ = fmt.Sprint
+func hostname(t *testing.T) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
 
 // TestJoinKeepsTheLoneRunsLock: a run without --join still refuses while
 // --join workers drive the job (and says how to join), and --join refuses
@@ -379,6 +386,9 @@ func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
 			t.Fatalf("the --join worker never registered:\n%s", w.stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if r := runSluice(t, env, "status"); r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("worker:   %s pid %d, last heartbeat ", hostname(t), w.cmd.Process.Pid)) {
+		t.Errorf("status does not show the worker (exit %d):\n%s", r.code, r.stdout)
 	}
 	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai")
 	if r.code != 1 || !strings.Contains(r.stderr, "--join") {
