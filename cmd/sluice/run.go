@@ -62,6 +62,12 @@ pass the cap (exit 3 when nothing more fits; run again with a higher cap),
 and --reuse (the default) answers requests an earlier job already bought
 from its results instead of buying them again.
 
+Workers (docs/scale-out.md): one run drives a job, and a second run of it
+refuses while the first holds its lock. Runs started with --join share the
+job instead: one plans, each batch's next step is leased to one of them at
+a time (a killed worker's leases pass to the others --lease-ttl after its
+last heartbeat), one merges and the others exit 0.
+
 Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
