@@ -451,13 +451,6 @@ func jobState(t *testing.T, dir string) string {
 	return st
 }
 
-// workerRows counts the workers registered in the state directory.
-func workerRows(t *testing.T, dir string) int {
-	var n int
-	queryState(t, dir, `SELECT COUNT(*) FROM workers`, &n)
-	return n
-}
-
 func queryState(t *testing.T, dir, q string, dst any) {
 	t.Helper()
 	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "state", tracker.DBName)+"?mode=ro&_busy_timeout=5000")
