@@ -71,10 +71,16 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 		lock.Unlock()
 		db.Close()
 	}
-	bar := newPlanProgress(os.Stderr)
-	plan := func() (*lifecycle.Prepared, error) {
-		return lifecycle.Prepare(ctx, db, f.spec(db, p, input, id, bar.update, log))
+	files, err := jobStore(ctx, f, db.Dir()) // --store (objects.go)
+	if err != nil {
+		close()
+		return nil, nil, nil, nil, err
 	}
+	spec := f.spec(db, p, input, id, nil, log)
+	spec.Objects, spec.Files = objects, files
+	bar := newPlanProgress(os.Stderr)
+	spec.Progress = bar.update
+	plan := func() (*lifecycle.Prepared, error) { return lifecycle.Prepare(ctx, db, spec) }
 	if wk != nil {
 		pr, err = wk.planOnce(ctx, wo.stop, plan)
 	} else {
