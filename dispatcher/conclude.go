@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -151,11 +150,10 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 		errCopy.Attempts = e.c.Attempt
 		line.Error = &errCopy
 	}
-	js, err := json.Marshal(line)
-	if err != nil {
+	var err error
+	if e.buf, err = sluice.AppendResultLine(e.buf[:0], e.reqs[i].Ordinal, failed, &line); err != nil {
 		return fatal(fmt.Errorf("encode result of %q: %w", e.ids[i], err))
 	}
-	e.buf = sluice.AppendResultRecord(e.buf[:0], e.reqs[i].Ordinal, failed, js)
 	if _, err := e.w.Write(e.buf); err != nil {
 		return fatal(err)
 	}
