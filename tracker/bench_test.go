@@ -98,3 +98,45 @@ func BenchmarkFinishChunk(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "us/request")
 }
+
+// BenchmarkChunkRequests reads one 50,000-request chunk of a 200,000-request
+// job, as conclude does when a batch ends.
+func BenchmarkChunkRequests(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n, per = 200_000, 50_000
+	db, err := tracker.Open(ctx, filepath.Join(b.TempDir(), "s"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/x", Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := make([]sluice.Request, 0, 512)
+	for k := 0; k < n; k++ {
+		rows = append(rows, sluice.Request{Ordinal: int64(k), Line: int64(k + 1), CustomID: fmt.Sprint("req-", k),
+			Chunk: int64(k/per + 1), Index: k % per, Offset: int64(k%per) * 700, Length: 700, Tokens: 150})
+		if len(rows) == cap(rows) || k == n-1 {
+			if err := p.AddRequests(rows); err != nil {
+				b.Fatal(err)
+			}
+			rows = rows[:0]
+		}
+	}
+	for c := 1; c <= n/per; c++ {
+		p.AddChunk(&sluice.Chunk{ID: int64(c), URL: "u", Model: "m", Path: "p", Requests: per})
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{}, n, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		got := 0
+		if err := db.ChunkRequests(ctx, "j", 3, func(*sluice.Request) error { got++; return nil }); err != nil || got != per {
+			b.Fatal(got, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*per), "ns/request")
+}
