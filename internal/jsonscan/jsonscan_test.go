@@ -123,10 +123,21 @@ func TestMembers(t *testing.T) {
 	}
 }
 
+// benchLine is a result line of the emulator's chat completions.
+var benchLine = []byte(`{"id":"batch_req_0123456789abcdef01234567","custom_id":"req-0","response":{"status_code":200,"request_id":"req_83734086b7d42d9cecae18860261936b","body":{"id":"chatcmpl-49ac829d9af37f932a265a2d","object":"chat.completion","created":1795420250,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":"echo: t nialpxe atad ni esualc hcihw noitpecxe","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":148,"completion_tokens":12,"total_tokens":160,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_emulator"}},"error":null}`)
+
 func BenchmarkValid(b *testing.B) {
-	line := []byte(seeds[len(seeds)-3])
-	b.SetBytes(int64(len(line)))
-	for b.Loop() {
-		Valid(line)
+	for _, bc := range []struct {
+		name string
+		fn   func([]byte) bool
+	}{{"json.Valid", json.Valid}, {"Valid", Valid}, {"Canonical", Canonical}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(benchLine)))
+			for b.Loop() {
+				if !bc.fn(benchLine) {
+					b.Fatal("invalid")
+				}
+			}
+		})
 	}
 }
