@@ -57,15 +57,21 @@ func BenchmarkPlanRows(b *testing.B) {
 	}
 }
 
-// BenchmarkFinishChunk records the end of a 50,000-request chunk: every
-// request's outcome in one transaction, as the dispatcher does, with the
-// ledger rows of the successes (every request has a body key, as in a
-// run).
+// BenchmarkFinishChunk records the end of a 50,000-request chunk of a
+// 200,000-request job: every request's outcome in one transaction, as the
+// dispatcher does, with (ledger=true, as in a run) or without the ledger
+// rows of the successes.
 func BenchmarkFinishChunk(b *testing.B) {
+	for _, ledger := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ledger=%v", ledger), func(b *testing.B) { benchFinishChunk(b, ledger) })
+	}
+}
+
+func benchFinishChunk(b *testing.B, ledger bool) {
 	// The dispatcher's context can be cancelled, as here.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const n = 50_000
+	const n, per = 200_000, 50_000
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -77,17 +83,23 @@ func BenchmarkFinishChunk(b *testing.B) {
 		rows := make([]sluice.Request, n)
 		fin := &sluice.Finish{From: sluice.ChunkPending}
 		for k := range rows {
-			bk := sha256.Sum256([]byte(fmt.Sprint("body-", i, "-", k)))
-			rows[k] = sluice.Request{Ordinal: int64(k), Line: int64(k + 1), CustomID: fmt.Sprint("id-", k), Chunk: 1, Index: k,
-				BodyKey: bk[:16]}
-			fin.Outcomes = append(fin.Outcomes, sluice.Outcome{Ordinal: int64(k), State: sluice.RequestSucceeded,
-				Offset: int64(k) * 700, Length: 700})
+			rows[k] = sluice.Request{Ordinal: int64(k), Line: int64(k + 1), CustomID: fmt.Sprint("id-", k), Chunk: int64(k/per + 1), Index: k % per}
+			if ledger {
+				bk := sha256.Sum256([]byte(fmt.Sprint("body-", i, "-", k)))
+				rows[k].BodyKey = bk[:16]
+			}
+			if k/per == 2 {
+				fin.Outcomes = append(fin.Outcomes, sluice.Outcome{Ordinal: int64(k), State: sluice.RequestSucceeded,
+					Offset: int64(k%per) * 700, Length: 700})
+			}
 		}
 		p.AddRequests(rows)
-		p.AddChunk(&sluice.Chunk{ID: 1, URL: "u", Model: "m", Path: "p", Requests: n})
+		for c := 1; c <= n/per; c++ {
+			p.AddChunk(&sluice.Chunk{ID: int64(c), URL: "u", Model: "m", Path: "p", Requests: per})
+		}
 		p.Commit(ctx, sluice.Fingerprint{}, n, 0)
 		cs, _ := db.Chunks(ctx, "j")
-		fin.Chunk = cs[0]
+		fin.Chunk = cs[2]
 		fin.Chunk.State = sluice.ChunkDone
 		b.StartTimer()
 		if err := db.FinishChunk(ctx, fin); err != nil {
@@ -96,7 +108,7 @@ func BenchmarkFinishChunk(b *testing.B) {
 		b.StopTimer()
 		db.Close()
 	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "us/request")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*per), "us/request")
 }
 
 // BenchmarkChunkRequests reads one 50,000-request chunk of a 200,000-request
