@@ -152,3 +152,33 @@ func BenchmarkChunkRequests(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*per), "ns/request")
 }
+
+// BenchmarkExpected reads every (ordinal, custom_id) of a 200,000-request
+// job in order, as the merge does.
+func BenchmarkExpected(b *testing.B) {
+	ctx := context.Background()
+	const n = 200_000
+	db, err := tracker.Open(ctx, filepath.Join(b.TempDir(), "s"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	p, _ := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/x", Dir: b.TempDir()})
+	rows := make([]sluice.Request, n)
+	for k := range rows {
+		rows[k] = sluice.Request{Ordinal: int64(k), Line: int64(k + 1), CustomID: fmt.Sprint("req-", k), Chunk: 1, Index: k}
+	}
+	p.AddRequests(rows)
+	p.AddChunk(&sluice.Chunk{ID: 1, URL: "u", Model: "m", Path: "p", Requests: n})
+	if err := p.Commit(ctx, sluice.Fingerprint{}, n, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		got := 0
+		if err := db.Expected(ctx, "j", func(o int64, id string) bool { got++; return o >= 0 }); err != nil || got != n {
+			b.Fatal(got, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/request")
+}
