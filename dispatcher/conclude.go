@@ -195,7 +195,8 @@ func (e *ending) describe(missing int) []string {
 func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, fill func(*ending) error) error {
 	d.finishMu.Lock()
 	defer d.finishMu.Unlock()
-	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests)}
+	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests),
+		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests)}
 	if err := d.store.ChunkRequests(ctx, d.job.ID, c.ID, func(r *sluice.Request) error {
 		if r.State != sluice.RequestPending {
 			return fmt.Errorf("chunk %d: request %q is already %s", c.ID, r.CustomID, r.State)
