@@ -272,7 +272,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	}
 	fin := &sluice.Finish{Chunk: c, From: from, Outcomes: e.outcomes}
 	if len(e.retry) > 0 {
-		if fin.NewChunks, fin.Moved, err = d.regroup(c, e.reqs, e.retry); err != nil {
+		if fin.NewChunks, fin.Moved, err = d.regroup(ctx, c, e.reqs, e.retry); err != nil {
 			return fatal(fmt.Errorf("chunk %d: regroup retries: %w", c.ID, err))
 		}
 	}
@@ -301,6 +301,12 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		}
 		c.SetError(code, strings.Join(notes, "; "))
 	}
+	// What the tracker is about to record must outlive this machine.
+	for _, rel := range append([]string{rel}, chunkPaths(fin.NewChunks)...) {
+		if err := d.put(ctx, rel); err != nil {
+			return fatal(fmt.Errorf("chunk %d: store %s: %w", c.ID, rel, err))
+		}
+	}
 	if err := d.store.FinishChunk(ctx, fin); err != nil {
 		return fatal(err)
 	}
@@ -314,4 +320,12 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	ev.Int("final", len(e.outcomes)).Int("retried", len(e.retry)).Int("missing", missing).
 		Int64("input_tokens", e.usage.InputTokens).Int64("output_tokens", e.usage.OutputTokens).Msg("chunk recorded")
 	return nil
+}
+
+func chunkPaths(cs []*sluice.Chunk) []string {
+	var ps []string
+	for _, c := range cs {
+		ps = append(ps, c.Path)
+	}
+	return ps
 }

@@ -78,6 +78,40 @@ type Options struct {
 	// about the input estimate (tracker.DB.Learned); the cap and
 	// MaxEnqueuedTokens use it.
 	Learned func(ctx context.Context) (map[string]sluice.Learned, error)
+	// Files, if set, keeps the job's chunk and results files in a shared
+	// store as well as in the job directory (--store; docs/scale-out.md,
+	// "Object storage").
+	Files Files
+}
+
+// Files is the job's files in a shared store, by their path relative to
+// the job directory. The job directory is then a cache: a worker on
+// another machine, or one restarted with an empty disk, fetches what it
+// lacks.
+type Files interface {
+	// Fetch makes sure the file rel is in the job directory, copying it
+	// from the store when it is not.
+	Fetch(ctx context.Context, rel string) error
+	// Put stores the job directory's file rel (complete and synced)
+	// durably. The dispatcher puts a chunk's results file and its next
+	// attempt's chunk files before the tracker records the chunk's end.
+	Put(ctx context.Context, rel string) error
+}
+
+// fetch is Files.Fetch, or nothing without a store.
+func (d *Dispatcher) fetch(ctx context.Context, rel string) error {
+	if d.opts.Files == nil {
+		return nil
+	}
+	return d.opts.Files.Fetch(ctx, rel)
+}
+
+// put is Files.Put, or nothing without a store.
+func (d *Dispatcher) put(ctx context.Context, rel string) error {
+	if d.opts.Files == nil {
+		return nil
+	}
+	return d.opts.Files.Put(ctx, rel)
 }
 
 // DefaultStuckAfter is Options.StuckAfter's default (sluice.DefaultStuckAfter).

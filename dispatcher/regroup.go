@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +13,10 @@ import (
 // regroup builds the chunks of the next attempt from requests of chunk c
 // (indexes into reqs): their wire items are copied byte for byte from c's
 // file and cut under the job's limits like the splitter's chunks.
-func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
+func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
+	if err := d.fetch(ctx, c.Path); err != nil {
+		return nil, nil, err
+	}
 	src, err := os.Open(filepath.Join(d.job.Dir, c.Path))
 	if err != nil {
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/pricing"
 )
 
@@ -45,6 +46,9 @@ type RunOptions struct {
 	// Now is the dispatcher's clock (tests); default time.Now.
 	Now func() time.Time
 	Log zerolog.Logger
+	// Files, if set, keeps the job's chunk and results files in a store
+	// besides the job directory (Spec.Files; objects.go).
+	Files objstore.Store
 }
 
 // Outcome is how a run ended (dispatcher.Finished, Stopped or CapReached).
@@ -88,6 +92,7 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 		grace = sluice.LocalReconcileGrace
 	}
 	return dispatcher.Options{
+		Files:       filesOf(o.Files, job),
 		Concurrency: o.Concurrency, PollInterval: orDefault(o.PollInterval, poll),
 		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, Once: o.Once,
 		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Now: o.Now,

@@ -35,8 +35,16 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 		lock.Unlock()
 		db.Close()
 	}
+	files, err := jobStore(ctx, f, db.Dir()) // --store (objects.go)
+	if err != nil {
+		close()
+		return nil, nil, nil, err
+	}
+	spec := f.spec(db, p, input, id, nil, log)
+	spec.Objects, spec.Files = objects, files
 	bar := newPlanProgress(os.Stderr)
-	pr, err = lifecycle.Prepare(ctx, db, f.spec(db, p, input, id, bar.update, log))
+	spec.Progress = bar.update
+	pr, err = lifecycle.Prepare(ctx, db, spec)
 	bar.done()
 	if err != nil {
 		close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,6 +45,13 @@ retried in new batches, and merges every result into OUTPUT, one line per
 input request in input order (.gz or .zst names are compressed). Requests
 that failed for good are also written to the errors file.
 
+INPUT and OUTPUT may be objects in S3 or an S3-compatible store
+(s3://BUCKET/KEY): the input is streamed in ranged reads, the output
+uploaded whole by multipart upload. --store keeps the job's chunk and
+results files in a store as well (docs/scale-out.md, "Object storage").
+Credentials and endpoint as the AWS SDKs read them: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL_S3.
+
 Everything is recorded in the state directory before and after each call to
 the provider, so killing sluice at any moment and running the same command
 again resumes the job without buying any batch twice.
@@ -72,8 +78,8 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	f.net.register(cmd)
 	f.money.registerRun(cmd)
 	fs := cmd.Flags()
-	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
-	fs.StringVar(&f.errorsOut, "errors", "", "errors file for requests that failed for good (default: OUTPUT with .errors before the extension)")
+	fs.StringVarP(&f.out, "out", "o", "", "output file or s3://BUCKET/KEY (required); .gz or .zst compresses")
+	fs.StringVar(&f.errorsOut, "errors", "", "errors file (or s3://BUCKET/KEY) for requests that failed for good (default: OUTPUT with .errors before the extension)")
 	fs.StringVar(&f.order, "order", "input", "output order: input (the input's order) or any (as results came, cheaper)")
 	fs.IntVar(&f.concurrency, "concurrency", sluice.DefaultConcurrency, "provider calls in flight at once (uploads, creates, polls, downloads)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default "+sluice.DefaultPollInterval.String()+"; "+sluice.LocalPollInterval.String()+" for --provider local)")
@@ -141,11 +147,11 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err != nil {
 		return err
 	}
-	input, err := filepath.Abs(inputArg)
+	input, err := pathArg(inputArg) // a file, or s3://BUCKET/KEY (objects.go)
 	if err != nil {
 		return err
 	}
-	out, err := filepath.Abs(f.out)
+	out, err := pathArg(f.out)
 	if err != nil {
 		return err
 	}
@@ -197,6 +203,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	defer closeJob()
 	job := pr.Job
+	files, err := jobStore(ctx, &f.jobFlags, db.Dir())
+	if err != nil {
+		return err
+	}
 	if pr.Reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
 		noteSkipInvalid(log, &f.jobFlags, pr)
@@ -237,7 +247,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	outcome, err := lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
 		Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
 		Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
-		StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p)}, stop)
+		StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files}, stop)
 	if bar != nil {
 		bar.done()
 	}
@@ -259,7 +269,8 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		printProgressSummary(ctx, db, job)
 		return silent(exitStopped)
 	}
-	sum, err := lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: out, Errors: f.errorsOut, Order: f.order, Log: log})
+	sum, err := lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: out, Errors: f.errorsOut,
+		Order: f.order, Log: log, Objects: objects, Files: files})
 	if err != nil {
 		return err
 	}
