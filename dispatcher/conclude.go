@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -151,11 +150,10 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 		errCopy.Attempts = e.c.Attempt
 		line.Error = &errCopy
 	}
-	js, err := json.Marshal(line)
-	if err != nil {
+	var err error
+	if e.buf, err = sluice.AppendResultLine(e.buf[:0], e.reqs[i].Ordinal, failed, &line); err != nil {
 		return fatal(fmt.Errorf("encode result of %q: %w", e.ids[i], err))
 	}
-	e.buf = sluice.AppendResultRecord(e.buf[:0], e.reqs[i].Ordinal, failed, js)
 	if _, err := e.w.Write(e.buf); err != nil {
 		return fatal(err)
 	}
@@ -197,7 +195,8 @@ func (e *ending) describe(missing int) []string {
 func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, fill func(*ending) error) error {
 	d.finishMu.Lock()
 	defer d.finishMu.Unlock()
-	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests)}
+	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests),
+		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests)}
 	if err := d.store.ChunkRequests(ctx, d.job.ID, c.ID, func(r *sluice.Request) error {
 		if r.State != sluice.RequestPending {
 			return fmt.Errorf("chunk %d: request %q is already %s", c.ID, r.CustomID, r.State)
@@ -310,9 +309,6 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	}
 	if err := d.store.FinishChunk(ctx, fin); err != nil {
 		return fatal(err)
-	}
-	for _, nc := range fin.NewChunks {
-		d.nextID = max(d.nextID, nc.ID+1)
 	}
 	ev := d.chunkLog(c).Info()
 	if c.ErrorCode == sluice.CodeProviderOutput {

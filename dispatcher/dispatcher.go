@@ -78,6 +78,14 @@ type Options struct {
 	// about the input estimate (tracker.DB.Learned); the cap and
 	// MaxEnqueuedTokens use it.
 	Learned func(ctx context.Context) (map[string]sluice.Learned, error)
+	// Claim, when set, is called before acting on a chunk (submit, poll,
+	// reconcile): it leases the chunk's next step to this worker, and on
+	// success refreshes *c from the store (another worker may have moved
+	// it since it was read). ok false means another worker holds it: the
+	// chunk is left alone this time. release gives the lease back once the
+	// step is done. Nil: this dispatcher is the job's only worker
+	// (docs/scale-out.md, "Many workers").
+	Claim func(ctx context.Context, c *sluice.Chunk) (release func(), ok bool, err error)
 	// Files, if set, keeps the job's chunk and results files in a shared
 	// store as well as in the job directory (--store; docs/scale-out.md,
 	// "Object storage").
@@ -140,9 +148,8 @@ type Dispatcher struct {
 	opts  Options
 	log   zerolog.Logger
 
-	finishMu  sync.Mutex // serialises FinishChunk and new chunk ids
-	createMu  sync.Mutex // serialises creates for sluice.Untagged providers
-	nextID    int64
+	finishMu  sync.Mutex      // serialises FinishChunk
+	createMu  sync.Mutex      // serialises creates for sluice.Untagged providers
 	queueFull map[string]bool // models whose provider queue reported full
 	// alone says, per chunk submitted by this run, whether it went with no
 	// other batch of its model live or submitted beside it.
@@ -202,9 +209,6 @@ func (d *Dispatcher) Run(ctx context.Context, stop <-chan struct{}) (Outcome, er
 	chunks, err := d.store.Chunks(ctx, d.job.ID)
 	if err != nil {
 		return Stopped, err
-	}
-	for _, c := range chunks {
-		d.nextID = max(d.nextID, c.ID+1)
 	}
 	if err := d.reconcile(ctx, chunks); err != nil {
 		return Stopped, err
@@ -305,12 +309,16 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 	var tasks []func(context.Context) (bool, error)
 	var admitted []*sluice.Chunk
 	cancelled := d.job.State == sluice.JobCancelled
+	// Each task acts on one chunk under its lease (Options.Claim).
+	add := func(c *sluice.Chunk, t func(context.Context) (bool, error)) {
+		tasks = append(tasks, d.leased(c, now, t))
+	}
 	for _, c := range chunks {
 		c := c
 		switch c.State {
 		case sluice.ChunkPending, sluice.ChunkUploaded:
 			if cancelled {
-				tasks = append(tasks, func(ctx context.Context) (bool, error) { return true, d.abandon(ctx, c) })
+				add(c, func(ctx context.Context) (bool, error) { return true, d.abandon(ctx, c) })
 				continue
 			}
 			if c.NextPollAt.After(now) && !d.opts.Once {
@@ -339,18 +347,18 @@ func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*
 			liveTokens[c.Model] += queueTokens(c, learned)
 			liveByModel[c.Model]++
 			admitted = append(admitted, c)
-			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.submit(ctx, c) })
+			add(c, func(ctx context.Context) (bool, error) { return d.submit(ctx, c) })
 		case sluice.ChunkSubmitted:
 			if !d.opts.Once && c.NextPollAt.After(now) {
 				continue
 			}
-			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.poll(ctx, c) })
+			add(c, func(ctx context.Context) (bool, error) { return d.poll(ctx, c) })
 		case sluice.ChunkUploading, sluice.ChunkCreating:
 			// Left by a crashed run and not settled yet (see reconcile).
 			if c.NextPollAt.After(now) {
 				continue
 			}
-			tasks = append(tasks, func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })
+			add(c, func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })
 		}
 	}
 	if spend != nil && spend.blocked > 0 && flying == 0 {

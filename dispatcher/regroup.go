@@ -12,7 +12,11 @@ import (
 
 // regroup builds the chunks of the next attempt from requests of chunk c
 // (indexes into reqs): their wire items are copied byte for byte from c's
-// file and cut under the job's limits like the splitter's chunks.
+// file and cut under the job's limits like the splitter's chunks. The new
+// chunks have no id yet: the store gives them theirs when the chunk's end
+// is recorded (sluice.Finish), and the moved requests name them by
+// sluice.NewChunkRef. Their files are named after c and its attempt,
+// which only this end of c writes.
 func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
 	if err := d.fetch(ctx, c.Path); err != nil {
 		return nil, nil, err
@@ -56,7 +60,6 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		cur = nil
 		return nil
 	}
-	next := d.nextID
 	for _, i := range idx {
 		r := reqs[i]
 		if cap(buf) < r.Length {
@@ -83,9 +86,8 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 			}
 		}
 		if cur == nil {
-			cur = &sluice.Chunk{Job: c.Job, ID: next, Attempt: c.Attempt + 1, URL: c.URL, Model: c.Model,
-				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d%s", next, c.Attempt+1, ext)), State: sluice.ChunkPending}
-			next++
+			cur = &sluice.Chunk{Job: c.Job, Attempt: c.Attempt + 1, URL: c.URL, Model: c.Model,
+				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d-r%d%s", c.ID, c.Attempt+1, len(chunks), ext)), State: sluice.ChunkPending}
 			if f, err = os.Create(filepath.Join(d.job.Dir, cur.Path)); err != nil {
 				return nil, nil, err
 			}
@@ -102,7 +104,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		if _, err := w.Write(item); err != nil {
 			return nil, nil, err
 		}
-		r.Chunk, r.Index, r.Offset, r.Attempt = cur.ID, cur.Requests, off, c.Attempt+1
+		r.Chunk, r.Index, r.Offset, r.Attempt = sluice.NewChunkRef(len(chunks)), cur.Requests, off, c.Attempt+1
 		moved = append(moved, r)
 		cur.Requests++
 		cur.EstTokens += r.Tokens

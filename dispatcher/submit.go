@@ -156,7 +156,7 @@ func (d *Dispatcher) reconcile(ctx context.Context, chunks []*sluice.Chunk) erro
 		if c.State != sluice.ChunkUploading && c.State != sluice.ChunkCreating {
 			continue
 		}
-		if _, err := d.reconcileOne(ctx, c); err != nil {
+		if _, err := d.leased(c, d.opts.Now(), func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })(ctx); err != nil {
 			return err
 		}
 	}

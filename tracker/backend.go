@@ -68,6 +68,24 @@ type Backend interface {
 	// LockHolder returns the pid of the live process holding the job's
 	// lock, or 0.
 	LockHolder(ctx context.Context, job string) int
+	// LockJobShared takes the job's lock shared with the other workers of
+	// the job; TryLockPlan takes its plan lock (leases.go).
+	LockJobShared(job string) (*Lock, error)
+	TryLockPlan(job string) (*Lock, bool, error)
+
+	// Many workers on one job (leases.go): the worker registry, chunk
+	// leases and job roles, and one chunk's read.
+	Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error)
+	RegisterWorker(ctx context.Context, job string, w sluice.Worker) error
+	UnregisterWorker(ctx context.Context, job, worker string) error
+	ForgetWorkers(ctx context.Context, job string) error
+	PruneWorkers(ctx context.Context, job string, before time.Time) (int, error)
+	Heartbeat(ctx context.Context, job, worker string, ttl time.Duration) error
+	ClaimChunk(ctx context.Context, job string, chunk int64, worker string, ttl time.Duration) (bool, error)
+	ReleaseChunk(ctx context.Context, job string, chunk int64, worker string) error
+	ClaimRole(ctx context.Context, job, role, worker string, ttl time.Duration) (bool, error)
+	ReleaseRole(ctx context.Context, job, role, worker string) error
+	Workers(ctx context.Context, job string) ([]sluice.Worker, error)
 }
 
 // PlanWriter records one job's plan (Backend.BeginPlan). Beside the

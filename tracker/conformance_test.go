@@ -38,6 +38,14 @@ var conformance = []struct {
 	{"ConcurrentGuardedTransition", testConcurrentGuardedTransition},
 	{"JobTransitionTable", testJobTransitionTable},
 	{"CancelAndFinishFollowTheTable", testCancelAndFinishFollowTheTable},
+	{"ClaimChunkIsExclusiveUntilItExpires", testClaimChunkIsExclusiveUntilItExpires},
+	{"HeartbeatExtendsEveryLeaseOfTheWorker", testHeartbeatExtendsEveryLeaseOfTheWorker},
+	{"ReleaseAndUnregisterFreeLeasesAtOnce", testReleaseAndUnregisterFreeLeasesAtOnce},
+	{"ClaimRoleBeforeTheJobExists", testClaimRoleBeforeTheJobExists},
+	{"ClaimRacesAcrossConnections", testClaimRacesAcrossConnections},
+	{"FinishChunkAllocatesIDs", testFinishChunkAllocatesIDs},
+	{"PlanLock", testPlanLock},
+	{"PruneWorkers", testPruneWorkers},
 }
 
 // testDB is a backend under test, with what the tests need beyond the
@@ -51,6 +59,9 @@ type testDB struct {
 	exec     func(q string) error
 	countQ   func(q string) (int64, error)
 	setClock func(func() time.Time)
+	// reopen opens the same database again: another handle, as another
+	// process has (closed when the test ends).
+	reopen func(t *testing.T) tracker.Backend
 }
 
 func (d *testDB) count(t *testing.T, q string) int {
@@ -78,7 +89,15 @@ var backends = []struct {
 				err = db.SQL().QueryRow(q).Scan(&n)
 				return n, err
 			},
-			setClock: db.SetClock}
+			setClock: db.SetClock,
+			reopen: func(t *testing.T) tracker.Backend {
+				h, err := tracker.Open(context.Background(), db.Dir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { h.Close() })
+				return h
+			}}
 	}},
 	{"postgres", func(t *testing.T) *testDB {
 		dsn := testsrv.Postgres(t)
@@ -90,7 +109,8 @@ var backends = []struct {
 				err = db.Pool().QueryRow(ctx, q).Scan(&n)
 				return n, err
 			},
-			setClock: db.SetClock}
+			setClock: db.SetClock,
+			reopen:   func(t *testing.T) tracker.Backend { return openPostgres(t, dsn) }}
 	}},
 }
 

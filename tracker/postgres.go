@@ -371,6 +371,9 @@ func (p *Postgres) DeleteJob(ctx context.Context, id string) error {
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgPartition(key)); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM chunk_leases WHERE job_id = $1`, id); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
 		return err
 	})

@@ -44,6 +44,34 @@ func (p *Postgres) LockJob(job string) (*Lock, error) {
 	return l, nil
 }
 
+// LockJobShared implements Backend: the job's advisory lock taken shared
+// (pg_try_advisory_lock_shared) by each worker of the job (`sluice run
+// --join`), on every machine that uses the database: any number of shared
+// holders, none while LockJob's exclusive holder has it.
+func (p *Postgres) LockJobShared(job string) (*Lock, error) {
+	l, ok, err := p.advisoryLock(pgLockKey(job), true)
+	if err != nil {
+		return nil, fmt.Errorf("lock job %s: %w", job, err)
+	}
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), pgLockTimeout)
+		defer cancel()
+		return nil, &LockedError{Job: job, PID: p.LockHolder(ctx, job)}
+	}
+	return l, nil
+}
+
+// TryLockPlan implements Backend: the job's plan lock, an advisory lock of
+// its own (another key). On PostgreSQL it holds across machines, and the
+// server frees it the moment the planner's connection drops.
+func (p *Postgres) TryLockPlan(job string) (*Lock, bool, error) {
+	l, ok, err := p.advisoryLock(pgLockKey("\x00plan\x00"+job), false)
+	if err != nil {
+		return nil, false, fmt.Errorf("plan lock of job %s: %w", job, err)
+	}
+	return l, ok, nil
+}
+
 // advisoryLock tries the session advisory lock key (shared or exclusive)
 // on a new connection whose application_name carries this process's pid;
 // ok is false when another session holds it. The lock lives as long as

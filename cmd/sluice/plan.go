@@ -57,7 +57,7 @@ A bad line stops planning with its file, line number, custom_id and reason
 			if err != nil {
 				return err
 			}
-			db, pr, closeJob, err := openJob(ctx, g, &f, p, input, log)
+			db, pr, _, closeJob, err := openJob(ctx, g, &f, p, input, log, nil)
 			if err != nil {
 				return err
 			}
