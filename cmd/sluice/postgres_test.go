@@ -381,3 +381,55 @@ func TestPostgresAndS3EphemeralPod(t *testing.T) {
 		t.Errorf("a SQLite database in the second state directory: %v", err)
 	}
 }
+
+// TestPostgresWorkersOnTwoMachines: two `sluice run --join` workers, each
+// with a state directory of its own (two machines), share one job through
+// PostgreSQL (--db) and S3 (--store, input and output): one plans, one
+// merges, every custom_id once in input order, nothing processed twice.
+func TestPostgresWorkersOnTwoMachines(t *testing.T) {
+	t.Parallel()
+	dsn := testsrv.Postgres(t)
+	b := newS3Bucket(t)
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 3000)
+	data, _ := os.ReadFile(in)
+	b.put(t, "in.jsonl", data)
+	emu := startEmulator(t, "--batch-time", "200ms")
+	args := append(openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"), "--db", dsn),
+		"--max-batch-requests", "500", "--join", "--lease-ttl", "900ms", "--log-format", "json")
+	var ws []*workerProc
+	for _, m := range []string{"m1", "m2"} {
+		env := append([]string{"OPENAI_API_KEY=sk-x", "SLUICE_DB=", "SLUICE_STATE=" + filepath.Join(dir, m)}, b.env...)
+		ws = append(ws, startWorkerProc(t, env, args...))
+	}
+	planned, merged := 0, 0
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("worker did not finish:\n%s", w.stderr.String())
+		}
+		if w.code != 0 {
+			t.Fatalf("worker exited %d:\n%s", w.code, w.stderr.String())
+		}
+		if strings.Contains(w.stderr.String(), `"message":"job planned"`) {
+			planned++
+		}
+		if strings.Contains(w.stdout.String(), " done: ") {
+			merged++
+		}
+	}
+	if planned != 1 || merged != 1 {
+		t.Fatalf("%d workers planned and %d merged, want 1 and 1\nA:\n%s\nB:\n%s", planned, merged, ws[0].stderr.String(), ws[1].stderr.String())
+	}
+	got, ok := b.get(t, "out.jsonl")
+	if !ok {
+		t.Fatal("no output object")
+	}
+	p := filepath.Join(dir, "out.jsonl")
+	writeFile(t, p, got)
+	checkOutput(t, p, ids)
+	if n := emu.stats(t)["requests_processed_more_than_once"]; n != 0 {
+		t.Errorf("the emulator processed %d requests more than once", n)
+	}
+}
