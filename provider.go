@@ -90,12 +90,12 @@ type Provider interface {
 	Codec() Codec
 	// Limits are its default limits.
 	Limits() Limits
-	// UsesFiles reports whether a batch is created from an uploaded file
-	// (OpenAI family) rather than from the chunk body itself.
-	UsesFiles() bool
+	// Capabilities says how its batch API works where the dispatcher and
+	// the commands must tell providers apart.
+	Capabilities() Capabilities
 	// Upload streams the chunk file to the provider and returns its file id.
 	Upload(ctx context.Context, ref BatchRef) (fileID string, err error)
-	// Create starts a batch: from fileID when UsesFiles, else by sending
+	// Create starts a batch: from fileID when Capabilities().Files, else by sending
 	// the chunk file as the body.
 	Create(ctx context.Context, ref BatchRef, fileID string) (Batch, error)
 	// Poll returns the batch's current state.
@@ -156,11 +156,24 @@ func (e *APIError) Retryable() bool {
 	return e.Status == 408 || e.Status == 409 || e.Status == 429 || e.Status >= 500
 }
 
-// Untagged is implemented by providers whose batches carry nothing that
-// names the chunk they came from (Anthropic has no batch metadata). The
-// dispatcher then creates their batches one at a time, so a crash can leave
-// at most one batch that no chunk records, and Find can adopt it by time and
-// size without guessing between several.
-type Untagged interface {
-	Untagged() bool
+// Capabilities are the ways providers' batch APIs differ that the
+// dispatcher and the commands act on: one value per provider, instead of
+// one optional interface per difference.
+type Capabilities struct {
+	// Files: a batch is created from an uploaded file (OpenAI family,
+	// Gemini, Mistral, Together), so a chunk is uploaded before its batch
+	// is created and its file is deleted once the job is done; otherwise
+	// the chunk file itself is the create call's body.
+	Files bool
+	// Untagged: its batches carry nothing that names the chunk they came
+	// from (Anthropic has no batch metadata). The dispatcher then creates
+	// their batches one at a time, so a crash can leave at most one batch
+	// that no chunk records, and Find can adopt it by time and size without
+	// guessing between several.
+	Untagged bool
+	// UsagePerBatch: usage is reported for the whole batch rather than per
+	// request (Cloudflare, on one of its results): what the usage is
+	// compared with is then sluice's estimate of every request the batch
+	// answered (docs/money.md).
+	UsagePerBatch bool
 }

@@ -15,12 +15,31 @@ type Outcome struct {
 // batch has ended and its results are read: the chunk's own end, the
 // requests it made final, the requests it moved to chunks of the next
 // attempt, and those new chunks (their files already written and synced).
+//
+// The new chunks' ids are the store's to give, in the same transaction
+// (one above the job's largest, in order), since several workers may end
+// chunks at once: a new chunk with ID 0 gets its id there, written into
+// it, and a moved request names its new chunk by NewChunkRef of the
+// chunk's position in NewChunks.
 type Finish struct {
 	Chunk     *Chunk     // with its new state, usage, results path, ended time
 	From      ChunkState // the state the chunk must still be in
 	Outcomes  []Outcome
 	Moved     []Request // Ordinal, Chunk, Index, Offset, Length, Attempt set
 	NewChunks []*Chunk
+}
+
+// NewChunkRef is how a request moved by a Finish names the new chunk at
+// position i of Finish.NewChunks before the store has given it its id.
+func NewChunkRef(i int) int64 { return -1 - int64(i) }
+
+// NewChunkIndex is the position in Finish.NewChunks that a moved
+// request's Chunk names, if it names one by NewChunkRef.
+func NewChunkIndex(chunk int64) (int, bool) {
+	if chunk >= 0 {
+		return 0, false
+	}
+	return int(-1 - chunk), true
 }
 
 // Store is the tracker as the dispatcher and the commands see it.

@@ -11,7 +11,11 @@ import (
 
 // regroup builds the chunks of the next attempt from requests of chunk c
 // (indexes into reqs): their wire items are copied byte for byte from c's
-// file and cut under the job's limits like the splitter's chunks.
+// file and cut under the job's limits by the splitter's rule
+// (sluice.Limits.Bound). The new chunks have no id yet: the store gives
+// them theirs when the chunk's end is recorded (sluice.Finish), and the
+// moved requests name them by sluice.NewChunkRef. Their files are named
+// after c and its attempt, which only this end of c writes.
 func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
 	src, err := os.Open(filepath.Join(d.job.Dir, c.Path))
 	if err != nil {
@@ -52,7 +56,6 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		cur = nil
 		return nil
 	}
-	next := d.nextID
 	for _, i := range idx {
 		r := reqs[i]
 		if cap(buf) < r.Length {
@@ -79,9 +82,8 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 			}
 		}
 		if cur == nil {
-			cur = &sluice.Chunk{Job: c.Job, ID: next, Attempt: c.Attempt + 1, URL: c.URL, Model: c.Model,
-				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d%s", next, c.Attempt+1, ext)), State: sluice.ChunkPending}
-			next++
+			cur = &sluice.Chunk{Job: c.Job, Attempt: c.Attempt + 1, URL: c.URL, Model: c.Model,
+				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d-r%d%s", c.ID, c.Attempt+1, len(chunks), ext)), State: sluice.ChunkPending}
 			if f, err = os.Create(filepath.Join(d.job.Dir, cur.Path)); err != nil {
 				return nil, nil, err
 			}
@@ -98,7 +100,7 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		if _, err := w.Write(item); err != nil {
 			return nil, nil, err
 		}
-		r.Chunk, r.Index, r.Offset, r.Attempt = cur.ID, cur.Requests, off, c.Attempt+1
+		r.Chunk, r.Index, r.Offset, r.Attempt = sluice.NewChunkRef(len(chunks)), cur.Requests, off, c.Attempt+1
 		moved = append(moved, r)
 		cur.Requests++
 		cur.EstTokens += r.Tokens

@@ -17,14 +17,14 @@ import (
 // provider uses files), then create, each behind a committed intent.
 func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	log := d.chunkLog(c)
-	if c.State == sluice.ChunkPending || !d.prov.UsesFiles() {
+	if c.State == sluice.ChunkPending || !d.caps.Files {
 		// The chunk file is the body to send: gone means the job directory
 		// was deleted or damaged under the job.
 		if _, err := os.Stat(filepath.Join(d.job.Dir, c.Path)); err != nil {
 			return false, fatal(fmt.Errorf("chunk %d cannot be sent: %w; the job directory %s was changed under the job: restore it, or start over with --job NEW_NAME", c.ID, err, d.job.Dir))
 		}
 	}
-	if c.State == sluice.ChunkPending && d.prov.UsesFiles() {
+	if c.State == sluice.ChunkPending && d.caps.Files {
 		c.State, c.IntentAt = sluice.ChunkUploading, d.opts.Now()
 		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
 			return false, fatal(err)
@@ -43,7 +43,7 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 			return true, nil // a sibling failed fatally: start no new call
 		}
 	}
-	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
+	if d.caps.Untagged {
 		d.createMu.Lock()
 		defer d.createMu.Unlock()
 		if d.halted.Load() {
@@ -160,7 +160,7 @@ func (d *Dispatcher) reconcile(ctx context.Context, chunks []*sluice.Chunk) erro
 }
 
 func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, error) {
-	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
+	if d.caps.Untagged {
 		// No create of ours may land while we match by time and size.
 		d.createMu.Lock()
 		defer d.createMu.Unlock()
@@ -204,7 +204,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		// The call may still be landing: look again later.
 		c.NextPollAt = c.IntentAt.Add(d.opts.ReconcileGrace)
 		log.Info().Time("look_again_at", c.NextPollAt).Msg("reconcile: nothing found yet; waiting in case the earlier run's call still lands")
-	case c.FileID != "" && d.prov.UsesFiles():
+	case c.FileID != "" && d.caps.Files:
 		c.State, c.NextPollAt = sluice.ChunkUploaded, time.Time{}
 		log.Info().Str("file_id", c.FileID).Msg("reconciled: file found, batch not created")
 	default:

@@ -114,6 +114,17 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		if err != nil {
 			return err
 		}
+		if len(f.NewChunks) > 0 && f.NewChunks[0].ID == 0 {
+			// Several workers may end chunks of the job at once: the ids
+			// are given here, under the transaction's write lock.
+			var next int64
+			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = ?`, job).Scan(&next); err != nil {
+				return err
+			}
+			for i, c := range f.NewChunks {
+				c.ID = next + int64(i)
+			}
+		}
 		for _, c := range f.NewChunks {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
 				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -146,6 +157,12 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		defer mv.Close()
 		for _, r := range f.Moved {
+			if i, ok := sluice.NewChunkIndex(r.Chunk); ok {
+				if i >= len(f.NewChunks) {
+					return fmt.Errorf("request #%d moved to new chunk %d of %d", r.Ordinal, i, len(f.NewChunks))
+				}
+				r.Chunk = f.NewChunks[i].ID
+			}
 			res, err := mv.Exec(r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
 			if err != nil {
 				return err
