@@ -22,8 +22,8 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 		return nil, nil, err
 	}
 	defer src.Close()
-	env := sluice.CodecFor(d.prov.Codec(), c.URL).Envelope()
-	lim := d.job.Limits
+	codec, lim := sluice.ChunkFormat(d.prov.Codec(), c.URL, d.job.Limits)
+	env := codec.Envelope()
 	ext := filepath.Ext(c.Path)
 	var (
 		chunks []*sluice.Chunk
@@ -66,16 +66,7 @@ func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) 
 			return nil, nil, fmt.Errorf("read item of %q from %s: %w", r.CustomID, c.Path, err)
 		}
 		if cur != nil {
-			bound := ""
-			switch {
-			case lim.MaxBatchRequests > 0 && cur.Requests+1 > lim.MaxBatchRequests:
-				bound = "requests"
-			case lim.MaxBatchBytes > 0 && env.Size(cur.Requests+1, itemB+int64(len(item))) > lim.MaxBatchBytes:
-				bound = "bytes"
-			case lim.ChunkTokens() > 0 && cur.EstTokens+r.Tokens > lim.ChunkTokens():
-				bound = "tokens"
-			}
-			if bound != "" {
+			if bound := lim.Bound(env, cur.Requests, itemB, cur.EstTokens, int64(len(item)), r.Tokens); bound != "" {
 				if err := closeCur(bound); err != nil {
 					return nil, nil, err
 				}
