@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 )
 
 // Batch is what a provider says about one batch.
@@ -151,9 +152,35 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message)
 }
 
-// Retryable reports whether the call may succeed if repeated.
-func (e *APIError) Retryable() bool {
-	return e.Status == 408 || e.Status == 409 || e.Status == 429 || e.Status >= 500
+// Retryable reports whether the call may succeed if repeated
+// (RetryableStatus).
+func (e *APIError) Retryable() bool { return RetryableStatus(e.Status) }
+
+// RetryableStatus is the one rule for provider calls: an answer with this
+// HTTP status may succeed if the call is repeated: 408, 409, 429 and 5xx.
+// The HTTP layer retries those (provider/httpx), and the dispatcher
+// repeats a step that failed with one on its schedule. (A request's own
+// result line is classified apart, by provider.StatusKind: there a 409 is
+// the endpoint's verdict on the request.)
+func RetryableStatus(code int) bool {
+	return code == 408 || code == 409 || code == 429 || code >= 500
+}
+
+// Retryable reports whether a failed provider call may succeed when
+// repeated: an answer with a RetryableStatus, or a broken connection (a
+// net.Error), after the HTTP layer's own retries. An endpoint that
+// answered nothing for the whole retry budget (ErrUnreachable), any other
+// answer, and errors that are not the provider's are not.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, ErrUnreachable) {
+		return false
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Retryable()
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
 }
 
 // Capabilities are the ways providers' batch APIs differ that the

@@ -280,7 +280,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		c.State = sluice.ChunkFailed
 	}
 	c.ResultsPath = rel
-	c.EndedAt = d.opts.Now()
+	c.EndedAt = d.now()
 	c.InputTokens += e.usage.InputTokens
 	c.OutputTokens += e.usage.OutputTokens
 	if d.caps.UsagePerBatch && e.usage.InputTokens > 0 {

@@ -37,8 +37,9 @@ type Options struct {
 	// Once does every step that is ready now and returns without sleeping.
 	Once bool
 	Log  zerolog.Logger
-	// Now is the clock (tests); default time.Now.
-	Now func() time.Time
+	// Clock is the time source of the schedule and of the times recorded
+	// (tests); default the wall clock.
+	Clock sluice.Clock
 	// OnTick is called, from the scheduler's goroutine, with the chunks as
 	// they stand whenever a task's outcome changed them. It must not block
 	// and must not change the chunks.
@@ -143,8 +144,8 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 	if opts.MaxPollInterval < opts.PollInterval {
 		opts.MaxPollInterval = max(2*time.Minute, opts.PollInterval)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = sluice.SystemClock{}
 	}
 	if opts.ReconcileGrace <= 0 {
 		opts.ReconcileGrace = 2 * time.Minute
@@ -168,13 +169,15 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{}}
 }
 
+func (d *Dispatcher) now() time.Time { return d.opts.Clock.Now() }
+
 func (d *Dispatcher) stopping(stop <-chan struct{}) bool {
 	select {
 	case <-stop:
 		return true
 	default:
 	}
-	return !d.opts.Deadline.IsZero() && !d.opts.Now().Before(d.opts.Deadline)
+	return !d.opts.Deadline.IsZero() && !d.now().Before(d.opts.Deadline)
 }
 
 func allTerminal(chunks []*sluice.Chunk) bool {
@@ -196,7 +199,7 @@ func (d *Dispatcher) nextPoll(n int) time.Time {
 	}
 	iv = min(iv, float64(d.opts.MaxPollInterval))
 	iv *= 0.8 + 0.4*rand.Float64()
-	return d.opts.Now().Add(time.Duration(iv))
+	return d.now().Add(time.Duration(iv))
 }
 
 func (d *Dispatcher) isQueueFull(model string) bool {

@@ -99,7 +99,7 @@ func (d *Dispatcher) age(c *sluice.Chunk) time.Duration {
 	if c.SubmittedAt.IsZero() {
 		return 0
 	}
-	return d.opts.Now().Sub(c.SubmittedAt)
+	return d.now().Sub(c.SubmittedAt)
 }
 
 // unstick handles a batch that has not ended StuckAfter after it was

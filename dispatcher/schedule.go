@@ -141,7 +141,7 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 				return Stopped, nil
 			}
 		} else {
-			if d.opts.Claim != nil && !d.opts.Now().Before(s.lastRefresh.Add(s.refreshEvery())) {
+			if d.opts.Claim != nil && !d.now().Before(s.lastRefresh.Add(s.refreshEvery())) {
 				if err := s.refresh(ctx); err != nil {
 					halted, failed = true, err
 					continue
@@ -163,12 +163,10 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 				}
 			}
 		}
-		var timer *time.Timer
 		var timerC <-chan time.Time
 		if !halted && !d.opts.Once {
-			now := d.opts.Now()
-			timer = time.NewTimer(max(s.wake(now).Sub(now), s.gatherWait()))
-			timerC = timer.C
+			now := d.now()
+			timerC = d.opts.Clock.After(max(s.wake(now).Sub(now), s.gatherWait()))
 		}
 		select {
 		case e := <-s.ends:
@@ -181,9 +179,6 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 		case <-ctxDone:
 			ctxDone = nil
 		}
-		if timer != nil {
-			timer.Stop()
-		}
 	}
 }
 
@@ -192,7 +187,7 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 // the spend cap kept a chunk waiting while nothing is in flight.
 func (s *sched) pass(ctx context.Context) (started, capped bool) {
 	d := s.d
-	now := d.opts.Now()
+	now := d.now()
 	if s.learnedStale {
 		s.learned, s.learnedStale = d.lessons(ctx), false
 	}
@@ -435,7 +430,7 @@ func (s *sched) apply(ctx context.Context, e taskEnd) error {
 		s.put(nc)
 	}
 	if e.refused {
-		s.notBefore[e.id] = d.opts.Now().Add(d.opts.PollInterval)
+		s.notBefore[e.id] = d.now().Add(d.opts.PollInterval)
 		return nil
 	}
 	if e.moved {
@@ -491,7 +486,7 @@ func (s *sched) refresh(ctx context.Context) error {
 	}
 	s.chunks = cs
 	s.reindex()
-	s.lastRefresh = s.d.opts.Now()
+	s.lastRefresh = s.d.now()
 	s.learnedStale, s.changed = true, true
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,7 +24,7 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		}
 	}
 	if c.State == sluice.ChunkPending && d.caps.Files {
-		c.State, c.IntentAt = sluice.ChunkUploading, d.opts.Now()
+		c.State, c.IntentAt = sluice.ChunkUploading, d.now()
 		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
 			return false, fatal(err)
 		}
@@ -51,7 +50,7 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		}
 	}
 	from := c.State
-	c.State, c.IntentAt = sluice.ChunkCreating, d.opts.Now()
+	c.State, c.IntentAt = sluice.ChunkCreating, d.now()
 	if err := d.store.UpdateChunk(ctx, c, from); err != nil {
 		return false, fatal(err)
 	}
@@ -66,7 +65,7 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Batch) error {
 	c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, b.ID, b.ProviderStatus
 	c.ClearError()
-	c.SubmittedAt, c.Polls = d.opts.Now(), 0
+	c.SubmittedAt, c.Polls = d.now(), 0
 	c.NextPollAt = d.nextPoll(0)
 	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkCreating); err != nil {
 		return fatal(err)
@@ -173,7 +172,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		// Nothing to look at: redo the step. For Cloudflare the window
 		// between the call and recording its answer is one response read.
 		log.Warn().Msg("provider cannot list batches; a crash inside submit may have created a batch twice")
-	case err != nil && ctx.Err() == nil && transient(err):
+	case err != nil && ctx.Err() == nil && sluice.Retryable(err):
 		// The listing failed for now (5xx, 429, a broken connection, after
 		// the client's own retries): the chunk keeps its intent and is
 		// looked up again later. Redoing the step blind could buy it twice;
@@ -191,7 +190,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 	if fileID != "" && c.FileID == "" {
 		c.FileID = fileID
 	}
-	now := d.opts.Now()
+	now := d.now()
 	switch {
 	case batchID != "":
 		c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, batchID, "adopted"
@@ -215,20 +214,4 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		return false, fatal(err)
 	}
 	return c.State != from, nil
-}
-
-// transient reports whether a failed lookup may succeed when repeated: an
-// answer 408, 409, 429 or 5xx, or a broken connection. An endpoint that
-// answered nothing for the whole retry budget (sluice.ErrUnreachable), bad
-// credentials, or a listing that cannot be read or matched are not.
-func transient(err error) bool {
-	if errors.Is(err, sluice.ErrUnreachable) {
-		return false
-	}
-	var ae *sluice.APIError
-	if errors.As(err, &ae) {
-		return ae.Retryable()
-	}
-	var ne net.Error
-	return errors.As(err, &ne)
 }
