@@ -300,3 +300,46 @@ func TestClaimErrorStopsTheRun(t *testing.T) {
 		t.Errorf("%d uploads, %d batches after the claim failed", st.FilesUploaded, st.BatchesCreated)
 	}
 }
+
+// meetingDecodes holds every Decode until n of them are running at once.
+type meetingDecodes struct {
+	sluice.Provider
+	n       int32
+	running atomic.Int32
+	met     chan struct{}
+	once    sync.Once
+}
+
+func (p *meetingDecodes) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	if p.running.Add(1) >= p.n {
+		p.once.Do(func() { close(p.met) })
+	}
+	select {
+	case <-p.met:
+	case <-time.After(20 * time.Second):
+		return fmt.Errorf("chunk %d: decoded alone: no other chunk's results were decoded beside it", ref.Chunk)
+	}
+	return p.Provider.Decode(ctx, ref, files, lookup, fn)
+}
+
+// TestResultsDecodedInParallel: the results of several ended batches are
+// decoded and written at the same time (only the tracker write is one at a
+// time), and the job's outcome is the same as ever: every request once,
+// in order, nothing bought twice.
+func TestResultsDecodedInParallel(t *testing.T) {
+	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{})
+	p := &meetingDecodes{Provider: r.prov, n: 3, met: make(chan struct{})}
+	r.prov = p
+	opts := r.options()
+	opts.Concurrency = 6
+	r.run(opts)
+	select {
+	case <-p.met:
+	default:
+		t.Fatalf("never %d decodes at once", p.n)
+	}
+	ok, failed := checkNothingLost(t, r, 0)
+	if ok != 30 || failed != 0 {
+		t.Errorf("succeeded %d, failed %d; want all 30", ok, failed)
+	}
+}
