@@ -1,7 +1,14 @@
 package sluice
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
 // JobState is where a job stands. Mirrored by the CHECK constraint on
-// jobs.state in migrations/0001_init.sql.
+// jobs.state in migrations/0001_init.sql. The moves between states are
+// the table jobTransitions (CanTransition), enforced by the tracker.
 type JobState string
 
 const (
@@ -9,7 +16,8 @@ const (
 	// found in this state was interrupted mid-split and is never trusted: the
 	// next run deletes it and plans again. → JobPlanned.
 	JobPlanning JobState = "planning"
-	// JobPlanned: every chunk and request is recorded. → JobRunning.
+	// JobPlanned: every chunk and request is recorded. → JobRunning,
+	// JobCancelled (sluice cancel before any run).
 	JobPlanned JobState = "planned"
 	// JobRunning: the dispatcher drives chunks. → JobMerging, JobCancelled.
 	JobRunning JobState = "running"
@@ -22,6 +30,72 @@ const (
 	// is kept and merged. → JobMerging.
 	JobCancelled JobState = "cancelled"
 )
+
+// JobStates lists every job state, in the order a job usually meets them.
+var JobStates = []JobState{JobPlanning, JobPlanned, JobRunning, JobCancelled, JobMerging, JobDone}
+
+// jobTransitions is the table of legal job state transitions: every move a
+// job's state may make, and no other. Each tracker enforces it in its
+// guarded updates (tracker.DB.SetJobState and the state changes made with
+// a plan's commit, a cancel and a job's finish), so a move not listed here
+// is an error, never a comment. docs/architecture.md draws it.
+var jobTransitions = map[JobState][]JobState{
+	JobPlanning:  {JobPlanned},
+	JobPlanned:   {JobRunning, JobCancelled},
+	JobRunning:   {JobMerging, JobCancelled},
+	JobCancelled: {JobMerging},
+	JobMerging:   {JobDone},
+	JobDone:      nil,
+}
+
+// CanTransition reports whether a job may move from state from to state
+// to (jobTransitions).
+func (from JobState) CanTransition(to JobState) bool {
+	for _, s := range jobTransitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrIllegalTransition is wrapped by every TransitionError.
+var ErrIllegalTransition = errors.New("illegal job state transition")
+
+// TransitionError is a job state change the transition table refuses.
+// Trackers return it (wrapped) before touching the database, whatever
+// their backend.
+type TransitionError struct {
+	Job      string
+	From, To JobState
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("job %s: %s -> %s: %v (allowed from %s: %s)", e.Job, e.From, e.To, ErrIllegalTransition, e.From, e.From.next())
+}
+
+func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
+
+// next lists the states a job may move to from s, for messages.
+func (s JobState) next() string {
+	var ns []string
+	for _, t := range jobTransitions[s] {
+		ns = append(ns, string(t))
+	}
+	if len(ns) == 0 {
+		return "none"
+	}
+	return strings.Join(ns, ", ")
+}
+
+// CheckTransition returns a *TransitionError when job may not move from
+// state from to state to, and nil when it may.
+func CheckTransition(job string, from, to JobState) error {
+	if from.CanTransition(to) {
+		return nil
+	}
+	return &TransitionError{Job: job, From: from, To: to}
+}
 
 // ChunkState is where a chunk stands in the crash-safe protocol of
 // docs/crash-safety.md: intent states (uploading, creating) are committed before the

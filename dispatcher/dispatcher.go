@@ -89,9 +89,8 @@ type Options struct {
 	Learned func(ctx context.Context) (map[string]sluice.Learned, error)
 }
 
-// DefaultStuckAfter is Options.StuckAfter's default: the 24h completion
-// window of every provider, plus 2h.
-const DefaultStuckAfter = 26 * time.Hour
+// DefaultStuckAfter is Options.StuckAfter's default (sluice.DefaultStuckAfter).
+const DefaultStuckAfter = sluice.DefaultStuckAfter
 
 // Outcome is how Run ended.
 type Outcome int
@@ -135,35 +134,36 @@ type Dispatcher struct {
 
 // New returns a dispatcher for job.
 func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options) *Dispatcher {
+	// Defaults are sluice.Default* (defaults.go), defined once.
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 4
+		opts.Concurrency = sluice.DefaultConcurrency
 	}
 	if opts.PollInterval <= 0 {
-		opts.PollInterval = 10 * time.Second
+		opts.PollInterval = sluice.DefaultPollInterval
 	}
 	if opts.MaxPollInterval < opts.PollInterval {
-		opts.MaxPollInterval = max(2*time.Minute, opts.PollInterval)
+		opts.MaxPollInterval = max(sluice.DefaultMaxPollInterval, opts.PollInterval)
 	}
 	if opts.Clock == nil {
 		opts.Clock = sluice.SystemClock{}
 	}
 	if opts.ReconcileGrace <= 0 {
-		opts.ReconcileGrace = 2 * time.Minute
+		opts.ReconcileGrace = sluice.DefaultReconcileGrace
 	}
 	if opts.StuckAfter <= 0 {
 		opts.StuckAfter = DefaultStuckAfter
 	}
 	if opts.StuckCancelWait <= 0 {
-		opts.StuckCancelWait = 30 * time.Minute
+		opts.StuckCancelWait = sluice.DefaultStuckCancelWait
 	}
 	if opts.MaxFetchFailures <= 0 {
-		opts.MaxFetchFailures = 5
+		opts.MaxFetchFailures = sluice.DefaultMaxFetchFailures
 	}
 	if opts.MaxQueueRefusals <= 0 {
-		opts.MaxQueueRefusals = 3
+		opts.MaxQueueRefusals = sluice.DefaultMaxQueueRefusals
 	}
 	if job.MaxAttempts <= 0 {
-		job.MaxAttempts = 3
+		job.MaxAttempts = sluice.DefaultMaxAttempts
 	}
 	return &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
 		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{}}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/merger"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/anthropic"
@@ -25,7 +26,6 @@ import (
 	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
 	"github.com/sluice-batch/sluice/provider/together"
-	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -86,23 +86,14 @@ func newRig(t *testing.T, presetName string, lines []string, lim sluice.Limits, 
 	if err := os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	jobID := "job-" + presetName
-	job := &sluice.Job{ID: jobID, Provider: p.Name, Input: input, Dir: filepath.Join(state, "jobs", jobID),
-		Limits: p.Limits.Override(lim), MaxAttempts: maxAttempts}
-	if err := os.MkdirAll(job.Dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	plan, err := db.BeginPlan(ctx, job)
+	// Planned as sluice plans every job (lifecycle.Prepare), then moved to
+	// running: the dispatcher under test is driven directly by rig.run.
+	pr, err := lifecycle.Prepare(ctx, db, lifecycle.Spec{ID: "job-" + presetName, Input: input, Preset: p,
+		Limits: lim, MaxAttempts: maxAttempts, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := splitter.Split(ctx, splitter.Config{Input: input, Dir: job.Dir, Codec: p.Codec(), Limits: job.Limits}, plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected); err != nil {
-		t.Fatal(err)
-	}
+	job := pr.Job
 	if err := db.SetJobState(ctx, job.ID, sluice.JobPlanned, sluice.JobRunning); err != nil {
 		t.Fatal(err)
 	}
@@ -140,22 +131,15 @@ func (r *rig) run(opts dispatcher.Options) {
 func (r *rig) merged() (map[string]sluice.OutputLine, *merger.Summary) {
 	r.t.Helper()
 	ctx := context.Background()
-	chunks, err := r.db.Chunks(ctx, r.job.ID)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	var files []string
-	for _, c := range chunks {
-		if !c.State.Terminal() {
-			r.t.Fatalf("chunk %d left %s", c.ID, c.State)
+	if r.job.State == sluice.JobRunning {
+		if err := r.db.SetJobState(ctx, r.job.ID, sluice.JobRunning, sluice.JobMerging); err != nil {
+			r.t.Fatal(err)
 		}
-		if c.ResultsPath != "" {
-			files = append(files, filepath.Join(r.job.Dir, c.ResultsPath))
-		}
+		r.job.State = sluice.JobMerging
 	}
 	out := filepath.Join(r.t.TempDir(), "out.jsonl")
-	sum, err := merger.Merge(ctx, merger.Config{Output: out, Files: files, Total: r.job.Requests,
-		Expected: func(y func(int64, string) bool) error { return r.db.Expected(ctx, r.job.ID, y) }})
+	sum, err := lifecycle.Merge(ctx, r.db, r.job, lifecycle.MergeOptions{Output: out,
+		Log: zerolog.New(zerolog.NewTestWriter(r.t)).Level(zerolog.WarnLevel)})
 	if err != nil {
 		r.t.Fatalf("merge: %v", err)
 	}

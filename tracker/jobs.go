@@ -59,7 +59,10 @@ func (d *DB) Jobs(ctx context.Context) ([]*sluice.Job, error) {
 	return js, rows.Err()
 }
 
-// SetJobState moves a job from one state to another (guarded).
+// SetJobState moves a job from one state to another: refused with a
+// *sluice.TransitionError when the table of job transitions
+// (sluice.JobState.CanTransition) does not allow the move, and with
+// ErrConflict when the job is no longer in state from (guarded update).
 func (d *DB) SetJobState(ctx context.Context, id string, from, to sluice.JobState) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
 		return setJobState(ctx, tx, id, from, to, d.now().UnixNano())
@@ -67,6 +70,9 @@ func (d *DB) SetJobState(ctx context.Context, id string, from, to sluice.JobStat
 }
 
 func setJobState(ctx context.Context, tx *sql.Tx, id string, from, to sluice.JobState, now int64) error {
+	if err := sluice.CheckTransition(id, from, to); err != nil {
+		return err
+	}
 	res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
 		to, now, id, from)
 	if err != nil {
@@ -82,6 +88,9 @@ func setJobState(ctx context.Context, tx *sql.Tx, id string, from, to sluice.Job
 // when the cancel was asked for; that time stays as the job goes on to
 // merging and done. It returns the time recorded.
 func (d *DB) CancelJob(ctx context.Context, id string, from sluice.JobState) (time.Time, error) {
+	if err := sluice.CheckTransition(id, from, sluice.JobCancelled); err != nil {
+		return time.Time{}, err
+	}
 	now := d.now()
 	res, err := d.db.ExecContext(ctx, `UPDATE jobs SET state = ?, cancel_requested_at = ?, updated_at = ?
 		WHERE id = ? AND state = ?`, sluice.JobCancelled, now.UnixNano(), now.UnixNano(), id, from)

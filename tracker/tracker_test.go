@@ -189,7 +189,7 @@ func TestGuardedTransitions(t *testing.T) {
 	if err := db.UpdateChunk(ctx, c, sluice.ChunkUploading); err == nil {
 		t.Error("unknown chunk state accepted")
 	}
-	if err := db.SetJobState(ctx, "j", sluice.JobRunning, sluice.JobDone); !errors.Is(err, tracker.ErrConflict) {
+	if err := db.SetJobState(ctx, "j", sluice.JobRunning, sluice.JobMerging); !errors.Is(err, tracker.ErrConflict) {
 		t.Errorf("job transition from the wrong state: %v", err)
 	}
 	if _, err := db.SQL().Exec(`UPDATE jobs SET state = 'nope' WHERE id = 'j'`); err == nil {

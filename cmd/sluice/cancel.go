@@ -1,17 +1,14 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
-	"github.com/sluice-batch/sluice/dispatcher"
-	"github.com/sluice-batch/sluice/tracker"
+	"github.com/sluice-batch/sluice/lifecycle"
 )
 
 func newCancelCmd(g *globalFlags) *cobra.Command {
@@ -65,68 +62,39 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 				return err
 			}
 			start := time.Now()
-			switch job.State {
-			case sluice.JobDone, sluice.JobMerging:
-				return usageErr("job %s is already %s: nothing to cancel", job.ID, job.State)
-			case sluice.JobPlanning:
-				return usageErr("job %s was never fully planned: nothing to cancel", job.ID)
-			case sluice.JobPlanned, sluice.JobRunning:
-				at, err := db.CancelJob(ctx, job.ID, job.State)
-				if err != nil {
-					return err
-				}
-				job.State, job.CancelRequestedAt = sluice.JobCancelled, at
-				log.Info().Str("job", job.ID).Msg("job cancelled: nothing new will be submitted")
+			if err := lifecycle.MarkCancelled(ctx, db, job, log); err != nil {
+				return err
 			}
 			prov, closeProv, err := newProvider(ctx, &f, &net, p, db, log)
 			if err != nil {
 				return err
 			}
 			defer closeProv()
-			c := &canceller{db: db, prov: prov, log: log.With().Str("job", job.ID).Logger(), asked: map[string]bool{}}
-			chunks, err := db.Chunks(ctx, job.ID)
-			if err != nil {
+			c := lifecycle.NewCanceller(db, prov, job, log)
+			if err := c.CancelLive(ctx); err != nil {
 				return err
 			}
-			if err := c.cancelLive(ctx, chunks); err != nil {
-				return err
-			}
-			fmt.Printf("job %s: cancel requested for %d of %s\n", job.ID, c.ok, plural(int64(len(c.asked)), "live batch", "live batches"))
+			fmt.Printf("job %s: cancel requested for %d of %s\n", job.ID, c.Accepted(), plural(int64(c.Asked()), "live batch", "live batches"))
 			if !wait {
 				fmt.Printf("job %s: 'sluice cancel %s' again, or the job's 'sluice run' command, waits for the batches to end and merges\n", job.ID, job.ID)
 				return nil
 			}
 			bar := newRunProgress(os.Stderr, db, job)
-			d := dispatcher.New(db, prov, job, dispatcher.Options{Log: log,
-				PollInterval:    orDefault(pollInterval, cancelPollDefault(p.Name)),
-				MaxPollInterval: orDefault(maxPollInterval, cancelMaxPollDefault(p.Name)),
-				OnTick: func(chunks []*sluice.Chunk) {
-					// A batch that a crashed run left mid-create and that the
-					// dispatcher just adopted is live too: cancel it as well.
-					if err := c.cancelLive(ctx, chunks); err != nil {
-						log.Error().Err(err).Msg("record a cancel")
-					}
-					bar.tick(chunks)
-				}})
-			_, err = d.Run(ctx, nil)
+			err = c.Wait(ctx, lifecycle.WaitOptions{Log: log, PollInterval: pollInterval, MaxPollInterval: maxPollInterval, OnTick: bar.tick})
 			bar.done()
 			if err != nil {
 				return err
 			}
-			if err := db.SetJobState(ctx, job.ID, sluice.JobCancelled, sluice.JobMerging); err != nil {
-				return err
-			}
-			job.State = sluice.JobMerging
 			if job.Output == "" {
 				fmt.Printf("job %s: every batch has ended; run 'sluice run INPUT --out OUTPUT' to write the output\n", job.ID)
 				return nil
 			}
-			sum, err := mergeJob(ctx, db, job, job.Output, "", "input", log)
+			sum, err := lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: job.Output, Log: log})
 			if err != nil {
 				return err
 			}
 			printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
-			if failedAny(sum) {
+			if lifecycle.FailedAny(sum) {
 				return silent(exitFailures)
 			}
 			return nil
@@ -138,59 +106,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 	_ = fs.MarkHidden("completion-window")
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as for run (default: the provider's environment variable, e.g. OPENAI_BASE_URL, else its preset)")
 	fs.BoolVar(&wait, "wait", true, "wait for the cancelled batches to end and merge the output")
-	fs.DurationVar(&pollInterval, "poll-interval", 0, "first wait before polling a cancelled batch (default 5s; 200ms for --provider local)")
-	fs.DurationVar(&maxPollInterval, "max-poll-interval", 0, "longest wait between polls of a cancelled batch (default 30s; 1s for --provider local)")
+	fs.DurationVar(&pollInterval, "poll-interval", 0, "first wait before polling a cancelled batch (default "+sluice.CancelPollInterval.String()+"; "+sluice.LocalCancelPollInterval.String()+" for --provider local)")
+	fs.DurationVar(&maxPollInterval, "max-poll-interval", 0, "longest wait between polls of a cancelled batch (default "+sluice.CancelMaxPollInterval.String()+"; "+sluice.LocalCancelMaxPollInterval.String()+" for --provider local)")
 	return cmd
-}
-
-func cancelPollDefault(provider string) time.Duration {
-	if provider == "local" {
-		return 200 * time.Millisecond
-	}
-	return 5 * time.Second
-}
-
-func cancelMaxPollDefault(provider string) time.Duration {
-	if provider == "local" {
-		return time.Second
-	}
-	return 30 * time.Second
-}
-
-// canceller asks the provider to cancel each live batch once.
-type canceller struct {
-	db    *tracker.DB
-	prov  sluice.Provider
-	log   zerolog.Logger
-	asked map[string]bool // batch ids already asked
-	ok    int             // cancels the provider accepted
-}
-
-func (k *canceller) cancelLive(ctx context.Context, chunks []*sluice.Chunk) error {
-	for _, c := range chunks {
-		if c.State != sluice.ChunkSubmitted || c.BatchID == "" || k.asked[c.BatchID] {
-			continue
-		}
-		k.asked[c.BatchID] = true
-		log := k.log.With().Int64("chunk", c.ID).Str("batch_id", c.BatchID).Logger()
-		b, err := k.prov.Cancel(ctx, c.BatchID)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			// Most often the batch ended before the cancel reached it: its
-			// results are read at the next poll like any other.
-			log.Warn().Err(err).Msg("cancel refused; the batch is polled for its results")
-		} else {
-			k.ok++
-			c.BatchStatus = b.ProviderStatus
-			log.Info().Str("status", b.ProviderStatus).Msg("batch cancel requested")
-		}
-		// Poll it now rather than at the schedule of the last run.
-		c.NextPollAt = time.Now()
-		if err := k.db.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -115,6 +115,7 @@ func TestChangedInputRefused(t *testing.T) {
 // TestCronOnceFlow runs --once repeatedly against a slow emulator, as a
 // timer would, until it exits 0; the output is then complete.
 func TestCronOnceFlow(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "400ms")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 50)
@@ -180,7 +181,8 @@ func TestSecretsNeverWritten(t *testing.T) {
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 20)
 	env := append(stateEnv(dir), "OPENAI_API_KEY="+key, "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
-	r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "openai", "--log-level", "debug", "--rate", "-1")
+	r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--provider", "openai", "--log-level", "debug", "--rate", "-1",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}

@@ -117,6 +117,7 @@ func TestLocalDiskFailureWhilePollingStops(t *testing.T) {
 // Item 4: a base URL on a closed port ends with exit 1 once --http-max-wait
 // is spent on connection failures, naming the URL and what failed.
 func TestDeadEndpointExits1(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -341,6 +342,7 @@ func TestHelpTexts(t *testing.T) {
 // Item 7: Ctrl-C twice stops with work left: exit 3, not 1 with "context
 // canceled"; the same command then finishes.
 func TestCtrlCTwiceExits3(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	// Every call takes 1.5s: the second signal, 700ms after the first,
 	// finds calls in flight to cancel.
 	emu := startEmulator(t, "--batch-time", "2s", "--slow-rate", "1", "--slow-delay", "1500ms")
@@ -649,6 +651,7 @@ func TestCancelWhileValidatingSaysCancelled(t *testing.T) {
 // serves (OpenAI, Anthropic, Cloudflare) in one job; a provider of one
 // family names itself, and the one to use, when it refuses another's.
 func TestLocalServesEveryFamily(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	var b []byte
 	var ids []string
@@ -708,6 +711,7 @@ func TestLocalServesEveryFamily(t *testing.T) {
 // random moments: the same command then finishes with every line once, in
 // order.
 func TestLocalMixedSurvivesKills(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	var b []byte
 	var ids []string

@@ -25,6 +25,7 @@ import (
 // `status --json` lists every recorded error as a structured row (chunk,
 // attempt, code, message, time), and `status JOB --chunks` prints them.
 func TestStatusJSONShowsAttemptErrors(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--output-file-404-rate", "1")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 8)

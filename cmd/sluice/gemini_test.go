@@ -66,6 +66,7 @@ func (e *emulatorProc) familyStats(t *testing.T, family string) map[string]int64
 // once, in input order, each a GenerateContentResponse, and the emulator
 // ran each request once.
 func TestGeminiRunCompletes(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=gm-right"}, "--batch-time", "300ms")
 	dir := t.TempDir()
 	in, ids := writeGeminiInput(t, dir, 90)
@@ -102,6 +103,7 @@ func TestGeminiRunCompletes(t *testing.T) {
 // checks the end: every custom_id once in order, nothing executed twice at
 // the emulator, no chunk left in an intent state.
 func TestGeminiCrashLoop(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "800ms", "--slow-rate", "0.3", "--slow-delay", "100ms", "--seed", "9",
 		"--http-fault-rate", "0.05")
 	dir := t.TempDir()
@@ -162,6 +164,7 @@ func TestGeminiCrashLoop(t *testing.T) {
 // sluice stops with exit 1 without printing the key, and the same command
 // with the right key then completes.
 func TestGeminiWrongKeyExits1(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=gm-right"}, "--batch-time", "200ms")
 	dir := t.TempDir()
 	in, ids := writeGeminiInput(t, dir, 30)

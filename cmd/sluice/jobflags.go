@@ -32,7 +32,7 @@ type jobFlags struct {
 // register adds the flags that shape a plan (plan and run take them);
 // registerRun adds those only a run uses.
 func (f *jobFlags) register(cmd *cobra.Command) {
-	f.maxAttempts = defaultMaxAttempts
+	f.maxAttempts = sluice.DefaultMaxAttempts
 	fs := cmd.Flags()
 	f.given = fs.Changed
 	fs.StringVar(&f.provider, "provider", "local", "provider: "+strings.Join(provider.Names(), ", ")+" (local = the built-in emulator, no key needed; it takes OpenAI, Anthropic, Cloudflare and Gemini lines)")
@@ -50,12 +50,10 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	f.money.register(cmd, f)
 }
 
-const defaultMaxAttempts = 3
-
 func (f *jobFlags) registerRun(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.IntVar(&f.limits.MaxLiveBatches, "max-live-batches", 0, "batches live at the provider at once (default: the provider's limit, else no limit)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", defaultMaxAttempts, "attempts per request: requests that expire, are cancelled, or fail with 429/5xx are retried in new batches up to this many times")
+	fs.IntVar(&f.maxAttempts, "max-attempts", sluice.DefaultMaxAttempts, "attempts per request: requests that expire, are cancelled, or fail with 429/5xx are retried in new batches up to this many times")
 }
 
 func (f *jobFlags) preset() (provider.Preset, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
 )
@@ -96,7 +97,8 @@ func execute(args []string) int {
 	switch {
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.As(err, &le), errors.Is(err, splitter.ErrNoRequests), errors.Is(err, splitter.ErrCorrupt):
+	case errors.As(err, &le), errors.Is(err, splitter.ErrNoRequests), errors.Is(err, splitter.ErrCorrupt),
+		errors.Is(err, lifecycle.ErrBadInput):
 		return exitUsage
 	case errors.As(err, &lk):
 		return exitError

@@ -385,7 +385,11 @@ func TestProviderMatrix(t *testing.T) {
 			dir := t.TempDir()
 			in, _ := p.input(t, dir, 10)
 			r := runSluiceWithin(t, 90*time.Second, p.env(addr, matrixKey), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
-				"--provider", p.name, "--state", filepath.Join(dir, "state"), "--rate", "-1", "--http-max-wait", "2s")
+				"--provider", p.name, "--state", filepath.Join(dir, "state"), "--rate", "-1", "--http-max-wait", "2s",
+				// A failed upload is tried again on the poll schedule: short,
+				// so the run finds the endpoint dead without waiting out the
+				// default intervals.
+				"--poll-interval", "20ms", "--max-poll-interval", "100ms")
 			if r.code != exitError || !strings.Contains(r.stderr, addr) {
 				t.Fatalf("dead endpoint: exit %d, want 1 with a message naming %s\n%s", r.code, addr, lastBytes(r.stderr, 3000))
 			}

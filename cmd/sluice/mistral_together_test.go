@@ -12,8 +12,9 @@ import (
 
 // Mistral and Together are rows of TestProviderMatrix (matrix_test.go): a
 // fresh run, Ctrl-C, a SIGKILL loop, a dead endpoint and a wrong key. The
-// tests here cover what the matrix does not: faults and hostile output,
-// cancel, and `sluice providers`.
+// tests here cover what the matrix does not: cancel and `sluice
+// providers`; faults and hostile output run in process
+// (lifecycle/faults_test.go).
 
 // familyEnv is the environment that points sluice at the emulator for a
 // family, as a user would set it.
@@ -77,51 +78,6 @@ func TestProvidersCommand(t *testing.T) {
 	}
 }
 
-// TestFaultsMistralTogether: with API faults (429, 5xx, connections reset
-// after the call took effect) and hostile result files (malformed,
-// duplicated and unknown lines, downloads cut short), a run still ends
-// with every custom_id once, in order, all succeeded; no batch is bought
-// twice and no success is delivered twice (re-executions happen only for
-// requests whose result the emulator spoiled).
-func TestFaultsMistralTogether(t *testing.T) {
-	t.Parallel() // its own emulator and state directory
-	for _, tc := range []struct{ family, base string }{{"mistral", "/mistral"}, {"together", "/together/v1"}} {
-		t.Run(tc.family, func(t *testing.T) {
-			emu := startEmulator(t, "--batch-time", "100ms", "--seed", "12", "--http-fault-rate", "0.25",
-				"--retry-after", "10ms", "--malformed-line-rate", "0.03", "--duplicate-line-rate", "0.05",
-				"--unknown-custom-id-rate", "0.03", "--truncate-download-rate", "0.2")
-			dir := t.TempDir()
-			input, ids := writeMTInput(t, dir, 120)
-			out := filepath.Join(dir, "out.jsonl")
-			r := runSluice(t, familyEnv(tc.family, "k", emu.addr), "run", input, "--out", out, "--provider", tc.family,
-				"--max-batch-requests", "30", "--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1",
-				"--max-attempts", "6", "--state", filepath.Join(dir, "state"))
-			if r.code != 0 {
-				t.Fatalf("exit %d\n%s", r.code, r.stderr)
-			}
-			ok := 0
-			for _, o := range checkOutput(t, out, ids) {
-				if o.Response != nil && o.Response.StatusCode == 200 {
-					ok++
-				}
-			}
-			st := emu.stats(t)
-			if ok != len(ids) || st["lines_succeeded"] != int64(ok) {
-				t.Fatalf("%d successes in the output, emulator delivered %d", ok, st["lines_succeeded"])
-			}
-			if st["faults_injected"] == 0 || st["lines_malformed"]+st["lines_duplicated"]+st["downloads_truncated"] == 0 {
-				t.Fatalf("nothing was injected: %v", st)
-			}
-			fs := emu.familyStats(t, tc.family)
-			if fs["requests_processed_more_than_once"] > st["lines_malformed"] {
-				t.Fatalf("%d re-executions for %d spoiled lines", fs["requests_processed_more_than_once"], st["lines_malformed"])
-			}
-			t.Logf("%s: %v; %d faults, %d malformed, %d duplicated, %d truncated", tc.family, fs, st["faults_injected"],
-				st["lines_malformed"], st["lines_duplicated"], st["downloads_truncated"])
-		})
-	}
-}
-
 // TestCancelMistralTogether: `sluice cancel JOB` cancels a job's live
 // Mistral or Together batches at the provider and writes the output, one
 // line per request: those done before the cancel as successes, the others
@@ -133,6 +89,7 @@ func TestCancelMistralTogether(t *testing.T) {
 		{"together", "/together/v1", "/together/v1/batches/", "CANCELLED"},
 	} {
 		t.Run(tc.family, func(t *testing.T) {
+			t.Parallel() // its own emulator and state directory
 			emu := startEmulator(t, "--batch-time", "4s")
 			dir := t.TempDir()
 			in, ids := writeMTInput(t, dir, 40)

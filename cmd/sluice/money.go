@@ -5,17 +5,14 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/provider"
-	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -57,29 +54,6 @@ func keyScope(f *jobFlags, p provider.Preset) string {
 	return p.Name + "\x00" + base
 }
 
-// recordReuse records in the plan the requests answered from earlier jobs.
-func recordReuse(plan *tracker.Plan, res *splitter.Result, log zerolog.Logger) error {
-	if res.ReuseRefused > 0 {
-		log.Warn().Int64("requests", res.ReuseRefused).Msg("earlier answers whose results file is gone or changed were not reused; those requests will be bought")
-	}
-	if res.Reused == 0 {
-		return nil
-	}
-	ev := log.Info().Int64("reused", res.Reused)
-	for _, s := range sortedKeys(res.ReuseSources) {
-		ev = ev.Int64("from "+s, res.ReuseSources[s])
-	}
-	ev.Msg("requests answered from earlier jobs' results; not bought again")
-	return plan.SetReused(res.Reused, res.ReuseSources)
-}
-
-// reusedFiles are the job's results files of reused answers.
-func reusedFiles(job *sluice.Job) []string {
-	m, _ := filepath.Glob(filepath.Join(job.Dir, "results", "reused-*.results"))
-	sort.Strings(m)
-	return m
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
@@ -106,32 +80,6 @@ func (m *moneyFlags) checkRun() (*pricing.Table, error) {
 // priceOf prices the models of a job at preset p.
 func priceOf(t *pricing.Table, p provider.Preset) func(string) (pricing.Price, bool) {
 	return func(model string) (pricing.Price, bool) { return t.Lookup(p.Name, model) }
-}
-
-// checkCap refuses a spend cap that cannot be kept: a model of a chunk
-// still to run without a price, or without a bound on its output. It
-// records the cap (status shows it) before anything is submitted.
-func (m *moneyFlags) checkCap(ctx context.Context, db *tracker.DB, job *sluice.Job, p provider.Preset, t *pricing.Table) error {
-	if m.maxCost <= 0 {
-		return db.SetMaxCost(ctx, job.ID, nil)
-	}
-	chunks, err := db.Chunks(ctx, job.ID)
-	if err != nil {
-		return err
-	}
-	for _, c := range chunks {
-		if c.State.Terminal() {
-			continue
-		}
-		pr, ok := t.Lookup(p.Name, c.Model)
-		if !ok {
-			return usageErr("--max-cost: no price for model %q at provider %s, so its cost is unknown and the cap could not be kept; give its batch prices with --prices FILE (docs/money.md)", c.Model, p.Name)
-		}
-		if e := pricing.Of(pr, true, sluice.Learned{}, pricing.WorkOf(c)); !e.Bounded() {
-			return usageErr("--max-cost: %d request(s) for model %q set no max_tokens and the model's output ceiling is unknown, so the cap could not be kept; set max_tokens in the requests or max_output_tokens for the model with --prices FILE", c.NoMaxRequests, c.Model)
-		}
-	}
-	return db.SetMaxCost(ctx, job.ID, &m.maxCost)
 }
 
 // capReached ends a run the spend cap stopped: exit 3 with what was

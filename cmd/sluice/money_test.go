@@ -68,7 +68,7 @@ func TestReuseAcrossJobsBuysOnlyNewBodies(t *testing.T) {
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
 	run := func(in, out string, args ...string) result {
 		t.Helper()
-		r := runSluice(t, env, append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "15", "--poll-interval", "20ms"}, args...)...)
+		r := runSluice(t, env, append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "15", "--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}, args...)...)
 		if r.code != 0 {
 			t.Fatalf("run %s: exit %d\n%s", in, r.code, r.stderr)
 		}
@@ -332,7 +332,7 @@ func TestMaxCostThroughBinary(t *testing.T) {
 	}
 	in, out := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl")
 	writeLines(t, in, lines)
-	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "5", "--poll-interval", "20ms"}
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "5", "--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}
 	// Each chunk's upper bound is about 5 x 100 x $0.30/M = $0.00015 and
 	// it costs about $0.00001 once done: a cap of $0.0002 admits one chunk
 	// at a time, until what was spent leaves no room for another.

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/provider"
 )
 
@@ -60,14 +61,14 @@ A bad line stops planning with its file, line number, custom_id and reason
 				return err
 			}
 			defer closeJob()
-			if pr.reused {
+			if pr.Reused {
 				noteSkipInvalid(log, &f, pr)
 			}
-			chunks, err := db.Chunks(ctx, pr.job.ID)
+			chunks, err := db.Chunks(ctx, pr.Job.ID)
 			if err != nil {
 				return err
 			}
-			pm, err := newPlanMoney(ctx, db, pr.job, prices)
+			pm, err := newPlanMoney(ctx, db, pr.Job, prices)
 			if err != nil {
 				return err
 			}
@@ -111,10 +112,10 @@ type planChunkJSON struct {
 	chunkMoneyJSON
 }
 
-func planDoc(pr *prepared, chunks []*sluice.Chunk, pm *planMoney) planJSON {
-	doc := planJSON{Job: pr.job.ID, Provider: pr.job.Provider, Input: pr.job.Input, Requests: pr.job.Requests,
-		Rejected: pr.job.Rejected, Limits: pr.job.Limits, Reused: pr.reused, Bounds: map[string]int{},
-		Chunks: []planChunkJSON{}, Dir: pr.job.Dir}
+func planDoc(pr *lifecycle.Prepared, chunks []*sluice.Chunk, pm *planMoney) planJSON {
+	doc := planJSON{Job: pr.Job.ID, Provider: pr.Job.Provider, Input: pr.Job.Input, Requests: pr.Job.Requests,
+		Rejected: pr.Job.Rejected, Limits: pr.Job.Limits, Reused: pr.Reused, Bounds: map[string]int{},
+		Chunks: []planChunkJSON{}, Dir: pr.Job.Dir}
 	for _, c := range chunks {
 		if c.Attempt != 1 {
 			continue
@@ -123,22 +124,22 @@ func planDoc(pr *prepared, chunks []*sluice.Chunk, pm *planMoney) planJSON {
 		doc.Tokens += c.EstTokens
 		doc.Bounds[c.Bound]++
 		doc.Chunks = append(doc.Chunks, planChunkJSON{ID: c.ID, URL: c.URL, Model: c.Model, Requests: c.Requests,
-			Bytes: c.Bytes, EstTokens: c.EstTokens, Bound: c.Bound, File: filepath.Join(pr.job.Dir, c.Path),
+			Bytes: c.Bytes, EstTokens: c.EstTokens, Bound: c.Bound, File: filepath.Join(pr.Job.Dir, c.Path),
 			chunkMoneyJSON: pm.chunk(c)})
 	}
 	doc.planMoneyJSON = pm.total(chunks)
 	return doc
 }
 
-func writePlanJSON(w io.Writer, pr *prepared, chunks []*sluice.Chunk, pm *planMoney) error {
+func writePlanJSON(w io.Writer, pr *lifecycle.Prepared, chunks []*sluice.Chunk, pm *planMoney) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(planDoc(pr, chunks, pm))
 }
 
-func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*sluice.Chunk, pm *planMoney) {
+func writePlanTable(w io.Writer, pr *lifecycle.Prepared, p provider.Preset, chunks []*sluice.Chunk, pm *planMoney) {
 	doc := planDoc(pr, chunks, pm)
-	if pr.reused {
+	if pr.Reused {
 		fmt.Fprintf(w, "job %s (planned before; input unchanged)\n", doc.Job)
 	} else {
 		fmt.Fprintf(w, "job %s\n", doc.Job)
@@ -153,7 +154,7 @@ func writePlanTable(w io.Writer, pr *prepared, p provider.Preset, chunks []*slui
 	fmt.Fprintf(w, "\n%s in %s, %s on the wire, ~%s input tokens", plural(doc.Requests, "request", "requests"),
 		plural(int64(len(doc.Chunks)), "chunk", "chunks"), humanBytes(doc.Bytes), commas(doc.Tokens))
 	if doc.Rejected > 0 {
-		fmt.Fprintf(w, "; %s rejected (see %s)", plural(doc.Rejected, "bad line", "bad lines"), pr.rejects)
+		fmt.Fprintf(w, "; %s rejected (see %s)", plural(doc.Rejected, "bad line", "bad lines"), pr.Rejects)
 	}
 	fmt.Fprintln(w)
 	l := doc.Limits

@@ -11,6 +11,7 @@ import (
 // a job that is never trusted; the next run plans it again from scratch and
 // gets every request exactly once.
 func TestKilledMidSplitIsPlannedAgain(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 300_000)
 	env := stateEnv(dir)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,8 +50,8 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.Float64Var(&n.rate, "rate", 0, "client-side limit on API calls per second to the provider, so sluice never causes the 429s it then has to wait out (default: the provider's preset; negative: none)")
 	fs.IntVar(&n.burst, "burst", 0, "API calls allowed at once under --rate (default: --rate rounded up)")
-	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default 8)")
-	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default 10m)")
+	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default "+strconv.Itoa(httpx.DefaultMaxAttempts)+")")
+	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default "+helpDuration(httpx.DefaultMaxTotalWait)+")")
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
 	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
 	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/lifecycle"
 )
 
 type runFlags struct {
@@ -31,7 +30,7 @@ type runFlags struct {
 	stuckAfter      time.Duration
 	net             netFlags
 	// keepProviderFiles keeps the job's files at the provider once its
-	// output is written (cmd/sluice/cleanup.go).
+	// output is written (lifecycle/cleanup.go).
 	keepProviderFiles bool
 }
 
@@ -76,13 +75,13 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
 	fs.StringVar(&f.errorsOut, "errors", "", "errors file for requests that failed for good (default: OUTPUT with .errors before the extension)")
 	fs.StringVar(&f.order, "order", "input", "output order: input (the input's order) or any (as results came, cheaper)")
-	fs.IntVar(&f.concurrency, "concurrency", 4, "provider calls in flight at once (uploads, creates, polls, downloads)")
-	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default 10s; 200ms for --provider local)")
-	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", 0, "longest wait between polls of one batch (default 2m; 2s for --provider local)")
+	fs.IntVar(&f.concurrency, "concurrency", sluice.DefaultConcurrency, "provider calls in flight at once (uploads, creates, polls, downloads)")
+	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default "+sluice.DefaultPollInterval.String()+"; "+sluice.LocalPollInterval.String()+" for --provider local)")
+	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", 0, "longest wait between polls of one batch (default "+helpDuration(sluice.DefaultMaxPollInterval)+"; "+sluice.LocalMaxPollInterval.String()+" for --provider local)")
 	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
-	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", 2*time.Minute, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
-	fs.DurationVar(&f.stuckAfter, "stuck-after", dispatcher.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
+	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", sluice.DefaultReconcileGrace, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
+	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
 	fs.BoolVar(&f.keepProviderFiles, "keep-provider-files", false, "once the output is written, keep the job's files at the provider (uploaded inputs, result files) instead of deleting them")
 	cmd.MarkFlagRequired("out")
 	return cmd
@@ -197,8 +196,8 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return err
 	}
 	defer closeJob()
-	job := pr.job
-	if pr.reused {
+	job := pr.Job
+	if pr.Reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
 		noteSkipInvalid(log, &f.jobFlags, pr)
 	} else {
@@ -206,19 +205,6 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	if job.Output != "" && job.Output != out && job.State != sluice.JobPlanned {
 		log.Warn().Str("was", job.Output).Str("now", out).Msg("output path differs from the first run's; writing to the new one")
-	}
-	if err := f.money.checkCap(ctx, db, job, p, prices); err != nil {
-		return err
-	}
-	if err := db.SetJobOutput(ctx, job.ID, out); err != nil {
-		return err
-	}
-	job.Output = out
-	if job.State == sluice.JobPlanned {
-		if err := db.SetJobState(ctx, job.ID, sluice.JobPlanned, sluice.JobRunning); err != nil {
-			return err
-		}
-		job.State = sluice.JobRunning
 	}
 	start := time.Now()
 	var prov sluice.Provider
@@ -238,82 +224,51 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			c()
 		}
 	}()
-	if job.State == sluice.JobRunning || job.State == sluice.JobCancelled {
-		prov, err := getProv()
-		if err != nil {
+	var runProv sluice.Provider
+	var bar *runProgress
+	var onTick func([]*sluice.Chunk)
+	if lifecycle.Dispatches(job) {
+		if runProv, err = getProv(); err != nil {
 			return err
 		}
-		pollIv, maxPoll := f.pollInterval, f.maxPollInterval
-		if p.Name == "local" {
-			pollIv, maxPoll = orDefault(pollIv, 200*time.Millisecond), orDefault(maxPoll, 2*time.Second)
-			// The in-process emulator died with the run: nothing lands later.
-			f.reconcileGrace = time.Millisecond
-		}
-		bar := newRunProgress(os.Stderr, db, job)
-		d := dispatcher.New(db, prov, job, dispatcher.Options{
-			Concurrency: f.concurrency, PollInterval: pollIv, MaxPollInterval: maxPoll,
-			Deadline: deadline, Once: f.once, Log: log, OnTick: bar.tick, ReconcileGrace: f.reconcileGrace,
-			StuckAfter: f.stuckAfter,
-			MaxCost:    f.money.maxCost, Price: priceOf(prices, p), Learned: db.Learned,
-		})
-		outcome, err := d.Run(ctx, stop)
-		bar.done()
-		if err != nil {
-			return err
-		}
-		if outcome == dispatcher.CapReached {
-			return capReached(ctx, db, job, p, prices, f.money.maxCost)
-		}
-		if outcome == dispatcher.Stopped {
-			why := "stopped"
-			switch {
-			case f.once:
-				why = "--once: batches still running at the provider"
-			case !deadline.IsZero() && !time.Now().Before(deadline):
-				why = "--deadline reached: batches left running at the provider"
-			}
-			log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
-			printProgressSummary(ctx, db, job)
-			return silent(exitStopped)
-		}
-		if err := db.SetJobState(ctx, job.ID, job.State, sluice.JobMerging); err != nil {
-			return err
-		}
-		job.State = sluice.JobMerging
+		bar = newRunProgress(os.Stderr, db, job)
+		onTick = bar.tick
 	}
-	sum, err := mergeJob(ctx, db, job, out, f.errorsOut, f.order, log)
+	outcome, err := lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
+		Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
+		Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
+		StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p)}, stop)
+	if bar != nil {
+		bar.done()
+	}
 	if err != nil {
 		return err
 	}
-	settleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+	switch outcome {
+	case dispatcher.CapReached:
+		return capReached(ctx, db, job, p, prices, f.money.maxCost)
+	case dispatcher.Stopped:
+		why := "stopped"
+		switch {
+		case f.once:
+			why = "--once: batches still running at the provider"
+		case !deadline.IsZero() && !time.Now().Before(deadline):
+			why = "--deadline reached: batches left running at the provider"
+		}
+		log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
+		printProgressSummary(ctx, db, job)
+		return silent(exitStopped)
+	}
+	sum, err := lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: out, Errors: f.errorsOut, Order: f.order, Log: log})
+	if err != nil {
+		return err
+	}
+	lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
-	if failedAny(sum) {
+	if lifecycle.FailedAny(sum) {
 		return silent(exitFailures)
 	}
 	return nil
 }
 
-// orDefault returns v, or def when v is zero.
-func orDefault(v, def time.Duration) time.Duration {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
-func errorsPathFor(out string) string {
-	dir, base := filepath.Split(out)
-	ext := ""
-	for _, e := range []string{".gz", ".zst"} {
-		if strings.HasSuffix(base, e) {
-			ext = e + ext
-			base = strings.TrimSuffix(base, e)
-		}
-	}
-	inner := filepath.Ext(base)
-	base = strings.TrimSuffix(base, inner)
-	if inner == "" {
-		inner = ".jsonl"
-	}
-	return filepath.Join(dir, fmt.Sprintf("%s.errors%s%s", base, inner, ext))
-}
+func errorsPathFor(out string) string { return lifecycle.ErrorsPathFor(out) }

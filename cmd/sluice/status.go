@@ -8,15 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/tracker"
 )
@@ -174,12 +173,10 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 	s := statusJob{ID: j.ID, Input: j.Input, Provider: j.Provider, State: j.State, Output: j.Output,
 		Requests: reqs, Total: j.Requests, Rejected: j.Rejected, Chunks: map[sluice.ChunkState]int{},
 		Live: []statusBatch{}, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
-		Age: shortDuration(time.Since(j.CreatedAt)), RunningPID: lockHolder(db.Dir(), j.ID)}
+		Age: shortDuration(time.Since(j.CreatedAt)), RunningPID: lifecycle.LockHolder(db.Dir(), j.ID)}
 	if j.Output != "" {
 		s.Errors = errorsPathFor(j.Output)
 	}
-	var nextPoll time.Time
-	waiting, unsettled := 0, 0
 	for _, c := range chunks {
 		s.Chunks[c.State]++
 		s.InputTokens += c.InputTokens
@@ -187,17 +184,9 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 		if c.Attempt == 1 {
 			s.EstTokens += c.EstTokens
 		}
-		switch c.State {
-		case sluice.ChunkSubmitted:
+		if c.State == sluice.ChunkSubmitted {
 			s.Live = append(s.Live, statusBatch{Chunk: c.ID, Attempt: c.Attempt, Model: c.Model, Requests: c.Requests,
 				FileID: c.FileID, BatchID: c.BatchID, Status: c.BatchStatus, Since: c.SubmittedAt, NextPoll: c.NextPollAt})
-			if nextPoll.IsZero() || c.NextPollAt.Before(nextPoll) {
-				nextPoll = c.NextPollAt
-			}
-		case sluice.ChunkPending, sluice.ChunkUploaded:
-			waiting++
-		case sluice.ChunkUploading, sluice.ChunkCreating:
-			unsettled++
 		}
 	}
 	if withChunks {
@@ -222,84 +211,17 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 		n := countChunks(chunks)
 		s.Summary = &jobSummary{JobSummary: sluice.JobSummary{Output: j.Output, Errors: s.Errors, Lines: j.Requests,
 			Succeeded: reqs[sluice.RequestSucceeded], Failed: reqs[sluice.RequestFailed],
-			Retried: retriedRequests(ctx, db, j.ID), Batches: n.submitted, RetryBatches: n.retryBatches,
+			Retried: lifecycle.RetriedRequests(ctx, db, j.ID), Batches: n.submitted, RetryBatches: n.retryBatches,
 			InputTokens: s.InputTokens, OutputTokens: s.OutputTokens, StartedAt: j.CreatedAt,
 			FinishedAt: j.UpdatedAt, Cancelled: !j.CancelRequestedAt.IsZero()},
 			Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
 	}
 	s.Money = jobMoney(ctx, db, j, chunks)
-	s.Next = nextAction(j, len(s.Live), waiting, unsettled, nextPoll)
+	s.Next = lifecycle.NextAction(j, chunks)
 	if s.RunningPID > 0 && j.State != sluice.JobDone {
 		s.Next += fmt.Sprintf(" (sluice pid %d is on it now)", s.RunningPID)
 	}
 	return s, nil
-}
-
-// nextAction says what the next `sluice run` of the job would do.
-func nextAction(j *sluice.Job, live, waiting, unsettled int, nextPoll time.Time) string {
-	poll := ""
-	if live > 0 {
-		when := nextPoll.Local().Format(time.TimeOnly)
-		if !nextPoll.After(time.Now()) {
-			when = "now"
-		}
-		poll = fmt.Sprintf("poll %d live batches (next poll %s)", live, when)
-	}
-	var parts []string
-	switch j.State {
-	case sluice.JobPlanning:
-		return "plan again from scratch (planning was interrupted)"
-	case sluice.JobDone:
-		return "nothing: output written"
-	case sluice.JobMerging:
-		return "merge the results into the output"
-	case sluice.JobPlanned:
-		return "submit " + plural(int64(waiting), "batch", "batches")
-	case sluice.JobCancelled:
-		if unsettled > 0 {
-			parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
-		}
-		if live > 0 {
-			parts = append(parts, fmt.Sprintf("wait for %d cancelled batches to end", live))
-		}
-		if waiting > 0 {
-			parts = append(parts, fmt.Sprintf("fail %d unsubmitted batches as cancelled", waiting))
-		}
-		parts = append(parts, "merge what completed")
-		return strings.Join(parts, "; ") + " ('sluice cancel " + j.ID + "' or 'sluice run' again)"
-	}
-	if unsettled > 0 {
-		parts = append(parts, "check "+plural(int64(unsettled), "chunk", "chunks")+" caught mid-call (uploading/creating) against the provider")
-	}
-	if waiting > 0 {
-		parts = append(parts, "submit "+plural(int64(waiting), "batch", "batches"))
-	}
-	if poll != "" {
-		parts = append(parts, poll)
-	}
-	if len(parts) == 0 {
-		return "merge the results into the output"
-	}
-	return strings.Join(parts, "; ")
-}
-
-// lockHolder returns the pid of a live sluice process holding the job's
-// lock, or 0. It reads the pid the holder wrote into the lock file (a
-// clean exit empties it) and checks that the process exists; it never
-// takes the lock, which could make a cron run starting at that moment fail.
-func lockHolder(stateDir, job string) int {
-	b, err := os.ReadFile(filepath.Join(stateDir, "locks", job+".lock"))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return 0 // killed without cleaning up: the kernel freed the lock
-	}
-	return pid
 }
 
 // maxLiveLines bounds the live batches listed per job without --chunks.

@@ -134,6 +134,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", familyEnv("together", "k", emu.addr), true, true},
 	} {
 		t.Run(c.provider, func(t *testing.T) {
+			t.Parallel() // its own state directory; the emulator serves every family at once
 			dir := t.TempDir()
 			in, ids, lasts := writeChatInput(t, dir, 10_000, c.required)
 			out := filepath.Join(dir, "out.jsonl")
@@ -279,6 +280,7 @@ func TestNativeLinesUntouched(t *testing.T) {
 // the provider. (Translation is done when chunks are written and when
 // results are read, both of which a rerun repeats from what is on disk.)
 func TestChatLinesSurviveSIGKILL(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "800ms", "--slow-rate", "0.3", "--slow-delay", "100ms", "--seed", "5")
 	dir := t.TempDir()
 	in, ids, lasts := writeChatInput(t, dir, 240, true)

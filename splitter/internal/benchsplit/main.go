@@ -1,5 +1,6 @@
-// Command benchsplit runs splitter.Split on one file with the real tracker
-// as sink, in a fresh state directory, and prints throughput and peak RSS.
+// Command benchsplit plans one file as `sluice plan` does
+// (lifecycle.Prepare: splitter.Split with the real tracker as sink), in a
+// fresh state directory, and prints throughput and peak RSS.
 // scripts/bench-split.sh drives it.
 //
 //	go run ./splitter/internal/benchsplit -in FILE [-provider openai] [-state DIR] [-skip-invalid]
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
@@ -59,12 +61,7 @@ func run(in, prov, state string, skip bool, cpuprof string) error {
 		return err
 	}
 	defer db.Close()
-	dir := filepath.Join(state, "jobs", "bench")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
 	abs, _ := filepath.Abs(in)
-	job := &sluice.Job{ID: "bench", Provider: p.Name, Input: abs, Dir: dir, Limits: p.Limits, MaxAttempts: 3}
 	if cpuprof != "" {
 		f, err := os.Create(cpuprof)
 		if err != nil {
@@ -82,21 +79,18 @@ func run(in, prov, state string, skip bool, cpuprof string) error {
 		defer trace.Stop()
 	}
 	start := time.Now()
-	plan, err := db.BeginPlan(ctx, job)
-	if err != nil {
-		return err
-	}
-	var sink sluice.PlanSink = plan
+	var res *splitter.Result
 	if nullSink {
-		sink = nopSink{}
+		res, err = splitNull(ctx, db, p, abs, skip)
+	} else {
+		// Planned as `sluice plan` plans (lifecycle.Prepare).
+		var pr *lifecycle.Prepared
+		pr, err = lifecycle.Prepare(ctx, db, lifecycle.Spec{ID: "bench", Input: abs, Preset: p, SkipInvalid: skip})
+		if pr != nil {
+			res = pr.Result
+		}
 	}
-	res, err := splitter.Split(ctx, splitter.Config{Input: abs, Dir: dir, Codec: p.Codec(), Limits: p.Limits,
-		SkipInvalid: skip, RejectsPath: filepath.Join(dir, "rejects.jsonl")}, sink)
 	if err != nil {
-		plan.Abort(ctx)
-		return err
-	}
-	if err := plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected); err != nil {
 		return err
 	}
 	d := time.Since(start)
@@ -140,3 +134,20 @@ type nopSink struct{}
 func (nopSink) AddRequest(*sluice.Request) error         { return nil }
 func (nopSink) AddChunk(*sluice.Chunk) error             { return nil }
 func (nopSink) FindCustomID(string) (int64, bool, error) { return 0, false, nil }
+
+// splitNull splits with a sink that records nothing: the splitter alone,
+// without SQLite (the job is begun and thrown away).
+func splitNull(ctx context.Context, db *tracker.DB, p provider.Preset, abs string, skip bool) (*splitter.Result, error) {
+	dir := filepath.Join(db.Dir(), "jobs", "bench")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	job := &sluice.Job{ID: "bench", Provider: p.Name, Input: abs, Dir: dir, Limits: p.Limits, MaxAttempts: sluice.DefaultMaxAttempts}
+	plan, err := db.BeginPlan(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	defer plan.Abort(context.WithoutCancel(ctx))
+	return splitter.Split(ctx, splitter.Config{Input: abs, Dir: dir, Codec: p.Codec(), Limits: p.Limits,
+		SkipInvalid: skip, RejectsPath: filepath.Join(dir, "rejects.jsonl")}, nopSink{})
+}

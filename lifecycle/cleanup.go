@@ -1,6 +1,6 @@
-package main
+package lifecycle
 
-// Files left at the provider (issue 11, item 10). Once a job's output is
+// Files left at the provider. Once a job's output is
 // written, the files sluice made at the provider for it (each chunk's
 // uploaded input, each batch's output and error files) are deleted, so
 // they do not count against the user's storage and file limits there. The
@@ -19,15 +19,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-batch/sluice"
-	"github.com/sluice-batch/sluice/tracker"
 )
 
-// settleProviderFiles deletes a done job's files at the provider, or
+// SettleProviderFiles deletes a done job's files at the provider, or
 // records that they are kept (--keep-provider-files). A failure is logged,
 // not fatal: the output is written; the next run tries again. newProv
 // returns the run's provider client (made on first use: a re-run of a done
 // job made none).
-func settleProviderFiles(ctx context.Context, db *tracker.DB, job *sluice.Job, keep bool, concurrency int,
+func SettleProviderFiles(ctx context.Context, db Store, job *sluice.Job, keep bool, concurrency int,
 	newProv func() (sluice.Provider, error), log zerolog.Logger) {
 	switch {
 	case job.State != sluice.JobDone || job.ProviderFiles == sluice.ProviderFilesDeleted:
@@ -56,7 +55,7 @@ func settleProviderFiles(ctx context.Context, db *tracker.DB, job *sluice.Job, k
 
 // deleteProviderFiles deletes, for every chunk, its uploaded input file and
 // its batch's result files, and returns how many it asked to delete.
-func deleteProviderFiles(ctx context.Context, db *tracker.DB, job *sluice.Job, concurrency int, newProv func() (sluice.Provider, error)) (int, error) {
+func deleteProviderFiles(ctx context.Context, db Store, job *sluice.Job, concurrency int, newProv func() (sluice.Provider, error)) (int, error) {
 	chunks, err := db.Chunks(ctx, job.ID)
 	if err != nil {
 		return 0, err

@@ -1,0 +1,75 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/lifecycle"
+)
+
+// TestFaultsMistralTogether (moved in process from cmd/sluice, where it
+// drove the binary): with API faults (429, 5xx, connections reset after
+// the call took effect) and hostile result files (malformed, duplicated
+// and unknown lines, downloads cut short), a job still ends with every
+// custom_id once, in order, all succeeded; no batch is bought twice and no
+// success is delivered twice (re-executions happen only for requests
+// whose result the emulator spoiled).
+func TestFaultsMistralTogether(t *testing.T) {
+	t.Parallel()
+	for _, family := range []string{"mistral", "together"} {
+		t.Run(family, func(t *testing.T) {
+			t.Parallel()
+			var lines []string
+			for i := 0; i < 120; i++ {
+				model := []string{"mistral-small-latest", "meta-llama/Llama-3.3-70B-Instruct-Turbo"}[i%2]
+				lines = append(lines, fmt.Sprintf(`{"custom_id":"c%05d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":64,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"question %d"}]}}`, i, model, i))
+			}
+			w := newWorldFor(t, family, lines, emulator.Options{BatchTime: 100 * time.Millisecond, Seed: 12,
+				HTTPFaultRate: 0.25, RetryAfter: 10 * time.Millisecond, MalformedLineRate: 0.03, DuplicateLineRate: 0.05,
+				UnknownCustomIDRate: 0.03, TruncateDownloadRate: 0.2})
+			ctx := context.Background()
+			s := w.spec()
+			s.Limits.MaxBatchRequests, s.MaxAttempts = 30, 6
+			pr, err := lifecycle.Prepare(ctx, w.db, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := w.fast()
+			if outcome, err := lifecycle.Run(ctx, w.db, w.prov, pr.Job, o, nil); err != nil || outcome != dispatcher.Finished {
+				t.Fatalf("run: %v, %v", outcome, err)
+			}
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			if _, err := lifecycle.Merge(ctx, w.db, pr.Job, lifecycle.MergeOptions{Output: out, Log: w.log}); err != nil {
+				t.Fatal(err)
+			}
+			ok := 0
+			for _, o := range w.output(out) {
+				if o.Response != nil && o.Response.StatusCode == 200 {
+					ok++
+				}
+			}
+			st := w.emu.Stats()
+			if ok != len(lines) || st.LinesSucceeded != int64(ok) {
+				t.Fatalf("%d successes in the output, emulator delivered %d", ok, st.LinesSucceeded)
+			}
+			if st.FaultsInjected == 0 || st.LinesMalformed+st.LinesDuplicated+st.DownloadsTruncated == 0 {
+				t.Fatalf("nothing was injected: %+v", st)
+			}
+			fs := st.ByFamily[family]
+			if fs.RequestsProcessedMoreThanOnce > st.LinesMalformed {
+				t.Fatalf("%d re-executions for %d spoiled lines", fs.RequestsProcessedMoreThanOnce, st.LinesMalformed)
+			}
+			if w.state(pr.Job.ID) != sluice.JobDone {
+				t.Errorf("job %s after the merge", w.state(pr.Job.ID))
+			}
+			t.Logf("%s: %+v; %d faults, %d malformed, %d duplicated, %d truncated", family, fs, st.FaultsInjected,
+				st.LinesMalformed, st.LinesDuplicated, st.DownloadsTruncated)
+		})
+	}
+}
