@@ -39,11 +39,12 @@ type RunOptions struct {
 	// bound on its output; the cap is recorded (0: none).
 	MaxCost float64
 	Price   func(model string) (pricing.Price, bool)
-	// OnTick is called after each round of the dispatcher with the chunks.
+	// OnTick is called by the dispatcher with the chunks whenever a step
+	// changed them (dispatcher.Options.OnTick).
 	OnTick func(chunks []*sluice.Chunk)
-	// Now is the dispatcher's clock (tests); default time.Now.
-	Now func() time.Time
-	Log zerolog.Logger
+	// Clock is the dispatcher's clock (tests); default the wall clock.
+	Clock sluice.Clock
+	Log   zerolog.Logger
 }
 
 // Outcome is how a run ended (dispatcher.Finished, Stopped or CapReached).
@@ -89,7 +90,7 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 	return dispatcher.Options{
 		Concurrency: o.Concurrency, PollInterval: orDefault(o.PollInterval, poll),
 		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, Once: o.Once,
-		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Now: o.Now,
+		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Clock: o.Clock,
 		MaxCost: o.MaxCost, Price: o.Price, Learned: db.Learned,
 	}
 }
