@@ -117,6 +117,7 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 	var failed error // the first fatal error (or ctx's)
 	halted := false  // start nothing new: wait for the tasks in flight
 	stopC, ctxDone := stop, ctx.Done()
+	var wake time.Time // when the next chunk falls due, as the last pass found
 	s.changed = true
 	for {
 		if !halted {
@@ -148,7 +149,8 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 				}
 			}
 			s.tick()
-			started, capped := s.pass(ctx)
+			var started, capped bool
+			started, capped, wake = s.pass(ctx)
 			if len(s.busy) == 0 && !started {
 				switch {
 				case allTerminal(s.chunks):
@@ -166,7 +168,7 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 		var timerC <-chan time.Time
 		if !halted && !d.opts.Once {
 			now := d.now()
-			timerC = d.opts.Clock.After(max(s.wake(now).Sub(now), s.gatherWait()))
+			timerC = d.opts.Clock.After(max(wake.Sub(now), s.gatherWait()))
 		}
 		select {
 		case e := <-s.ends:
@@ -183,70 +185,42 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 }
 
 // pass starts a task for every due chunk that has none in flight, as far
-// as the free slots and the admission rules allow. capped reports that
-// the spend cap kept a chunk waiting while nothing is in flight.
-func (s *sched) pass(ctx context.Context) (started, capped bool) {
+// as the free slots and the admission rules allow, and returns when the
+// next chunk falls due (the earliest due time still ahead, or
+// MaxPollInterval from now; chunks due but not started wait for a task to
+// end). capped reports that the spend cap kept a chunk waiting while
+// nothing is in flight. One walk over the chunks in memory: the live
+// counts the admission rules need are gathered only when a submission is
+// due (scripts/bench-polling.sh: with 2,000 live batches and none to
+// submit, a pass is a loop over the chunks and nothing more).
+func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time) {
 	d := s.d
 	now := d.now()
-	if s.learnedStale {
-		s.learned, s.learnedStale = d.lessons(ctx), false
+	wake = now.Add(d.opts.MaxPollInterval)
+	if !d.opts.Deadline.IsZero() && d.opts.Deadline.Before(wake) {
+		wake = d.opts.Deadline
 	}
-	learned := s.learned
-	lim := d.job.Limits
-	// A chunk whose submission is in flight counts as live: its batch may
-	// exist at the provider at any moment.
-	view, copied := s.chunks, false
-	for id, k := range s.busy {
-		if k != stepSubmit {
-			continue
-		}
-		if !copied {
-			view, copied = append([]*sluice.Chunk(nil), s.chunks...), true
-		}
-		i := s.index[id]
-		c := *view[i]
-		c.State = sluice.ChunkCreating
-		view[i] = &c
-	}
-	spend := d.newCapCheck(view, learned)
-	live, flying := 0, 0
-	liveTokens := map[string]int64{}
-	liveByModel := map[string]int{}
-	// For providers whose batches name no chunk, a batch a crashed run may
-	// still have created is matched by time and size: no new create may
-	// start until every such leftover is settled, or two could match.
-	leftover := false
-	untagged := d.caps.Untagged
-	for _, c := range view {
-		if c.State.Live() {
-			live++
-			liveTokens[c.Model] += queueTokens(c, learned)
-			liveByModel[c.Model]++
-		}
-		if inFlight(c.State) {
-			flying++
-		}
-		if untagged && c.State == sluice.ChunkCreating && s.busy[c.ID] != stepSubmit {
-			leftover = true
-		}
-	}
+	var adm *admission
 	cancelled := d.job.State == sluice.JobCancelled
 	slots := d.opts.Concurrency - len(s.busy)
 	for _, c := range s.chunks {
-		if slots <= 0 {
-			break
-		}
-		if _, ok := s.busy[c.ID]; ok || c.State.Terminal() {
+		if c.State.Terminal() {
 			continue
+		}
+		if _, ok := s.busy[c.ID]; ok {
+			continue
+		}
+		if len(s.notBefore) > 0 {
+			if t, ok := s.notBefore[c.ID]; ok {
+				if now.Before(t) {
+					wake = earlier(wake, t)
+					continue
+				}
+				delete(s.notBefore, c.ID)
+			}
 		}
 		if d.opts.Once && s.visited[c.ID] >= s.gen {
 			continue
-		}
-		if t, ok := s.notBefore[c.ID]; ok {
-			if now.Before(t) {
-				continue
-			}
-			delete(s.notBefore, c.ID)
 		}
 		var k step
 		switch c.State {
@@ -256,34 +230,22 @@ func (s *sched) pass(ctx context.Context) (started, capped bool) {
 				break
 			}
 			if c.NextPollAt.After(now) && !d.opts.Once {
-				continue // backing off after a refused submission
-			}
-			if leftover {
+				wake = earlier(wake, c.NextPollAt) // backing off after a refused submission
 				continue
 			}
-			if lim.MaxLiveBatches > 0 && live >= lim.MaxLiveBatches {
+			if slots <= 0 {
 				continue
 			}
-			if d.isQueueFull(c.Model) {
-				if liveByModel[c.Model] > 0 {
-					continue // wait for our own batches of this model to drain
-				}
-				d.setQueueFull(c.Model, false)
+			if adm == nil {
+				adm = s.admission(ctx)
 			}
-			if lim.MaxEnqueuedTokens > 0 && liveByModel[c.Model] > 0 && liveTokens[c.Model]+queueTokens(c, learned) > lim.MaxEnqueuedTokens {
+			if !adm.admit(c) {
 				continue
 			}
-			if !spend.admit(c) {
-				continue
-			}
-			live++
-			flying++
-			liveTokens[c.Model] += queueTokens(c, learned)
-			liveByModel[c.Model]++
-			s.markAlone(c, view, liveByModel[c.Model] == 1)
 			k = stepSubmit
 		case sluice.ChunkSubmitted:
 			if !d.opts.Once && c.NextPollAt.After(now) {
+				wake = earlier(wake, c.NextPollAt)
 				continue
 			}
 			k = stepPoll
@@ -291,17 +253,117 @@ func (s *sched) pass(ctx context.Context) (started, capped bool) {
 			// Left by a crashed run (or an answer lost) and not settled
 			// yet (see reconcile).
 			if c.NextPollAt.After(now) {
+				wake = earlier(wake, c.NextPollAt)
 				continue
 			}
 			k = stepReconcile
 		default:
 			continue
 		}
+		if slots <= 0 {
+			continue
+		}
 		s.start(ctx, k, c)
 		slots--
 		started = true
 	}
-	return started, spend != nil && spend.blocked > 0 && flying == 0
+	capped = adm != nil && adm.spend != nil && adm.spend.blocked > 0 && adm.flying == 0
+	return started, capped, wake
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// admission is what the admission rules count, as the chunks stand at the
+// start of a pass, with the submissions in flight counted as live.
+type admission struct {
+	s           *sched
+	lim         sluice.Limits
+	learned     map[string]sluice.Learned
+	view        []*sluice.Chunk
+	spend       *capCheck
+	live        int
+	flying      int
+	liveTokens  map[string]int64
+	liveByModel map[string]int
+	// leftover: for providers whose batches name no chunk, a batch a
+	// crashed run may still have created is matched by time and size: no
+	// new create may start until every such leftover is settled, or two
+	// could match.
+	leftover bool
+}
+
+func (s *sched) admission(ctx context.Context) *admission {
+	d := s.d
+	if s.learnedStale {
+		s.learned, s.learnedStale = d.lessons(ctx), false
+	}
+	a := &admission{s: s, lim: d.job.Limits, learned: s.learned, liveTokens: map[string]int64{}, liveByModel: map[string]int{}}
+	// A chunk whose submission is in flight counts as live: its batch may
+	// exist at the provider at any moment.
+	a.view = s.chunks
+	copied := false
+	for id, k := range s.busy {
+		if k != stepSubmit {
+			continue
+		}
+		if !copied {
+			a.view, copied = append([]*sluice.Chunk(nil), s.chunks...), true
+		}
+		i := s.index[id]
+		c := *a.view[i]
+		c.State = sluice.ChunkCreating
+		a.view[i] = &c
+	}
+	a.spend = d.newCapCheck(a.view, a.learned)
+	for _, c := range a.view {
+		if c.State.Live() {
+			a.live++
+			a.liveTokens[c.Model] += queueTokens(c, a.learned)
+			a.liveByModel[c.Model]++
+		}
+		if inFlight(c.State) {
+			a.flying++
+		}
+		if d.caps.Untagged && c.State == sluice.ChunkCreating && s.busy[c.ID] != stepSubmit {
+			a.leftover = true
+		}
+	}
+	return a
+}
+
+// admit reports whether chunk c may be submitted now, and if so counts it
+// as live.
+func (a *admission) admit(c *sluice.Chunk) bool {
+	d, lim := a.s.d, a.lim
+	if a.leftover {
+		return false
+	}
+	if lim.MaxLiveBatches > 0 && a.live >= lim.MaxLiveBatches {
+		return false
+	}
+	if d.isQueueFull(c.Model) {
+		if a.liveByModel[c.Model] > 0 {
+			return false // wait for our own batches of this model to drain
+		}
+		d.setQueueFull(c.Model, false)
+	}
+	if lim.MaxEnqueuedTokens > 0 && a.liveByModel[c.Model] > 0 && a.liveTokens[c.Model]+queueTokens(c, a.learned) > lim.MaxEnqueuedTokens {
+		return false
+	}
+	if !a.spend.admit(c) {
+		return false
+	}
+	a.live++
+	a.flying++
+	a.liveTokens[c.Model] += queueTokens(c, a.learned)
+	a.liveByModel[c.Model]++
+	a.s.markAlone(c, a.view, a.liveByModel[c.Model] == 1)
+	return true
 }
 
 // markAlone records whether chunk c, about to be submitted, goes with no
@@ -512,33 +574,6 @@ func (s *sched) refreshEvery() time.Duration {
 // (scripts/bench-polling.sh).
 func (s *sched) gatherWait() time.Duration {
 	return min(time.Second, max(s.d.opts.PollInterval/2, 10*time.Millisecond))
-}
-
-// wake is when the next chunk falls due: the earliest due time still
-// ahead, the deadline, or, with leases, the next refresh. Chunks already
-// due but not started (no slot, or not admitted) wait for a task to end.
-func (s *sched) wake(now time.Time) time.Time {
-	d := s.d
-	w := now.Add(d.opts.MaxPollInterval)
-	for _, c := range s.chunks {
-		if c.State.Terminal() {
-			continue
-		}
-		if _, ok := s.busy[c.ID]; ok {
-			continue
-		}
-		t := c.NextPollAt
-		if nb, ok := s.notBefore[c.ID]; ok && nb.After(t) {
-			t = nb
-		}
-		if t.After(now) && t.Before(w) {
-			w = t
-		}
-	}
-	if !d.opts.Deadline.IsZero() && d.opts.Deadline.Before(w) {
-		w = d.opts.Deadline
-	}
-	return w
 }
 
 // tick calls Options.OnTick with the chunks as they stand, when they

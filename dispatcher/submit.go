@@ -94,7 +94,7 @@ func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back 
 		// intent back would let the next try create a second batch for the
 		// same chunk: bought twice. So the chunk keeps its intent state and
 		// reconcileOne looks at the provider again at NextPollAt, in this
-		// run's rounds or at the next run's start; the step is redone only
+		// run's schedule or at the next run's start; the step is redone only
 		// when a listing shows nothing, after the grace (docs/crash-safety.md).
 		c.SetError(code, fmt.Sprintf("%s: %v", what, err))
 		c.Polls++
