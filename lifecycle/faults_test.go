@@ -73,3 +73,66 @@ func TestFaultsMistralTogether(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelMistralTogether (moved in process from cmd/sluice; `sluice
+// cancel` itself is proven through the binary by
+// TestCancelKeepsCompletedLines): cancelling a job's live Mistral or
+// Together batches cancels them at the provider, and the merge writes one
+// line per request, each a success or an error; nothing is bought twice.
+func TestCancelMistralTogether(t *testing.T) {
+	t.Parallel()
+	for _, family := range []string{"mistral", "together"} {
+		t.Run(family, func(t *testing.T) {
+			t.Parallel()
+			var lines []string
+			for i := 0; i < 40; i++ {
+				model := []string{"mistral-small-latest", "meta-llama/Llama-3.3-70B-Instruct-Turbo"}[i%2]
+				lines = append(lines, fmt.Sprintf(`{"custom_id":"c%05d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":64,"messages":[{"role":"user","content":"question %d"}]}}`, i, model, i))
+			}
+			w := newWorldFor(t, family, lines, emulator.Options{BatchTime: 10 * time.Second}) // live when cancelled; a cancel takes 1s
+			ctx := context.Background()
+			job := w.prepare().Job
+			o := w.fast()
+			o.Once = true
+			o.Output = filepath.Join(t.TempDir(), "out.jsonl")
+			if outcome, err := lifecycle.Run(ctx, w.db, w.prov, job, o, nil); err != nil || outcome != dispatcher.Stopped {
+				t.Fatalf("--once run: %v, %v", outcome, err)
+			}
+			if err := lifecycle.MarkCancelled(ctx, w.db, job, w.log); err != nil {
+				t.Fatal(err)
+			}
+			k := lifecycle.NewCanceller(w.db, w.prov, job, w.log)
+			if err := k.CancelLive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if k.Asked() != 2 || k.Accepted() != 2 {
+				t.Fatalf("cancel asked %d, accepted %d; want 2 and 2 (one batch per model)", k.Asked(), k.Accepted())
+			}
+			if err := k.Wait(ctx, lifecycle.WaitOptions{PollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond, Log: w.log}); err != nil {
+				t.Fatal(err)
+			}
+			chunks, _ := w.db.Chunks(ctx, job.ID)
+			for _, c := range chunks {
+				if c.Attempt == 1 && c.BatchStatus != "CANCELLED" {
+					t.Errorf("chunk %d's batch ended %q at the provider, want CANCELLED", c.ID, c.BatchStatus)
+				}
+			}
+			sum, err := lifecycle.Merge(ctx, w.db, job, lifecycle.MergeOptions{Output: job.Output, Log: w.log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := int64(0)
+			for _, l := range w.output(job.Output) {
+				if l.Response != nil && l.Response.StatusCode == 200 {
+					ok++
+				} else if l.Error == nil {
+					t.Errorf("%s: neither a success nor an error: %+v", l.CustomID, l)
+				}
+			}
+			fs := w.emu.Stats().ByFamily[family]
+			if sum.Succeeded != ok || fs.BatchesCreated != 2 || fs.RequestsProcessedMoreThanOnce != 0 || fs.RequestsProcessed != ok {
+				t.Errorf("%s stats %+v with %d successes in the output (summary %+v)", family, fs, ok, sum)
+			}
+		})
+	}
+}

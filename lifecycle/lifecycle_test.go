@@ -295,9 +295,9 @@ func TestStopThenResume(t *testing.T) {
 // every line, the cancelled ones as failures.
 func TestCancelKeepsWhatEnded(t *testing.T) {
 	ctx := context.Background()
-	// Batches end 5s after their create, and a cancel takes a tenth of
-	// that: long enough to be live when cancelled, short to wait out.
-	w := newWorld(t, 30, emulator.Options{BatchTime: 5 * time.Second})
+	// Batches end 10s after their create, and a cancel takes a tenth of
+	// that: live when cancelled even on a loaded machine, short to wait out.
+	w := newWorld(t, 30, emulator.Options{BatchTime: 10 * time.Second})
 	job := w.prepare().Job
 	o := w.fast()
 	o.Once = true
@@ -455,5 +455,46 @@ func TestCapRefusedBeforeAnyWork(t *testing.T) {
 	}
 	if w.state(job.ID) != sluice.JobPlanned || w.emu.Stats().APICalls != 0 {
 		t.Errorf("after a refused cap the job is %s and the provider got %d calls", w.state(job.ID), w.emu.Stats().APICalls)
+	}
+}
+
+// TestJobIdentity: a job an earlier version planned under its legacy name
+// (no endpoint recorded) is the job a command means; an output path held
+// by another job not done is refused.
+func TestJobIdentity(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, 3, emulator.Options{})
+	w.prepare() // job "job", no endpoint: as an earlier version planned it
+	if id, err := lifecycle.FindJobID(ctx, w.db, "new-name", "job"); err != nil || id != "job" {
+		t.Errorf("FindJobID with a legacy job: %q, %v; want the legacy job", id, err)
+	}
+	if id, err := lifecycle.FindJobID(ctx, w.db, "new-name", "nothing-there"); err != nil || id != "new-name" {
+		t.Errorf("FindJobID without one: %q, %v", id, err)
+	}
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	if err := w.db.SetJobOutput(ctx, "job", out); err != nil {
+		t.Fatal(err)
+	}
+	if err := lifecycle.CheckOutputFree(ctx, w.db, "other", out); !errors.Is(err, lifecycle.ErrBadInput) || !strings.Contains(err.Error(), "output of job job") {
+		t.Errorf("another job's output: %v", err)
+	}
+	if err := lifecycle.CheckOutputFree(ctx, w.db, "job", out); err != nil {
+		t.Errorf("the job's own output: %v", err)
+	}
+	if a, b := lifecycle.DerivedJobName("/d/in.jsonl", "openai", ""), lifecycle.DerivedJobName("/d/in.jsonl", "openai", "x"); a == b || !strings.HasPrefix(a, "in-openai-") {
+		t.Errorf("derived names %q and %q", a, b)
+	}
+	if got := lifecycle.NormalizeURL("HTTPS://user:pw@API.Example.com/v1/"); got != "https://api.example.com/v1" {
+		t.Errorf("NormalizeURL = %q", got)
+	}
+}
+
+// TestRunRefusesAJobStillPlanning: only a prepared job runs.
+func TestRunRefusesAJobStillPlanning(t *testing.T) {
+	w := newWorld(t, 3, emulator.Options{})
+	job := w.prepare().Job
+	job.State = sluice.JobPlanning
+	if _, err := lifecycle.Run(context.Background(), w.db, w.prov, job, w.fast(), nil); err == nil || !strings.Contains(err.Error(), "is planning") {
+		t.Fatalf("run of a planning job: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -120,8 +121,13 @@ func Run(ctx context.Context, db Store, prov sluice.Provider, job *sluice.Job, o
 		}
 		job.State = sluice.JobRunning
 	}
-	if job.State != sluice.JobRunning && job.State != sluice.JobCancelled {
+	switch job.State {
+	case sluice.JobMerging, sluice.JobDone:
 		return dispatcher.Finished, nil
+	case sluice.JobRunning, sluice.JobCancelled:
+	default:
+		// Prepare never hands out a job that is still planning.
+		return dispatcher.Stopped, fmt.Errorf("job %s is %s: it cannot run (prepare it first)", job.ID, job.State)
 	}
 	outcome, err := dispatcher.New(db, prov, job, o.dispatcherOptions(db, job)).Run(ctx, stop)
 	if err != nil || outcome != dispatcher.Finished {

@@ -9,20 +9,14 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/tracker"
 )
@@ -62,26 +56,8 @@ func accountOf(p provider.Preset) string {
 	return ""
 }
 
-// normalizeURL drops what does not change where a URL points: a trailing
-// slash and the case of its scheme and host; and any credentials in it,
-// which are never stored or shown.
-func normalizeURL(s string) string {
-	s = strings.TrimRight(strings.TrimSpace(s), "/")
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		if i := strings.LastIndex(s, "@"); i >= 0 { // unparsable: drop what may be user:password@
-			if j := strings.Index(s, "://"); j >= 0 && j < i {
-				return s[:j+3] + s[i+1:]
-			}
-		}
-		return s
-	}
-	u.User = nil
-	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
-	return strings.TrimRight(u.String(), "/")
-}
-
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+// normalizeURL is lifecycle.NormalizeURL.
+func normalizeURL(s string) string { return lifecycle.NormalizeURL(s) }
 
 // jobID is --job, or a name derived from the input's absolute path, the
 // provider and its resolved endpoint, so the same command finds the same
@@ -112,19 +88,9 @@ func (f *jobFlags) requestsKey() string {
 	return "\x00" + f.modelMap + "\x00" + strconv.FormatInt(f.maxTokens, 10)
 }
 
-// derivedJobName is the derived job name: the input's base name, the provider,
-// and a hash of the input's path, the provider and key.
+// derivedJobName is lifecycle.DerivedJobName.
 func derivedJobName(absInput, prov, key string) string {
-	base := filepath.Base(absInput)
-	for _, ext := range []string{".gz", ".zst", ".jsonl", ".json", ".ndjson", ".txt"} {
-		base = strings.TrimSuffix(base, ext)
-	}
-	base = unsafeName.ReplaceAllString(base, "_")
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	sum := sha256.Sum256([]byte(absInput + "\x00" + prov + "\x00" + key))
-	return fmt.Sprintf("%s-%s-%s", strings.Trim(base, "._-"), prov, hex.EncodeToString(sum[:4]))
+	return lifecycle.DerivedJobName(absInput, prov, key)
 }
 
 // legacyJobID is the name earlier versions derived: from --base-url as
@@ -142,29 +108,11 @@ func (f *jobFlags) findJobID(ctx context.Context, db *tracker.DB, absInput strin
 	if f.job != "" {
 		return id, nil
 	}
-	legacy := f.legacyJobID(absInput)
-	if legacy == id {
-		return id, nil
-	}
-	if _, err := db.Job(ctx, id); err == nil || !errors.Is(err, tracker.ErrNotFound) {
-		return id, err
-	}
-	j, err := db.Job(ctx, legacy)
-	switch {
-	case errors.Is(err, tracker.ErrNotFound):
-		return id, nil
-	case err != nil:
-		return "", err
-	case j.Endpoint != "": // planned by this version: another endpoint's job
-		return id, nil
-	}
-	return legacy, nil
+	return lifecycle.FindJobID(ctx, db, id, f.legacyJobID(absInput))
 }
 
-// checkOutputFree refuses to run the job of input into an output path that another
-// job, not done yet, will write: two jobs never write one file. A done
-// job's output is written; it no longer holds the path (a new job may
-// replace the file, as any command writing there would).
+// checkOutputFree refuses to run the job of input into an output path
+// that another job, not done yet, will write (lifecycle.CheckOutputFree).
 func checkOutputFree(ctx context.Context, g *globalFlags, f *jobFlags, input, out string) error {
 	db, err := g.openDB(ctx)
 	if err != nil {
@@ -175,19 +123,7 @@ func checkOutputFree(ctx context.Context, g *globalFlags, f *jobFlags, input, ou
 	if err != nil {
 		return err
 	}
-	jobs, err := db.Jobs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, j := range jobs {
-		if j.ID == id || j.Output != out || j.State == sluice.JobDone {
-			continue
-		}
-		return usageErr("--out %s is the output of job %s (%s, input %s): two jobs never write one file; "+
-			"continue that job (sluice run ... --job %s), wait until it is done, or choose another --out",
-			out, j.ID, j.State, j.Input, j.ID)
-	}
-	return nil
+	return lifecycle.CheckOutputFree(ctx, db, id, out)
 }
 
 // checkSettings compares what this command says with a job that exists.

@@ -3,18 +3,15 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Mistral and Together are rows of TestProviderMatrix (matrix_test.go): a
 // fresh run, Ctrl-C, a SIGKILL loop, a dead endpoint and a wrong key. The
-// tests here cover what the matrix does not: cancel and `sluice
-// providers`; faults and hostile output run in process
-// (lifecycle/faults_test.go).
+// test here covers what the matrix does not: `sluice providers`; faults,
+// hostile output and cancel run in process (lifecycle/faults_test.go).
 
 // familyEnv is the environment that points sluice at the emulator for a
 // family, as a user would set it.
@@ -76,75 +73,4 @@ func TestProvidersCommand(t *testing.T) {
 	if len(infos) != len(got) || got["openai"].Window == "" {
 		t.Errorf("rows %d, openai %+v", len(infos), got["openai"])
 	}
-}
-
-// TestCancelMistralTogether: `sluice cancel JOB` cancels a job's live
-// Mistral or Together batches at the provider and writes the output, one
-// line per request: those done before the cancel as successes, the others
-// as cancelled.
-func TestCancelMistralTogether(t *testing.T) {
-	t.Parallel() // its own emulator and state directory
-	for _, tc := range []struct{ family, base, path, status string }{
-		{"mistral", "/mistral", "/mistral/v1/batch/jobs/", "CANCELLED"},
-		{"together", "/together/v1", "/together/v1/batches/", "CANCELLED"},
-	} {
-		t.Run(tc.family, func(t *testing.T) {
-			t.Parallel() // its own emulator and state directory
-			emu := startEmulator(t, "--batch-time", "4s")
-			dir := t.TempDir()
-			in, ids := writeMTInput(t, dir, 40)
-			out := filepath.Join(dir, "out.jsonl")
-			base := "http://" + emu.addr + tc.base
-			env := append(stateEnv(dir), familyEnv(tc.family, "k", emu.addr)...)
-			r := runSluice(t, env, "run", in, "--out", out, "--provider", tc.family, "--base-url", base, "--once", "--rate", "-1")
-			if r.code != exitStopped {
-				t.Fatalf("run --once: exit %d, want 3\n%s", r.code, r.stderr)
-			}
-			job := onlyJob(t, statusOf(t, env))
-			if len(job.Live) != 2 {
-				t.Fatalf("after --once: %d live batches, want 2 (one per model)", len(job.Live))
-			}
-			time.Sleep(2 * time.Second) // about half of each batch done
-			r = runSluice(t, env, "cancel", job.ID, "--base-url", base, "--poll-interval", "100ms", "--max-poll-interval", "200ms")
-			if r.code != exitFailures && r.code != exitOK {
-				t.Fatalf("cancel: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-			}
-			if !strings.Contains(r.stdout, "cancel requested for 2 of 2 live batches") {
-				t.Errorf("cancel says:\n%s", r.stdout)
-			}
-			for _, b := range job.Live {
-				resp, err := http.DefaultClient.Do(mustRequest(t, "GET", "http://"+emu.addr+tc.path+b.BatchID, "k"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var got struct{ Status string }
-				json.NewDecoder(resp.Body).Decode(&got)
-				resp.Body.Close()
-				if got.Status != tc.status {
-					t.Errorf("batch %s is %q at the provider, want %s", b.BatchID, got.Status, tc.status)
-				}
-			}
-			var ok int
-			for _, l := range checkOutput(t, out, ids) {
-				if l.Response != nil && l.Response.StatusCode == 200 {
-					ok++
-				} else if l.Error == nil {
-					t.Errorf("%s: neither a success nor an error: %+v", l.CustomID, l)
-				}
-			}
-			if st := emu.familyStats(t, tc.family); st["batches_created"] != 2 || st["requests_processed_more_than_once"] != 0 || st["requests_processed"] != int64(ok) {
-				t.Errorf("%s stats %v with %d successes in the output", tc.family, st, ok)
-			}
-		})
-	}
-}
-
-func mustRequest(t *testing.T, method, url, key string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	return req
 }

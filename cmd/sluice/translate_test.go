@@ -105,7 +105,7 @@ func echo(s string) string {
 	return "echo: " + string(r)
 }
 
-// TestChatLinesOnAnyProvider runs one 10,000-line OpenAI chat completions
+// TestChatLinesOnAnyProvider runs one 2,000-line OpenAI chat completions
 // file to completion with --provider anthropic, cloudflare, gemini,
 // mistral and together
 // against `sluice emulate`, from fresh state directories, with
@@ -136,10 +136,10 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 		t.Run(c.provider, func(t *testing.T) {
 			t.Parallel() // its own state directory; the emulator serves every family at once
 			dir := t.TempDir()
-			in, ids, lasts := writeChatInput(t, dir, 10_000, c.required)
+			in, ids, lasts := writeChatInput(t, dir, 2_000, c.required)
 			out := filepath.Join(dir, "out.jsonl")
 			r := runSluice(t, c.env, "run", in, "--out", out, "--provider", c.provider, "--state", filepath.Join(dir, "state"),
-				"--model-map", "gpt-4o-mini="+c.model, "--max-batch-requests", "4000",
+				"--model-map", "gpt-4o-mini="+c.model, "--max-batch-requests", "800",
 				"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--rate", "-1")
 			if r.code != 0 {
 				t.Fatalf("exit %d\n%s", r.code, r.stderr)
