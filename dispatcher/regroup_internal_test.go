@@ -180,3 +180,6 @@ func randomLines(rng *rand.Rand, family string, n int) []string {
 	}
 	return ls
 }
+
+// The tracker reads one chunk for a claimed step, not every chunk.
+var _ chunkGetter = (*tracker.DB)(nil)

@@ -47,6 +47,16 @@ func (d *DB) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
 	return cs, rows.Err()
 }
 
+// Chunk reads one chunk of a job: the dispatcher re-reads a chunk it holds
+// a lease on before acting, since another worker may have moved it.
+func (d *DB) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
+	c, err := scanChunk(d.db.QueryRowContext(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = ? AND id = ?`, job, id))
+	if err != nil {
+		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, err)
+	}
+	return c, nil
+}
+
 // UpdateChunk implements sluice.Store.
 func (d *DB) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
 	return d.tx(ctx, func(tx *sql.Tx) error { return updateChunk(ctx, tx, c, from, d.now()) })
