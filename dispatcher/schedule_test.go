@@ -343,3 +343,62 @@ func TestResultsDecodedInParallel(t *testing.T) {
 		t.Errorf("succeeded %d, failed %d; want all 30", ok, failed)
 	}
 }
+
+// callLog logs creates and polls in the order they start.
+type callLog struct {
+	sluice.Provider
+	ev *events
+}
+
+func (p *callLog) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
+	p.ev.add("create")
+	return p.Provider.Create(ctx, ref, fileID)
+}
+
+func (p *callLog) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
+	p.ev.add("poll")
+	return p.Provider.Poll(ctx, ref, batchID)
+}
+
+// TestSubmissionsBeforePolls: with one slot, chunks waiting to be sent
+// take it before polls that fell due meanwhile: every create starts before
+// the first poll.
+func TestSubmissionsBeforePolls(t *testing.T) {
+	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{BatchTime: time.Hour})
+	chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
+	p := &callLog{Provider: r.prov, ev: &events{}}
+	opts := r.options()
+	opts.Concurrency = 1
+	opts.PollInterval, opts.MaxPollInterval = time.Millisecond, 5*time.Millisecond
+	opts.OnTick = nil
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := dispatcher.New(r.db, p, r.job, opts).Run(context.Background(), stop)
+		done <- err
+	}()
+	deadline := time.After(30 * time.Second)
+	for p.ev.index("poll") < 0 {
+		select {
+		case <-deadline:
+			t.Fatalf("no poll after 30s: %s", p.ev)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	p.ev.mu.Lock()
+	defer p.ev.mu.Unlock()
+	creates := 0
+	for _, e := range p.ev.log {
+		if e == "poll" {
+			break
+		}
+		creates++
+	}
+	if creates != len(chunks) {
+		t.Errorf("%d creates before the first poll, want all %d: %v", creates, len(chunks), p.ev.log)
+	}
+}
