@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -64,11 +65,30 @@ type taskEnd struct {
 	err     error
 }
 
+// slimChunk is what a pass reads first about a chunk.
+type slimChunk struct {
+	due  int64 // NextPollAt in Unix ns; math.MinInt64 when none
+	live bool  // submitted: polled on its schedule
+	idle bool  // terminal, or a task of it is in flight: nothing to start
+}
+
+func slimOf(c *sluice.Chunk, busy bool) slimChunk {
+	due := int64(math.MinInt64)
+	if !c.NextPollAt.IsZero() {
+		due = c.NextPollAt.UnixNano()
+	}
+	return slimChunk{due: due, live: c.State == sluice.ChunkSubmitted, idle: busy || c.State.Terminal()}
+}
+
 // sched is one Run's state. Only the loop goroutine touches it.
 type sched struct {
 	d      *Dispatcher
 	chunks []*sluice.Chunk // in id order; entries are replaced, never changed
 	index  map[int64]int   // chunk id -> position in chunks
+	// slim mirrors chunks with what a pass looks at first, packed: with
+	// thousands of live batches most are skipped on this alone, without
+	// touching their Chunk (a cache miss each).
+	slim []slimChunk
 	busy   map[int64]step  // chunks with a task in flight
 	// notBefore holds chunks Claim refused: not asked for again before.
 	notBefore map[int64]time.Time
@@ -212,7 +232,15 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 	var polls []*sluice.Chunk // due polls, started once the rest had their slots
 	cancelled := d.job.State == sluice.JobCancelled
 	slots := d.opts.Concurrency - len(s.busy)
-	for _, c := range s.chunks {
+	nowNS, wakeNS := now.UnixNano(), wake.UnixNano()
+	for i := range s.slim {
+		if e := &s.slim[i]; e.idle || e.live && e.due > nowNS && !d.opts.Once && len(s.notBefore) == 0 {
+			if !e.idle {
+				wakeNS = min(wakeNS, e.due)
+			}
+			continue
+		}
+		c := s.chunks[i]
 		if c.State.Terminal() {
 			continue
 		}
@@ -286,7 +314,7 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 		started = true
 	}
 	capped = adm != nil && adm.spend != nil && adm.spend.blocked > 0 && adm.flying == 0
-	return started, capped, wake
+	return started, capped, earlier(wake, time.Unix(0, wakeNS))
 }
 
 func earlier(a, b time.Time) time.Time {
@@ -408,6 +436,7 @@ func (s *sched) markAlone(c *sluice.Chunk, view []*sluice.Chunk, alone bool) {
 // start runs one step of chunk c in a goroutine, on a copy of c.
 func (s *sched) start(ctx context.Context, k step, c *sluice.Chunk) {
 	s.busy[c.ID] = k
+	s.slim[s.index[c.ID]].idle = true
 	s.visited[c.ID] = s.gen
 	cc := *c
 	go func() { s.ends <- s.d.task(ctx, k, &cc) }()
@@ -506,6 +535,9 @@ func (d *Dispatcher) chunk(ctx context.Context, id int64) (*sluice.Chunk, error)
 func (s *sched) apply(ctx context.Context, e taskEnd) error {
 	d := s.d
 	delete(s.busy, e.id)
+	if i, ok := s.index[e.id]; ok {
+		s.slim[i] = slimOf(s.chunks[i], false)
+	}
 	for _, nc := range d.takeBorn() {
 		s.put(nc)
 	}
@@ -542,11 +574,13 @@ func (s *sched) apply(ctx context.Context, e taskEnd) error {
 // put adds or replaces a chunk in the view.
 func (s *sched) put(c *sluice.Chunk) {
 	if i, ok := s.index[c.ID]; ok {
-		s.chunks[i] = c
+		_, busy := s.busy[c.ID]
+		s.chunks[i], s.slim[i] = c, slimOf(c, busy)
 		return
 	}
 	s.index[c.ID] = len(s.chunks)
 	s.chunks = append(s.chunks, c)
+	s.slim = append(s.slim, slimOf(c, false))
 	if n := len(s.chunks); n > 1 && s.chunks[n-2].ID > c.ID {
 		s.reindex()
 	}
@@ -574,8 +608,11 @@ func (s *sched) refresh(ctx context.Context) error {
 func (s *sched) reindex() {
 	slices.SortFunc(s.chunks, func(a, b *sluice.Chunk) int { return cmp.Compare(a.ID, b.ID) })
 	s.index = make(map[int64]int, len(s.chunks))
+	s.slim = make([]slimChunk, len(s.chunks))
 	for i, c := range s.chunks {
 		s.index[c.ID] = i
+		_, busy := s.busy[c.ID]
+		s.slim[i] = slimOf(c, busy)
 	}
 }
 
