@@ -89,7 +89,7 @@ type sched struct {
 	// thousands of live batches most are skipped on this alone, without
 	// touching their Chunk (a cache miss each).
 	slim []slimChunk
-	busy   map[int64]step  // chunks with a task in flight
+	busy map[int64]step // chunks with a task in flight
 	// notBefore holds chunks Claim refused: not asked for again before.
 	notBefore map[int64]time.Time
 	// Once: a chunk is started at most once per pass (gen); another pass
