@@ -29,6 +29,24 @@ func AppendResultRecord(dst []byte, ordinal int64, failed bool, line []byte) []b
 	return append(dst, '\n')
 }
 
+// AppendResultLine appends the record of one output line to dst: as
+// AppendResultRecord(dst, ordinal, failed, json.Marshal(l)), without the
+// intermediate encoding (AppendOutputLine).
+func AppendResultLine(dst []byte, ordinal int64, failed bool, l *OutputLine) ([]byte, error) {
+	n := len(dst)
+	dst = strconv.AppendInt(dst, ordinal, 10)
+	if failed {
+		dst = append(dst, "\tf\t"...)
+	} else {
+		dst = append(dst, "\ts\t"...)
+	}
+	dst, err := AppendOutputLine(dst, l)
+	if err != nil {
+		return dst[:n], err
+	}
+	return append(dst, '\n'), nil
+}
+
 // ErrBadRecord is returned for a results record that does not parse.
 var ErrBadRecord = errors.New("malformed results record")
 

@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -151,11 +150,10 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 		errCopy.Attempts = e.c.Attempt
 		line.Error = &errCopy
 	}
-	js, err := json.Marshal(line)
-	if err != nil {
+	var err error
+	if e.buf, err = sluice.AppendResultLine(e.buf[:0], e.reqs[i].Ordinal, failed, &line); err != nil {
 		return fatal(fmt.Errorf("encode result of %q: %w", e.ids[i], err))
 	}
-	e.buf = sluice.AppendResultRecord(e.buf[:0], e.reqs[i].Ordinal, failed, js)
 	if _, err := e.w.Write(e.buf); err != nil {
 		return fatal(err)
 	}
@@ -195,7 +193,8 @@ func (e *ending) describe(missing int) []string {
 // transaction records it all. A crash anywhere before that commit leaves
 // the chunk as it was, and the same work is redone.
 func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, fill func(*ending) error) error {
-	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests)}
+	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests),
+		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests)}
 	if err := d.store.ChunkRequests(ctx, d.job.ID, c.ID, func(r *sluice.Request) error {
 		if r.State != sluice.RequestPending {
 			return fmt.Errorf("chunk %d: request %q is already %s", c.ID, r.CustomID, r.State)
@@ -271,7 +270,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	}
 	fin := &sluice.Finish{Chunk: c, From: from, Outcomes: e.outcomes}
 	if len(e.retry) > 0 {
-		if fin.NewChunks, fin.Moved, err = d.regroup(c, e.reqs, e.retry); err != nil {
+		if fin.NewChunks, fin.Moved, err = d.regroup(ctx, c, e.reqs, e.retry); err != nil {
 			return fatal(fmt.Errorf("chunk %d: regroup retries: %w", c.ID, err))
 		}
 	}
@@ -300,8 +299,14 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		}
 		c.SetError(code, strings.Join(notes, "; "))
 	}
-	// Results are read, decoded and written by every chunk's task at once;
-	// only the tracker write is one at a time.
+	// What the tracker is about to record must outlive this machine.
+	for _, rel := range append([]string{rel}, chunkPaths(fin.NewChunks)...) {
+		if err := d.put(ctx, rel); err != nil {
+			return fatal(fmt.Errorf("chunk %d: store %s: %w", c.ID, rel, err))
+		}
+	}
+	// Results are read, decoded, written and stored by every chunk's task
+	// at once; only the tracker write is one at a time.
 	d.finishMu.Lock()
 	err = d.store.FinishChunk(ctx, fin)
 	d.finishMu.Unlock()
@@ -316,4 +321,12 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	ev.Int("final", len(e.outcomes)).Int("retried", len(e.retry)).Int("missing", missing).
 		Int64("input_tokens", e.usage.InputTokens).Int64("output_tokens", e.usage.OutputTokens).Msg("chunk recorded")
 	return nil
+}
+
+func chunkPaths(cs []*sluice.Chunk) []string {
+	var ps []string
+	for _, c := range cs {
+		ps = append(ps, c.Path)
+	}
+	return ps
 }

@@ -44,13 +44,20 @@ type Options struct {
 	// they stand whenever a task's outcome changed them. It must not block
 	// and must not change the chunks.
 	OnTick func(chunks []*sluice.Chunk)
-	// Claim, when set, is asked before any step of chunk c starts: ok false
-	// means another worker has it (the chunk is left alone and asked for
-	// again after PollInterval); release is called once the step's outcome
-	// is recorded. The step then acts on the chunk as the store has it
-	// after the claim, not as this worker last saw it. Nil: one worker,
-	// every claim granted. An error stops the run (ErrFatal).
+	// Claim, when set, is asked before any step of chunk c starts: it
+	// leases the chunk's next step to this worker (and may refresh *c from
+	// the store). ok false means another worker holds it: the chunk is left
+	// alone and asked for again after PollInterval. release gives the lease
+	// back once the step's outcome is recorded. The step then acts on the
+	// chunk as the store has it after the claim, and only if it is still
+	// the step chosen. Nil: this dispatcher is the job's only worker
+	// (docs/scale-out.md, "Many workers"). An error stops the run
+	// (ErrFatal).
 	Claim func(ctx context.Context, c *sluice.Chunk) (release func(), ok bool, err error)
+	// Files, if set, keeps the job's chunk and results files in a shared
+	// store as well as in the job directory (--store; docs/scale-out.md,
+	// "Object storage").
+	Files Files
 	// ReconcileGrace is how long after a crashed run's intent sluice keeps
 	// looking for what the call created before concluding it never landed:
 	// a call in flight when the process died can still complete at the
@@ -87,6 +94,36 @@ type Options struct {
 	// about the input estimate (tracker.DB.Learned); the cap and
 	// MaxEnqueuedTokens use it.
 	Learned func(ctx context.Context) (map[string]sluice.Learned, error)
+}
+
+// Files is the job's files in a shared store, by their path relative to
+// the job directory. The job directory is then a cache: a worker on
+// another machine, or one restarted with an empty disk, fetches what it
+// lacks.
+type Files interface {
+	// Fetch makes sure the file rel is in the job directory, copying it
+	// from the store when it is not.
+	Fetch(ctx context.Context, rel string) error
+	// Put stores the job directory's file rel (complete and synced)
+	// durably. The dispatcher puts a chunk's results file and its next
+	// attempt's chunk files before the tracker records the chunk's end.
+	Put(ctx context.Context, rel string) error
+}
+
+// fetch is Files.Fetch, or nothing without a store.
+func (d *Dispatcher) fetch(ctx context.Context, rel string) error {
+	if d.opts.Files == nil {
+		return nil
+	}
+	return d.opts.Files.Fetch(ctx, rel)
+}
+
+// put is Files.Put, or nothing without a store.
+func (d *Dispatcher) put(ctx context.Context, rel string) error {
+	if d.opts.Files == nil {
+		return nil
+	}
+	return d.opts.Files.Put(ctx, rel)
 }
 
 // DefaultStuckAfter is Options.StuckAfter's default (sluice.DefaultStuckAfter).

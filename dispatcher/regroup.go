@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,7 +17,10 @@ import (
 // them theirs when the chunk's end is recorded (sluice.Finish), and the
 // moved requests name them by sluice.NewChunkRef. Their files are named
 // after c and its attempt, which only this end of c writes.
-func (d *Dispatcher) regroup(c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
+func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
+	if err := d.fetch(ctx, c.Path); err != nil {
+		return nil, nil, err
+	}
 	src, err := os.Open(filepath.Join(d.job.Dir, c.Path))
 	if err != nil {
 		return nil, nil, err

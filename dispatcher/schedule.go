@@ -455,6 +455,7 @@ func (d *Dispatcher) task(ctx context.Context, k step, c *sluice.Chunk) (e taskE
 		return e // a sibling failed fatally while this one was being started
 	}
 	if d.opts.Claim != nil {
+		was := *c // as the loop chose the step for it (Claim may refresh c)
 		release, ok, err := d.opts.Claim(ctx, c)
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -481,7 +482,7 @@ func (d *Dispatcher) task(ctx context.Context, k step, c *sluice.Chunk) (e taskE
 			}
 			return e
 		}
-		if !sameStep(c, fresh) {
+		if !sameStep(&was, fresh) {
 			e.c, e.moved = fresh, true
 			return e
 		}

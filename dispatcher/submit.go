@@ -18,7 +18,11 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 	log := d.chunkLog(c)
 	if c.State == sluice.ChunkPending || !d.caps.Files {
 		// The chunk file is the body to send: gone means the job directory
-		// was deleted or damaged under the job.
+		// was deleted or damaged under the job (or, with a store, that it
+		// is not in the store either).
+		if err := d.fetch(ctx, c.Path); err != nil {
+			return false, fatal(fmt.Errorf("chunk %d: %w", c.ID, err))
+		}
 		if _, err := os.Stat(filepath.Join(d.job.Dir, c.Path)); err != nil {
 			return false, fatal(fmt.Errorf("chunk %d cannot be sent: %w; the job directory %s was changed under the job: restore it, or start over with --job NEW_NAME", c.ID, err, d.job.Dir))
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/objstore"
 )
 
 // MarkCancelled moves a planned or running job to cancelled: nothing new
@@ -98,6 +99,8 @@ type WaitOptions struct {
 	// OnTick is called after each round with the chunks.
 	OnTick func(chunks []*sluice.Chunk)
 	Log    zerolog.Logger
+	// Files, if set, is the store of the job's files (RunOptions.Files).
+	Files objstore.Store
 }
 
 // Wait drives the cancelled job until every batch has ended (unsubmitted
@@ -106,7 +109,7 @@ type WaitOptions struct {
 // the job to merging: Merge writes its output.
 func (k *Canceller) Wait(ctx context.Context, o WaitOptions) error {
 	poll, maxPoll := CancelPollDefaults(k.job.Provider)
-	d := dispatcher.New(k.db, k.prov, k.job, dispatcher.Options{Log: o.Log,
+	d := dispatcher.New(k.db, k.prov, k.job, dispatcher.Options{Log: o.Log, Files: filesOf(o.Files, k.job),
 		PollInterval:    orDefault(o.PollInterval, poll),
 		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll),
 		OnTick: func(chunks []*sluice.Chunk) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/merger"
+	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/splitter"
 )
 
@@ -23,6 +25,12 @@ type MergeOptions struct {
 	// Order is "input" (default) or "any".
 	Order string
 	Log   zerolog.Logger
+	// Objects finds the objects an s3:// Output or Errors names: they are
+	// merged into the job directory, then uploaded whole (objects.go).
+	Objects Objects
+	// Files, if set, is the store of the job's files: the merge fetches
+	// the results files the job directory lacks.
+	Files objstore.Store
 }
 
 // Summary is what the last merge of a job produced (kept by the tracker, so
@@ -50,7 +58,7 @@ func Merge(ctx context.Context, db Store, job *sluice.Job, o MergeOptions) (*mer
 		order = "input"
 	}
 	if job.State == sluice.JobDone {
-		if js := LastSummary(ctx, db, job); js.Current(out, errorsOut, order) {
+		if js := LastSummary(ctx, db, job); js.current(ctx, o.Objects, out, errorsOut, order) {
 			log.Info().Str("output", out).Str("errors", errorsOut).Msg("job done before; output unchanged since")
 			return &merger.Summary{Lines: js.Lines, Succeeded: js.Succeeded, Failed: js.Failed, Rejected: js.Rejected,
 				OutputBytes: js.OutputBytes, Output: js.Output, Errors: js.Errors}, nil
@@ -58,6 +66,9 @@ func Merge(ctx context.Context, db Store, job *sluice.Job, o MergeOptions) (*mer
 	}
 	chunks, err := db.Chunks(ctx, job.ID)
 	if err != nil {
+		return nil, err
+	}
+	if err := newJobFiles(o.Files, job).fetchForMerge(ctx); err != nil {
 		return nil, err
 	}
 	var files []string
@@ -71,21 +82,35 @@ func Merge(ctx context.Context, db Store, job *sluice.Job, o MergeOptions) (*mer
 	}
 	files = append(files, ReusedFiles(job)...)
 	log.Info().Int("files", len(files)).Str("output", out).Msg("merging results")
+	// An output in object storage is merged into the job directory, then
+	// uploaded whole (objects.go).
+	localOut, err := localCopy(job, "out-", out)
+	if err != nil {
+		return nil, err
+	}
+	localErrs, err := localCopy(job, "errors-", errorsOut)
+	if err != nil {
+		return nil, err
+	}
 	sum, err := merger.Merge(ctx, merger.Config{
-		Output: out, ErrorsPath: errorsOut, Order: order, Files: files, Total: job.Requests,
+		Output: localOut, ErrorsPath: localErrs, Order: order, Files: files, Total: job.Requests,
 		Expected: func(yield func(int64, string) bool) error { return db.Expected(ctx, job.ID, yield) },
-		TempDir:  filepath.Dir(out), Rejected: rejectedResults(job, log),
+		TempDir:  filepath.Dir(localOut), Rejected: rejectedResults(job, log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("merge job %s: %w", job.ID, err)
 	}
+	if err := uploadOutputs(ctx, o.Objects, [2]string{localOut, out}, [2]string{localErrs, errorsOut}); err != nil {
+		return nil, err
+	}
+	sum.Output, sum.Errors = out, errorsOut
 	js := Summarize(ctx, db, job, chunks, sum)
 	js.Cancelled, js.Order = !job.CancelRequestedAt.IsZero(), order
-	if st, err := os.Stat(sum.Output); err == nil {
-		js.OutputBytes, js.OutputMTime = st.Size(), st.ModTime()
+	if size, mtime, err := statOutput(ctx, o.Objects, sum.Output); err == nil {
+		js.OutputBytes, js.OutputMTime = size, mtime
 	}
-	if st, err := os.Stat(sum.Errors); err == nil {
-		js.ErrorsBytes = st.Size()
+	if size, _, err := statOutput(ctx, o.Objects, sum.Errors); err == nil {
+		js.ErrorsBytes = size
 	}
 	if job.State == sluice.JobMerging {
 		// Done and its summary in one transaction: a done job always has one.
@@ -139,15 +164,21 @@ func RetriedRequests(ctx context.Context, db Store, job string) int64 {
 // Current reports whether the output and errors files of this summary are
 // the ones asked for and still as the merge left them.
 func (js Summary) Current(out, errorsOut, order string) bool {
+	return js.current(context.Background(), nil, out, errorsOut, order)
+}
+
+// current is Current for outputs that may be objects (found through
+// objects): an object's size and LastModified tell as a file's do.
+func (js Summary) current(ctx context.Context, objects Objects, out, errorsOut, order string) bool {
 	if js.Output != out || js.Errors != errorsOut || js.Order != order || js.OutputMTime.IsZero() {
 		return false
 	}
-	o, err := os.Stat(out)
-	if err != nil || o.Size() != js.OutputBytes || !o.ModTime().Equal(js.OutputMTime) {
+	size, mtime, err := statOutput(ctx, objects, out)
+	if err != nil || size != js.OutputBytes || !mtime.Equal(js.OutputMTime) {
 		return false
 	}
-	e, err := os.Stat(errorsOut)
-	return err == nil && e.Size() == js.ErrorsBytes
+	size, _, err = statOutput(ctx, objects, errorsOut)
+	return err == nil && size == js.ErrorsBytes
 }
 
 // LastSummary is the summary of the job's last merge, or a zero one.
@@ -185,6 +216,10 @@ func FailedAny(sum *merger.Summary) bool { return sum.Failed > 0 || sum.Rejected
 // ErrorsPathFor is the default errors file of output out: its name with
 // .errors before the extension (out.jsonl.gz: out.errors.jsonl.gz).
 func ErrorsPathFor(out string) string {
+	if objstore.IsURL(out) { // s3://BUCKET/KEY: its key's name
+		dir, base := path.Split(out)
+		return dir + filepath.Base(ErrorsPathFor(string(filepath.Separator)+base))
+	}
 	dir, base := filepath.Split(out)
 	ext := ""
 	for _, e := range []string{".gz", ".zst"} {

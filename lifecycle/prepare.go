@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
@@ -26,8 +27,15 @@ type Spec struct {
 	// ID is the job's name (cmd/sluice derives it from the input, the
 	// provider and its endpoint unless --job names it).
 	ID string
-	// Input is the input file's absolute path.
-	Input  string
+	// Input is the input file's absolute path, or an object's URL
+	// (s3://BUCKET/KEY, found through Objects: objects.go).
+	Input string
+	// Objects finds the objects that URLs name; nil when none is used.
+	Objects Objects
+	// Files, if set, is where the job's files are kept besides the job
+	// directory, then a cache of them (--store; objects.go); nil: the
+	// state directory only.
+	Files  objstore.Store
 	Preset provider.Preset
 	// Model is the model of lines whose body names none.
 	Model string
@@ -80,12 +88,9 @@ func (s *Spec) rejectsPath(dir string) string {
 // lock (tracker.DB.LockJob).
 func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 	log, input, id, p := s.Log, s.Input, s.ID, s.Preset
-	st, err := os.Stat(input)
+	st, err := statInput(ctx, s.Objects, input) // a file, or an object
 	if err != nil {
-		return nil, BadInput(fmt.Errorf("input: %w", err))
-	}
-	if st.IsDir() {
-		return nil, badInputf("input %s is a directory", input)
+		return nil, err
 	}
 	job, err := db.Job(ctx, id)
 	switch {
@@ -99,7 +104,13 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 		}
 		os.RemoveAll(job.Dir)
 	default:
-		if err := checkUnchanged(ctx, db, job, st); err != nil {
+		if err := checkUnchanged(ctx, db, s.Objects, job, st); err != nil {
+			return nil, err
+		}
+		if err := checkStoreHolds(ctx, db, job, s.Files); err != nil {
+			return nil, err
+		}
+		if err := CacheIn(db, job, s.Files); err != nil {
 			return nil, err
 		}
 		if s.Check != nil {
@@ -135,12 +146,16 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 	warns := &chatWarnings{}
 	codec := p.PlanCodec(provider.ChatOptions{ModelMap: modelMap, DefaultMaxTokens: s.DefaultMaxTokens, Warn: warns.add})
 	res, err := splitter.Split(ctx, splitter.Config{
-		Input: input, Dir: dir, Codec: codec, Limits: job.Limits, Model: s.Model,
+		Input: input, Open: inputOpener(ctx, s.Objects, input), Dir: dir, Codec: codec, Limits: job.Limits, Model: s.Model,
 		SkipInvalid: s.SkipInvalid, RejectsPath: rejects, Progress: s.Progress,
 		KeyScope: s.KeyScope, Reuse: s.Reuse,
 	}, plan)
 	if err == nil {
 		err = recordReuse(plan, res, log)
+	}
+	if err == nil {
+		// The plan's files are stored before the plan is recorded.
+		err = newJobFiles(s.Files, job).putAll(ctx)
 	}
 	if err == nil {
 		err = plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected)
@@ -212,25 +227,25 @@ func (c *chatWarnings) log(log zerolog.Logger, input, prov string) {
 // checkUnchanged refuses a job whose input changed since it was planned.
 // Size and modification time decide quickly; when only the time moved,
 // the content hash decides.
-func checkUnchanged(ctx context.Context, db Store, job *sluice.Job, st os.FileInfo) error {
+func checkUnchanged(ctx context.Context, db Store, objects Objects, job *sluice.Job, st inputInfo) error {
 	fp := job.Fingerprint
-	if st.Size() == fp.Size && st.ModTime().Equal(fp.ModTime) {
+	if st.size == fp.Size && st.mtime.Equal(fp.ModTime) {
 		return nil
 	}
 	changed := func(why string) error {
 		return badInputf("input %s changed since job %s was planned (%s); run with --job NEW_NAME to start a new job, or restore the file", job.Input, job.ID, why)
 	}
-	if st.Size() != fp.Size {
-		return changed(fmt.Sprintf("size %d, was %d", st.Size(), fp.Size))
+	if st.size != fp.Size {
+		return changed(fmt.Sprintf("size %d, was %d", st.size, fp.Size))
 	}
-	now, err := splitter.FingerprintFile(job.Input)
+	hash, err := hashInput(ctx, objects, job.Input)
 	if err != nil {
 		return err
 	}
-	if now.Hash != fp.Hash {
-		return changed(fmt.Sprintf("modified %s, content differs", st.ModTime().Format(time.RFC3339)))
+	if hash != fp.Hash {
+		return changed(fmt.Sprintf("modified %s, content differs", st.mtime.Format(time.RFC3339)))
 	}
-	return db.UpdateFingerprint(ctx, job.ID, now)
+	return db.UpdateFingerprint(ctx, job.ID, sluice.Fingerprint{Size: st.size, ModTime: st.mtime, Hash: hash})
 }
 
 // recordReuse records in the plan the requests answered from earlier jobs.

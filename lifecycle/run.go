@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,7 +10,9 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
+	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/pricing"
+	"github.com/sluice-batch/sluice/tracker"
 )
 
 // RunOptions tune a run. Zero values take the defaults of defaults.go
@@ -43,9 +46,16 @@ type RunOptions struct {
 	// OnTick is called by the dispatcher with the chunks whenever a step
 	// changed them (dispatcher.Options.OnTick).
 	OnTick func(chunks []*sluice.Chunk)
+	// Claim leases a chunk's next step to this worker of the job
+	// (dispatcher.Options.Claim; docs/scale-out.md, "Many workers"); nil
+	// when the run is the job's only worker.
+	Claim func(ctx context.Context, c *sluice.Chunk) (release func(), ok bool, err error)
 	// Clock is the dispatcher's clock (tests); default the wall clock.
 	Clock sluice.Clock
 	Log   zerolog.Logger
+	// Files, if set, keeps the job's chunk and results files in a store
+	// besides the job directory (Spec.Files; objects.go).
+	Files objstore.Store
 }
 
 // Outcome is how a run ended (dispatcher.Finished, Stopped or CapReached).
@@ -89,10 +99,11 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 		grace = sluice.LocalReconcileGrace
 	}
 	return dispatcher.Options{
+		Files:       filesOf(o.Files, job),
 		Concurrency: o.Concurrency, PollInterval: orDefault(o.PollInterval, poll),
 		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, Once: o.Once,
 		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Clock: o.Clock,
-		MaxCost: o.MaxCost, Price: o.Price, Learned: db.Learned,
+		MaxCost: o.MaxCost, Price: o.Price, Learned: db.Learned, Claim: o.Claim,
 	}
 }
 
@@ -116,10 +127,9 @@ func Run(ctx context.Context, db Store, prov sluice.Provider, job *sluice.Job, o
 		job.Output = o.Output
 	}
 	if job.State == sluice.JobPlanned {
-		if err := db.SetJobState(ctx, job.ID, sluice.JobPlanned, sluice.JobRunning); err != nil {
+		if err := advance(ctx, db, job, sluice.JobRunning); err != nil {
 			return dispatcher.Stopped, err
 		}
-		job.State = sluice.JobRunning
 	}
 	switch job.State {
 	case sluice.JobMerging, sluice.JobDone:
@@ -133,11 +143,31 @@ func Run(ctx context.Context, db Store, prov sluice.Provider, job *sluice.Job, o
 	if err != nil || outcome != dispatcher.Finished {
 		return outcome, err
 	}
-	if err := db.SetJobState(ctx, job.ID, job.State, sluice.JobMerging); err != nil {
+	if err := advance(ctx, db, job, sluice.JobMerging); err != nil {
 		return dispatcher.Stopped, err
 	}
-	job.State = sluice.JobMerging
 	return dispatcher.Finished, nil
+}
+
+// advance moves job to state to, unless another worker of the job moved
+// it first (docs/scale-out.md, "Many workers": every worker finds the
+// job planned, every worker sees its last request final): then job takes
+// the state the store holds.
+func advance(ctx context.Context, db Store, job *sluice.Job, to sluice.JobState) error {
+	err := db.SetJobState(ctx, job.ID, job.State, to)
+	if err == nil {
+		job.State = to
+		return nil
+	}
+	if !errors.Is(err, tracker.ErrConflict) {
+		return err
+	}
+	fresh, ferr := db.Job(ctx, job.ID)
+	if ferr != nil {
+		return ferr
+	}
+	job.State = fresh.State
+	return nil
 }
 
 // orDefault returns v, or def when v is zero.

@@ -21,21 +21,26 @@ type bodyHasher struct {
 	h     hash.Hash
 	scope []byte
 	sum   []byte
+	pre   []byte // scope, model, url: written at once (no conversions to escape)
 }
 
 func newBodyHasher(scope string) *bodyHasher {
 	return &bodyHasher{h: sha256.New(), scope: append([]byte(scope), 0)}
 }
 
-func (b *bodyHasher) key(model, url string, body []byte) (k [16]byte) {
+// key is the ledger key of a body; compact tells that the scanner saw no
+// whitespace between its tokens (the common case: it is hashed as it is,
+// without another walk).
+func (b *bodyHasher) key(model, url string, body []byte, compact bool) (k [16]byte) {
 	h := b.h
 	h.Reset()
-	h.Write(b.scope)
-	h.Write([]byte(model))
-	h.Write([]byte{0})
-	h.Write([]byte(url))
-	h.Write([]byte{0})
-	writeCompact(h, body)
+	b.pre = append(append(append(append(append(b.pre[:0], b.scope...), model...), 0), url...), 0)
+	h.Write(b.pre)
+	if compact {
+		h.Write(body)
+	} else {
+		writeCompact(h, body)
+	}
 	b.sum = h.Sum(b.sum[:0])
 	copy(k[:], b.sum)
 	return k

@@ -51,7 +51,7 @@ func (h *hashReader) Read(p []byte) (int, error) {
 // input is an open input file: r yields its decompressed bytes.
 type input struct {
 	path   string
-	f      *os.File
+	f      io.Closer
 	fp     sluice.Fingerprint
 	format string // "plain", "gzip" or "zstd"
 	hash   *xxh3.Hasher128
@@ -66,22 +66,16 @@ var (
 	magicZstd = []byte{0x28, 0xb5, 0x2f, 0xfd}
 )
 
-func openInput(path string) (*input, error) {
-	f, err := os.Open(path)
+func openInput(path string, open func() (io.ReadCloser, sluice.Fingerprint, error)) (*input, error) {
+	if open == nil {
+		open = func() (io.ReadCloser, sluice.Fingerprint, error) { return openFile(path) }
+	}
+	f, fp, err := open()
 	if err != nil {
 		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if st.IsDir() {
-		f.Close()
-		return nil, fmt.Errorf("%s is a directory", path)
 	}
 	in := &input{path: path, f: f, hash: xxh3.New128(), format: "plain", close: func() {}}
-	in.fp = sluice.Fingerprint{Size: st.Size(), ModTime: st.ModTime()}
+	in.fp = fp
 	hr := &hashReader{r: f, h: in.hash, n: &in.raw}
 	in.hr = hr
 	var magic [4]byte
@@ -111,6 +105,25 @@ func openInput(path string) (*input, error) {
 		in.r = src
 	}
 	return in, nil
+}
+
+// openFile opens a local input file; the fingerprint has its size and
+// modification time.
+func openFile(path string) (io.ReadCloser, sluice.Fingerprint, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, sluice.Fingerprint{}, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, sluice.Fingerprint{}, err
+	}
+	if st.IsDir() {
+		f.Close()
+		return nil, sluice.Fingerprint{}, fmt.Errorf("%s is a directory", path)
+	}
+	return f, sluice.Fingerprint{Size: st.Size(), ModTime: st.ModTime()}, nil
 }
 
 func (in *input) Close() {
@@ -143,13 +156,22 @@ func FingerprintFile(path string) (sluice.Fingerprint, error) {
 	if err != nil {
 		return sluice.Fingerprint{}, err
 	}
-	h := xxh3.New128()
-	if _, err := io.CopyBuffer(h, f, make([]byte, 1<<20)); err != nil {
+	hash, err := HashReader(f)
+	if err != nil {
 		return sluice.Fingerprint{}, err
 	}
+	return sluice.Fingerprint{Size: st.Size(), ModTime: st.ModTime(), Hash: hash}, nil
+}
+
+// HashReader is the fingerprint hash of the bytes r yields (as stored,
+// compressed or not): what Split records for an input it read from r.
+func HashReader(r io.Reader) (string, error) {
+	h := xxh3.New128()
+	if _, err := io.CopyBuffer(h, r, make([]byte, 1<<20)); err != nil {
+		return "", err
+	}
 	sum := h.Sum128().Bytes()
-	return sluice.Fingerprint{Size: st.Size(), ModTime: st.ModTime(),
-		Hash: "xxh3-128:" + hex.EncodeToString(sum[:])}, nil
+	return "xxh3-128:" + hex.EncodeToString(sum[:]), nil
 }
 
 // block is a run of whole input lines, as the reader cuts them.

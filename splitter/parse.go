@@ -173,7 +173,7 @@ func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	r.tokens = tokens(it.Model, &s.text, s.roles)
 	r.maxOut = s.maxOut
 	if p.keys != nil {
-		r.key = p.keys.key(it.Model, it.URL, it.Body)
+		r.key = p.keys.key(it.Model, it.URL, it.Body, !s.fields[keyBody].spaced)
 	}
 	start := len(b.items)
 	items, err := p.codec.AppendItem(b.items, it)

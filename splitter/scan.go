@@ -35,6 +35,7 @@ type field struct {
 	start, end int
 	typ        byte
 	esc        bool // a string with escapes
+	spaced     bool // whitespace between the tokens of the value (body only)
 }
 
 // Object kinds the scanner knows: the line itself, its body, anything else.
@@ -68,6 +69,9 @@ type scanner struct {
 	count bool
 	text  textCounts
 	roles int64
+
+	// spaces counts the whitespace bytes between tokens so far.
+	spaces int
 
 	// maxOut is the largest of body.max_tokens, body.max_completion_tokens
 	// and body.max_output_tokens, -1 when the body sets none (the upper
@@ -112,6 +116,7 @@ func (s *scanner) ws() {
 		switch s.b[s.i] {
 		case ' ', '\t', '\r', '\n':
 			s.i++
+			s.spaces++
 		default:
 			return
 		}
@@ -403,7 +408,9 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 	switch {
 	case which == keyBody && f.typ == '{':
 		s.count = true
+		sp := s.spaces
 		ok = s.object(kindBody)
+		f.spaced = s.spaces != sp
 		s.count = false
 	case f.typ == '"':
 		f.esc, ok = s.str(false)

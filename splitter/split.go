@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -21,6 +22,10 @@ import (
 type Config struct {
 	// Input is the input file: plain, gzip or zstd, told by magic bytes.
 	Input string
+	// Open, when set, opens the input instead of the file Input names (an
+	// object in a store, read as a stream: objstore), with its size and
+	// modification time; Input then only names it in messages.
+	Open func() (io.ReadCloser, sluice.Fingerprint, error)
 	// Dir is the job directory; chunk files go to Dir/chunks.
 	Dir string
 	// Codec is the provider's wire format.
@@ -131,7 +136,7 @@ func Split(ctx context.Context, cfg Config, sink sluice.PlanSink) (*Result, erro
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, chunksDir), 0o700); err != nil {
 		return nil, err
 	}
-	in, err := openInput(cfg.Input)
+	in, err := openInput(cfg.Input, cfg.Open)
 	if err != nil {
 		return nil, err
 	}

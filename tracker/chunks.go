@@ -3,7 +3,9 @@ package tracker
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluice-batch/sluice"
@@ -91,21 +93,51 @@ func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.C
 	return nil
 }
 
+// chunkRequestsSQL reads a chunk's requests in order, through the
+// requests_chunk index (TestChunkRequestsUsesTheIndex).
+const chunkRequestsSQL = `SELECT id & ?, line, custom_id, chunk_id, idx, offset, length, tokens,
+	attempt, state FROM requests WHERE id >> 40 = ? AND chunk_id = ? ORDER BY idx`
+
 // ChunkRequests implements sluice.Store.
 func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
-	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, line, custom_id, chunk_id, idx, offset, length, tokens,
-		attempt, state FROM requests WHERE id >> 40 = (SELECT key FROM jobs WHERE id = ?) AND chunk_id = ? ORDER BY idx`,
-		maxOrdinal, job, chunk)
+	// The job's key is looked up first and bound: compared with a subquery,
+	// id >> 40 does not use the requests_chunk index, and every call
+	// scanned all of the index and sorted the chunk's rows (BENCHMARKS.md).
+	var key int64
+	if err := d.db.QueryRowContext(ctx, `SELECT key FROM jobs WHERE id = ?`, job).Scan(&key); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // no such job: no rows
+		}
+		return err
+	}
+	rows, err := d.db.QueryContext(ctx, chunkRequestsSQL, maxOrdinal, key, chunk)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
+	// The integers are scanned into interface values and asserted:
+	// database/sql converts an int64 into an *int64 (or *int) by reflection,
+	// a cost per column of each of a chunk's 50,000 rows
+	// (BenchmarkChunkRequests); into an *any it only copies.
 	var r sluice.Request
+	var state string
+	var ints [8]any
 	for rows.Next() {
-		if err := rows.Scan(&r.Ordinal, &r.Line, &r.CustomID, &r.Chunk, &r.Index, &r.Offset, &r.Length,
-			&r.Tokens, &r.Attempt, &r.State); err != nil {
+		if err := rows.Scan(&ints[0], &ints[1], &r.CustomID, &ints[2], &ints[3], &ints[4], &ints[5],
+			&ints[6], &ints[7], &state); err != nil {
 			return err
 		}
+		var v [8]int64
+		for i, x := range ints {
+			n, ok := x.(int64)
+			if !ok {
+				return fmt.Errorf("chunk %d: request column %d is %T, not an integer", chunk, i, x)
+			}
+			v[i] = n
+		}
+		r.Ordinal, r.Line, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, r.Attempt =
+			v[0], v[1], v[2], int(v[3]), v[4], int(v[5]), v[6], int(v[7])
+		r.State = sluice.RequestState(state)
 		if err := fn(&r); err != nil {
 			return err
 		}
@@ -143,19 +175,8 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
 		}
-		fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
-		if err != nil {
+		if err := finishOutcomes(ctx, tx, key, f); err != nil {
 			return err
-		}
-		defer fin.Close()
-		for _, o := range f.Outcomes {
-			res, err := fin.Exec(o.State, requestID(key, o.Ordinal), f.Chunk.ID)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", o.Ordinal, f.Chunk.ID, ErrConflict)
-			}
 		}
 		if err := recordLedger(ctx, tx, key, f); err != nil {
 			return err
@@ -183,6 +204,88 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		return nil
 	})
+}
+
+// finishOutcomes sets the state of every request in f.Outcomes, each of
+// which must be pending in f's chunk. The ids go to SQLite as one JSON
+// array per state, so a 50,000-request chunk is two statements, not 50,000
+// (each a call into C and, with a cancellable context, a goroutine of
+// go-sqlite3's: BENCHMARKS.md). Should fewer rows change than were named,
+// the statements are undone and the rows are set one by one, which names
+// the first request at fault.
+func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) error {
+	if len(f.Outcomes) == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT outcomes`); err != nil {
+		return err
+	}
+	ok := true
+	var ids []byte
+	for _, st := range []sluice.RequestState{sluice.RequestSucceeded, sluice.RequestFailed} {
+		var n int
+		ids, n = appendIDs(ids[:0], key, f.Outcomes, st)
+		if n == 0 {
+			continue
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE requests SET state = ? WHERE id IN (SELECT value FROM json_each(?))
+			AND chunk_id = ? AND state = 'pending'`, st, string(ids), f.Chunk.ID)
+		if err != nil {
+			return err
+		}
+		if got, _ := res.RowsAffected(); got != int64(n) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		for _, o := range f.Outcomes {
+			if o.State != sluice.RequestSucceeded && o.State != sluice.RequestFailed {
+				ok = false // not a final state: the row by row path refuses it
+				break
+			}
+		}
+	}
+	if ok {
+		_, err := tx.ExecContext(ctx, `RELEASE outcomes`)
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `ROLLBACK TO outcomes`); err != nil {
+		return err
+	}
+	fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
+	if err != nil {
+		return err
+	}
+	defer fin.Close()
+	for _, o := range f.Outcomes {
+		res, err := fin.Exec(o.State, requestID(key, o.Ordinal), f.Chunk.ID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", o.Ordinal, f.Chunk.ID, ErrConflict)
+		}
+	}
+	return nil
+}
+
+// appendIDs appends the JSON array of the row ids of the outcomes in state
+// st and returns it and their number.
+func appendIDs(dst []byte, key int64, os []sluice.Outcome, st sluice.RequestState) ([]byte, int) {
+	n := 0
+	dst = append(dst, '[')
+	for _, o := range os {
+		if o.State != st {
+			continue
+		}
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, requestID(key, o.Ordinal), 10)
+		n++
+	}
+	return append(dst, ']'), n
 }
 
 // RequestStates implements sluice.Store.
@@ -214,13 +317,17 @@ func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bo
 		return err
 	}
 	defer rows.Close()
-	var o int64
+	var o any // not *int64: see ChunkRequests
 	var id string
 	for rows.Next() {
 		if err := rows.Scan(&o, &id); err != nil {
 			return err
 		}
-		if !fn(o, id) {
+		n, ok := o.(int64)
+		if !ok {
+			return fmt.Errorf("request ordinal is %T, not an integer", o)
+		}
+		if !fn(n, id) {
 			return nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -17,23 +18,38 @@ import (
 // ledger, in FinishChunk's transaction: the first success of a body key
 // stays its answer.
 func recordLedger(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) error {
-	var st *sql.Stmt
+	// One statement for the chunk: [[id, offset, length], ...] in outcome
+	// order, which the CROSS JOIN keeps (json_each is the outer loop), so
+	// the first of two successes of one key in the chunk is its answer.
+	var rows []byte
+	n := 0
 	for _, o := range f.Outcomes {
 		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
 			continue
 		}
-		if st == nil {
-			var err error
-			st, err = tx.PrepareContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length)
-				SELECT body_key, id, ?, ? FROM requests WHERE id = ? AND body_key IS NOT NULL`)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		if n == 0 {
+			rows = make([]byte, 0, 40*len(f.Outcomes))
+			rows = append(rows, '[')
+		} else {
+			rows = append(rows, ',')
 		}
-		if _, err := st.ExecContext(ctx, o.Offset, o.Length, requestID(key, o.Ordinal)); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
+		rows = append(rows, '[')
+		rows = strconv.AppendInt(rows, requestID(key, o.Ordinal), 10)
+		rows = append(rows, ',')
+		rows = strconv.AppendInt(rows, o.Offset, 10)
+		rows = append(rows, ',')
+		rows = strconv.AppendInt(rows, o.Length, 10)
+		rows = append(rows, ']')
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	rows = append(rows, ']')
+	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length)
+		SELECT r.body_key, r.id, j.value ->> 1, j.value ->> 2 FROM json_each(?) AS j CROSS JOIN requests AS r
+		WHERE r.id = j.value ->> 0 AND r.body_key IS NOT NULL`, string(rows)); err != nil {
+		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
 }

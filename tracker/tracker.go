@@ -160,6 +160,16 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 			continue
 		}
 		if err := d.tx(ctx, func(tx *sql.Tx) error {
+			// Another process opening the same database at the same moment
+			// (workers started at once) may have applied it since we looked:
+			// the transaction holds the write lock, so this look is final.
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_version WHERE version = ?`, m.Version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}

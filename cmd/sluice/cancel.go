@@ -61,6 +61,13 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 			if err != nil {
 				return err
 			}
+			files, err := jobStore(ctx, &f, db.Dir()) // --store (objects.go)
+			if err != nil {
+				return err
+			}
+			if err := lifecycle.CacheIn(db, job, files); err != nil {
+				return err
+			}
 			start := time.Now()
 			if err := lifecycle.MarkCancelled(ctx, db, job, log); err != nil {
 				return err
@@ -80,7 +87,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 				return nil
 			}
 			bar := newRunProgress(os.Stderr, db, job)
-			err = c.Wait(ctx, lifecycle.WaitOptions{Log: log, PollInterval: pollInterval, MaxPollInterval: maxPollInterval, OnTick: bar.tick})
+			err = c.Wait(ctx, lifecycle.WaitOptions{Log: log, PollInterval: pollInterval, MaxPollInterval: maxPollInterval, OnTick: bar.tick, Files: files})
 			bar.done()
 			if err != nil {
 				return err
@@ -89,7 +96,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 				fmt.Printf("job %s: every batch has ended; run 'sluice run INPUT --out OUTPUT' to write the output\n", job.ID)
 				return nil
 			}
-			sum, err := lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: job.Output, Log: log})
+			sum, err := lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: job.Output, Log: log, Objects: objects, Files: files})
 			if err != nil {
 				return err
 			}
@@ -106,6 +113,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 	_ = fs.MarkHidden("completion-window")
 	fs.StringVar(&f.baseURL, "base-url", "", "provider API base URL, as for run (default: the provider's environment variable, e.g. OPENAI_BASE_URL, else its preset)")
 	fs.BoolVar(&wait, "wait", true, "wait for the cancelled batches to end and merge the output")
+	fs.StringVar(&f.store, "store", "", "where the job's chunk and results files are kept, as for run (default $SLUICE_STORE, else the state directory)")
 	fs.DurationVar(&pollInterval, "poll-interval", 0, "first wait before polling a cancelled batch (default "+sluice.CancelPollInterval.String()+"; "+sluice.LocalCancelPollInterval.String()+" for --provider local)")
 	fs.DurationVar(&maxPollInterval, "max-poll-interval", 0, "longest wait between polls of a cancelled batch (default "+sluice.CancelMaxPollInterval.String()+"; "+sluice.LocalCancelMaxPollInterval.String()+" for --provider local)")
 	return cmd

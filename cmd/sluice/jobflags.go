@@ -24,6 +24,7 @@ type jobFlags struct {
 	maxAttempts int
 	money       moneyFlags
 	reuse       bool
+	store       string // --store (objects.go)
 	// given reports whether a flag was given on the command line (see
 	// checkSettings).
 	given func(name string) bool
@@ -47,6 +48,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")
 	fs.Int64Var(&f.limits.MaxBatchTokens, "max-batch-tokens", 0, "estimated input tokens per batch (default: no limit)")
 	fs.Int64Var(&f.limits.MaxEnqueuedTokens, "max-enqueued-tokens", 0, "estimated input tokens live at the provider per model, e.g. your OpenAI tier's enqueued-token limit (default: no limit)")
+	fs.StringVar(&f.store, "store", "", "where the job's chunk and results files are kept: s3://BUCKET/PREFIX or a directory shared by the machines of a job; the state directory is then a cache of them (default $SLUICE_STORE, else the state directory itself; docs/scale-out.md)")
 	f.money.register(cmd, f)
 }
 

@@ -21,7 +21,8 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan INPUT",
 		Short: "Validate the input and show the batches a run would create; submits nothing",
-		Long: `plan reads INPUT (plain, gzip or zstd JSONL in the OpenAI batch input format),
+		Long: `plan reads INPUT (plain, gzip or zstd JSONL in the OpenAI batch input format;
+a file, or an object s3://BUCKET/KEY streamed in ranged reads),
 validates every line, groups lines by (url, model), cuts chunks under the
 provider's limits measured on its wire format, writes them into the job's
 directory under the state directory, and prints the plan: per chunk the url,
@@ -52,11 +53,11 @@ A bad line stops planning with its file, line number, custom_id and reason
 			if err != nil {
 				return err
 			}
-			input, err := filepath.Abs(args[0])
+			input, err := pathArg(args[0])
 			if err != nil {
 				return err
 			}
-			db, pr, closeJob, err := openJob(ctx, g, &f, p, input, log)
+			db, pr, _, closeJob, err := openJob(ctx, g, &f, p, input, log, nil)
 			if err != nil {
 				return err
 			}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 
+	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/provider"
 )
 
@@ -37,13 +39,20 @@ func checkCredentials(f *jobFlags, p provider.Preset) error {
 // one, a symbolic or a hard link), or that cannot be written: its
 // directory missing, not a directory, or not writable.
 func checkOutputPaths(input, out, errorsOut string) error {
-	in, err := os.Stat(input)
-	if err != nil {
-		return withCode(exitUsage, fmt.Errorf("input: %w", err))
+	ctx := context.Background()
+	if err := checkInput(ctx, input); err != nil { // a file, or an object (objects.go)
+		return err
 	}
+	in, _ := os.Stat(input) // nil for an object
 	for _, o := range []struct{ flag, path string }{{"--out", out}, {"--errors", errorsOut}} {
+		if objstore.IsURL(o.path) {
+			if err := checkObjectOutput(ctx, o.flag, o.path, input); err != nil {
+				return err
+			}
+			continue
+		}
 		if st, err := os.Stat(o.path); err == nil {
-			if os.SameFile(in, st) {
+			if in != nil && os.SameFile(in, st) {
 				return usageErr("%s %s is the input file %s: sluice never writes over its input; choose another output", o.flag, o.path, input)
 			}
 			if st.IsDir() {
@@ -91,7 +100,7 @@ func preflight(f *runFlags, p provider.Preset, input, out string) error {
 	if errorsOut == "" {
 		errorsOut = errorsPathFor(out)
 	}
-	errorsOut, err := filepath.Abs(errorsOut)
+	errorsOut, err := pathArg(errorsOut)
 	if err != nil {
 		return err
 	}

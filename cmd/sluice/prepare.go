@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -13,36 +14,84 @@ import (
 	"github.com/sluice-batch/sluice/tracker"
 )
 
+// workerOpts make openJob's caller a worker of the job (run).
+type workerOpts struct {
+	// join shares the job with other workers on this machine (--join):
+	// the job's lock is taken shared. Without it the lock is exclusive,
+	// as for a lone run.
+	join bool
+	ttl  time.Duration // lease time to live
+	stop <-chan struct{}
+}
+
 // openJob opens the state database, takes the lock of the input's job and
 // finds or plans the job (lifecycle.Prepare), with a progress line on a
-// terminal. close releases the lock and the database.
-func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger) (db *tracker.DB, pr *lifecycle.Prepared, close func(), err error) {
+// terminal. close releases the lock and the database. With wo, the
+// process is a worker of the job (docs/scale-out.md, "Many workers"),
+// returned as wk: it plans only while it holds the plan role, else waits
+// for the plan of the worker that does.
+func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger, wo *workerOpts) (db *tracker.DB, pr *lifecycle.Prepared, wk *worker, close func(), err error) {
 	db, err = g.openDB(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	id, err := f.findJobID(ctx, db, input)
 	if err != nil {
 		db.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	lock, err := db.LockJob(id)
+	var lock *tracker.Lock
+	if wo != nil && wo.join {
+		lock, err = db.LockJobShared(id)
+	} else {
+		lock, err = db.LockJob(id)
+	}
 	if err != nil {
 		db.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
+	}
+	if wo != nil {
+		if !wo.join {
+			// The job's only driver on a database no other machine uses:
+			// the leases a killed run left need not be waited out.
+			if err := db.ForgetWorkers(ctx, id); err != nil {
+				lock.Unlock()
+				db.Close()
+				return nil, nil, nil, nil, err
+			}
+		}
+		if wk, err = startWorker(ctx, db, id, wo.ttl, log); err != nil {
+			lock.Unlock()
+			db.Close()
+			return nil, nil, nil, nil, err
+		}
 	}
 	close = func() {
+		wk.close()
 		lock.Unlock()
 		db.Close()
 	}
+	files, err := jobStore(ctx, f, db.Dir()) // --store (objects.go)
+	if err != nil {
+		close()
+		return nil, nil, nil, nil, err
+	}
+	spec := f.spec(db, p, input, id, nil, log)
+	spec.Objects, spec.Files = objects, files
 	bar := newPlanProgress(os.Stderr)
-	pr, err = lifecycle.Prepare(ctx, db, f.spec(db, p, input, id, bar.update, log))
+	spec.Progress = bar.update
+	plan := func() (*lifecycle.Prepared, error) { return lifecycle.Prepare(ctx, db, spec) }
+	if wk != nil {
+		pr, err = wk.planOnce(ctx, wo.stop, plan)
+	} else {
+		pr, err = plan()
+	}
 	bar.done()
 	if err != nil {
 		close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return db, pr, close, nil
+	return db, pr, wk, close, nil
 }
 
 // spec is the job these flags define (lifecycle.Spec).

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/lifecycle"
+	"github.com/sluice-batch/sluice/merger"
 )
 
 type runFlags struct {
@@ -32,6 +33,11 @@ type runFlags struct {
 	// keepProviderFiles keeps the job's files at the provider once its
 	// output is written (lifecycle/cleanup.go).
 	keepProviderFiles bool
+	// join makes this run one of several workers of the job on this
+	// machine; leaseTTL is how long a worker's leases outlive its last
+	// heartbeat (cmd/sluice/worker.go, docs/scale-out.md).
+	join     bool
+	leaseTTL time.Duration
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -46,6 +52,13 @@ retried in new batches, and merges every result into OUTPUT, one line per
 input request in input order (.gz or .zst names are compressed). Requests
 that failed for good are also written to the errors file.
 
+INPUT and OUTPUT may be objects in S3 or an S3-compatible store
+(s3://BUCKET/KEY): the input is streamed in ranged reads, the output
+uploaded whole by multipart upload. --store keeps the job's chunk and
+results files in a store as well (docs/scale-out.md, "Object storage").
+Credentials and endpoint as the AWS SDKs read them: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL_S3.
+
 Everything is recorded in the state directory before and after each call to
 the provider, so killing sluice at any moment and running the same command
 again resumes the job without buying any batch twice.
@@ -54,6 +67,12 @@ Money (docs/money.md): --max-cost USD never lets the job's committed spend
 pass the cap (exit 3 when nothing more fits; run again with a higher cap),
 and --reuse (the default) answers requests an earlier job already bought
 from its results instead of buying them again.
+
+Workers (docs/scale-out.md): one run drives a job, and a second run of it
+refuses while the first holds its lock. Runs started with --join share the
+job instead: one plans, each batch's next step is leased to one of them at
+a time (a killed worker's leases pass to the others --lease-ttl after its
+last heartbeat), one merges and the others exit 0.
 
 Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
@@ -72,8 +91,8 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	f.net.register(cmd)
 	f.money.registerRun(cmd)
 	fs := cmd.Flags()
-	fs.StringVarP(&f.out, "out", "o", "", "output file (required); .gz or .zst compresses")
-	fs.StringVar(&f.errorsOut, "errors", "", "errors file for requests that failed for good (default: OUTPUT with .errors before the extension)")
+	fs.StringVarP(&f.out, "out", "o", "", "output file or s3://BUCKET/KEY (required); .gz or .zst compresses")
+	fs.StringVar(&f.errorsOut, "errors", "", "errors file (or s3://BUCKET/KEY) for requests that failed for good (default: OUTPUT with .errors before the extension)")
 	fs.StringVar(&f.order, "order", "input", "output order: input (the input's order) or any (as results came, cheaper)")
 	fs.IntVar(&f.concurrency, "concurrency", sluice.DefaultConcurrency, "provider calls in flight at once (uploads, creates, polls, downloads)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default "+sluice.DefaultPollInterval.String()+"; "+sluice.LocalPollInterval.String()+" for --provider local)")
@@ -83,6 +102,8 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", sluice.DefaultReconcileGrace, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
 	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
 	fs.BoolVar(&f.keepProviderFiles, "keep-provider-files", false, "once the output is written, keep the job's files at the provider (uploaded inputs, result files) instead of deleting them")
+	fs.BoolVar(&f.join, "join", false, "join the job as one more worker beside the runs of it already going (started with --join too) on this state directory, instead of refusing while one runs: one worker plans, each batch's next step is leased to one worker at a time, one merges, the others exit 0 (also $SLUICE_JOIN=1)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long a worker's leases on its batches last past its last heartbeat (it beats every third of this): a worker killed mid-step leaves its batches to the others this long after")
 	cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -137,15 +158,24 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err != nil {
 		return err
 	}
+	if os.Getenv("SLUICE_JOIN") == "1" {
+		f.join = true
+	}
+	if f.join && p.Name == "local" {
+		return usageErr("--join: --provider local runs its emulator inside each process, so workers would not see each other's batches; run 'sluice emulate' and use --provider openai with OPENAI_BASE_URL pointing at it")
+	}
+	if f.leaseTTL < 30*time.Millisecond {
+		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
+	}
 	log, err := g.logger(os.Stderr)
 	if err != nil {
 		return err
 	}
-	input, err := filepath.Abs(inputArg)
+	input, err := pathArg(inputArg) // a file, or s3://BUCKET/KEY (objects.go)
 	if err != nil {
 		return err
 	}
-	out, err := filepath.Abs(f.out)
+	out, err := pathArg(f.out)
 	if err != nil {
 		return err
 	}
@@ -191,12 +221,21 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err := checkOutputFree(ctx, g, &f.jobFlags, input, out); err != nil {
 		return err
 	}
-	db, pr, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log)
+	db, pr, wk, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log, &workerOpts{join: f.join, ttl: f.leaseTTL, stop: stop})
+	if errors.Is(err, errStopped) {
+		log.Info().Msg("stopped while waiting for another worker's plan")
+		return silent(exitStopped)
+	}
 	if err != nil {
 		return err
 	}
 	defer closeJob()
 	job := pr.Job
+	doneBefore := job.State == sluice.JobDone
+	files, err := jobStore(ctx, &f.jobFlags, db.Dir())
+	if err != nil {
+		return err
+	}
 	if pr.Reused {
 		log.Info().Str("state", string(job.State)).Msg("resuming job")
 		noteSkipInvalid(log, &f.jobFlags, pr)
@@ -237,7 +276,8 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	outcome, err := lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
 		Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
 		Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
-		StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p)}, stop)
+		StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
+		Claim: wk.claim}, stop)
 	if bar != nil {
 		bar.done()
 	}
@@ -259,11 +299,30 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		printProgressSummary(ctx, db, job)
 		return silent(exitStopped)
 	}
-	sum, err := lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: out, Errors: f.errorsOut, Order: f.order, Log: log})
+	// One worker merges; the others exit 0 once it has.
+	var sum *merger.Summary
+	merged, err := wk.mergeOnce(ctx, stop, doneBefore, func(fresh *sluice.Job) error {
+		job.State = fresh.State
+		var err error
+		sum, err = lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: out, Errors: f.errorsOut,
+			Order: f.order, Log: log, Objects: objects, Files: files})
+		if err != nil {
+			return err
+		}
+		lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+		return nil
+	})
+	if errors.Is(err, errStopped) {
+		log.Info().Msg("stopped while another worker merges; run the same command again to continue")
+		return silent(exitStopped)
+	}
 	if err != nil {
 		return err
 	}
-	lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+	if !merged {
+		log.Info().Str("job", job.ID).Msg("job done: another worker merged it")
+		return nil
+	}
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
 	if lifecycle.FailedAny(sum) {
 		return silent(exitFailures)

@@ -55,6 +55,19 @@ type statusJob struct {
 	// AttemptErrorsTotal counts them all.
 	AttemptErrors      []sluice.AttemptError `json:"attempt_errors"`
 	AttemptErrorsTotal int64                 `json:"attempt_errors_total"`
+	// Workers are the processes driving the job now (docs/scale-out.md,
+	// "Many workers"), oldest first; one whose heartbeat is older than
+	// its lease time to live was killed and left its row behind.
+	Workers []statusWorker `json:"workers"`
+}
+
+type statusWorker struct {
+	ID        string    `json:"id"`
+	Host      string    `json:"host"`
+	PID       int       `json:"pid"`
+	Started   time.Time `json:"started_at"`
+	Heartbeat time.Time `json:"heartbeat_at"`
+	Leases    int       `json:"leases"`
 }
 
 // maxAttemptErrors bounds the attempt errors shown per job without --chunks.
@@ -83,7 +96,8 @@ provider, state, requests by state, chunks by state, live batches with their
 provider ids and status, tokens used, spend (priced usage, what live
 batches commit at most, the --max-cost cap; docs/money.md), requests reused
 from earlier jobs, age, whether a sluice process is driving it now, and
-what the next run would do. A finished job shows its
+what the next run would do, and the workers driving it (host, pid, last
+heartbeat, leases held; docs/scale-out.md). A finished job shows its
 output and errors files and its outcome: succeeded, failed, retried, and the
 wall time from plan to merge.
 
@@ -217,6 +231,15 @@ func jobStatus(cmd *cobra.Command, db *tracker.DB, j *sluice.Job, withChunks boo
 			Wall: shortDuration(j.UpdatedAt.Sub(j.CreatedAt))}
 	}
 	s.Money = jobMoney(ctx, db, j, chunks)
+	ws, err := db.Workers(ctx, j.ID)
+	if err != nil {
+		return statusJob{}, err
+	}
+	s.Workers = []statusWorker{}
+	for _, w := range ws {
+		s.Workers = append(s.Workers, statusWorker{ID: w.ID, Host: w.Host, PID: w.PID, Started: w.Started,
+			Heartbeat: w.Heartbeat, Leases: w.Leases})
+	}
 	s.Next = lifecycle.NextAction(j, chunks)
 	if s.RunningPID > 0 && j.State != sluice.JobDone {
 		s.Next += fmt.Sprintf(" (sluice pid %d is on it now)", s.RunningPID)
@@ -275,6 +298,10 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 			}
 			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s) batch %s status %s, submitted %s ago\n",
 				b.Chunk, b.Attempt, b.Model, plural(int64(b.Requests), "request", "requests"), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
+		}
+		for _, wk := range j.Workers {
+			fmt.Fprintf(w, "  worker:   %s pid %d, last heartbeat %s ago, %s held (up %s)\n", wk.Host, wk.PID,
+				shortDuration(time.Since(wk.Heartbeat)), plural(int64(wk.Leases), "lease", "leases"), shortDuration(time.Since(wk.Started)))
 		}
 		fmt.Fprintf(w, "  next:     %s\n", j.Next)
 		if withChunks {

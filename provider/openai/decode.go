@@ -1,13 +1,18 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/jsonscan"
 	"github.com/sluice-batch/sluice/provider"
 )
 
@@ -73,6 +78,111 @@ func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string
 
 // DecodeLine turns one output or error file line into a Result.
 func DecodeLine(line []byte) (sluice.Result, error) {
+	if res, ok := decodeResponse(line); ok {
+		return res, nil
+	}
+	return decodeLineStd(line)
+}
+
+// decodeResponse is DecodeLine's fast path for the common line, a response
+// and no error, read without encoding/json (a million lines a run:
+// BENCHMARKS.md, "End to end"). It answers only what encoding/json would
+// answer the same: a line with anything unusual (a key spelled in another
+// case or escaped, a key twice, a value of another type, an escaped
+// custom_id, an error) is left to decodeLineStd.
+func decodeResponse(line []byte) (res sluice.Result, ok bool) {
+	var id, resp []byte
+	if !members(jsonscan.Object, line, []string{"custom_id", "response", "error", "id"}, func(k int, v []byte) bool {
+		switch k {
+		case 0:
+			id = v
+			return plainString(v) && len(v) > 2
+		case 1:
+			resp = v
+			return v[0] == '{'
+		case 2:
+			return string(v) == "null"
+		}
+		return v[0] == '"' || string(v) == "null"
+	}) || id == nil || resp == nil {
+		return res, false
+	}
+	var status, reqID, body []byte
+	if !members(jsonscan.Members, resp, []string{"status_code", "request_id", "body"}, func(k int, v []byte) bool {
+		switch k {
+		case 0:
+			status = v
+		case 1:
+			reqID = v
+			return plainString(v)
+		case 2:
+			body = v
+		}
+		return true
+	}) || status == nil || body == nil {
+		return res, false
+	}
+	code, err := strconv.Atoi(string(status))
+	if err != nil || code == 0 {
+		return res, false
+	}
+	cid := string(id[1 : len(id)-1])
+	r := &sluice.Response{StatusCode: code, Body: append(json.RawMessage(nil), body...)}
+	if reqID != nil {
+		r.RequestID = string(reqID[1 : len(reqID)-1])
+	}
+	return sluice.Result{CustomID: cid, Line: sluice.OutputLine{CustomID: cid, Response: r},
+		Kind: provider.StatusKind(code), Usage: usage(r.Body)}, true
+}
+
+// members walks the members of the object obj with walk (jsonscan.Object,
+// which also validates it, or jsonscan.Members for a part of a line
+// validated already), calling fn with the index in keys of each member
+// whose key is one of keys. It reports false
+// (the caller falls back to encoding/json) when fn does, or when a key
+// appears twice or matches one of keys only as encoding/json matches
+// (another case, escapes, non-ASCII).
+func members(walk func([]byte, func(k, v []byte) bool) bool, obj []byte, keys []string, fn func(k int, v []byte) bool) bool {
+	var seen uint
+	ok := true
+	walked := walk(obj, func(key, v []byte) bool {
+		for i, k := range keys {
+			if string(key) == k {
+				if seen&(1<<i) != 0 {
+					ok = false
+					return false
+				}
+				seen |= 1 << i
+				ok = fn(i, v)
+				return ok
+			}
+		}
+		for _, c := range key {
+			if c == '\\' || c >= utf8.RuneSelf {
+				ok = false
+				return false
+			}
+		}
+		for _, k := range keys {
+			if strings.EqualFold(string(key), k) {
+				ok = false
+				return false
+			}
+		}
+		return true
+	})
+	return walked && ok
+}
+
+// plainString reports whether the raw JSON value v is a string that
+// decodes to its bytes as written (no escapes, valid UTF-8).
+func plainString(v []byte) bool {
+	return len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v[1:len(v)-1], '\\') < 0 && utf8.Valid(v)
+}
+
+// decodeLineStd is DecodeLine by encoding/json: every line the fast path
+// leaves.
+func decodeLineStd(line []byte) (sluice.Result, error) {
 	var w outputLine
 	if err := json.Unmarshal(line, &w); err != nil {
 		return sluice.Result{}, err
@@ -98,8 +208,67 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	return res, nil
 }
 
-// usage reads body.usage in either vocabulary.
+// usage reads body.usage in either vocabulary. body is valid JSON.
 func usage(body []byte) sluice.Usage {
+	if u, ok := usageFast(body); ok {
+		return u
+	}
+	return usageGJSON(body)
+}
+
+// usageFast is usage for the common body: it answers only where gjson
+// answers the same (the first member of a name, whose value is an integer
+// or null), and reports false otherwise.
+func usageFast(body []byte) (u sluice.Usage, ok bool) {
+	var us []byte
+	ok = true
+	jsonscan.Members(body, func(k, v []byte) bool {
+		if bytes.IndexByte(k, '\\') >= 0 {
+			ok = false // gjson unescapes keys
+			return false
+		}
+		if string(k) == "usage" {
+			us = v
+			return false
+		}
+		return true
+	})
+	if !ok || us == nil || us[0] != '{' {
+		return sluice.Usage{}, ok
+	}
+	var vals [4][]byte // prompt_tokens, input_tokens, completion_tokens, output_tokens
+	jsonscan.Members(us, func(k, v []byte) bool {
+		if bytes.IndexByte(k, '\\') >= 0 {
+			ok = false
+			return false
+		}
+		for i, name := range []string{"prompt_tokens", "input_tokens", "completion_tokens", "output_tokens"} {
+			if string(k) == name && vals[i] == nil {
+				vals[i] = v
+			}
+		}
+		return true
+	})
+	num := func(a, b []byte) int64 {
+		v := a
+		if v == nil {
+			v = b
+		}
+		if v == nil || string(v) == "null" {
+			return 0
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil || n > 1<<53 || n < -(1<<53) {
+			ok = false
+		}
+		return n
+	}
+	u = sluice.Usage{InputTokens: num(vals[0], vals[1]), OutputTokens: num(vals[2], vals[3])}
+	return u, ok
+}
+
+// usageGJSON is usage by gjson: every body usageFast leaves.
+func usageGJSON(body []byte) sluice.Usage {
 	u := gjson.GetBytes(body, "usage")
 	if !u.IsObject() {
 		return sluice.Usage{}

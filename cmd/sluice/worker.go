@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/lifecycle"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// Many workers on one job (docs/scale-out.md, "Many workers"). Every
+// `sluice run` is a worker of its job: it registers, heartbeats, plans only
+// while it holds the job's plan role, acts on a chunk only under the
+// chunk's lease, and merges only while it holds the merge role. These are
+// small functions over leaseStore so that they can move with the job's
+// lifecycle into its own package.
+
+// DefaultLeaseTTL is how long a worker's leases last past its last
+// heartbeat: a worker that dies loses its chunks this long after. Workers
+// heartbeat every TTL/3.
+const DefaultLeaseTTL = 30 * time.Second
+
+// leaseStore is what workers need of the tracker (tracker/leases.go),
+// whatever its backend.
+type leaseStore interface {
+	Job(ctx context.Context, id string) (*sluice.Job, error)
+	Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error)
+	RegisterWorker(ctx context.Context, job string, w sluice.Worker) error
+	UnregisterWorker(ctx context.Context, job, worker string) error
+	Heartbeat(ctx context.Context, job, worker string, ttl time.Duration) error
+	ClaimChunk(ctx context.Context, job string, chunk int64, worker string, ttl time.Duration) (bool, error)
+	ReleaseChunk(ctx context.Context, job string, chunk int64, worker string) error
+	ClaimRole(ctx context.Context, job, role, worker string, ttl time.Duration) (bool, error)
+	ReleaseRole(ctx context.Context, job, role, worker string) error
+	PruneWorkers(ctx context.Context, job string, before time.Time) (int, error)
+	// TryLockPlan takes the job's plan lock on this machine, if free.
+	TryLockPlan(job string) (*tracker.Lock, bool, error)
+}
+
+var _ leaseStore = (*tracker.DB)(nil)
+
+// worker is this process as one worker of a job.
+type worker struct {
+	db   leaseStore
+	job  string
+	id   string
+	host string
+	ttl  time.Duration
+	log  zerolog.Logger
+
+	cancel context.CancelFunc // stops the heartbeat
+	wg     sync.WaitGroup
+}
+
+// startWorker registers this process as a worker of job and heartbeats
+// every ttl/3 until close.
+func startWorker(ctx context.Context, db leaseStore, job string, ttl time.Duration, log zerolog.Logger) (*worker, error) {
+	if ttl <= 0 {
+		ttl = DefaultLeaseTTL
+	}
+	host, _ := os.Hostname()
+	var r [4]byte
+	rand.Read(r[:])
+	w := &worker{db: db, job: job, ttl: ttl, host: host,
+		id: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))}
+	w.log = log.With().Str("job", job).Str("worker", w.id).Logger()
+	if err := db.RegisterWorker(ctx, job, sluice.Worker{ID: w.id, Host: host, PID: os.Getpid()}); err != nil {
+		return nil, err
+	}
+	w.prune(ctx)
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
+	w.wg.Add(1)
+	go w.heartbeat(hctx)
+	return w, nil
+}
+
+func (w *worker) heartbeat(ctx context.Context) {
+	defer w.wg.Done()
+	t := time.NewTicker(w.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := w.db.Heartbeat(ctx, w.job, w.id, w.ttl)
+		if errors.Is(err, tracker.ErrNotFound) {
+			// Removed (by an exclusive run that took the job over): say
+			// again that this worker is alive; its lost leases are lost.
+			err = w.db.RegisterWorker(ctx, w.job, sluice.Worker{ID: w.id, Host: w.host, PID: os.Getpid()})
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("heartbeat failed; leases expire unless the next one lands")
+		}
+	}
+}
+
+// close stops the heartbeat and unregisters the worker, freeing every
+// lease and role it holds at once.
+func (w *worker) close() {
+	if w == nil {
+		return
+	}
+	w.cancel()
+	w.wg.Wait()
+	if err := w.db.UnregisterWorker(context.Background(), w.job, w.id); err != nil {
+		w.log.Warn().Err(err).Msg("could not unregister the worker; its leases expire by themselves")
+	}
+	w.prune(context.Background())
+}
+
+// prune removes the rows of workers killed without unregistering (silent
+// for three lease lives, nothing held), so that status lists the workers
+// there are.
+func (w *worker) prune(ctx context.Context) {
+	if n, err := w.db.PruneWorkers(ctx, w.job, time.Now().Add(-3*w.ttl)); err != nil {
+		w.log.Warn().Err(err).Msg("could not remove the rows of dead workers")
+	} else if n > 0 {
+		w.log.Info().Int("workers", n).Msg("removed the rows of workers that stopped without leaving")
+	}
+}
+
+// pollEvery is how often a worker waiting for another (for the plan, for
+// the merge) looks again.
+func (w *worker) pollEvery() time.Duration {
+	return min(max(w.ttl/10, 20*time.Millisecond), time.Second)
+}
+
+// wait sleeps one poll interval, or until ctx ends or stop closes.
+func (w *worker) wait(ctx context.Context, stop <-chan struct{}) error {
+	t := time.NewTimer(w.pollEvery())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return errStopped
+	case <-t.C:
+		return nil
+	}
+}
+
+// errStopped: a stop signal came while a worker waited for another.
+var errStopped = errors.New("stopped while waiting for another worker")
+
+// claim is the dispatcher's Options.Claim: it leases chunk c to this
+// worker and refreshes *c from the store.
+func (w *worker) claim(ctx context.Context, c *sluice.Chunk) (func(), bool, error) {
+	ok, err := w.db.ClaimChunk(ctx, w.job, c.ID, w.id, w.ttl)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	release := func() {
+		if err := w.db.ReleaseChunk(context.Background(), w.job, c.ID, w.id); err != nil {
+			w.log.Warn().Err(err).Int64("chunk", c.ID).Msg("could not release a chunk lease; it expires by itself")
+		}
+	}
+	fresh, err := w.db.Chunk(ctx, w.job, c.ID)
+	if err != nil {
+		release()
+		return nil, false, err
+	}
+	*c = *fresh
+	return release, true, nil
+}
+
+// planOnce returns the job planned: by plan, called while this worker
+// holds the plan role (it plans, or finds the plan another worker
+// committed meanwhile and reuses it), or found planned. While another
+// worker holds the role, it waits for that plan; when that worker dies
+// mid-plan, its role expires and this one plans from scratch.
+func (w *worker) planOnce(ctx context.Context, stop <-chan struct{}, plan func() (*lifecycle.Prepared, error)) (*lifecycle.Prepared, error) {
+	waiting := false
+	for {
+		job, err := w.db.Job(ctx, w.job)
+		switch {
+		case err == nil && job.State != sluice.JobPlanning:
+			return plan() // planned: plan reuses it
+		case err != nil && !errors.Is(err, tracker.ErrNotFound):
+			return nil, err
+		}
+		ok, err := w.db.ClaimRole(ctx, w.job, sluice.RolePlan, w.id, w.ttl)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			// The role says no worker anywhere plans; the plan lock, that no
+			// live process on this machine does (its heartbeats may be
+			// starved by its own plan's writes).
+			lk, locked, err := w.db.TryLockPlan(w.job)
+			if err != nil {
+				return nil, err
+			}
+			if locked {
+				defer lk.Unlock()
+				defer func() {
+					if err := w.db.ReleaseRole(context.WithoutCancel(ctx), w.job, sluice.RolePlan, w.id); err != nil {
+						w.log.Warn().Err(err).Msg("could not release the plan role; it expires by itself")
+					}
+				}()
+				return plan()
+			}
+		}
+		if !waiting {
+			w.log.Info().Msg("another worker is planning the job; waiting for its plan")
+			waiting = true
+		}
+		if err := w.wait(ctx, stop); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// mergeOnce calls merge with the job while this worker holds the merge
+// role, unless another worker merged it first (the job is done and was
+// not when this worker started: doneBefore false): then it returns false.
+// While another worker holds the role it waits; when that worker dies
+// mid-merge, its role expires and this one merges.
+func (w *worker) mergeOnce(ctx context.Context, stop <-chan struct{}, doneBefore bool, merge func(*sluice.Job) error) (bool, error) {
+	waiting := false
+	for {
+		ok, err := w.db.ClaimRole(ctx, w.job, sluice.RoleMerge, w.id, w.ttl)
+		if err != nil {
+			return false, err
+		}
+		job, err := w.db.Job(ctx, w.job)
+		if err != nil {
+			return false, err
+		}
+		if job.State == sluice.JobDone && !doneBefore {
+			if ok {
+				w.db.ReleaseRole(context.WithoutCancel(ctx), w.job, sluice.RoleMerge, w.id)
+			}
+			return false, nil // another worker merged it
+		}
+		if ok {
+			return true, merge(job)
+		}
+		if !waiting {
+			w.log.Info().Msg("every request is final; another worker is merging")
+			waiting = true
+		}
+		if err := w.wait(ctx, stop); err != nil {
+			return false, err
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// mergingJob records a one-request job in state merging in dir.
+func mergingJob(t *testing.T, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := tracker.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddRequest(&sluice.Request{Ordinal: 0, Line: 1, CustomID: "a", Chunk: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddChunk(&sluice.Chunk{ID: 1, URL: "u", Model: "m", Path: "c", Requests: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{Size: 1}, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range [][2]sluice.JobState{{sluice.JobPlanned, sluice.JobRunning}, {sluice.JobRunning, sluice.JobMerging}} {
+		if err := db.SetJobState(ctx, "j", s[0], s[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMergeOnceAcrossWorkers: workers (each on its own database handle,
+// as separate processes are) reach the merge at once: exactly one merges,
+// the others return once the job is done; the heartbeats run meanwhile.
+func TestMergeOnceAcrossWorkers(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	mergingJob(t, dir)
+	var merges atomic.Int32
+	var wg sync.WaitGroup
+	const n = 4
+	merged := make([]bool, n)
+	for i := 0; i < n; i++ {
+		db, err := tracker.Open(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		w, err := startWorker(ctx, db, "j", 90*time.Millisecond, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.close()
+			ok, err := w.mergeOnce(ctx, nil, false, func(job *sluice.Job) error {
+				merges.Add(1)
+				time.Sleep(200 * time.Millisecond) // longer than a lease: heartbeats keep the role
+				return db.FinishJob(ctx, job.ID, &sluice.JobSummary{Lines: 1})
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			merged[i] = ok
+		}()
+	}
+	wg.Wait()
+	if merges.Load() != 1 {
+		t.Fatalf("%d workers merged, want 1", merges.Load())
+	}
+	count := 0
+	for _, m := range merged {
+		if m {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Errorf("%d workers say they merged, want 1", count)
+	}
+}

@@ -1,0 +1,434 @@
+// Package jsonscan checks and walks JSON text without decoding it, for
+// the hot paths that handle a million result lines per run (BENCHMARKS.md,
+// "End to end"): validating a line, finding an object's members, and telling
+// whether encoding/json would write a raw value unchanged.
+//
+// Every function here is a fast path with encoding/json as the authority:
+// where they answer false (or cannot tell), the caller falls back to
+// encoding/json, which decides. So a false negative costs time, never
+// behaviour; a true answer must always agree with encoding/json.
+package jsonscan
+
+import "bytes"
+
+// maxDepth bounds nesting (encoding/json allows 10,000): deeper values are
+// not valid here, and the caller's fallback decides.
+const maxDepth = 1000
+
+// Byte classes inside strings.
+const (
+	plain   = 0
+	stop    = 1 // '"', '\\' or a control character: the string loop stops
+	escHTML = 2 // '<', '>', '&', and 0xE2 (the first byte of U+2028 and U+2029)
+)
+
+var strClass = func() (t [256]byte) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = stop
+	}
+	t['"'], t['\\'] = stop, stop
+	t['<'], t['>'], t['&'], t[0xE2] = escHTML, escHTML, escHTML, escHTML
+	return t
+}()
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// checker validates one value; canonical additionally requires the form
+// json.Marshal gives a json.RawMessage: no whitespace between tokens, no
+// character it would escape in a string.
+type checker struct {
+	b         []byte
+	canonical bool
+	bad       bool
+}
+
+// Valid reports whether b is exactly one JSON value, optionally surrounded
+// by whitespace (json.Valid; deeper than 1,000 levels: false).
+func Valid(b []byte) bool {
+	c := checker{b: b}
+	i := c.ws(0)
+	i = c.value(i, 0)
+	i = c.ws(i)
+	return !c.bad && i == len(b)
+}
+
+// Canonical reports whether b is one valid JSON value that json.Marshal of
+// json.RawMessage(b) writes unchanged: no whitespace anywhere outside
+// strings, and no '<', '>', '&', U+2028 or U+2029 inside them (which
+// encoding/json escapes).
+func Canonical(b []byte) bool {
+	c := checker{b: b, canonical: true}
+	i := c.value(0, 0)
+	return !c.bad && i == len(b)
+}
+
+func (c *checker) fail() int { c.bad = true; return len(c.b) }
+
+func (c *checker) ws(i int) int {
+	if c.canonical {
+		return i
+	}
+	for i < len(c.b) && isSpace(c.b[i]) {
+		i++
+	}
+	return i
+}
+
+// value checks the value at b[i:] and returns the index after it.
+func (c *checker) value(i, depth int) int {
+	if c.bad || i >= len(c.b) {
+		return c.fail()
+	}
+	switch ch := c.b[i]; {
+	case ch == '"':
+		return c.str(i + 1)
+	case ch == '{':
+		return c.object(i+1, depth+1)
+	case ch == '[':
+		return c.array(i+1, depth+1)
+	case ch == '-' || ch >= '0' && ch <= '9':
+		return c.number(i)
+	case ch == 't':
+		return c.lit(i, "true")
+	case ch == 'f':
+		return c.lit(i, "false")
+	case ch == 'n':
+		return c.lit(i, "null")
+	}
+	return c.fail()
+}
+
+func (c *checker) lit(i int, s string) int {
+	if len(c.b)-i < len(s) || string(c.b[i:i+len(s)]) != s {
+		return c.fail()
+	}
+	return i + len(s)
+}
+
+// str checks a string whose opening quote is at i-1.
+func (c *checker) str(i int) int {
+	b := c.b
+	for i < len(b) {
+		switch strClass[b[i]] {
+		case plain:
+			i++
+			continue
+		case escHTML:
+			if c.canonical && (b[i] != 0xE2 || i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9)) {
+				return c.fail()
+			}
+			i++
+			continue
+		}
+		switch b[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			if i+1 >= len(b) {
+				return c.fail()
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !hex(b[i+2]) || !hex(b[i+3]) || !hex(b[i+4]) || !hex(b[i+5]) {
+					return c.fail()
+				}
+				i += 6
+			default:
+				return c.fail()
+			}
+		default: // a control character
+			return c.fail()
+		}
+	}
+	return c.fail()
+}
+
+func hex(ch byte) bool {
+	return ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'f' || ch >= 'A' && ch <= 'F'
+}
+
+func digit(b []byte, i int) bool { return i < len(b) && b[i] >= '0' && b[i] <= '9' }
+
+// number checks -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (c *checker) number(i int) int {
+	b := c.b
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digit(b, i):
+		for digit(b, i) {
+			i++
+		}
+	default:
+		return c.fail()
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digit(b, i) {
+			return c.fail()
+		}
+		for digit(b, i) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digit(b, i) {
+			return c.fail()
+		}
+		for digit(b, i) {
+			i++
+		}
+	}
+	return i
+}
+
+func (c *checker) object(i, depth int) int {
+	if depth > maxDepth {
+		return c.fail()
+	}
+	b := c.b
+	i = c.ws(i)
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for !c.bad {
+		if i >= len(b) || b[i] != '"' {
+			return c.fail()
+		}
+		i = c.ws(c.str(i + 1))
+		if i >= len(b) || b[i] != ':' {
+			return c.fail()
+		}
+		i = c.ws(c.value(c.ws(i+1), depth))
+		if i >= len(b) {
+			return c.fail()
+		}
+		switch b[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = c.ws(i + 1)
+		default:
+			return c.fail()
+		}
+	}
+	return len(b)
+}
+
+func (c *checker) array(i, depth int) int {
+	if depth > maxDepth {
+		return c.fail()
+	}
+	b := c.b
+	i = c.ws(i)
+	if i < len(b) && b[i] == ']' {
+		return i + 1
+	}
+	for !c.bad {
+		i = c.ws(c.value(i, depth))
+		if i >= len(b) {
+			return c.fail()
+		}
+		switch b[i] {
+		case ']':
+			return i + 1
+		case ',':
+			i = c.ws(i + 1)
+		default:
+			return c.fail()
+		}
+	}
+	return len(b)
+}
+
+// Object reports whether b is a valid JSON object (as Valid), calling fn
+// with the raw key and raw value of each of its members, in order, as it
+// checks them; a false from fn stops it (Object then reports false).
+func Object(b []byte, fn func(key, val []byte) bool) bool {
+	c := checker{b: b}
+	i := c.ws(0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = c.ws(i + 1)
+	if i < len(b) && b[i] == '}' {
+		return c.ws(i+1) == len(b)
+	}
+	for !c.bad {
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		k := i + 1
+		i = c.str(k)
+		if c.bad {
+			return false
+		}
+		key := b[k : i-1]
+		i = c.ws(i)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		v := c.ws(i + 1)
+		i = c.value(v, 1)
+		if c.bad || !fn(key, b[v:i]) {
+			return false
+		}
+		i = c.ws(i)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case '}':
+			return c.ws(i+1) == len(b)
+		case ',':
+			i = c.ws(i + 1)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// Members calls fn with the raw key (between its quotes, escapes as
+// written) and the raw value of each member of the object obj, in order,
+// until fn returns false. obj must be valid JSON (Valid): Members does not
+// check it, and reports false if obj is not an object.
+func Members(obj []byte, fn func(key, val []byte) bool) bool {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	i = skipSpace(obj, i+1)
+	for i < len(obj) && obj[i] == '"' {
+		k := i + 1
+		i = skipString(obj, k)
+		key := obj[k : i-1]
+		i = skipSpace(obj, i)
+		i = skipSpace(obj, i+1) // the colon
+		v := i
+		i = skipValue(obj, i)
+		if !fn(key, obj[v:i]) {
+			return true
+		}
+		i = skipSpace(obj, i)
+		if i < len(obj) && obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+	}
+	return true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the closing quote of the string whose
+// content starts at i.
+func skipString(b []byte, i int) int {
+	for {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return len(b)
+		}
+		i += q
+		// Escaped if preceded by an odd number of backslashes.
+		n := 0
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			n++
+		}
+		i++
+		if n%2 == 0 {
+			return i
+		}
+	}
+}
+
+// structural marks the bytes skipValue stops at inside a container.
+var structural = func() (t [256]bool) {
+	for _, c := range `"{}[]` {
+		t[c] = true
+	}
+	return t
+}()
+
+// skipValue returns the index after the valid value at i.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i+1)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			c := b[i]
+			if !structural[c] {
+				i++
+				continue
+			}
+			switch c {
+			case '"':
+				i = skipString(b, i+1)
+				continue
+			case '{', '[':
+				depth++
+			default:
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) && !isSpace(b[i]) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+		i++
+	}
+	return i
+}
+
+// PlainString reports whether json.Marshal(s) is s between quotes: s is
+// valid UTF-8 without control characters, '"', '\\', '<', '>', '&', U+2028
+// or U+2029.
+func PlainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if ch < 0x80 {
+			if strClass[ch] != plain {
+				return false
+			}
+			continue
+		}
+		return plainUTF8(s[i:])
+	}
+	return true
+}
+
+func plainUTF8(s string) bool {
+	for i, r := range s {
+		if r < 0x80 {
+			if strClass[byte(r)] != plain {
+				return false
+			}
+			continue
+		}
+		if r == 0xFFFD && (len(s)-i < 3 || s[i:i+3] != "\uFFFD") || r == '\u2028' || r == '\u2029' {
+			return false // invalid UTF-8 (encoding/json writes \ufffd) or escaped
+		}
+	}
+	return true
+}

@@ -1,0 +1,143 @@
+package jsonscan
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+var seeds = []string{
+	`{}`, `[]`, `""`, `0`, `-0`, `1.5e10`, `-1E-2`, `true`, `false`, `null`,
+	` {"a" : [1, 2, {"b":null}] } `, `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `-`, `1e`, `+1`,
+	`"\u00e9\n\"\\/"`, `"\x"`, `"\u12G4"`, "\"a\tb\"", `"<a&b>"`, "\"\u2028\"", "\"\u2029x\"", "\"\xe2\x82\xac\"",
+	"\"\xff\"", `{"a":"b"}x`, `{"a" "b"}`, `{"a":}`, `[`, `{`, `"`, `nul`, `truex`, `[1 2]`,
+	`{"custom_id":"r-1","response":{"status_code":200,"request_id":"q","body":{"usage":{"prompt_tokens":3}}},"error":null}`,
+	strings.Repeat("[", 999) + strings.Repeat("]", 999),
+	strings.Repeat("[", 1001) + strings.Repeat("]", 1001),
+}
+
+// canonical is the definition Canonical implements, by encoding/json.
+func canonical(b []byte) bool {
+	if !json.Valid(b) {
+		return false
+	}
+	out, err := json.Marshal(json.RawMessage(b))
+	return err == nil && bytes.Equal(out, b)
+}
+
+func TestAgainstEncodingJSON(t *testing.T) {
+	for _, s := range seeds {
+		b := []byte(s)
+		if Valid(b) && !json.Valid(b) {
+			t.Errorf("Valid(%q) = true, encoding/json says invalid", s)
+		}
+		if json.Valid(b) && !Valid(b) && !strings.HasPrefix(s, "[[[[") {
+			t.Errorf("Valid(%q) = false, encoding/json says valid", s)
+		}
+		if got, want := Canonical(b), canonical(b); got != want && (got || !strings.HasPrefix(s, "[[[[")) {
+			t.Errorf("Canonical(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// FuzzAgainstEncodingJSON: Valid and Canonical never say true where
+// encoding/json disagrees, and Valid agrees with json.Valid on inputs
+// within its depth bound.
+func FuzzAgainstEncodingJSON(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, jv := Valid(b), json.Valid(b)
+		if v && !jv {
+			t.Fatalf("Valid(%q) = true, encoding/json says invalid", b)
+		}
+		if jv && !v && bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) <= maxDepth {
+			t.Fatalf("Valid(%q) = false, encoding/json says valid", b)
+		}
+		c, jc := Canonical(b), canonical(b)
+		if c && !jc {
+			t.Fatalf("Canonical(%q) = true, encoding/json rewrites it", b)
+		}
+		if jc && !c && bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) <= maxDepth {
+			t.Fatalf("Canonical(%q) = false, encoding/json keeps it as is", b)
+		}
+		isObj := Object(b, func(k, v []byte) bool { return true })
+		if isObj && !jv {
+			t.Fatalf("Object(%q) = true, encoding/json says invalid", b)
+		}
+		if v && !isObj && bytes.TrimSpace(b)[0] == '{' {
+			t.Fatalf("Object(%q) = false, Valid says true", b)
+		}
+		if v {
+			var members, objMembers []string
+			Object(b, func(k, val []byte) bool {
+				objMembers = append(objMembers, string(k)+"="+string(val))
+				return true
+			})
+			if Members(b, func(k, val []byte) bool {
+				members = append(members, string(k)+"="+string(val))
+				return true
+			}) {
+				var m map[string]json.RawMessage
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Fatalf("Members walked %q, which is no object: %v", b, err)
+				}
+				for _, kv := range members {
+					k, val, _ := strings.Cut(kv, "=")
+					if strings.Contains(k, `\`) {
+						continue
+					}
+					if !json.Valid([]byte(val)) {
+						t.Fatalf("Members(%q): member %q has the invalid value %q", b, k, val)
+					}
+				}
+				if strings.Join(members, "\x00") != strings.Join(objMembers, "\x00") {
+					t.Fatalf("Members(%q) = %q, Object found %q", b, members, objMembers)
+				}
+				if len(members) < len(m) {
+					t.Fatalf("Members(%q) found %d members, encoding/json %d", b, len(members), len(m))
+				}
+			}
+		}
+		s := string(b)
+		js, _ := json.Marshal(s)
+		if PlainString(s) != (string(js) == `"`+s+`"`) {
+			t.Fatalf("PlainString(%q) = %v, json.Marshal gives %s", s, PlainString(s), js)
+		}
+	})
+}
+
+func TestMembers(t *testing.T) {
+	var got []string
+	Members([]byte(` { "a" : [1, {"x":"}"}] , "b\"c":"d" ,"e":null}`), func(k, v []byte) bool {
+		got = append(got, string(k)+"="+string(v))
+		return true
+	})
+	if want := `a=[1, {"x":"}"}]|b\"c="d"|e=null`; strings.Join(got, "|") != want {
+		t.Errorf("Members: %s, want %s", strings.Join(got, "|"), want)
+	}
+	if Members([]byte(`[1]`), func(k, v []byte) bool { return true }) {
+		t.Error("Members walked an array")
+	}
+}
+
+// benchLine is a result line of the emulator's chat completions.
+var benchLine = []byte(`{"id":"batch_req_0123456789abcdef01234567","custom_id":"req-0","response":{"status_code":200,"request_id":"req_83734086b7d42d9cecae18860261936b","body":{"id":"chatcmpl-49ac829d9af37f932a265a2d","object":"chat.completion","created":1795420250,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":"echo: t nialpxe atad ni esualc hcihw noitpecxe","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":148,"completion_tokens":12,"total_tokens":160,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_emulator"}},"error":null}`)
+
+func BenchmarkValid(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		fn   func([]byte) bool
+	}{{"json.Valid", json.Valid}, {"Valid", Valid}, {"Canonical", Canonical}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(benchLine)))
+			for b.Loop() {
+				if !bc.fn(benchLine) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,37 @@
+package sluice
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/sluice-batch/sluice/internal/jsonscan"
+)
+
+// AppendOutputLine appends json.Marshal(l) to dst, byte for byte the same.
+// A result that succeeded (a response, no error) whose strings need no
+// escaping and whose body is already compact is written directly, without
+// encoding/json re-validating and re-compacting the body; anything else
+// goes through json.Marshal.
+func AppendOutputLine(dst []byte, l *OutputLine) ([]byte, error) {
+	r := l.Response
+	if l.Error != nil || r == nil || len(r.Body) == 0 || !jsonscan.PlainString(l.CustomID) ||
+		!jsonscan.PlainString(r.RequestID) || !jsonscan.Canonical(r.Body) {
+		js, err := json.Marshal(l)
+		if err != nil {
+			return dst, err
+		}
+		return append(dst, js...), nil
+	}
+	dst = append(dst, `{"custom_id":"`...)
+	dst = append(dst, l.CustomID...)
+	dst = append(dst, `","response":{"status_code":`...)
+	dst = strconv.AppendInt(dst, int64(r.StatusCode), 10)
+	if r.RequestID != "" {
+		dst = append(dst, `,"request_id":"`...)
+		dst = append(dst, r.RequestID...)
+		dst = append(dst, '"')
+	}
+	dst = append(dst, `,"body":`...)
+	dst = append(dst, r.Body...)
+	return append(dst, `},"error":null}`...), nil
+}

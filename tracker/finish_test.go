@@ -1,0 +1,162 @@
+package tracker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/tracker"
+)
+
+// planKeyed plans job id with n requests in chunk 1 whose body keys are
+// keys[i] (nil: none).
+func planKeyed(t *testing.T, db *tracker.DB, id string, keys [][]byte) *sluice.Chunk {
+	t.Helper()
+	ctx := context.Background()
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: id, Provider: "openai", Input: "/" + id, Dir: t.TempDir(), MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := make([]sluice.Request, len(keys))
+	for i := range rs {
+		rs[i] = sluice.Request{Ordinal: int64(i), Line: int64(i + 1), CustomID: fmt.Sprint(id, "-", i), Chunk: 1, Index: i, BodyKey: keys[i]}
+	}
+	if err := p.AddRequests(rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddChunk(&sluice.Chunk{ID: 1, URL: "/v1/chat/completions", Model: "m", Path: "chunks/c1", Requests: len(keys)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{Size: 1, ModTime: time.Unix(1, 0)}, int64(len(keys)), 0); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := db.Chunks(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cs[0]
+	c.State, c.ResultsPath = sluice.ChunkDone, "results/c000001-a1.results"
+	return c
+}
+
+// TestFinishChunkNamesTheRequestAtFault: the outcomes of a chunk are
+// recorded in bulk; when one of them is not a pending request of the chunk
+// (finished already, named twice, another job's ordinal), the finish is
+// refused with ErrConflict naming the first such request in outcome order,
+// and nothing of it lands.
+func TestFinishChunkNamesTheRequestAtFault(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	const n = 200
+	c := planKeyed(t, db, "j", make([][]byte, n))
+	outcomes := func(bad ...sluice.Outcome) []sluice.Outcome {
+		var os []sluice.Outcome
+		for i := 0; i < n; i++ {
+			st := sluice.RequestSucceeded
+			if i%3 == 0 {
+				st = sluice.RequestFailed
+			}
+			os = append(os, sluice.Outcome{Ordinal: int64(i), State: st})
+			if i == 120 {
+				os = append(os, bad...)
+			}
+		}
+		return os
+	}
+	for _, tc := range []struct {
+		name string
+		bad  []sluice.Outcome
+		want int64
+	}{
+		{"named twice, same state", []sluice.Outcome{{Ordinal: 7, State: sluice.RequestSucceeded}}, 7},
+		{"named twice, other state", []sluice.Outcome{{Ordinal: 4, State: sluice.RequestSucceeded}}, 4},
+		{"not in the job", []sluice.Outcome{{Ordinal: n + 5, State: sluice.RequestFailed}}, n + 5},
+	} {
+		cc := *c
+		err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: outcomes(tc.bad...)})
+		if !errors.Is(err, tracker.ErrConflict) || !strings.Contains(err.Error(), fmt.Sprintf("request #%d of chunk 1 ", tc.want)) {
+			t.Errorf("%s: err = %v, want a conflict naming request #%d", tc.name, err, tc.want)
+		}
+		st, _ := db.RequestStates(ctx, "j")
+		if st[sluice.RequestPending] != n {
+			t.Fatalf("%s: a refused finish changed request states: %v", tc.name, st)
+		}
+	}
+	// A state that is not final is refused too.
+	cc := *c
+	err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending,
+		Outcomes: outcomes(sluice.Outcome{Ordinal: n - 1, State: "bogus"})[:122]})
+	if err == nil {
+		t.Error("an outcome in state bogus was recorded")
+	}
+	// Then the right finish lands whole.
+	cc = *c
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: outcomes()}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := db.RequestStates(ctx, "j")
+	if st[sluice.RequestFailed] != (n+2)/3 || st[sluice.RequestSucceeded] != n-(n+2)/3 || st[sluice.RequestPending] != 0 {
+		t.Errorf("states after finish: %v", st)
+	}
+	var wrong int
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests WHERE (id & 1023) % 3 = 0 AND state != 'failed'`).Scan(&wrong)
+	if wrong != 0 {
+		t.Errorf("%d requests have the other request's state", wrong)
+	}
+	// A second finish of the same requests conflicts on the first one.
+	cc = *c
+	cc.State = sluice.ChunkDone
+	if _, err := db.SQL().Exec(`UPDATE chunks SET state = 'pending'`); err != nil {
+		t.Fatal(err)
+	}
+	err = db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: outcomes()[50:]})
+	if !errors.Is(err, tracker.ErrConflict) || !strings.Contains(err.Error(), "request #50 of chunk 1 ") {
+		t.Errorf("finishing finished requests: %v, want a conflict naming request #50", err)
+	}
+}
+
+// TestLedgerFirstSuccessInChunkWins: of two successes of one body key in
+// the same chunk, the first in outcome order (the order results were
+// written, not the ordinal order) is the key's answer; failures and
+// requests without a key record nothing; an earlier job's answer stays.
+func TestLedgerFirstSuccessInChunkWins(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	k := func(s string) []byte { return []byte(fmt.Sprintf("%-16s", s)) }
+	// Job a answers key "old".
+	ca := planKeyed(t, db, "a", [][]byte{k("old")})
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: ca, From: sluice.ChunkPending,
+		Outcomes: []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded, Offset: 0, Length: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	cb := planKeyed(t, db, "b", [][]byte{k("x"), k("x"), k("old"), nil, k("f"), k("x")})
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: cb, From: sluice.ChunkPending, Outcomes: []sluice.Outcome{
+		{Ordinal: 4, State: sluice.RequestFailed, Offset: 0, Length: 5},
+		{Ordinal: 5, State: sluice.RequestSucceeded, Offset: 5, Length: 7}, // first success of x
+		{Ordinal: 0, State: sluice.RequestSucceeded, Offset: 12, Length: 7},
+		{Ordinal: 3, State: sluice.RequestSucceeded, Offset: 19, Length: 7}, // no key
+		{Ordinal: 2, State: sluice.RequestSucceeded, Offset: 26, Length: 7}, // old: job a's stays
+		{Ordinal: 1, State: sluice.RequestSucceeded, Offset: 33, Length: 0}, // no record: not an answer
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.SQL().Query(`SELECT trim(CAST(l.key AS TEXT)), r.custom_id, l.offset, l.length FROM ledger l JOIN requests r ON r.id = l.request ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var key, id string
+		var off, length int64
+		rows.Scan(&key, &id, &off, &length)
+		got = append(got, fmt.Sprintf("%s=%s@%d+%d", key, id, off, length))
+	}
+	if want := "old=a-0@0+10 x=b-5@5+7"; strings.Join(got, " ") != want {
+		t.Errorf("ledger: %s\nwant   %s", strings.Join(got, " "), want)
+	}
+}
