@@ -32,9 +32,9 @@ import (
 // start; nothing waits for sibling tasks. Otherwise the loop sleeps until
 // the earliest due time, gathered to at most one timer wake-up per
 // gatherWait, so thousands of jittered polls do not each wake it (and no
-// wake-up re-reads the chunk rows: scripts/bench-polling.sh). The whole
-// set is re-read from the store every refreshEvery, for what other
-// workers changed.
+// wake-up re-reads the chunk rows: scripts/bench-polling.sh). With leases
+// (Options.Claim) the whole set is re-read from the store at most every
+// refreshEvery, for what other workers changed.
 //
 // Stop, the deadline and a fatal error start nothing new; the tasks in
 // flight finish and record their outcome (a fatal error never cancels its
@@ -618,9 +618,10 @@ func (s *sched) reindex() {
 }
 
 // refreshEvery is how often, with leases, the whole chunk set is re-read
-// for what other workers did.
+// for what other workers did: at most once per timer gathering, so the
+// admission rules count the other workers' batches within a second.
 func (s *sched) refreshEvery() time.Duration {
-	return s.d.opts.MaxPollInterval
+	return s.gatherWait()
 }
 
 // gatherWait is the least time between two timer wake-ups: polls due
