@@ -53,3 +53,40 @@ func (l Limits) ChunkTokens() int64 {
 	}
 	return n
 }
+
+// Tighter returns l with each per-batch limit of o that is tighter put
+// over it (zero is no limit): the limits of a family that a routed codec
+// sends some urls to (RoutedCodec).
+func (l Limits) Tighter(o Limits) Limits {
+	min64 := func(x, y int64) int64 {
+		if x <= 0 || y > 0 && y < x {
+			return y
+		}
+		return x
+	}
+	l.MaxBatchBytes = min64(l.MaxBatchBytes, o.MaxBatchBytes)
+	l.MaxBatchRequests = int(min64(int64(l.MaxBatchRequests), int64(o.MaxBatchRequests)))
+	l.MaxBatchTokens = min64(l.MaxBatchTokens, o.MaxBatchTokens)
+	return l
+}
+
+// Bound is the one rule that cuts chunks, for the splitter and for the
+// chunks of a retry alike: it names the per-batch limit that a chunk of n
+// items (itemBytes bytes of items, tokens estimated input tokens, in
+// envelope env) would pass if one more item of size bytes and t tokens
+// were added: "bytes", "requests" or "tokens", checked in that order, or
+// "" when the item fits. An empty chunk takes any item: a request over a
+// limit by itself was refused when the input was read.
+func (l Limits) Bound(env Envelope, n int, itemBytes, tokens, size, t int64) string {
+	switch {
+	case n == 0:
+		return ""
+	case l.MaxBatchBytes > 0 && env.Size(n+1, itemBytes+size) > l.MaxBatchBytes:
+		return "bytes"
+	case l.MaxBatchRequests > 0 && n+1 > l.MaxBatchRequests:
+		return "requests"
+	case l.ChunkTokens() > 0 && tokens+t > l.ChunkTokens():
+		return "tokens"
+	}
+	return ""
+}

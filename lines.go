@@ -104,6 +104,17 @@ func CodecFor(c Codec, url string) Codec {
 	return c
 }
 
+// ChunkFormat is the codec and the per-batch limits of url's chunks under
+// codec c and limits l: c and l, or the codec a RoutedCodec routes url to
+// with l tightened by that family's limits (Limits.Tighter).
+func ChunkFormat(c Codec, url string, l Limits) (Codec, Limits) {
+	if r, ok := c.(RoutedCodec); ok {
+		cc, fam := r.For(url)
+		return cc, l.Tighter(fam)
+	}
+	return c, l
+}
+
 // ResultTranslator is implemented by codecs that translate lines into the
 // provider's native form (chat completions lines sent to Anthropic, say):
 // the dispatcher passes every result it decodes through TranslateResult,

@@ -45,11 +45,3 @@ type Answer struct {
 	// CustomID is the custom_id of the request it answered.
 	CustomID string
 }
-
-// BatchUsage is implemented by providers that report usage for a whole
-// batch rather than per request (Cloudflare, on one of its results): what
-// the usage is compared with is then sluice's estimate of every request
-// the batch answered (docs/money.md).
-type BatchUsage interface {
-	UsagePerBatch() bool
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 )
 
 // Batch is what a provider says about one batch.
@@ -90,12 +91,12 @@ type Provider interface {
 	Codec() Codec
 	// Limits are its default limits.
 	Limits() Limits
-	// UsesFiles reports whether a batch is created from an uploaded file
-	// (OpenAI family) rather than from the chunk body itself.
-	UsesFiles() bool
+	// Capabilities says how its batch API works where the dispatcher and
+	// the commands must tell providers apart.
+	Capabilities() Capabilities
 	// Upload streams the chunk file to the provider and returns its file id.
 	Upload(ctx context.Context, ref BatchRef) (fileID string, err error)
-	// Create starts a batch: from fileID when UsesFiles, else by sending
+	// Create starts a batch: from fileID when Capabilities().Files, else by sending
 	// the chunk file as the body.
 	Create(ctx context.Context, ref BatchRef, fileID string) (Batch, error)
 	// Poll returns the batch's current state.
@@ -151,16 +152,55 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message)
 }
 
-// Retryable reports whether the call may succeed if repeated.
-func (e *APIError) Retryable() bool {
-	return e.Status == 408 || e.Status == 409 || e.Status == 429 || e.Status >= 500
+// Retryable reports whether the call may succeed if repeated
+// (RetryableStatus).
+func (e *APIError) Retryable() bool { return RetryableStatus(e.Status) }
+
+// RetryableStatus is the one rule for provider calls: an answer with this
+// HTTP status may succeed if the call is repeated: 408, 409, 429 and 5xx.
+// The HTTP layer retries those (provider/httpx), and the dispatcher
+// repeats a step that failed with one on its schedule. (A request's own
+// result line is classified apart, by provider.StatusKind: there a 409 is
+// the endpoint's verdict on the request.)
+func RetryableStatus(code int) bool {
+	return code == 408 || code == 409 || code == 429 || code >= 500
 }
 
-// Untagged is implemented by providers whose batches carry nothing that
-// names the chunk they came from (Anthropic has no batch metadata). The
-// dispatcher then creates their batches one at a time, so a crash can leave
-// at most one batch that no chunk records, and Find can adopt it by time and
-// size without guessing between several.
-type Untagged interface {
-	Untagged() bool
+// Retryable reports whether a failed provider call may succeed when
+// repeated: an answer with a RetryableStatus, or a broken connection (a
+// net.Error), after the HTTP layer's own retries. An endpoint that
+// answered nothing for the whole retry budget (ErrUnreachable), any other
+// answer, and errors that are not the provider's are not.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, ErrUnreachable) {
+		return false
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Retryable()
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// Capabilities are the ways providers' batch APIs differ that the
+// dispatcher and the commands act on: one value per provider, instead of
+// one optional interface per difference.
+type Capabilities struct {
+	// Files: a batch is created from an uploaded file (OpenAI family,
+	// Gemini, Mistral, Together), so a chunk is uploaded before its batch
+	// is created and its file is deleted once the job is done; otherwise
+	// the chunk file itself is the create call's body.
+	Files bool
+	// Untagged: its batches carry nothing that names the chunk they came
+	// from (Anthropic has no batch metadata). The dispatcher then creates
+	// their batches one at a time, so a crash can leave at most one batch
+	// that no chunk records, and Find can adopt it by time and size without
+	// guessing between several.
+	Untagged bool
+	// UsagePerBatch: usage is reported for the whole batch rather than per
+	// request (Cloudflare, on one of its results): what the usage is
+	// compared with is then sluice's estimate of every request the batch
+	// answered (docs/money.md).
+	UsagePerBatch bool
 }

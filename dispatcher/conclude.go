@@ -193,8 +193,6 @@ func (e *ending) describe(missing int) []string {
 // transaction records it all. A crash anywhere before that commit leaves
 // the chunk as it was, and the same work is redone.
 func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, fill func(*ending) error) error {
-	d.finishMu.Lock()
-	defer d.finishMu.Unlock()
 	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests),
 		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests)}
 	if err := d.store.ChunkRequests(ctx, d.job.ID, c.ID, func(r *sluice.Request) error {
@@ -281,10 +279,10 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		c.State = sluice.ChunkFailed
 	}
 	c.ResultsPath = rel
-	c.EndedAt = d.opts.Now()
+	c.EndedAt = d.now()
 	c.InputTokens += e.usage.InputTokens
 	c.OutputTokens += e.usage.OutputTokens
-	if bu, ok := d.prov.(sluice.BatchUsage); ok && bu.UsagePerBatch() && e.usage.InputTokens > 0 {
+	if d.caps.UsagePerBatch && e.usage.InputTokens > 0 {
 		// The batch's usage covers every request it answered.
 		e.usageEst = 0
 		for i, rank := range e.rank {
@@ -307,9 +305,15 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 			return fatal(fmt.Errorf("chunk %d: store %s: %w", c.ID, rel, err))
 		}
 	}
-	if err := d.store.FinishChunk(ctx, fin); err != nil {
+	// Results are read, decoded, written and stored by every chunk's task
+	// at once; only the tracker write is one at a time.
+	d.finishMu.Lock()
+	err = d.store.FinishChunk(ctx, fin)
+	d.finishMu.Unlock()
+	if err != nil {
 		return fatal(err)
 	}
+	d.born(fin.NewChunks)
 	ev := d.chunkLog(c).Info()
 	if c.ErrorCode == sluice.CodeProviderOutput {
 		ev = d.chunkLog(c).Warn().Str("provider_output", c.LastError)

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/pricing"
@@ -38,10 +37,27 @@ type Options struct {
 	// Once does every step that is ready now and returns without sleeping.
 	Once bool
 	Log  zerolog.Logger
-	// Now is the clock (tests); default time.Now.
-	Now func() time.Time
-	// OnTick is called after each round with the chunks as they stand.
+	// Clock is the time source of the schedule and of the times recorded
+	// (tests); default the wall clock.
+	Clock sluice.Clock
+	// OnTick is called, from the scheduler's goroutine, with the chunks as
+	// they stand whenever a task's outcome changed them. It must not block
+	// and must not change the chunks.
 	OnTick func(chunks []*sluice.Chunk)
+	// Claim, when set, is asked before any step of chunk c starts: it
+	// leases the chunk's next step to this worker (and may refresh *c from
+	// the store). ok false means another worker holds it: the chunk is left
+	// alone and asked for again after PollInterval. release gives the lease
+	// back once the step's outcome is recorded. The step then acts on the
+	// chunk as the store has it after the claim, and only if it is still
+	// the step chosen. Nil: this dispatcher is the job's only worker
+	// (docs/scale-out.md, "Many workers"). An error stops the run
+	// (ErrFatal).
+	Claim func(ctx context.Context, c *sluice.Chunk) (release func(), ok bool, err error)
+	// Files, if set, keeps the job's chunk and results files in a shared
+	// store as well as in the job directory (--store; docs/scale-out.md,
+	// "Object storage").
+	Files Files
 	// ReconcileGrace is how long after a crashed run's intent sluice keeps
 	// looking for what the call created before concluding it never landed:
 	// a call in flight when the process died can still complete at the
@@ -78,18 +94,6 @@ type Options struct {
 	// about the input estimate (tracker.DB.Learned); the cap and
 	// MaxEnqueuedTokens use it.
 	Learned func(ctx context.Context) (map[string]sluice.Learned, error)
-	// Claim, when set, is called before acting on a chunk (submit, poll,
-	// reconcile): it leases the chunk's next step to this worker, and on
-	// success refreshes *c from the store (another worker may have moved
-	// it since it was read). ok false means another worker holds it: the
-	// chunk is left alone this time. release gives the lease back once the
-	// step is done. Nil: this dispatcher is the job's only worker
-	// (docs/scale-out.md, "Many workers").
-	Claim func(ctx context.Context, c *sluice.Chunk) (release func(), ok bool, err error)
-	// Files, if set, keeps the job's chunk and results files in a shared
-	// store as well as in the job directory (--store; docs/scale-out.md,
-	// "Object storage").
-	Files Files
 }
 
 // Files is the job's files in a shared store, by their path relative to
@@ -148,19 +152,21 @@ type Dispatcher struct {
 	opts  Options
 	log   zerolog.Logger
 
-	finishMu  sync.Mutex      // serialises FinishChunk
-	createMu  sync.Mutex      // serialises creates for sluice.Untagged providers
+	caps sluice.Capabilities
+
+	finishMu  sync.Mutex      // serialises FinishChunk: the tracker write of a chunk's end
+	createMu  sync.Mutex      // serialises creates for Untagged providers
 	queueFull map[string]bool // models whose provider queue reported full
 	// alone says, per chunk submitted by this run, whether it went with no
 	// other batch of its model live or submitted beside it.
 	alone map[int64]bool
-	mu    sync.Mutex // guards queueFull and alone
-	// halted is set by the first fatal error of a round: no new task or
-	// provider call starts; those in flight finish.
+	// newChunks are the chunks of the next attempt that finished chunks
+	// made, not yet taken into the scheduler's view.
+	newChunks []*sluice.Chunk
+	mu        sync.Mutex // guards queueFull, alone and newChunks
+	// halted is set by the first fatal error: no new task or provider call
+	// starts; those in flight finish.
 	halted atomic.Bool
-	// capped is set by a round that found the spend cap leaves room for
-	// no waiting chunk while none is in flight.
-	capped bool
 }
 
 // New returns a dispatcher for job.
@@ -175,8 +181,8 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 	if opts.MaxPollInterval < opts.PollInterval {
 		opts.MaxPollInterval = max(sluice.DefaultMaxPollInterval, opts.PollInterval)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = sluice.SystemClock{}
 	}
 	if opts.ReconcileGrace <= 0 {
 		opts.ReconcileGrace = sluice.DefaultReconcileGrace
@@ -196,67 +202,11 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 	if job.MaxAttempts <= 0 {
 		job.MaxAttempts = sluice.DefaultMaxAttempts
 	}
-	return &Dispatcher{store: store, prov: prov, job: job, opts: opts,
+	return &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
 		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{}}
 }
 
-// Run drives the job until every request is final (Finished), or until the
-// deadline, --once, or stop says to leave the rest running (Stopped). stop
-// closing means: start nothing new, let calls in flight record their
-// outcome, return. Cancelling ctx abandons calls in flight; their chunks
-// stay in intent states and are reconciled on the next run.
-func (d *Dispatcher) Run(ctx context.Context, stop <-chan struct{}) (Outcome, error) {
-	chunks, err := d.store.Chunks(ctx, d.job.ID)
-	if err != nil {
-		return Stopped, err
-	}
-	if err := d.reconcile(ctx, chunks); err != nil {
-		return Stopped, err
-	}
-	for round := 0; ; round++ {
-		chunks, err := d.store.Chunks(ctx, d.job.ID)
-		if err != nil {
-			return Stopped, err
-		}
-		if d.opts.OnTick != nil {
-			d.opts.OnTick(chunks)
-		}
-		if allTerminal(chunks) {
-			return Finished, nil
-		}
-		if d.stopping(stop) {
-			return Stopped, nil
-		}
-		progressed, err := d.round(ctx, stop, chunks)
-		if err != nil {
-			return Stopped, err
-		}
-		if d.capped && !progressed {
-			return CapReached, nil
-		}
-		if d.opts.Once {
-			// Rounds repeat only while they move something (a batch ended
-			// and left retries, a submission); a cron run never sleeps.
-			if !progressed || round >= 5 {
-				chunks, err := d.store.Chunks(ctx, d.job.ID)
-				if err != nil {
-					return Stopped, err
-				}
-				if allTerminal(chunks) {
-					return Finished, nil
-				}
-				return Stopped, nil
-			}
-			continue
-		}
-		if progressed {
-			continue
-		}
-		if err := d.sleep(ctx, stop, chunks); err != nil {
-			return Stopped, err
-		}
-	}
-}
+func (d *Dispatcher) now() time.Time { return d.opts.Clock.Now() }
 
 func (d *Dispatcher) stopping(stop <-chan struct{}) bool {
 	select {
@@ -264,7 +214,7 @@ func (d *Dispatcher) stopping(stop <-chan struct{}) bool {
 		return true
 	default:
 	}
-	return !d.opts.Deadline.IsZero() && !d.opts.Now().Before(d.opts.Deadline)
+	return !d.opts.Deadline.IsZero() && !d.now().Before(d.opts.Deadline)
 }
 
 func allTerminal(chunks []*sluice.Chunk) bool {
@@ -274,172 +224,6 @@ func allTerminal(chunks []*sluice.Chunk) bool {
 		}
 	}
 	return true
-}
-
-// round starts every submission the limits admit and every poll that is
-// due, waits for them, and reports whether anything moved.
-func (d *Dispatcher) round(ctx context.Context, stop <-chan struct{}, chunks []*sluice.Chunk) (bool, error) {
-	now := d.opts.Now()
-	lim := d.job.Limits
-	learned := d.lessons(ctx)
-	spend := d.newCapCheck(chunks, learned)
-	d.capped = false
-	live, flying := 0, 0
-	liveTokens := map[string]int64{}
-	liveByModel := map[string]int{}
-	for _, c := range chunks {
-		if c.State.Live() {
-			live++
-			liveTokens[c.Model] += queueTokens(c, learned)
-			liveByModel[c.Model]++
-		}
-		if inFlight(c.State) {
-			flying++
-		}
-	}
-	// For providers whose batches name no chunk, a batch a crashed run may
-	// still have created is matched by time and size: no new create may
-	// start until every such leftover is settled, or two could match.
-	leftover := false
-	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
-		for _, c := range chunks {
-			leftover = leftover || c.State == sluice.ChunkCreating
-		}
-	}
-	var tasks []func(context.Context) (bool, error)
-	var admitted []*sluice.Chunk
-	cancelled := d.job.State == sluice.JobCancelled
-	// Each task acts on one chunk under its lease (Options.Claim).
-	add := func(c *sluice.Chunk, t func(context.Context) (bool, error)) {
-		tasks = append(tasks, d.leased(c, now, t))
-	}
-	for _, c := range chunks {
-		c := c
-		switch c.State {
-		case sluice.ChunkPending, sluice.ChunkUploaded:
-			if cancelled {
-				add(c, func(ctx context.Context) (bool, error) { return true, d.abandon(ctx, c) })
-				continue
-			}
-			if c.NextPollAt.After(now) && !d.opts.Once {
-				continue // backing off after a refused submission
-			}
-			if leftover {
-				continue
-			}
-			if lim.MaxLiveBatches > 0 && live >= lim.MaxLiveBatches {
-				continue
-			}
-			if d.isQueueFull(c.Model) {
-				if liveByModel[c.Model] > 0 {
-					continue // wait for our own batches of this model to drain
-				}
-				d.setQueueFull(c.Model, false)
-			}
-			if lim.MaxEnqueuedTokens > 0 && liveByModel[c.Model] > 0 && liveTokens[c.Model]+queueTokens(c, learned) > lim.MaxEnqueuedTokens {
-				continue
-			}
-			if !spend.admit(c) {
-				continue
-			}
-			live++
-			flying++
-			liveTokens[c.Model] += queueTokens(c, learned)
-			liveByModel[c.Model]++
-			admitted = append(admitted, c)
-			add(c, func(ctx context.Context) (bool, error) { return d.submit(ctx, c) })
-		case sluice.ChunkSubmitted:
-			if !d.opts.Once && c.NextPollAt.After(now) {
-				continue
-			}
-			add(c, func(ctx context.Context) (bool, error) { return d.poll(ctx, c) })
-		case sluice.ChunkUploading, sluice.ChunkCreating:
-			// Left by a crashed run and not settled yet (see reconcile).
-			if c.NextPollAt.After(now) {
-				continue
-			}
-			add(c, func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })
-		}
-	}
-	if spend != nil && spend.blocked > 0 && flying == 0 {
-		d.capped = true
-	}
-	if len(tasks) == 0 {
-		return false, nil
-	}
-	d.mu.Lock()
-	for _, c := range admitted {
-		d.alone[c.ID] = liveByModel[c.Model] == 1
-	}
-	d.mu.Unlock()
-	var moved bool
-	var movedMu sync.Mutex
-	// A fatal error stops new work but never cancels the calls in flight:
-	// cancelling them mid-call would leave their chunks in intent states
-	// that the next run must wait out the reconcile grace for (issue 11,
-	// item 6). They finish and record their outcome, as after a first stop
-	// signal; only ctx (a second signal) abandons them.
-	var g errgroup.Group
-	g.SetLimit(d.opts.Concurrency)
-	for _, t := range tasks {
-		if d.stopping(stop) || d.halted.Load() {
-			break
-		}
-		g.Go(func() error {
-			if d.halted.Load() {
-				return nil // a sibling failed fatally while this one waited for a slot
-			}
-			m, err := t(ctx)
-			if m {
-				movedMu.Lock()
-				moved = true
-				movedMu.Unlock()
-			}
-			if err != nil && (errors.Is(err, ErrFatal) || ctx.Err() != nil) {
-				d.halted.Store(true)
-				return err
-			}
-			return nil
-		})
-	}
-	err := g.Wait()
-	if ctx.Err() != nil {
-		return moved, ctx.Err()
-	}
-	return moved, err
-}
-
-// sleep waits until the next poll or retry is due, stop, the deadline, or
-// ctx.
-func (d *Dispatcher) sleep(ctx context.Context, stop <-chan struct{}, chunks []*sluice.Chunk) error {
-	now := d.opts.Now()
-	wake := now.Add(d.opts.MaxPollInterval)
-	for _, c := range chunks {
-		if c.State.Terminal() || c.NextPollAt.IsZero() {
-			continue
-		}
-		if c.NextPollAt.Before(wake) {
-			wake = c.NextPollAt
-		}
-	}
-	if !d.opts.Deadline.IsZero() && d.opts.Deadline.Before(wake) {
-		wake = d.opts.Deadline
-	}
-	// Polls due within the next moment are gathered into one round: with
-	// thousands of live batches and jittered schedules, waking for each
-	// one re-read every chunk row tens of times a second
-	// (scripts/bench-polling.sh: 615 CPU s per hour of waiting at 2,000
-	// batches).
-	wait := max(wake.Sub(now), min(time.Second, max(d.opts.PollInterval/2, 10*time.Millisecond)))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stop:
-	case <-t.C:
-	}
-	return nil
 }
 
 // nextPoll is when a batch polled n times should be polled again: the
@@ -452,7 +236,7 @@ func (d *Dispatcher) nextPoll(n int) time.Time {
 	}
 	iv = min(iv, float64(d.opts.MaxPollInterval))
 	iv *= 0.8 + 0.4*rand.Float64()
-	return d.opts.Now().Add(time.Duration(iv))
+	return d.now().Add(time.Duration(iv))
 }
 
 func (d *Dispatcher) isQueueFull(model string) bool {

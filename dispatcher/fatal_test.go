@@ -79,3 +79,68 @@ func TestFatalErrorLetsSiblingsFinish(t *testing.T) {
 		t.Errorf("%d batches created after the fatal error, want none (no new call starts)", n)
 	}
 }
+
+// refusingPoll answers the first poll of one chunk with 401 once every
+// other chunk's create is in flight, and lets those creates reach the
+// provider only after the 401 has been returned to the dispatcher.
+type refusingPoll struct {
+	sluice.Provider
+	refuse   int64
+	inFlight sync.WaitGroup
+	refused  chan struct{}
+	once     sync.Once
+	creates  atomic.Int32
+}
+
+func (p *refusingPoll) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
+	if ref.Chunk != p.refuse {
+		p.inFlight.Done()
+		<-p.refused
+		time.Sleep(20 * time.Millisecond) // the dispatcher has seen the 401 by now
+	}
+	p.creates.Add(1)
+	return p.Provider.Create(ctx, ref, fileID)
+}
+
+func (p *refusingPoll) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
+	if ref.Chunk == p.refuse {
+		p.inFlight.Wait()
+		defer p.once.Do(func() { close(p.refused) })
+		return sluice.Batch{}, &sluice.APIError{Status: 401, Code: "invalid_api_key", Message: "Incorrect API key provided"}
+	}
+	return p.Provider.Poll(ctx, ref, batchID)
+}
+
+// TestFatalPollLetsSiblingCreatesFinish: a 401 on one chunk's poll, while
+// the other chunks' creates are mid-call, stops the run; those creates
+// complete and are recorded as submitted batches, and no chunk is left in
+// an intent state (uploading, creating) for the next run to reconcile.
+func TestFatalPollLetsSiblingCreatesFinish(t *testing.T) {
+	r := newRig(t, "openai", openAILines(24), sluice.Limits{MaxBatchRequests: 6}, 3, emulator.Options{BatchTime: time.Hour})
+	chunks, err := r.db.Chunks(context.Background(), r.job.ID)
+	if err != nil || len(chunks) < 3 {
+		t.Fatalf("planned %d chunks (%v), want several", len(chunks), err)
+	}
+	p := &refusingPoll{Provider: r.prov, refuse: chunks[0].ID, refused: make(chan struct{})}
+	p.inFlight.Add(len(chunks) - 1)
+	opts := r.options()
+	opts.Concurrency = len(chunks)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = dispatcher.New(r.db, p, r.job, opts).Run(ctx, nil)
+	if !errors.Is(err, dispatcher.ErrFatal) || ctx.Err() != nil {
+		t.Fatalf("run: %v (ctx %v), want a fatal error", err, ctx.Err())
+	}
+	chunks, err = r.db.Chunks(context.Background(), r.job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chunks {
+		if c.State != sluice.ChunkSubmitted || c.BatchID == "" {
+			t.Errorf("chunk %d is %s (batch %q), want submitted with its batch recorded", c.ID, c.State, c.BatchID)
+		}
+	}
+	if n := r.emu.Stats().BatchesCreated; n != int64(len(chunks)) {
+		t.Errorf("%d batches created, want %d (each create in flight completes, no other starts)", n, len(chunks))
+	}
+}

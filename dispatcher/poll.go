@@ -99,7 +99,7 @@ func (d *Dispatcher) age(c *sluice.Chunk) time.Duration {
 	if c.SubmittedAt.IsZero() {
 		return 0
 	}
-	return d.opts.Now().Sub(c.SubmittedAt)
+	return d.now().Sub(c.SubmittedAt)
 }
 
 // unstick handles a batch that has not ended StuckAfter after it was
@@ -181,7 +181,7 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			// spending an attempt.
 			d.setQueueFull(c.Model, true)
 			c.State, c.BatchID, c.Stuck = sluice.ChunkPending, "", ""
-			if c.FileID != "" && d.prov.UsesFiles() {
+			if c.FileID != "" && d.caps.Files {
 				c.State = sluice.ChunkUploaded
 			}
 			c.SetError(sluice.CodeQueueFull, firstMessage(b.Errors))

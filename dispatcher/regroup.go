@@ -12,11 +12,11 @@ import (
 
 // regroup builds the chunks of the next attempt from requests of chunk c
 // (indexes into reqs): their wire items are copied byte for byte from c's
-// file and cut under the job's limits like the splitter's chunks. The new
-// chunks have no id yet: the store gives them theirs when the chunk's end
-// is recorded (sluice.Finish), and the moved requests name them by
-// sluice.NewChunkRef. Their files are named after c and its attempt,
-// which only this end of c writes.
+// file and cut under the job's limits by the splitter's rule
+// (sluice.Limits.Bound). The new chunks have no id yet: the store gives
+// them theirs when the chunk's end is recorded (sluice.Finish), and the
+// moved requests name them by sluice.NewChunkRef. Their files are named
+// after c and its attempt, which only this end of c writes.
 func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
 	if err := d.fetch(ctx, c.Path); err != nil {
 		return nil, nil, err
@@ -26,8 +26,8 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		return nil, nil, err
 	}
 	defer src.Close()
-	env := sluice.CodecFor(d.prov.Codec(), c.URL).Envelope()
-	lim := d.job.Limits
+	codec, lim := sluice.ChunkFormat(d.prov.Codec(), c.URL, d.job.Limits)
+	env := codec.Envelope()
 	ext := filepath.Ext(c.Path)
 	var (
 		chunks []*sluice.Chunk
@@ -70,16 +70,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 			return nil, nil, fmt.Errorf("read item of %q from %s: %w", r.CustomID, c.Path, err)
 		}
 		if cur != nil {
-			bound := ""
-			switch {
-			case lim.MaxBatchRequests > 0 && cur.Requests+1 > lim.MaxBatchRequests:
-				bound = "requests"
-			case lim.MaxBatchBytes > 0 && env.Size(cur.Requests+1, itemB+int64(len(item))) > lim.MaxBatchBytes:
-				bound = "bytes"
-			case lim.ChunkTokens() > 0 && cur.EstTokens+r.Tokens > lim.ChunkTokens():
-				bound = "tokens"
-			}
-			if bound != "" {
+			if bound := lim.Bound(env, cur.Requests, itemB, cur.EstTokens, int64(len(item)), r.Tokens); bound != "" {
 				if err := closeCur(bound); err != nil {
 					return nil, nil, err
 				}

@@ -95,7 +95,7 @@ func queueTokens(c *sluice.Chunk, learned map[string]sluice.Learned) int64 {
 	return c.EstTokens
 }
 
-// capCheck is the spend cap's state during one round.
+// capCheck is the spend cap's state during one scheduling pass.
 type capCheck struct {
 	d         *Dispatcher
 	learned   map[string]sluice.Learned

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,7 +16,7 @@ import (
 // provider uses files), then create, each behind a committed intent.
 func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	log := d.chunkLog(c)
-	if c.State == sluice.ChunkPending || !d.prov.UsesFiles() {
+	if c.State == sluice.ChunkPending || !d.caps.Files {
 		// The chunk file is the body to send: gone means the job directory
 		// was deleted or damaged under the job (or, with a store, that it
 		// is not in the store either).
@@ -28,8 +27,8 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 			return false, fatal(fmt.Errorf("chunk %d cannot be sent: %w; the job directory %s was changed under the job: restore it, or start over with --job NEW_NAME", c.ID, err, d.job.Dir))
 		}
 	}
-	if c.State == sluice.ChunkPending && d.prov.UsesFiles() {
-		c.State, c.IntentAt = sluice.ChunkUploading, d.opts.Now()
+	if c.State == sluice.ChunkPending && d.caps.Files {
+		c.State, c.IntentAt = sluice.ChunkUploading, d.now()
 		if err := d.store.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
 			return false, fatal(err)
 		}
@@ -47,7 +46,7 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 			return true, nil // a sibling failed fatally: start no new call
 		}
 	}
-	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
+	if d.caps.Untagged {
 		d.createMu.Lock()
 		defer d.createMu.Unlock()
 		if d.halted.Load() {
@@ -55,7 +54,7 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		}
 	}
 	from := c.State
-	c.State, c.IntentAt = sluice.ChunkCreating, d.opts.Now()
+	c.State, c.IntentAt = sluice.ChunkCreating, d.now()
 	if err := d.store.UpdateChunk(ctx, c, from); err != nil {
 		return false, fatal(err)
 	}
@@ -70,7 +69,7 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Batch) error {
 	c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, b.ID, b.ProviderStatus
 	c.ClearError()
-	c.SubmittedAt, c.Polls = d.opts.Now(), 0
+	c.SubmittedAt, c.Polls = d.now(), 0
 	c.NextPollAt = d.nextPoll(0)
 	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkCreating); err != nil {
 		return fatal(err)
@@ -99,7 +98,7 @@ func (d *Dispatcher) refused(ctx context.Context, c *sluice.Chunk, intent, back 
 		// intent back would let the next try create a second batch for the
 		// same chunk: bought twice. So the chunk keeps its intent state and
 		// reconcileOne looks at the provider again at NextPollAt, in this
-		// run's rounds or at the next run's start; the step is redone only
+		// run's schedule or at the next run's start; the step is redone only
 		// when a listing shows nothing, after the grace (docs/crash-safety.md).
 		c.SetError(code, fmt.Sprintf("%s: %v", what, err))
 		c.Polls++
@@ -156,7 +155,7 @@ func (d *Dispatcher) reconcile(ctx context.Context, chunks []*sluice.Chunk) erro
 		if c.State != sluice.ChunkUploading && c.State != sluice.ChunkCreating {
 			continue
 		}
-		if _, err := d.leased(c, d.opts.Now(), func(ctx context.Context) (bool, error) { return d.reconcileOne(ctx, c) })(ctx); err != nil {
+		if _, err := d.reconcileOne(ctx, c); err != nil {
 			return err
 		}
 	}
@@ -164,7 +163,7 @@ func (d *Dispatcher) reconcile(ctx context.Context, chunks []*sluice.Chunk) erro
 }
 
 func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, error) {
-	if u, ok := d.prov.(sluice.Untagged); ok && u.Untagged() {
+	if d.caps.Untagged {
 		// No create of ours may land while we match by time and size.
 		d.createMu.Lock()
 		defer d.createMu.Unlock()
@@ -177,7 +176,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		// Nothing to look at: redo the step. For Cloudflare the window
 		// between the call and recording its answer is one response read.
 		log.Warn().Msg("provider cannot list batches; a crash inside submit may have created a batch twice")
-	case err != nil && ctx.Err() == nil && transient(err):
+	case err != nil && ctx.Err() == nil && sluice.Retryable(err):
 		// The listing failed for now (5xx, 429, a broken connection, after
 		// the client's own retries): the chunk keeps its intent and is
 		// looked up again later. Redoing the step blind could buy it twice;
@@ -195,7 +194,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 	if fileID != "" && c.FileID == "" {
 		c.FileID = fileID
 	}
-	now := d.opts.Now()
+	now := d.now()
 	switch {
 	case batchID != "":
 		c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, batchID, "adopted"
@@ -208,7 +207,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		// The call may still be landing: look again later.
 		c.NextPollAt = c.IntentAt.Add(d.opts.ReconcileGrace)
 		log.Info().Time("look_again_at", c.NextPollAt).Msg("reconcile: nothing found yet; waiting in case the earlier run's call still lands")
-	case c.FileID != "" && d.prov.UsesFiles():
+	case c.FileID != "" && d.caps.Files:
 		c.State, c.NextPollAt = sluice.ChunkUploaded, time.Time{}
 		log.Info().Str("file_id", c.FileID).Msg("reconciled: file found, batch not created")
 	default:
@@ -219,20 +218,4 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		return false, fatal(err)
 	}
 	return c.State != from, nil
-}
-
-// transient reports whether a failed lookup may succeed when repeated: an
-// answer 408, 409, 429 or 5xx, or a broken connection. An endpoint that
-// answered nothing for the whole retry budget (sluice.ErrUnreachable), bad
-// credentials, or a listing that cannot be read or matched are not.
-func transient(err error) bool {
-	if errors.Is(err, sluice.ErrUnreachable) {
-		return false
-	}
-	var ae *sluice.APIError
-	if errors.As(err, &ae) {
-		return ae.Retryable()
-	}
-	var ne net.Error
-	return errors.As(err, &ne)
 }

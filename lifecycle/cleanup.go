@@ -74,7 +74,7 @@ func deleteProviderFiles(ctx context.Context, db Store, job *sluice.Job, concurr
 			if c.FileID != "" {
 				ids = append(ids, c.FileID)
 			}
-			if c.BatchID != "" && prov.UsesFiles() {
+			if c.BatchID != "" && prov.Capabilities().Files {
 				// The batch names its result files; a batch the provider no
 				// longer knows has none left to delete.
 				b, err := prov.Poll(gctx, ref, c.BatchID)

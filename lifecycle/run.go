@@ -43,15 +43,16 @@ type RunOptions struct {
 	// bound on its output; the cap is recorded (0: none).
 	MaxCost float64
 	Price   func(model string) (pricing.Price, bool)
-	// OnTick is called after each round of the dispatcher with the chunks.
+	// OnTick is called by the dispatcher with the chunks whenever a step
+	// changed them (dispatcher.Options.OnTick).
 	OnTick func(chunks []*sluice.Chunk)
 	// Claim leases a chunk's next step to this worker of the job
 	// (dispatcher.Options.Claim; docs/scale-out.md, "Many workers"); nil
 	// when the run is the job's only worker.
 	Claim func(ctx context.Context, c *sluice.Chunk) (release func(), ok bool, err error)
-	// Now is the dispatcher's clock (tests); default time.Now.
-	Now func() time.Time
-	Log zerolog.Logger
+	// Clock is the dispatcher's clock (tests); default the wall clock.
+	Clock sluice.Clock
+	Log   zerolog.Logger
 	// Files, if set, keeps the job's chunk and results files in a store
 	// besides the job directory (Spec.Files; objects.go).
 	Files objstore.Store
@@ -101,7 +102,7 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 		Files:       filesOf(o.Files, job),
 		Concurrency: o.Concurrency, PollInterval: orDefault(o.PollInterval, poll),
 		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, Once: o.Once,
-		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Now: o.Now,
+		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Clock: o.Clock,
 		MaxCost: o.MaxCost, Price: o.Price, Learned: db.Learned, Claim: o.Claim,
 	}
 }

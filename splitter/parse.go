@@ -186,7 +186,7 @@ func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	env, max := p.env, p.limits.MaxBatchBytes
 	if rc, ok := p.codec.(sluice.RoutedCodec); ok {
 		c, fam := rc.For(it.URL)
-		env, max = c.Envelope(), tighter(p.limits, fam).MaxBatchBytes
+		env, max = c.Envelope(), p.limits.Tighter(fam).MaxBatchBytes
 	}
 	if max > 0 {
 		if size := env.Size(1, int64(r.itemLen)); size > max {

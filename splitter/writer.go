@@ -313,29 +313,18 @@ func (w *writer) add(r *rec, item []byte) error {
 	g := w.groups[k]
 	if g == nil {
 		g = &group{url: r.url, model: r.model, seq: len(w.order), env: w.env, ext: w.ext, lim: w.cfg.Limits}
-		if rc, ok := w.cfg.Codec.(sluice.RoutedCodec); ok {
-			c, fam := rc.For(r.url)
-			g.env, g.ext, g.lim = c.Envelope(), extOf(c.Envelope()), tighter(w.cfg.Limits, fam)
+		if _, ok := w.cfg.Codec.(sluice.RoutedCodec); ok {
+			c, lim := sluice.ChunkFormat(w.cfg.Codec, r.url, w.cfg.Limits)
+			g.env, g.ext, g.lim = c.Envelope(), extOf(c.Envelope()), lim
 		}
 		w.groups[k] = g
 		w.order = append(w.order, g)
 	}
 	lim := &g.lim
 	size := int64(len(item))
-	if g.n > 0 {
-		bound := ""
-		switch {
-		case lim.MaxBatchBytes > 0 && g.env.Size(g.n+1, g.itemBytes+size) > lim.MaxBatchBytes:
-			bound = "bytes"
-		case lim.MaxBatchRequests > 0 && g.n+1 > lim.MaxBatchRequests:
-			bound = "requests"
-		case lim.ChunkTokens() > 0 && g.tokens+r.tokens > lim.ChunkTokens():
-			bound = "tokens"
-		}
-		if bound != "" {
-			if err := w.closeChunk(g, bound); err != nil {
-				return err
-			}
+	if bound := lim.Bound(g.env, g.n, g.itemBytes, g.tokens, size, r.tokens); bound != "" {
+		if err := w.closeChunk(g, bound); err != nil {
+			return err
 		}
 	}
 	if err := w.handle(g); err != nil {
@@ -519,19 +508,4 @@ func extOf(env sluice.Envelope) string {
 		return ".json"
 	}
 	return ".jsonl"
-}
-
-// tighter is a with each per-batch limit of b that is smaller (or that a
-// lacks).
-func tighter(a, b sluice.Limits) sluice.Limits {
-	min64 := func(x, y int64) int64 {
-		if x <= 0 || y > 0 && y < x {
-			return y
-		}
-		return x
-	}
-	a.MaxBatchBytes = min64(a.MaxBatchBytes, b.MaxBatchBytes)
-	a.MaxBatchRequests = int(min64(int64(a.MaxBatchRequests), int64(b.MaxBatchRequests)))
-	a.MaxBatchTokens = min64(a.MaxBatchTokens, b.MaxBatchTokens)
-	return a
 }

@@ -38,14 +38,16 @@ func (m *mixedLocal) route(url string) sluice.Provider {
 func (m *mixedLocal) Name() string          { return "local" }
 func (m *mixedLocal) Codec() sluice.Codec   { return m.codec }
 func (m *mixedLocal) Limits() sluice.Limits { return m.openai.Limits() }
-func (m *mixedLocal) UsesFiles() bool       { return true }
 
+// Capabilities: files (families without them get a stand-in file id), and
 // Untagged: Anthropic batches name no chunk, so creates go one at a time.
-func (m *mixedLocal) Untagged() bool { return true }
+func (m *mixedLocal) Capabilities() sluice.Capabilities {
+	return sluice.Capabilities{Files: true, Untagged: true}
+}
 
 func (m *mixedLocal) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	p := m.route(ref.URL)
-	if !p.UsesFiles() {
+	if !p.Capabilities().Files {
 		return noFile, nil
 	}
 	return p.Upload(ctx, ref)
@@ -53,7 +55,7 @@ func (m *mixedLocal) Upload(ctx context.Context, ref sluice.BatchRef) (string, e
 
 func (m *mixedLocal) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
 	p := m.route(ref.URL)
-	if !p.UsesFiles() {
+	if !p.Capabilities().Files {
 		fileID = ""
 	}
 	return p.Create(ctx, ref, fileID)
@@ -89,7 +91,7 @@ func (m *mixedLocal) Cancel(ctx context.Context, batchID string) (sluice.Batch, 
 func (m *mixedLocal) Find(ctx context.Context, ref sluice.BatchRef) (string, string, error) {
 	p := m.route(ref.URL)
 	fileID, batchID, err := p.Find(ctx, ref)
-	if !p.UsesFiles() && err == nil && fileID == "" {
+	if !p.Capabilities().Files && err == nil && fileID == "" {
 		fileID = noFile // its "upload" always happened
 	}
 	return fileID, batchID, err

@@ -116,11 +116,11 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) Name() string          { return c.preset.Name }
 func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
 func (c *Client) Limits() sluice.Limits { return c.limits }
-func (c *Client) UsesFiles() bool       { return false }
 
-// Untagged implements sluice.Untagged: Anthropic batches carry no metadata,
-// so the dispatcher creates them one at a time for Find to adopt safely.
-func (c *Client) Untagged() bool { return true }
+// Capabilities: no files (the chunk is the create call's body), and
+// Untagged: Anthropic batches carry no metadata, so the dispatcher creates
+// them one at a time for Find to adopt safely.
+func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Untagged: true} }
 
 func (c *Client) url(path string, q url.Values) string {
 	u := *c.base

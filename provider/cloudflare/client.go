@@ -103,7 +103,6 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) Name() string          { return c.preset.Name }
 func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
 func (c *Client) Limits() sluice.Limits { return c.limits }
-func (c *Client) UsesFiles() bool       { return false }
 
 // runURL is the model's run URL; the model name keeps its slashes
 // (@cf/meta/llama-...).

@@ -260,7 +260,7 @@ func TestNoListingNoCancel(t *testing.T) {
 	if _, err := c.Cancel(context.Background(), "x"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatal(err)
 	}
-	if c.UsesFiles() || c.Name() != "cloudflare" || c.Limits().MaxBatchBytes != 9_999_999 {
+	if c.Capabilities().Files || c.Name() != "cloudflare" || c.Limits().MaxBatchBytes != 9_999_999 {
 		t.Fatal("preset")
 	}
 	if _, err := cloudflare.New(cloudflare.Config{}); err == nil {

@@ -288,7 +288,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		default:
 			apiErr := c.apiError(resp)
 			lastErr = apiErr
-			retry = RetryableStatus(resp.StatusCode) && !strings.EqualFold(header(resp.Header, "X-Should-Retry"), "false")
+			retry = sluice.RetryableStatus(resp.StatusCode) && !strings.EqualFold(header(resp.Header, "X-Should-Retry"), "false")
 			hint, asked = RetryAfter(resp.Header, c.clock.Now())
 			is429 = resp.StatusCode == http.StatusTooManyRequests
 		}

@@ -11,20 +11,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-batch/sluice"
 )
 
 // Clock is the time source of the retry loop and the rate limiter, so tests
-// do not sleep.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
+// do not sleep: sluice's one Clock.
+type Clock = sluice.Clock
 
 // SystemClock is the wall clock.
-type SystemClock struct{}
-
-func (SystemClock) Now() time.Time                         { return time.Now() }
-func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+type SystemClock = sluice.SystemClock
 
 // FakeClock is a Clock whose After fires at once and moves its time forward
 // by the duration asked: code that sleeps runs instantly, and the sleeps are
@@ -174,13 +170,6 @@ func (r Retry) next(n int, hint time.Duration, asked bool, waited time.Duration,
 		return 0, false
 	}
 	return d, true
-}
-
-// RetryableStatus reports whether an answer with this status may succeed if
-// the call is repeated: 408, 409, 429 and 5xx.
-func RetryableStatus(code int) bool {
-	return code == http.StatusRequestTimeout || code == http.StatusConflict ||
-		code == http.StatusTooManyRequests || code >= 500
 }
 
 // retryableTransport reports whether a failure to get an answer is worth

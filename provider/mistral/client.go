@@ -95,10 +95,10 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) Name() string          { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits { return c.limits }
-func (c *Client) UsesFiles() bool       { return true }
+func (c *Client) Name() string                      { return c.preset.Name }
+func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
+func (c *Client) Limits() sluice.Limits             { return c.limits }
+func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
 
 // url is the base URL joined with /v1 and path, with query q.
 func (c *Client) url(path string, q url.Values) string {

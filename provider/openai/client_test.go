@@ -277,7 +277,7 @@ func TestNewNeedsBaseURL(t *testing.T) {
 		t.Fatal("anthropic preset accepted")
 	}
 	c, err := openai.New(openai.Config{Preset: provider.Presets["groq"]})
-	if err != nil || c.Name() != "groq" || !c.UsesFiles() || c.Limits().MaxBatchBytes != 100_000_000 {
+	if err != nil || c.Name() != "groq" || !c.Capabilities().Files || c.Limits().MaxBatchBytes != 100_000_000 {
 		t.Fatalf("groq: %v", err)
 	}
 }

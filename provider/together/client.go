@@ -123,10 +123,10 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) Name() string          { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits { return c.limits }
-func (c *Client) UsesFiles() bool       { return true }
+func (c *Client) Name() string                      { return c.preset.Name }
+func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
+func (c *Client) Limits() sluice.Limits             { return c.limits }
+func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
 
 func (c *Client) url(path string) string    { return c.base + path }
 func (c *Client) fileURL(id string) string  { return c.url("/files/" + url.PathEscape(id)) }

@@ -1,0 +1,54 @@
+package tracker_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// TestFinishChunkGivesNewChunkIDs: new chunks without an id get theirs in
+// FinishChunk's transaction, one above the job's largest, and the requests
+// moved to them by sluice.NewChunkRef land there: several workers can
+// regroup at once without an id counter of their own.
+func TestFinishChunkGivesNewChunkIDs(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	planJob(t, db, "j", 3)
+	cs, _ := db.Chunks(ctx, "j")
+	c := cs[0]
+	c.State = sluice.ChunkDone
+	a := &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "a", State: sluice.ChunkPending, Requests: 1}
+	b := &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "b", State: sluice.ChunkPending, Requests: 1}
+	fin := &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
+		Outcomes:  []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}},
+		Moved:     []sluice.Request{{Ordinal: 1, Chunk: sluice.NewChunkRef(0), Length: 5, Attempt: 2}, {Ordinal: 2, Chunk: sluice.NewChunkRef(1), Length: 5, Attempt: 2}},
+		NewChunks: []*sluice.Chunk{a, b}}
+	if err := db.FinishChunk(ctx, fin); err != nil {
+		t.Fatal(err)
+	}
+	if a.ID != c.ID+1 || b.ID != c.ID+2 {
+		t.Fatalf("new chunk ids %d, %d; want %d, %d", a.ID, b.ID, c.ID+1, c.ID+2)
+	}
+	for id, want := range map[int64]string{a.ID: "id-b", b.ID: "id-c"} {
+		var got []string
+		db.ChunkRequests(ctx, "j", id, func(r *sluice.Request) error { got = append(got, r.CustomID); return nil })
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("chunk %d holds %v, want [%s]", id, got, want)
+		}
+	}
+	// The next end takes ids above those, whichever chunk it ends.
+	a.State = sluice.ChunkFailed
+	nc := &sluice.Chunk{Job: "j", Attempt: 3, URL: "u", Model: "m", Path: "c", State: sluice.ChunkPending, Requests: 1}
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: a, From: sluice.ChunkPending,
+		Moved: []sluice.Request{{Ordinal: 1, Chunk: sluice.NewChunkRef(0), Length: 5, Attempt: 3}}, NewChunks: []*sluice.Chunk{nc}}); err != nil {
+		t.Fatal(err)
+	}
+	if nc.ID != b.ID+1 {
+		t.Errorf("third new chunk id %d, want %d", nc.ID, b.ID+1)
+	}
+	cs, _ = db.Chunks(ctx, "j")
+	if len(cs) != 4 {
+		t.Errorf("%d chunks, want 4", len(cs))
+	}
+}
