@@ -46,6 +46,7 @@ var conformance = []struct {
 	{"FinishChunkAllocatesIDs", testFinishChunkAllocatesIDs},
 	{"PlanLock", testPlanLock},
 	{"PruneWorkers", testPruneWorkers},
+	{"FinishChunkGivesNewChunkIDs", testFinishChunkGivesNewChunkIDs},
 }
 
 // testDB is a backend under test, with what the tests need beyond the

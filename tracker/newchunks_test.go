@@ -7,13 +7,12 @@ import (
 	"github.com/sluice-batch/sluice"
 )
 
-// TestFinishChunkGivesNewChunkIDs: new chunks without an id get theirs in
+// testFinishChunkGivesNewChunkIDs: new chunks without an id get theirs in
 // FinishChunk's transaction, one above the job's largest, and the requests
 // moved to them by sluice.NewChunkRef land there: several workers can
 // regroup at once without an id counter of their own.
-func TestFinishChunkGivesNewChunkIDs(t *testing.T) {
+func testFinishChunkGivesNewChunkIDs(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	db := open(t)
 	planJob(t, db, "j", 3)
 	cs, _ := db.Chunks(ctx, "j")
 	c := cs[0]
