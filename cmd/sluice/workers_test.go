@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-batch/sluice/internal/testsrv"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -128,14 +129,9 @@ func emulatorBatches(t *testing.T, addr string) map[string][2]int64 {
 // checkOneBatchPerAttempt: every batch the emulator created belongs to a
 // chunk attempt the tracker records with that batch id, and no chunk
 // attempt has two.
-func checkOneBatchPerAttempt(t *testing.T, stateDir, addr string) {
+func checkOneBatchPerAttempt(t *testing.T, db tracker.Backend, addr string) {
 	t.Helper()
 	batches := emulatorBatches(t, addr)
-	db, err := tracker.Open(context.Background(), stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	jobs, err := db.Jobs(context.Background())
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("jobs = %v, %v", jobs, err)
@@ -171,31 +167,115 @@ func checkOneBatchPerAttempt(t *testing.T, stateDir, addr string) {
 	t.Logf("%d chunks, %d batches", len(chunks), len(batches))
 }
 
+// workersJob is one job of a multi-worker test as its workers see it:
+// where the input and output are, the environment of each worker started
+// (the same state directory for all, or a fresh one for each, like a
+// pod), and how the test reads the output and the tracker afterwards.
+type workersJob struct {
+	in, out   string
+	args      []string        // run flags beyond the shared ones (--store, ...)
+	workerEnv func() []string // the environment of the next worker started
+	statusEnv []string        // the environment `sluice status` needs
+	output    func(t *testing.T) string
+	tracker   func(t *testing.T) tracker.Backend
+}
+
+// workersBackends are the ways workers share a job (docs/scale-out.md):
+// one SQLite state directory on one machine, or PostgreSQL (--db) and S3
+// (--store, input and output in the bucket) with every worker on a state
+// directory of its own that it loses when killed.
+var workersBackends = []struct {
+	name  string
+	setup func(t *testing.T, dir, in string) *workersJob
+}{
+	{"sqlite-shared-dir", func(t *testing.T, dir, in string) *workersJob {
+		out := filepath.Join(dir, "o.jsonl")
+		return &workersJob{
+			in: in, out: out,
+			workerEnv: func() []string { return stateEnv(dir) },
+			statusEnv: stateEnv(dir),
+			output:    func(*testing.T) string { return out },
+			tracker: func(t *testing.T) tracker.Backend {
+				db, err := openTracker(context.Background(), "", filepath.Join(dir, "state"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return db
+			},
+		}
+	}},
+	{"postgres-s3-own-dirs", func(t *testing.T, dir, in string) *workersJob {
+		dsn := testsrv.Postgres(t)
+		b := newS3Bucket(t)
+		data, err := os.ReadFile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.put(t, "in.jsonl", data)
+		pods := 0
+		return &workersJob{
+			in: b.url("in.jsonl"), out: b.url("out.jsonl"),
+			args: []string{"--store", b.url("state")},
+			workerEnv: func() []string {
+				pods++ // every worker a pod of its own, on an empty disk
+				return append([]string{"SLUICE_DB=" + dsn, "SLUICE_STATE=" + filepath.Join(dir, fmt.Sprintf("pod%d", pods))}, b.env...)
+			},
+			statusEnv: append([]string{"SLUICE_DB=" + dsn, "SLUICE_STATE=" + filepath.Join(dir, "status")}, b.env...),
+			output: func(t *testing.T) string {
+				got, ok := b.get(t, "out.jsonl")
+				if !ok {
+					t.Fatal("no output object")
+				}
+				p := filepath.Join(dir, "out.jsonl")
+				writeFile(t, p, got)
+				return p
+			},
+			tracker: func(t *testing.T) tracker.Backend {
+				db, err := openTracker(context.Background(), dsn, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return db
+			},
+		}
+	}},
+}
+
 // TestWorkersShareOneJobThroughKills is issue 13's proof of many workers
 // on one job (docs/scale-out.md, "Many workers"): three `sluice run --join`
-// processes of one job share one state directory; workers are SIGKILLed at
-// random and restarted for a while, then left to finish. The output has
-// every custom_id once in input order, exactly one worker merged, the
-// others exited 0, nothing was processed twice, and every chunk attempt
-// has exactly one batch.
+// processes of one job, on each backend of workersBackends; workers are
+// SIGKILLed at random and restarted for a while (on PostgreSQL + S3 each
+// restart on a fresh, empty state directory), then left to finish. The
+// output has every custom_id once in input order, exactly one worker
+// merged, the others exited 0, nothing was processed twice, and every
+// chunk attempt has exactly one batch.
 func TestWorkersShareOneJobThroughKills(t *testing.T) {
+	for _, be := range workersBackends {
+		t.Run(be.name, func(t *testing.T) {
+			dir := t.TempDir()
+			in, ids := writeInput(t, dir, 400)
+			workersThroughKills(t, be.setup(t, dir, in), ids)
+		})
+	}
+}
+
+func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 	emu := startEmulator(t, "--batch-time", "1s", "--expire-rate", "0.2", "--seed", "7")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 400)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_JOIN=1")
-	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "12",
+	common := []string{"OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://" + emu.addr + "/v1", "SLUICE_JOIN=1"}
+	env := func() []string { return append(job.workerEnv(), common...) }
+	statusEnv := append(append([]string{}, job.statusEnv...), common...)
+	args := append([]string{"run", job.in, "--out", job.out, "--provider", "openai", "--max-batch-requests", "12",
 		"--concurrency", "3", "--poll-interval", "100ms", "--max-poll-interval", "400ms",
 		"--lease-ttl", "900ms", "--reconcile-grace", "1s", "--log-format", "json", "--max-attempts", "8",
-		"--keep-provider-files"} // deleting ~100 files at the emulator takes long
+		"--keep-provider-files"}, job.args...) // deleting ~100 files at the emulator takes long
 	workers := make([]*workerProc, 3)
 	for i := range workers {
-		workers[i] = startWorkerProc(t, env, args...)
+		workers[i] = startWorkerProc(t, env(), args...)
 	}
 	// status lists the three workers with their pids while they run.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got := statusWorkers(t, env)
+		got := statusWorkers(t, statusEnv)
 		want := map[int]bool{}
 		for _, w := range workers {
 			want[w.cmd.Process.Pid] = true
@@ -232,7 +312,7 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 		w.kill()
 		kills++
 		all = append(all, w)
-		workers[i] = startWorkerProc(t, env, args...)
+		workers[i] = startWorkerProc(t, env(), args...)
 	}
 	if kills < 4 {
 		t.Fatalf("only %d kills landed before the job finished: make the job longer", kills)
@@ -258,18 +338,20 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 		}
 		t.Fatalf("%d workers merged, want exactly 1", merged)
 	}
-	checkOutput(t, out, ids)
+	checkOutput(t, job.output(t), ids)
 	if n := emu.stats(t)["requests_processed_more_than_once"]; n != 0 {
 		t.Errorf("the emulator processed %d requests more than once", n)
 	}
-	checkOneBatchPerAttempt(t, filepath.Join(dir, "state"), emu.addr)
+	db := job.tracker(t)
+	checkOneBatchPerAttempt(t, db, emu.addr)
+	db.Close()
 	// Workers that finished left; only killed ones can still be listed
 	// (those killed within three lease lives of the end).
 	killedPID := map[int]bool{}
 	for _, w := range all {
 		killedPID[w.cmd.Process.Pid] = true
 	}
-	left := statusWorkers(t, env)
+	left := statusWorkers(t, statusEnv)
 	for _, w := range left {
 		if !killedPID[w.PID] {
 			t.Errorf("worker pid %d exited but is still listed", w.PID)
