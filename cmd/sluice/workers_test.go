@@ -307,6 +307,9 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 		i := rng.IntN(len(workers))
 		w := workers[i]
 		if w.exited() {
+			if w.code != 0 {
+				t.Fatalf("worker exited %d while the others ran:\n%s", w.code, w.stderr.String())
+			}
 			break // the job finished under the chaos: stop it
 		}
 		w.kill()
@@ -315,6 +318,9 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 		workers[i] = startWorkerProc(t, env(), args...)
 	}
 	if kills < 4 {
+		for i, w := range append(all, workers...) {
+			t.Logf("worker %d (exited %v, code %d) stderr:\n%s", i, w.exited(), w.code, w.stderr.String())
+		}
 		t.Fatalf("only %d kills landed before the job finished: make the job longer", kills)
 	}
 	// Let them finish.
