@@ -3,6 +3,7 @@
 //
 //	benche2e -mode e2e  -sluice BIN -input FILE -work DIR [-emulator local|separate] [-run-args "..."] [-emu-args "..."]
 //	benche2e -mode poll -sluice BIN -input FILE -work DIR -batches N [-warmup 6m] [-window 2m] [-emu-args "--batch-time 24h"]
+//	benche2e -mode e2e  ... [-postgres] [-s3] [-workers N]   (scripts/bench-scale.sh)
 //
 // e2e runs `sluice run` to completion and prints wall time, peak RSS and
 // CPU of sluice (and of the emulator when it runs in its own process),
@@ -18,16 +19,29 @@
 // the steady state of an overnight wait). Then it stops sluice with SIGINT
 // (it exits 3, batches left running) and reads its peak RSS.
 //
+// With -postgres the job is tracked in a fresh database on the test
+// PostgreSQL server (internal/testsrv: $SLUICE_TEST_POSTGRES, else a
+// private server this process starts and takes down with it); with -s3 the
+// input is put into a fresh bucket on the test S3 server ($SLUICE_TEST_S3,
+// else a private versitygw) before the clock starts, and the run reads it
+// from there, writes the output there and keeps its job files there
+// (--store). -workers N starts N `sluice run --join` processes at once,
+// each on a state directory of its own; the report then lists each
+// process's CPU and peak RSS. Either way it gives the database's size
+// after the run (the SQLite file, or pg_database_size).
+//
 // Both print one JSON object on stdout and a readable report on stderr.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -39,6 +53,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-batch/sluice/internal/testsrv"
+	"github.com/sluice-batch/sluice/tracker"
 )
 
 type options struct {
@@ -47,6 +68,9 @@ type options struct {
 	batches                          int
 	warmup, window                   time.Duration
 	cpuprofile                       bool
+	postgres, s3                     bool
+	workers                          int
+	out, state                       string // set by e2e: the run's --out and --state
 }
 
 func main() {
@@ -62,6 +86,9 @@ func main() {
 	flag.IntVar(&o.batches, "batches", 0, "poll: batches to wait for before measuring")
 	flag.DurationVar(&o.warmup, "warmup", 6*time.Minute, "poll: start of the steady-state window after the last submission")
 	flag.DurationVar(&o.window, "window", 2*time.Minute, "poll: length of each measuring window")
+	flag.BoolVar(&o.postgres, "postgres", false, "e2e: track the job in a fresh database on the test PostgreSQL server (--db)")
+	flag.BoolVar(&o.s3, "s3", false, "e2e: input, output and job files (--store) in a fresh bucket on the test S3 server")
+	flag.IntVar(&o.workers, "workers", 1, "e2e: sluice run processes on the job (--join when more than 1)")
 	flag.BoolVar(&o.cpuprofile, "cpuprofile", false, "write CPU profiles of sluice (and the separate emulator) into -work via SLUICE_CPUPROFILE")
 	flag.Parse()
 	o.runArgs, o.emuArgs = strings.Fields(runArgs), strings.Fields(emuArgs)
@@ -242,9 +269,18 @@ func emulatorStats(addr string) map[string]any {
 	return m
 }
 
-// sluiceArgs builds `sluice run` against the chosen emulator.
+// sluiceArgs builds `sluice run` against the chosen emulator, writing to
+// o.out (default DIR/out.jsonl) with its state in state (default
+// DIR/state).
 func sluiceArgs(o options, addr string) (args, env []string) {
-	args = []string{"run", o.input, "--out", filepath.Join(o.work, "out.jsonl"), "--state", filepath.Join(o.work, "state"), "--log-format", "json"}
+	out, state := o.out, o.state
+	if out == "" {
+		out = filepath.Join(o.work, "out.jsonl")
+	}
+	if state == "" {
+		state = filepath.Join(o.work, "state")
+	}
+	args = []string{"run", o.input, "--out", out, "--state", state, "--log-format", "json"}
 	if o.emulator == "separate" {
 		args = append(args, "--provider", "openai", "--base-url", "http://"+addr+"/v1")
 		env = append(env, "OPENAI_API_KEY=bench")
@@ -256,62 +292,258 @@ func sluiceArgs(o options, addr string) (args, env []string) {
 	return args, env
 }
 
+// backend prepares where the job lives (-postgres, -s3): it returns the
+// environment every sluice process gets, rewrites o's input, output and
+// run arguments for S3, and returns the database size probe and a cleanup.
+func backend(o *options) (env []string, dbSize func() (int64, error), outLines func() (int64, error), cleanup func(), err error) {
+	cleanup = func() {}
+	o.out = filepath.Join(o.work, "out.jsonl")
+	outLines = func() (int64, error) {
+		f, err := os.Open(o.out)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		return countLines(f)
+	}
+	dbSize = func() (int64, error) { // the SQLite file and its journal
+		var n int64
+		ms, _ := filepath.Glob(filepath.Join(o.work, "state", tracker.DBName+"*"))
+		for _, m := range ms {
+			if st, err := os.Stat(m); err == nil {
+				n += st.Size()
+			}
+		}
+		if len(ms) == 0 {
+			return 0, errors.New("no SQLite database in " + filepath.Join(o.work, "state"))
+		}
+		return n, nil
+	}
+	if o.postgres {
+		dsn, drop, err := testsrv.NewPostgresDatabase()
+		if err != nil {
+			return nil, nil, nil, cleanup, fmt.Errorf("PostgreSQL: %w", err)
+		}
+		cleanup = func() { drop() }
+		env = append(env, "SLUICE_DB="+dsn)
+		dbSize = func() (int64, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				return 0, err
+			}
+			defer conn.Close(ctx)
+			var n int64
+			err = conn.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n)
+			return n, err
+		}
+	} else {
+		env = append(env, "SLUICE_DB=")
+	}
+	if !o.s3 {
+		return append(env, "SLUICE_STORE="), dbSize, outLines, cleanup, nil
+	}
+	endpoint, bucket, err := testsrv.NewS3Bucket()
+	if err != nil {
+		return nil, nil, nil, cleanup, fmt.Errorf("S3: %w", err)
+	}
+	client, err := testsrv.S3Client(context.Background(), endpoint)
+	if err != nil {
+		return nil, nil, nil, cleanup, err
+	}
+	// The input goes into the bucket before the clock starts; its name
+	// keeps its extension (.gz, .zst).
+	f, err := os.Open(o.input)
+	if err != nil {
+		return nil, nil, nil, cleanup, err
+	}
+	defer f.Close()
+	key := "in-" + filepath.Base(o.input)
+	if _, err := client.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: f}); err != nil {
+		return nil, nil, nil, cleanup, fmt.Errorf("put the input into s3://%s/%s: %w", bucket, key, err)
+	}
+	o.input = "s3://" + bucket + "/" + key
+	o.out = "s3://" + bucket + "/out.jsonl"
+	o.runArgs = append(o.runArgs, "--store", "s3://"+bucket+"/state")
+	outLines = func() (int64, error) {
+		obj, err := client.GetObject(context.Background(), &s3.GetObjectInput{Bucket: &bucket, Key: aws.String("out.jsonl")})
+		if err != nil {
+			return 0, err
+		}
+		defer obj.Body.Close()
+		return countLines(obj.Body)
+	}
+	return append(env, testsrv.S3Env()...), dbSize, outLines, cleanup, nil
+}
+
+func countLines(r io.Reader) (int64, error) {
+	buf := make([]byte, 1<<20)
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		n += int64(bytes.Count(buf[:k], []byte{'\n'}))
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
 func e2e(o options) error {
+	if o.emulator != "separate" && o.emulator != "local" {
+		return fmt.Errorf("-emulator %q: want local or separate", o.emulator)
+	}
+	if o.workers < 1 || (o.workers > 1 && o.emulator != "separate") {
+		return errors.New("-workers: want 1, or more with -emulator separate (--join refuses --provider local)")
+	}
+	benv, dbSize, outLines, cleanup, err := backend(&o)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	var empty int64 // an empty PostgreSQL database's catalog, not the job's
+	if o.postgres {
+		if empty, err = dbSize(); err != nil {
+			return fmt.Errorf("database size: %w", err)
+		}
+	}
 	var emu *proc
 	var addr string
 	if o.emulator == "separate" {
-		var err error
 		if emu, addr, err = startEmulator(o); err != nil {
 			return err
 		}
-	} else if o.emulator != "local" {
-		return fmt.Errorf("-emulator %q: want local or separate", o.emulator)
 	}
-	args, env := sluiceArgs(o, addr)
 	peer := 0
 	if emu != nil {
 		peer = emu.cmd.Process.Pid
 	}
-	p, err := startProc(filepath.Join(o.work, "sluice.log"), peer, env, o.bin, args...)
-	if err != nil {
-		return err
+	start := time.Now()
+	ps := make([]*proc, o.workers)
+	for i := range ps {
+		po := o
+		logName := "sluice.log"
+		if o.workers > 1 {
+			po.runArgs = append(append([]string{}, o.runArgs...), "--join")
+			logName = fmt.Sprintf("sluice-%d.log", i+1)
+			if o.postgres { // a machine of its own: only the database and store are shared
+				po.state = filepath.Join(o.work, fmt.Sprintf("state-%d", i+1))
+			}
+		}
+		args, env := sluiceArgs(po, addr)
+		if i > 0 {
+			peer = 0 // the emulator's CPU is sampled beside the first process's events only
+		}
+		if ps[i], err = startProc(filepath.Join(o.work, logName), peer, append(benv, env...), o.bin, args...); err != nil {
+			return err
+		}
 	}
-	wall, ru, runErr := p.wait()
-	var stats map[string]any
+	r := report{Mode: o.emulator}
+	var runErr error
+	var walls []time.Duration
+	for _, p := range ps {
+		wall, ru, err := p.wait()
+		walls = append(walls, wall)
+		if err != nil && runErr == nil {
+			runErr = fmt.Errorf("sluice run: %v; see %s", err, p.log.Name())
+		}
+		w := worker{Log: filepath.Base(p.log.Name()), WallS: round3(wall.Seconds())}
+		w.UserS, w.SysS = cpuOf(ru)
+		if ru != nil {
+			w.PeakRSSMB = float64(ru.Maxrss) / 1024
+		}
+		w.Planned, w.Merged = p.seen["job planned"] > 0, p.seen["job done"] > 0
+		r.Workers = append(r.Workers, w)
+		r.SluiceUserS += w.UserS
+		r.SluiceSysS += w.SysS
+		r.SluicePeakRSSMB = max(r.SluicePeakRSSMB, w.PeakRSSMB)
+	}
+	r.WallS = time.Since(start).Seconds()
 	var emuRU *syscall.Rusage
 	if emu != nil {
-		stats = emulatorStats(addr)
+		r.Stats = emulatorStats(addr)
 		emuRU, _ = stopEmulator(emu)
 	}
 	if runErr != nil {
-		return fmt.Errorf("sluice run: %v; see %s", runErr, filepath.Join(o.work, "sluice.log"))
-	}
-	r := report{Mode: o.emulator, WallS: wall.Seconds(), Stats: stats}
-	r.SluiceUserS, r.SluiceSysS = cpuOf(ru)
-	if ru != nil {
-		r.SluicePeakRSSMB = float64(ru.Maxrss) / 1024
+		return runErr
 	}
 	if emuRU != nil {
 		r.EmulatorUserS, r.EmulatorSysS = cpuOf(emuRU)
 		r.EmulatorPeakRSSMB = float64(emuRU.Maxrss) / 1024
 	}
-	end := event{at: wall, cpu: r.SluiceUserS + r.SluiceSysS, peer: r.EmulatorUserS + r.EmulatorSysS}
-	r.phases(p.evs, event{peer: p.peer0}, end)
+	if o.workers == 1 {
+		end := event{at: walls[0], cpu: r.SluiceUserS + r.SluiceSysS, peer: r.EmulatorUserS + r.EmulatorSysS}
+		r.phases(ps[0].evs, event{peer: ps[0].peer0}, end)
+	} else {
+		// The workers' events on one timeline; CPU per phase is a
+		// per-process figure, so phases give wall time only here.
+		var evs []event
+		for _, p := range ps {
+			for _, e := range p.evs {
+				e.at += p.start.Sub(start)
+				e.cpu, e.peer = 0, 0
+				evs = append(evs, e)
+			}
+		}
+		sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+		r.Mode = fmt.Sprintf("%s, %d workers", o.emulator, o.workers)
+		r.phases(evs, event{}, event{at: time.Since(start)})
+		r.WallS = round3(r.WallS)
+	}
+	if r.DBBytes, err = dbSize(); err != nil {
+		return fmt.Errorf("database size: %w", err)
+	}
+	r.DBBytesEmpty = empty
+	if r.Requests > 0 {
+		r.DBBytesPerMillion = math.Round(float64(r.DBBytes-empty) * 1e6 / float64(r.Requests))
+	}
+	if r.OutputLines, err = outLines(); err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	r.Backend = "sqlite"
+	if o.postgres {
+		r.Backend = "postgres"
+	}
+	if o.s3 {
+		r.Backend += " + s3"
+	} else {
+		r.Backend += " + local files"
+	}
 	return r.print()
 }
 
+// worker is one sluice process of a run.
+type worker struct {
+	Log       string  `json:"log"`
+	WallS     float64 `json:"wall_s"`
+	UserS     float64 `json:"user_s"`
+	SysS      float64 `json:"sys_s"`
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+	Planned   bool    `json:"planned"`
+	Merged    bool    `json:"merged"`
+}
+
 type report struct {
-	Mode              string  `json:"emulator"`
-	Requests          int64   `json:"requests"`
-	Batches           int     `json:"batches"`
-	WallS             float64 `json:"wall_s"`
-	RequestsPerS      float64 `json:"requests_per_s"`
-	SluiceUserS       float64 `json:"sluice_user_s"`
-	SluiceSysS        float64 `json:"sluice_sys_s"`
-	SluicePeakRSSMB   float64 `json:"sluice_peak_rss_mb"`
-	EmulatorUserS     float64 `json:"emulator_user_s,omitempty"`
-	EmulatorSysS      float64 `json:"emulator_sys_s,omitempty"`
-	EmulatorPeakRSSMB float64 `json:"emulator_peak_rss_mb,omitempty"`
+	Mode              string   `json:"emulator"`
+	Backend           string   `json:"backend,omitempty"`
+	Workers           []worker `json:"workers,omitempty"`
+	DBBytes           int64    `json:"db_bytes,omitempty"`
+	DBBytesEmpty      int64    `json:"db_bytes_empty,omitempty"` // before the run (PostgreSQL's catalog)
+	DBBytesPerMillion float64  `json:"db_bytes_per_million_requests,omitempty"`
+	OutputLines       int64    `json:"output_lines,omitempty"`
+	Requests          int64    `json:"requests"`
+	Batches           int      `json:"batches"`
+	WallS             float64  `json:"wall_s"`
+	RequestsPerS      float64  `json:"requests_per_s"`
+	SluiceUserS       float64  `json:"sluice_user_s"`
+	SluiceSysS        float64  `json:"sluice_sys_s"`
+	SluicePeakRSSMB   float64  `json:"sluice_peak_rss_mb"`
+	EmulatorUserS     float64  `json:"emulator_user_s,omitempty"`
+	EmulatorSysS      float64  `json:"emulator_sys_s,omitempty"`
+	EmulatorPeakRSSMB float64  `json:"emulator_peak_rss_mb,omitempty"`
 	// OverheadS estimates the wall time that is not the emulator's own
 	// work (separate emulator only): per phase, wall time that sluice's
 	// own CPU does not explain is put down to the emulator, up to the
@@ -383,7 +615,7 @@ func (r *report) phases(evs []event, start, end event) {
 	add("wait+download", last["batch submitted"], last["chunk recorded"], "last \"batch submitted\" to the last \"chunk recorded\" (polls, downloads, conclude)")
 	add("merge", first["merging results"], last["job done"], "\"merging results\" to \"job done\"")
 	add("exit", last["job done"], end, "\"job done\" to process exit")
-	if r.Mode == "separate" {
+	if r.Mode == "separate" && len(r.Workers) <= 1 {
 		o := end.at.Seconds()
 		for _, p := range r.Phases {
 			if strings.HasPrefix(p.Name, " ") {
@@ -430,6 +662,22 @@ func (r *report) print() error {
 	fmt.Fprintf(w, "sluice run, emulator %s: %d requests in %d batches\n", r.Mode, r.Requests, r.Batches)
 	fmt.Fprintf(w, "  wall %.2fs, %.0f requests/s; sluice CPU %.2fs user + %.2fs sys, peak RSS %.1f MB\n",
 		r.WallS, r.RequestsPerS, r.SluiceUserS, r.SluiceSysS, r.SluicePeakRSSMB)
+	if r.Backend != "" {
+		fmt.Fprintf(w, "  %s: database %.1f MB after the run (%.1f MB empty) = %.1f MB per million requests; output %d lines\n",
+			r.Backend, float64(r.DBBytes)/1e6, float64(r.DBBytesEmpty)/1e6, r.DBBytesPerMillion/1e6, r.OutputLines)
+	}
+	if len(r.Workers) > 1 {
+		for _, x := range r.Workers {
+			role := ""
+			if x.Planned {
+				role += " planned"
+			}
+			if x.Merged {
+				role += " merged"
+			}
+			fmt.Fprintf(w, "  worker %s: wall %.2fs, CPU %.2fs user + %.2fs sys, peak RSS %.1f MB%s\n", x.Log, x.WallS, x.UserS, x.SysS, x.PeakRSSMB, role)
+		}
+	}
 	if r.Mode == "separate" {
 		fmt.Fprintf(w, "  emulator process: CPU %.2fs user + %.2fs sys, peak RSS %.1f MB\n", r.EmulatorUserS, r.EmulatorSysS, r.EmulatorPeakRSSMB)
 		fmt.Fprintf(w, "  overhead estimate (wall minus the emulator's work on the critical path): %.1fs\n", r.OverheadS)

@@ -52,9 +52,25 @@ var pgSeq atomic.Int64
 // dropped when the test ends.
 func Postgres(t testing.TB) string {
 	t.Helper()
-	admin, err := PostgresServer()
+	dsn, drop, err := NewPostgresDatabase()
 	if err != nil {
 		t.Fatalf("test PostgreSQL server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Logf("test PostgreSQL server: %v", err)
+		}
+	})
+	return dsn
+}
+
+// NewPostgresDatabase creates a fresh, empty database on the test server
+// (starting the private server on first use) for callers that are not
+// tests (scripts/bench-scale.sh through internal/benche2e); drop removes it.
+func NewPostgresDatabase() (dsn string, drop func() error, err error) {
+	admin, err := PostgresServer()
+	if err != nil {
+		return "", nil, err
 	}
 	var rnd [4]byte
 	rand.Read(rnd[:])
@@ -62,16 +78,17 @@ func Postgres(t testing.TB) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := pgAdminExec(ctx, admin, `CREATE DATABASE `+name); err != nil {
-		t.Fatalf("test PostgreSQL server: create database: %v", err)
+		return "", nil, fmt.Errorf("create database: %v", err)
 	}
-	t.Cleanup(func() {
+	drop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := pgAdminExec(ctx, admin, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
-			t.Logf("test PostgreSQL server: drop database %s: %v", name, err)
+			return fmt.Errorf("drop database %s: %v", name, err)
 		}
-	})
-	return withDatabase(admin, name)
+		return nil
+	}
+	return withDatabase(admin, name), drop, nil
 }
 
 // PostgresServer returns a DSN to the test server's postgres database,

@@ -52,23 +52,33 @@ var bucketSeq atomic.Int64
 // AWS_REGION); S3Env is the same for a subprocess.
 func S3(t testing.TB) (endpoint, bucket string) {
 	t.Helper()
+	endpoint, bucket, err := NewS3Bucket()
+	if err != nil {
+		t.Fatalf("test S3 server: %v", err)
+	}
+	return endpoint, bucket
+}
+
+// NewS3Bucket is S3 for callers that are not tests
+// (scripts/bench-scale.sh through internal/benche2e).
+func NewS3Bucket() (endpoint, bucket string, err error) {
 	s3srv.once.Do(func() { s3srv.endpoint, s3srv.err = startS3() })
 	if s3srv.err != nil {
-		t.Fatalf("test S3 server: %v", s3srv.err)
+		return "", "", s3srv.err
 	}
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	bucket = fmt.Sprintf("sluice-t%d-%d-%s", os.Getpid(), bucketSeq.Add(1), hex.EncodeToString(rnd[:]))
 	client, err := S3Client(context.Background(), s3srv.endpoint)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatalf("create bucket %s at %s: %v", bucket, s3srv.endpoint, err)
+		return "", "", fmt.Errorf("create bucket %s at %s: %v", bucket, s3srv.endpoint, err)
 	}
-	return s3srv.endpoint, bucket
+	return s3srv.endpoint, bucket, nil
 }
 
 // S3Env is the environment a subprocess needs to reach the test S3
