@@ -8,6 +8,8 @@
 #                bucket, job files under --store s3://BUCKET/state
 #   pg-s3-3      3 `--join` workers on PostgreSQL + S3, each on a state
 #                directory of its own (three machines)
+#   pg           (not by default) 1 worker, PostgreSQL + local files: the
+#                tracker's share of pg-s3 apart from the store's
 #
 #   scripts/bench-scale.sh [N]
 #
@@ -63,9 +65,10 @@ summary=()
 for c in $configs; do
   case $c in
     sqlite) flags=() ;;
+    pg) flags=(-postgres) ;;
     pg-s3) flags=(-postgres -s3) ;;
     pg-s3-3) flags=(-postgres -s3 -workers 3) ;;
-    *) echo "CONFIGS: unknown configuration $c (want sqlite, pg-s3, pg-s3-3)" >&2; exit 2 ;;
+    *) echo "CONFIGS: unknown configuration $c (want sqlite, pg, pg-s3, pg-s3-3)" >&2; exit 2 ;;
   esac
   work=$(mktemp -d "$bench/scale-$c.XXXXXX")
   runs+=("$work")
