@@ -96,7 +96,8 @@ func (k *Canceller) cancelLive(ctx context.Context, chunks []*sluice.Chunk) erro
 // take CancelPollDefaults.
 type WaitOptions struct {
 	PollInterval, MaxPollInterval time.Duration
-	// OnTick is called after each round with the chunks.
+	// OnTick is called with the chunks as they stand whenever a step's
+	// outcome changed them (dispatcher.Options.OnTick).
 	OnTick func(chunks []*sluice.Chunk)
 	Log    zerolog.Logger
 	// Files, if set, is the store of the job's files (RunOptions.Files).

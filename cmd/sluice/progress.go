@@ -195,9 +195,8 @@ type progressStore interface {
 // runProgress shows a running job: batches submitted, live, done, waiting;
 // requests succeeded, failed and retried; a bar and an ETA from the
 // throughput observed in this run. The dispatcher hands it the chunks
-// after each round (tick); since one round can take long (a round of
-// uploads of 200 MB files), the chunks are also read from the tracker every
-// second. Request counts come from the tracker too, queried again only when
+// whenever a step ends (tick); since a step can take long (an upload of a
+// 200 MB file), the chunks are also read from the tracker every second. Request counts come from the tracker too, queried again only when
 // a chunk has ended since the last query (requests change state only then)
 // and never more often than once a second, or ten times the last query's
 // duration on huge jobs.
