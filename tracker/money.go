@@ -114,6 +114,22 @@ func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) err
 		return fmt.Errorf("ledger lookup: %w", err)
 	}
 	defer rows.Close()
+	if err := scanAnswers(rows, idx, fn); err != nil {
+		return err
+	}
+	return rows.Err()
+}
+
+// answerRows is what scanAnswers reads: database/sql's rows and pgx's.
+type answerRows interface {
+	Next() bool
+	Scan(dest ...any) error
+}
+
+// scanAnswers hands fn each ledger row of a lookup (key, source job,
+// results directory and path, custom_id, offset, length) whose key is still
+// wanted in idx, once per key; both backends' lookups share it.
+func scanAnswers(rows answerRows, idx map[string]int, fn func(int, sluice.Answer) error) error {
 	for rows.Next() {
 		var k []byte
 		var dir, rel string
@@ -131,7 +147,7 @@ func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) err
 			return err
 		}
 	}
-	return rows.Err()
+	return nil
 }
 
 // SetReused records, before Commit, that the plan's requests of chunk 0

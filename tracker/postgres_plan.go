@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 
@@ -469,22 +468,8 @@ func (pl *pgPlan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) 
 		return fmt.Errorf("ledger lookup: %w", pl.d.wrap(err))
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var k []byte
-		var dir, rel string
-		var h sluice.Answer
-		if err := rows.Scan(&k, &h.SourceJob, &dir, &rel, &h.CustomID, &h.Offset, &h.Length); err != nil {
-			return err
-		}
-		i, ok := idx[string(k)]
-		if !ok {
-			continue
-		}
-		delete(idx, string(k))
-		h.Results = filepath.Join(dir, rel)
-		if err := fn(i, h); err != nil {
-			return err
-		}
+	if err := scanAnswers(rows, idx, fn); err != nil {
+		return err
 	}
 	return pl.d.wrap(rows.Err())
 }
