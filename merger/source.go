@@ -401,8 +401,8 @@ func (s *fileSource) load() error {
 }
 
 // window reads the records of slots x, x+1, ... (as many as fit in a
-// window) into s.buf, in file order, in one pass over the part of the file
-// that holds them; s.at tells where each is. Without room in the pool it
+// window) into s.buf, in ordinal order, in one sequential pass over the
+// part of the file that holds them; s.at tells where each is. Without room in the pool it
 // reads slot x's record alone.
 func (s *fileSource) window(x int) error {
 	// The window: slots from x whose records fit in windowMax bytes.
@@ -414,7 +414,7 @@ func (s *fileSource) window(x int) error {
 		if k < 0 {
 			continue
 		}
-		n := int64(s.idx[k].n) + 1 // with its newline: a whole file fits in one read
+		n := int64(s.idx[k].n)
 		if size+n > windowMax && end > x {
 			break
 		}
@@ -442,28 +442,21 @@ func (s *fileSource) window(x int) error {
 		s.at = make([]uint32, end-x)
 	}
 	s.at = s.at[:end-x]
-	first, last := s.idx[minK], s.idx[maxK]
-	span := last.off + int64(last.n) - first.off
-	if span <= int64(cap(s.buf)) {
-		// The records lie within one read of the buffer (a whole file
-		// that fits): read the span and point into it.
-		s.buf = s.buf[:span]
-		if _, err := s.f.ReadAt(s.buf, first.off); err != nil {
-			return fmt.Errorf("merger: read %s: %w", s.name, err)
+	// Lay the window out in ordinal order, so that the merge reads it
+	// front to back, then fill it in one pass over the part of the file
+	// that holds its records.
+	pos := 0
+	for y := range end - x {
+		if k := int(s.slots[x+y]) - 1; k >= 0 {
+			s.at[y] = uint32(pos)
+			pos += int(s.idx[k].n)
 		}
-		for k := minK; k <= maxK; k++ {
-			e := &s.idx[k]
-			if y := int(e.ord-s.lo) - x; y >= 0 && y < end-x {
-				s.at[y] = uint32(e.off - first.off)
-			}
-		}
-		return nil
 	}
-	// Read the span sequentially and copy the window's records out.
+	s.buf = s.buf[:pos]
 	if s.scratch == nil {
 		s.scratch = make([]byte, windowScratch)
 	}
-	s.buf = s.buf[:0]
+	last := s.idx[maxK]
 	var sOff, sEnd int64 // file range in scratch
 	for k := minK; k <= maxK; k++ {
 		e := &s.idx[k]
@@ -471,16 +464,14 @@ func (s *fileSource) window(x int) error {
 		if y < 0 || y >= end-x {
 			continue
 		}
-		s.at[y] = uint32(len(s.buf))
+		dst := s.buf[s.at[y] : int(s.at[y])+int(e.n)]
 		rEnd := e.off + int64(e.n)
 		if e.off >= sOff && rEnd <= sEnd {
-			s.buf = append(s.buf, s.scratch[e.off-sOff:rEnd-sOff]...)
+			copy(dst, s.scratch[e.off-sOff:rEnd-sOff])
 			continue
 		}
 		if int(e.n) > len(s.scratch) { // longer than a read: straight into buf
-			n := len(s.buf)
-			s.buf = s.buf[:n+int(e.n)]
-			if _, err := s.f.ReadAt(s.buf[n:], e.off); err != nil {
+			if _, err := s.f.ReadAt(dst, e.off); err != nil {
 				return fmt.Errorf("merger: read %s: %w", s.name, err)
 			}
 			continue
@@ -489,7 +480,7 @@ func (s *fileSource) window(x int) error {
 		if _, err := s.f.ReadAt(s.scratch[:sEnd-sOff], sOff); err != nil {
 			return fmt.Errorf("merger: read %s: %w", s.name, err)
 		}
-		s.buf = append(s.buf, s.scratch[:e.n]...)
+		copy(dst, s.scratch)
 	}
 	return nil
 }
