@@ -19,18 +19,34 @@ import (
 // range of ordinals (one chunk), its records shuffled (providers answer in
 // any order; the emulator shuffles), every 50th failed. It returns the
 // files and the expected custom_ids.
-func benchFiles(b *testing.B, dir string, n, nfiles, recBytes int) ([]string, []string) {
+//
+// With groups > 1 the ordinals are dealt to that many (url, model) groups
+// at random, as in an input of several models, and each group's requests
+// fill nfiles/groups chunk files in turn: files of different groups are
+// merged side by side.
+func benchFiles(b *testing.B, dir string, n, nfiles, groups, recBytes int) ([]string, []string) {
 	b.Helper()
 	rng := rand.New(rand.NewPCG(7, 7))
 	ids := make([]string, n)
 	var files []string
-	per := (n + nfiles - 1) / nfiles
-	for f := 0; f*per < n; f++ {
-		lo, hi := f*per, min(n, (f+1)*per)
-		perm := rng.Perm(hi - lo)
+	byGroup := make([][]int, groups)
+	for o := range n {
+		g := rng.IntN(groups)
+		byGroup[g] = append(byGroup[g], o)
+	}
+	var chunks [][]int
+	for _, ords := range byGroup {
+		per := (len(ords) + nfiles/groups - 1) / (nfiles / groups)
+		for len(ords) > 0 {
+			k := min(per, len(ords))
+			chunks = append(chunks, ords[:k])
+			ords = ords[k:]
+		}
+	}
+	for f, ords := range chunks {
+		rng.Shuffle(len(ords), func(i, j int) { ords[i], ords[j] = ords[j], ords[i] })
 		var data []byte
-		for _, p := range perm {
-			ord := lo + p
+		for _, ord := range ords {
 			id := fmt.Sprintf("request-%08d", ord)
 			ids[ord] = id
 			pad := strings.Repeat("w", max(0, recBytes-200+rng.IntN(100)))
@@ -53,12 +69,17 @@ func benchFiles(b *testing.B, dir string, n, nfiles, recBytes int) ([]string, []
 }
 
 // BenchmarkMerge merges 200,000 results (~670 bytes each, like the
-// 1,000,000-request end-to-end benchmark's) from 5 chunk results files of
-// ~27 MB in input order.
+// 1,000,000-request end-to-end benchmark's) in input order: from 5 chunk
+// results files of ~27 MB of one group, and from 10 files of 5 groups.
 func BenchmarkMerge(b *testing.B) {
+	b.Run("1group", func(b *testing.B) { benchMerge(b, 5, 1) })
+	b.Run("5groups", func(b *testing.B) { benchMerge(b, 10, 5) })
+}
+
+func benchMerge(b *testing.B, nfiles, groups int) {
 	const n = 200_000
 	dir := b.TempDir()
-	files, ids := benchFiles(b, dir, n, 5, 670)
+	files, ids := benchFiles(b, dir, n, nfiles, groups, 670)
 	var size int64
 	for _, f := range files {
 		st, err := os.Stat(f)

@@ -483,6 +483,8 @@ func TestWindowedReads(t *testing.T) {
 		{"one window", 1 << 20, 4 << 20, 8, 1 << 20, true},
 		{"many windows", 16 << 10, 4 << 20, 1 << 20, 1 << 10, true},
 		{"pool too small", 16 << 10, 8 << 10, 1 << 20, 1 << 10, true},
+		{"pool for one file", 64 << 10, 64 << 10, 1 << 20, 1 << 10, true},
+		{"pool for part of a file", 64 << 10, 20 << 10, 4, 1 << 10, true},
 		{"too many passes", 16 << 10, 4 << 20, 2, 1 << 10, false},
 	} {
 		windowMax, windowPoolSize, maxPasses, windowScratch = c.window, c.pool, c.passes, c.scratch

@@ -158,15 +158,18 @@ type fileSource struct {
 	want *entry // cur's entry while its bytes are not loaded
 
 	// Windowed mode.
-	pool    *windowPool
-	slots   []uint32 // slots[o-lo] = 1 + index in idx of ordinal o's record; 0: none
-	lo      int64    // smallest ordinal
-	o       int      // next slot to look at
-	wlo     int      // slots [wlo, whi) are in buf
-	whi     int
-	at      []uint32 // at[x]: offset in buf of the record of slot wlo+x
-	granted int64    // bytes held from pool
-	scratch []byte
+	pool     *windowPool
+	slots    []uint32 // slots[o-lo] = 1 + index in idx of ordinal o's record; 0: none
+	lo       int64    // smallest ordinal
+	o        int      // next slot to look at
+	wlo      int      // slots [wlo, whi) are in buf
+	whi      int
+	at       []uint32 // at[x]: offset in buf of the record of slot wlo+x
+	granted  int64    // bytes held from pool: the window buffer's size
+	scratch  []byte
+	one      []byte // a record read alone
+	recBytes int64  // bytes of all records
+	served   int64  // bytes of the records read so far
 }
 
 const (
@@ -177,11 +180,11 @@ const (
 // Windowed reading (variables for tests).
 var (
 	// windowMax is the largest window buffer of one file.
-	windowMax int64 = 32 << 20
+	windowMax int64 = 16 << 20
 	// windowPoolSize bounds the window buffers of all files of a merge.
 	windowPoolSize int64 = 32 << 20
 	// maxPasses: a file needing more windows than this is read with ReadAt.
-	maxPasses int64 = 8
+	maxPasses int64 = 4
 	// windowScratch is the sequential read size of a pass.
 	windowScratch = 1 << 20
 )
@@ -302,7 +305,8 @@ func (s *fileSource) build(keep bool, br *bufio.Reader) error {
 }
 
 // slotIndex sets up windowed mode when the file suits it: ordinals dense
-// (a range at most 4 times the records), none twice, and few passes.
+// enough (a range under 16 times the records: a chunk of one of several
+// interleaved (url, model) groups), none twice, and few passes.
 func (s *fileSource) slotIndex() bool {
 	if s.size > maxPasses*windowMax || len(s.idx) >= math.MaxUint32 {
 		return false
@@ -311,7 +315,7 @@ func (s *fileSource) slotIndex() bool {
 	for _, e := range s.idx {
 		lo, hi = min(lo, e.ord), max(hi, e.ord)
 	}
-	if uint64(hi-lo) >= 4*uint64(len(s.idx)) {
+	if uint64(hi-lo) >= 16*uint64(len(s.idx)) {
 		return false
 	}
 	slots := make([]uint32, hi-lo+1)
@@ -321,6 +325,7 @@ func (s *fileSource) slotIndex() bool {
 			return false // an ordinal twice: the sorted index orders them by offset
 		}
 		*sl = uint32(k + 1)
+		s.recBytes += int64(e.n)
 	}
 	s.slots, s.lo = slots, lo
 	return true
@@ -405,7 +410,33 @@ func (s *fileSource) load() error {
 // part of the file that holds them; s.at tells where each is. Without room in the pool it
 // reads slot x's record alone.
 func (s *fileSource) window(x int) error {
-	// The window: slots from x whose records fit in windowMax bytes.
+	// The window's size: the rest of the file up to windowMax, or what the
+	// pool has left, but never so small that the file would take more than
+	// maxPasses passes; else this record alone, with ReadAt.
+	e := s.idx[s.slots[x]-1]
+	rest := s.recBytes - s.served
+	least := max(int64(e.n), min(rest, (s.recBytes+maxPasses-1)/maxPasses))
+	if s.granted < least {
+		s.pool.give(s.granted)
+		s.granted, s.buf = 0, nil
+		if g := min(max(windowMax, int64(e.n)), rest, s.pool.free); g >= least && s.pool.take(g) {
+			s.granted, s.buf = g, make([]byte, g)
+		}
+	}
+	if s.granted == 0 {
+		if cap(s.one) < int(e.n) {
+			s.one = make([]byte, e.n)
+		}
+		s.buf = s.one[:e.n]
+		if _, err := s.f.ReadAt(s.buf, e.off); err != nil {
+			return fmt.Errorf("merger: read %s: %w", s.name, err)
+		}
+		s.served += int64(e.n)
+		s.wlo, s.whi = x, x+1
+		s.at = append(s.at[:0], 0)
+		return nil
+	}
+	// The window: slots from x whose records fit in the buffer.
 	var size int64
 	minK, maxK := len(s.idx), -1
 	end := x
@@ -415,28 +446,14 @@ func (s *fileSource) window(x int) error {
 			continue
 		}
 		n := int64(s.idx[k].n)
-		if size+n > windowMax && end > x {
+		if size+n > s.granted && end > x {
 			break
 		}
 		size += n
 		minK, maxK = min(minK, k), max(maxK, k)
 	}
-	if int64(cap(s.buf)) < size {
-		s.pool.give(s.granted)
-		s.granted, s.buf = 0, nil
-		if !s.pool.take(size) {
-			// No room: this record alone.
-			e := s.idx[s.slots[x]-1]
-			s.buf = make([]byte, e.n)
-			if _, err := s.f.ReadAt(s.buf, e.off); err != nil {
-				return fmt.Errorf("merger: read %s: %w", s.name, err)
-			}
-			s.wlo, s.whi = x, x+1
-			s.at = append(s.at[:0], 0)
-			return nil
-		}
-		s.granted, s.buf = size, make([]byte, size)
-	}
+	s.served += size
+	s.buf = s.buf[:cap(s.buf)]
 	s.wlo, s.whi = x, end
 	if cap(s.at) < end-x {
 		s.at = make([]uint32, end-x)
@@ -488,7 +505,7 @@ func (s *fileSource) window(x int) error {
 // release gives the window back to the pool.
 func (s *fileSource) release() {
 	s.pool.give(s.granted)
-	s.granted, s.buf, s.scratch, s.at = 0, nil, nil, nil
+	s.granted, s.buf, s.scratch, s.at, s.one = 0, nil, nil, nil, nil
 }
 
 // fill reads the record i and those that follow it back to back on disk
