@@ -9,8 +9,9 @@
 // ordinals are dense (a chunk's results, shuffled by the provider) gets a
 // table from ordinal to entry instead of a sort, and its records are read
 // back a window at a time: one sequential pass over the file per window of
-// up to 32 MiB (a chunk's results usually fit in one), never ReadAt per
-// record. Other files have their index sorted and are read back in ordinal
+// up to 16 MiB, at most 8 passes a file; when the window pool (48 MiB for
+// the merge, half of what is left to each window) cannot give a file that
+// much, its records are read one ReadAt each. Other files have their index sorted and are read back in ordinal
 // order with ReadAt, one call per run of records that lie back to back. A
 // k-way merge by ordinal then joins the files; a file's bytes are read only
 // when its records come up, so files whose ordinals follow each other hold
@@ -22,8 +23,8 @@
 // Memory: the indexes (and files kept whole) of the files merged at once
 // stay under indexBudget (48 MiB, about 2 million records; past it a group
 // becomes a run), plus a 256 KiB read window per open file, the windows of
-// dense files (at most 32 MiB for all files of a merge: a window the pool
-// cannot give is read one ReadAt per record) and a few 1 MiB write buffers. Lines
+// dense files (at most 48 MiB for all files of a merge) and a few 1 MiB
+// write buffers. Lines
 // are written by a goroutine (which also compresses); on Linux the
 // writeback of the temp file is started every 32 MiB, so the final fsync is
 // short, and written ranges are dropped from the page cache.

@@ -129,14 +129,14 @@ const entrySize = 24
 // in one of three ways:
 //
 //   - kept: the file was small enough to read into memory whole;
-//   - windowed: records in any order whose ordinals are dense (a chunk's
-//     results, shuffled by the provider) and no ordinal twice. slots maps
-//     each ordinal to its record (idx stays in file order: no sort), and
-//     the records of a window of ordinals are read in one sequential pass
-//     over the part of the file that holds them, into a buffer of at most
-//     windowMax bytes taken from the merge's windowPool. A file is read
-//     at most maxPasses times; without room in the pool a window falls
-//     back to one ReadAt per record;
+//   - windowed: records in any order whose ordinals are dense enough (a
+//     chunk's results, shuffled by the provider) and no ordinal twice.
+//     slots maps each ordinal to its record (idx stays in file order: no
+//     sort), and the records of a window of ordinals are read in one
+//     sequential pass over the part of the file that holds them, into a
+//     buffer of at most windowMax bytes taken from the merge's windowPool.
+//     A file is read at most maxPasses times: when the pool cannot give a
+//     window that large, the record is read alone with ReadAt;
 //   - otherwise from the sorted index with ReadAt, one call per run of
 //     records that lie back to back on disk (a file already in order is
 //     read sequentially that way).
@@ -182,9 +182,9 @@ var (
 	// windowMax is the largest window buffer of one file.
 	windowMax int64 = 16 << 20
 	// windowPoolSize bounds the window buffers of all files of a merge.
-	windowPoolSize int64 = 32 << 20
+	windowPoolSize int64 = 48 << 20
 	// maxPasses: a file needing more windows than this is read with ReadAt.
-	maxPasses int64 = 4
+	maxPasses int64 = 8
 	// windowScratch is the sequential read size of a pass.
 	windowScratch = 1 << 20
 )
@@ -419,7 +419,10 @@ func (s *fileSource) window(x int) error {
 	if s.granted < least {
 		s.pool.give(s.granted)
 		s.granted, s.buf = 0, nil
-		if g := min(max(windowMax, int64(e.n)), rest, s.pool.free); g >= least && s.pool.take(g) {
+		// Half of what the pool has left (at least the least), so that the
+		// files of groups merged side by side all get a window.
+		g := min(max(windowMax, int64(e.n)), rest, s.pool.free, max(least, s.pool.free/2))
+		if g >= least && s.pool.take(g) {
 			s.granted, s.buf = g, make([]byte, g)
 		}
 	}
