@@ -18,7 +18,8 @@ import (
 // chunk results files as a job makes them: each file holds a contiguous
 // range of ordinals (one chunk), its records shuffled (providers answer in
 // any order; the emulator shuffles), every 50th failed. It returns the
-// files and the expected custom_ids.
+// files and the expected custom_ids. Lines have the shape of sluice's
+// output lines (custom_id first).
 //
 // With groups > 1 the ordinals are dealt to that many (url, model) groups
 // at random, as in an input of several models, and each group's requests
@@ -53,9 +54,9 @@ func benchFiles(b *testing.B, dir string, n, nfiles, groups, recBytes int) ([]st
 			var line string
 			failed := ord%50 == 7
 			if failed {
-				line = fmt.Sprintf(`{"id":"batch_req_%d","custom_id":%q,"response":{"status_code":500,"request_id":"r%d","body":{"error":{"message":"%s"}}},"error":null}`, ord, id, ord, pad)
+				line = fmt.Sprintf(`{"custom_id":%q,"response":{"status_code":500,"request_id":"req_%d","body":{"error":{"message":"%s"}}},"error":null}`, id, ord, pad)
 			} else {
-				line = fmt.Sprintf(`{"id":"batch_req_%d","custom_id":%q,"response":{"status_code":200,"request_id":"r%d","body":{"choices":[{"message":{"content":"%s"}}]}},"error":null}`, ord, id, ord, pad)
+				line = fmt.Sprintf(`{"custom_id":%q,"response":{"status_code":200,"request_id":"req_%d","body":{"choices":[{"message":{"content":"%s"}}]}},"error":null}`, id, ord, pad)
 			}
 			data = sluice.AppendResultRecord(data, int64(ord), failed, []byte(line))
 		}
