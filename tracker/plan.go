@@ -46,6 +46,11 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 	if err != nil {
 		return nil, err
 	}
+	// The answers of chunks finished since the last plan go into the
+	// ledger first, committed, so the plan's lookups see them.
+	if err := d.foldLedger(ctx); err != nil {
+		return nil, err
+	}
 	now := d.now()
 	job.State = sluice.JobPlanning
 	job.CreatedAt, job.UpdatedAt = now, now
