@@ -12,6 +12,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -29,7 +30,16 @@ func main() {
 	n := flag.Int("n", 1_000_000, "requests")
 	chunks := flag.Int("chunks", 23, "chunks")
 	dir := flag.String("dir", "", "state dir (default: temp)")
+	prof := flag.String("cpuprofile", "", "write a CPU profile")
 	flag.Parse()
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "benchtracker")
 		if err != nil {
