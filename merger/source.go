@@ -407,8 +407,8 @@ func (s *fileSource) load() error {
 
 // window reads the records of slots x, x+1, ... (as many as fit in a
 // window) into s.buf, in ordinal order, in one sequential pass over the
-// part of the file that holds them; s.at tells where each is. Without room in the pool it
-// reads slot x's record alone.
+// part of the file that holds them; s.at tells where each is. Without
+// room in the pool it reads slot x's record alone.
 func (s *fileSource) window(x int) error {
 	// The window's size: the rest of the file up to windowMax, or what the
 	// pool has left, but never so small that the file would take more than
