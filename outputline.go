@@ -15,7 +15,7 @@ import (
 func AppendOutputLine(dst []byte, l *OutputLine) ([]byte, error) {
 	r := l.Response
 	if l.Error != nil || r == nil || len(r.Body) == 0 || !jsonscan.PlainString(l.CustomID) ||
-		!jsonscan.PlainString(r.RequestID) || !jsonscan.Canonical(r.Body) {
+		!jsonscan.PlainString(r.RequestID) || !r.markedCompact() && !jsonscan.Canonical(r.Body) {
 		js, err := json.Marshal(l)
 		if err != nil {
 			return dst, err

@@ -40,6 +40,10 @@ type checker struct {
 	b         []byte
 	canonical bool
 	bad       bool
+	// nc counts what, in a valid value, keeps it from being canonical:
+	// runs of whitespace between tokens and characters encoding/json
+	// escapes in strings. A value checked without nc moving is canonical.
+	nc int
 }
 
 // Valid reports whether b is exactly one JSON value, optionally surrounded
@@ -68,8 +72,12 @@ func (c *checker) ws(i int) int {
 	if c.canonical {
 		return i
 	}
+	j := i
 	for i < len(c.b) && isSpace(c.b[i]) {
 		i++
+	}
+	if i != j {
+		c.nc++
 	}
 	return i
 }
@@ -114,8 +122,11 @@ func (c *checker) str(i int) int {
 			i++
 			continue
 		case escHTML:
-			if c.canonical && (b[i] != 0xE2 || i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9)) {
-				return c.fail()
+			if b[i] != 0xE2 || i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9) {
+				if c.canonical {
+					return c.fail()
+				}
+				c.nc++
 			}
 			i++
 			continue
@@ -296,6 +307,100 @@ func Object(b []byte, fn func(key, val []byte) bool) bool {
 		}
 	}
 	return false
+}
+
+// MaxPath is the deepest member Walk reports.
+const MaxPath = 4
+
+// Path names a member Walk reports: Keys[:Len] are the raw keys (between
+// their quotes, escapes as written) from the top object's member down to
+// it. (Walk hands it over by value, so that nothing of the walk escapes
+// to the heap.)
+type Path struct {
+	Keys [MaxPath][]byte
+	Len  int
+}
+
+// Key is the member's own key.
+func (p *Path) Key() []byte { return p.Keys[p.Len-1] }
+
+// Walk reports whether b is a valid JSON object (as Valid) and, in the same
+// pass, calls fn for each member of that object and of every object nested
+// in it through objects only (not through arrays), down to levels deep (at
+// most MaxPath): path names the member, val is its raw value and canonical
+// reports whether Canonical(val) holds. fn is called after the member's
+// value is checked, so the members of a nested object come before the
+// member that holds it. A false from fn stops Walk (Walk then reports
+// false).
+func Walk(b []byte, levels int, fn func(path Path, val []byte, canonical bool) bool) bool {
+	w := walker{checker: checker{b: b}, levels: min(levels, MaxPath)}
+	i := w.ws(0)
+	if i >= len(b) || b[i] != '{' || w.levels < 1 {
+		return false
+	}
+	i = w.ws(w.object(i+1, 1, fn))
+	return !w.bad && i == len(b)
+}
+
+// walker is the state of Walk. (fn is passed along rather than kept
+// here: what fn gets leaks, and escape analysis would move fn and its
+// captures to the heap with it.)
+type walker struct {
+	checker
+	levels int
+	path   Path
+}
+
+// object checks the object at nesting depth whose '{' is at i-1, calling
+// fn for its members (their path has depth keys).
+func (w *walker) object(i, depth int, fn func(path Path, val []byte, canonical bool) bool) int {
+	if depth > maxDepth {
+		return w.fail()
+	}
+	b := w.b
+	i = w.ws(i)
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for !w.bad {
+		if i >= len(b) || b[i] != '"' {
+			return w.fail()
+		}
+		k := i + 1
+		i = w.str(k)
+		if w.bad {
+			return len(b)
+		}
+		w.path.Keys[depth-1] = b[k : i-1]
+		i = w.ws(i)
+		if i >= len(b) || b[i] != ':' {
+			return w.fail()
+		}
+		v := w.ws(i + 1)
+		nc := w.nc
+		if v < len(b) && b[v] == '{' && depth < w.levels {
+			i = w.object(v+1, depth+1, fn)
+		} else {
+			i = w.value(v, depth)
+		}
+		w.path.Len = depth
+		if w.bad || !fn(w.path, b[v:i], w.nc == nc) {
+			return w.fail()
+		}
+		i = w.ws(i)
+		if i >= len(b) {
+			return w.fail()
+		}
+		switch b[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = w.ws(i + 1)
+		default:
+			return w.fail()
+		}
+	}
+	return len(b)
 }
 
 // Members calls fn with the raw key (between its quotes, escapes as
