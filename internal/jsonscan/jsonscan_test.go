@@ -131,7 +131,8 @@ func BenchmarkValid(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		fn   func([]byte) bool
-	}{{"json.Valid", json.Valid}, {"Valid", Valid}, {"Canonical", Canonical}} {
+	}{{"json.Valid", json.Valid}, {"Valid", Valid}, {"Canonical", Canonical},
+		{"Walk", func(b []byte) bool { return Walk(b, 4, func(Path, []byte, bool) bool { return true }) }}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(benchLine)))
 			for b.Loop() {
