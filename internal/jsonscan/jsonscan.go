@@ -117,18 +117,6 @@ func (c *checker) lit(i int, s string) int {
 func (c *checker) str(i int) int {
 	b := c.b
 	for i < len(b) {
-		// Most bytes are plain: skip them eight at a time.
-		for i+8 <= len(b) {
-			w := b[i : i+8 : i+8]
-			if strClass[w[0]]|strClass[w[1]]|strClass[w[2]]|strClass[w[3]]|
-				strClass[w[4]]|strClass[w[5]]|strClass[w[6]]|strClass[w[7]] != plain {
-				break
-			}
-			i += 8
-		}
-		if i == len(b) {
-			break
-		}
 		switch strClass[b[i]] {
 		case plain:
 			i++
