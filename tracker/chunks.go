@@ -175,10 +175,9 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
 		}
+		// The successes' places in the results file go on their rows; the
+		// ledger gets them when a job is next planned (foldLedger).
 		if err := finishOutcomes(ctx, tx, key, f); err != nil {
-			return err
-		}
-		if err := recordLedger(ctx, tx, key, f); err != nil {
 			return err
 		}
 		mv, err := tx.PrepareContext(ctx, `UPDATE requests SET chunk_id = ?, idx = ?, offset = ?, length = ?, attempt = ?
@@ -228,8 +227,16 @@ func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish
 		if n == 0 {
 			continue
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE requests SET state = ? WHERE id IN (SELECT value FROM json_each(?))
-			AND chunk_id = ? AND state = 'pending'`, st, string(ids), f.Chunk.ID)
+		q := `UPDATE requests SET state = ? WHERE id IN (SELECT value FROM json_each(?))
+			AND chunk_id = ? AND state = 'pending'`
+		if st == sluice.RequestSucceeded {
+			// [[id, offset, length], ...]: each success's record in the
+			// chunk's results file, for the ledger (foldLedger).
+			q = `UPDATE requests SET state = ?, res_offset = j.value ->> 1, res_length = j.value ->> 2
+				FROM json_each(?) AS j WHERE requests.id = j.value ->> 0
+				AND requests.chunk_id = ? AND requests.state = 'pending'`
+		}
+		res, err := tx.ExecContext(ctx, q, st, string(ids), f.Chunk.ID)
 		if err != nil {
 			return err
 		}
@@ -253,13 +260,18 @@ func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish
 	if _, err := tx.ExecContext(ctx, `ROLLBACK TO outcomes`); err != nil {
 		return err
 	}
-	fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
+	fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ?, res_offset = ?, res_length = ?
+		WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
 	if err != nil {
 		return err
 	}
 	defer fin.Close()
 	for _, o := range f.Outcomes {
-		res, err := fin.Exec(o.State, requestID(key, o.Ordinal), f.Chunk.ID)
+		var off, n int64
+		if o.State == sluice.RequestSucceeded {
+			off, n = o.Offset, o.Length
+		}
+		res, err := fin.Exec(o.State, off, n, requestID(key, o.Ordinal), f.Chunk.ID)
 		if err != nil {
 			return err
 		}
@@ -271,7 +283,8 @@ func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish
 }
 
 // appendIDs appends the JSON array of the row ids of the outcomes in state
-// st and returns it and their number.
+// st and returns it and their number. Successes are [id, offset, length]
+// triples: where each one's record is in the chunk's results file.
 func appendIDs(dst []byte, key int64, os []sluice.Outcome, st sluice.RequestState) ([]byte, int) {
 	n := 0
 	dst = append(dst, '[')
@@ -282,7 +295,17 @@ func appendIDs(dst []byte, key int64, os []sluice.Outcome, st sluice.RequestStat
 		if n > 0 {
 			dst = append(dst, ',')
 		}
-		dst = strconv.AppendInt(dst, requestID(key, o.Ordinal), 10)
+		if st != sluice.RequestSucceeded {
+			dst = strconv.AppendInt(dst, requestID(key, o.Ordinal), 10)
+		} else {
+			dst = append(dst, '[')
+			dst = strconv.AppendInt(dst, requestID(key, o.Ordinal), 10)
+			dst = append(dst, ',')
+			dst = strconv.AppendInt(dst, o.Offset, 10)
+			dst = append(dst, ',')
+			dst = strconv.AppendInt(dst, o.Length, 10)
+			dst = append(dst, ']')
+		}
 		n++
 	}
 	return append(dst, ']'), n

@@ -119,44 +119,79 @@ func TestFinishChunkNamesTheRequestAtFault(t *testing.T) {
 	}
 }
 
-// TestLedgerFirstSuccessInChunkWins: of two successes of one body key in
-// the same chunk, the first in outcome order (the order results were
-// written, not the ordinal order) is the key's answer; failures and
-// requests without a key record nothing; an earlier job's answer stays.
-func TestLedgerFirstSuccessInChunkWins(t *testing.T) {
+// TestLedgerFoldedAtTheNextPlan: finishing a chunk writes no ledger row;
+// each success's place in its results file waits on its row until a job
+// is next planned, which folds every finished chunk's answers into the
+// ledger before its own lookups. Of two successes of one body key in a job
+// the earlier request's is the key's answer; failures, requests without a
+// key and successes without a record give none; an earlier job's answer
+// stays, whether it was folded before or in the same fold.
+func TestLedgerFoldedAtTheNextPlan(t *testing.T) {
 	ctx := context.Background()
 	db := open(t)
 	k := func(s string) []byte { return []byte(fmt.Sprintf("%-16s", s)) }
-	// Job a answers key "old".
-	ca := planKeyed(t, db, "a", [][]byte{k("old")})
-	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: ca, From: sluice.ChunkPending,
-		Outcomes: []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded, Offset: 0, Length: 10}}}); err != nil {
+	ledger := func() string {
+		t.Helper()
+		rows, err := db.SQL().Query(`SELECT trim(CAST(l.key AS TEXT)), r.custom_id, l.offset, l.length FROM ledger l JOIN requests r ON r.id = l.request ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var got []string
+		for rows.Next() {
+			var key, id string
+			var off, length int64
+			rows.Scan(&key, &id, &off, &length)
+			got = append(got, fmt.Sprintf("%s=%s@%d+%d", key, id, off, length))
+		}
+		return strings.Join(got, " ")
+	}
+	// Job a answers keys "old" and "both".
+	ca := planKeyed(t, db, "a", [][]byte{k("old"), k("both")})
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: ca, From: sluice.ChunkPending, Outcomes: []sluice.Outcome{
+		{Ordinal: 0, State: sluice.RequestSucceeded, Offset: 0, Length: 10},
+		{Ordinal: 1, State: sluice.RequestSucceeded, Offset: 10, Length: 4}}}); err != nil {
 		t.Fatal(err)
 	}
-	cb := planKeyed(t, db, "b", [][]byte{k("x"), k("x"), k("old"), nil, k("f"), k("x")})
+	if got := ledger(); got != "" {
+		t.Errorf("ledger after finishing a chunk: %q, want nothing until the next plan", got)
+	}
+	// Planning job b folds a's answers; planning c then folds nothing.
+	cb := planKeyed(t, db, "b", [][]byte{k("x"), k("x"), k("old"), nil, k("f"), k("x"), k("same")})
+	cc := planKeyed(t, db, "c", [][]byte{k("both"), k("new"), k("same")})
+	const folded = "both=a-1@10+4 old=a-0@0+10"
+	if got := ledger(); got != folded {
+		t.Errorf("ledger once b and c are planned: %s\nwant   %s", got, folded)
+	}
 	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: cb, From: sluice.ChunkPending, Outcomes: []sluice.Outcome{
 		{Ordinal: 4, State: sluice.RequestFailed, Offset: 0, Length: 5},
-		{Ordinal: 5, State: sluice.RequestSucceeded, Offset: 5, Length: 7}, // first success of x
-		{Ordinal: 0, State: sluice.RequestSucceeded, Offset: 12, Length: 7},
+		{Ordinal: 5, State: sluice.RequestSucceeded, Offset: 5, Length: 7},
+		{Ordinal: 1, State: sluice.RequestSucceeded, Offset: 12, Length: 7}, // the earlier x
 		{Ordinal: 3, State: sluice.RequestSucceeded, Offset: 19, Length: 7}, // no key
 		{Ordinal: 2, State: sluice.RequestSucceeded, Offset: 26, Length: 7}, // old: job a's stays
-		{Ordinal: 1, State: sluice.RequestSucceeded, Offset: 33, Length: 0}, // no record: not an answer
+		{Ordinal: 0, State: sluice.RequestSucceeded, Offset: 33, Length: 0}, // no record: not an answer
+		{Ordinal: 6, State: sluice.RequestSucceeded, Offset: 40, Length: 2},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := db.SQL().Query(`SELECT trim(CAST(l.key AS TEXT)), r.custom_id, l.offset, l.length FROM ledger l JOIN requests r ON r.id = l.request ORDER BY 1`)
-	if err != nil {
+	// c finishes after b: one fold then holds both jobs' answers; of
+	// "same" b's stays (the earlier job), of "both" a's (folded before).
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: cc, From: sluice.ChunkPending, Outcomes: []sluice.Outcome{
+		{Ordinal: 2, State: sluice.RequestSucceeded, Offset: 0, Length: 1},
+		{Ordinal: 0, State: sluice.RequestSucceeded, Offset: 1, Length: 3},
+		{Ordinal: 1, State: sluice.RequestSucceeded, Offset: 4, Length: 3}}}); err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var got []string
-	for rows.Next() {
-		var key, id string
-		var off, length int64
-		rows.Scan(&key, &id, &off, &length)
-		got = append(got, fmt.Sprintf("%s=%s@%d+%d", key, id, off, length))
+	if got := ledger(); got != folded {
+		t.Errorf("ledger before the next plan: %s\nwant   %s", got, folded)
 	}
-	if want := "old=a-0@0+10 x=b-5@5+7"; strings.Join(got, " ") != want {
-		t.Errorf("ledger: %s\nwant   %s", strings.Join(got, " "), want)
+	planKeyed(t, db, "d", [][]byte{k("d")})
+	if got, want := ledger(), "both=a-1@10+4 new=c-1@4+3 old=a-0@0+10 same=b-6@40+2 x=b-1@12+7"; got != want {
+		t.Errorf("ledger: %s\nwant   %s", got, want)
+	}
+	var unfolded int
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM chunks WHERE ledger_folded = 0 AND state = 'done'`).Scan(&unfolded)
+	if unfolded != 0 {
+		t.Errorf("%d finished chunks left unfolded", unfolded)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -14,44 +13,72 @@ import (
 // Money (docs/money.md): the ledger of bought answers, the lessons of
 // finished batches, the spend cap.
 
-// recordLedger adds the succeeded requests of a finishing chunk to the
-// ledger, in FinishChunk's transaction: the first success of a body key
-// stays its answer.
-func recordLedger(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) error {
-	// One statement for the chunk: [[id, offset, length], ...] in outcome
-	// order, which the CROSS JOIN keeps (json_each is the outer loop), so
-	// the first of two successes of one key in the chunk is its answer.
-	var rows []byte
-	n := 0
-	for _, o := range f.Outcomes {
-		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
-			continue
+// foldChunkSQL copies one chunk's answers into temp.fold, through the
+// requests_chunk index (TestFoldUsesTheChunkIndex).
+const foldChunkSQL = `INSERT INTO temp.fold (key, request, offset, length)
+	SELECT body_key, id, res_offset, res_length FROM requests
+	WHERE id >> 40 = ? AND chunk_id = ? AND state = 'succeeded' AND res_length > 0 AND body_key IS NOT NULL`
+
+// foldLedger puts the answers of every finished chunk not yet folded into
+// the ledger, in one transaction, sorted by key: FinishChunk leaves each
+// success's place in its results file on the request's row and writes no
+// ledger row, since a ledger row is an insert at a random place of a B-tree
+// keyed by hash (6 to 15 CPU seconds per million requests, in a run that
+// may never be reused from), while sorted they go in page by page. It runs
+// when a job is planned (BeginPlan), before its requests are looked up, so
+// every answer recorded before a plan starts can answer it. INSERT OR
+// IGNORE: of two successes of one key, the one folded first stays the
+// answer (in one fold, the earlier job's, then the earlier request's).
+//
+// The chunks' answers are gathered in a temporary table first, chunk by
+// chunk with the job's key bound: a join of chunks to requests does not
+// search the requests_chunk index on id >> 40 (SQLite scanned all of it,
+// or built an automatic index of every request).
+func (d *DB) foldLedger(ctx context.Context) error {
+	return d.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT j.key, c.id FROM chunks c JOIN jobs j ON j.id = c.job_id
+			WHERE c.ledger_folded = 0 ORDER BY j.key, c.id`)
+		if err != nil {
+			return fmt.Errorf("ledger: %w", err)
 		}
-		if n == 0 {
-			rows = make([]byte, 0, 40*len(f.Outcomes))
-			rows = append(rows, '[')
-		} else {
-			rows = append(rows, ',')
+		var todo [][2]int64
+		for rows.Next() {
+			var k [2]int64
+			if err := rows.Scan(&k[0], &k[1]); err != nil {
+				rows.Close()
+				return fmt.Errorf("ledger: %w", err)
+			}
+			todo = append(todo, k)
 		}
-		rows = append(rows, '[')
-		rows = strconv.AppendInt(rows, requestID(key, o.Ordinal), 10)
-		rows = append(rows, ',')
-		rows = strconv.AppendInt(rows, o.Offset, 10)
-		rows = append(rows, ',')
-		rows = strconv.AppendInt(rows, o.Length, 10)
-		rows = append(rows, ']')
-		n++
-	}
-	if n == 0 {
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		if len(todo) == 0 {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS fold
+			(key BLOB NOT NULL, request INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL)`); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		defer tx.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS temp.fold`)
+		for _, k := range todo {
+			if _, err := tx.ExecContext(ctx, foldChunkSQL, k[0], k[1]); err != nil {
+				return fmt.Errorf("ledger: %w", err)
+			}
+		}
+		// Chunks of a job in an unfinished state may gain successes later:
+		// their rows are folded now and again, the second time ignored.
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length)
+			SELECT key, request, offset, length FROM temp.fold ORDER BY key, request`); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE chunks SET ledger_folded = 1
+			WHERE ledger_folded = 0 AND state IN ('done', 'failed')`); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
 		return nil
-	}
-	rows = append(rows, ']')
-	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length)
-		SELECT r.body_key, r.id, j.value ->> 1, j.value ->> 2 FROM json_each(?) AS j CROSS JOIN requests AS r
-		WHERE r.id = j.value ->> 0 AND r.body_key IS NOT NULL`, string(rows)); err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	return nil
+	})
 }
 
 // reuseBatch is how many keys one ledger query looks up.
@@ -63,6 +90,9 @@ const reuseBatch = 256
 // beyond one batch. It may be called while the plan's rows are being
 // recorded.
 func (p *Plan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error) error {
+	if p.ledgerEmpty {
+		return nil // nothing to find: a first job, or none answered yet
+	}
 	for off := 0; off < len(keys); off += reuseBatch {
 		batch := keys[off:min(len(keys), off+reuseBatch)]
 		if err := p.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {

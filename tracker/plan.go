@@ -38,6 +38,9 @@ type Plan struct {
 	// lookup is the prepared ledger lookup of LookupReuse (money.go).
 	lookup   *sql.Stmt
 	lookConn *sql.Conn
+	// ledgerEmpty: no answer was in the ledger when the plan began (a
+	// first job in the state directory): LookupReuse has nothing to find.
+	ledgerEmpty bool
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -45,6 +48,15 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 	limits, err := json.Marshal(job.Limits)
 	if err != nil {
 		return nil, err
+	}
+	// The answers of chunks finished since the last plan go into the
+	// ledger first, committed, so the plan's lookups see them.
+	if err := d.foldLedger(ctx); err != nil {
+		return nil, err
+	}
+	var answers bool
+	if err := d.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ledger)`).Scan(&answers); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	now := d.now()
 	job.State = sluice.JobPlanning
@@ -70,7 +82,7 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 		d.DeleteJob(ctx, job.ID)
 		return nil, fmt.Errorf("record job %s: the state database holds too many jobs (key %d); start a new state directory", job.ID, key)
 	}
-	p := &Plan{d: d, ctx: ctx, job: job, key: key}
+	p := &Plan{d: d, ctx: ctx, job: job, key: key, ledgerEmpty: !answers}
 	conn, err := d.db.Conn(ctx)
 	if err == nil {
 		p.conn = conn

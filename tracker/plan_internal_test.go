@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-batch/sluice"
 )
 
 // TestChunkRequestsUsesTheIndex: reading a chunk's requests searches the
@@ -36,4 +38,74 @@ func TestChunkRequestsUsesTheIndex(t *testing.T) {
 	if !strings.Contains(got, "SEARCH requests USING INDEX requests_chunk") || strings.Contains(got, "TEMP B-TREE") {
 		t.Errorf("query plan: %s", got)
 	}
+}
+
+// TestFoldUsesTheChunkIndex: folding answers into the ledger reads only
+// the rows of unfolded chunks, through the requests_chunk index, not every
+// request of the state directory.
+func TestFoldUsesTheChunkIndex(t *testing.T) {
+	d, err := Open(context.Background(), filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	conn, err := d.db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `CREATE TEMP TABLE fold (key BLOB, request INTEGER, offset INTEGER, length INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+foldChunkSQL, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		rows.Scan(&id, &parent, &unused, &detail)
+		plan = append(plan, detail)
+	}
+	if got := strings.Join(plan, "; "); !strings.Contains(got, "SEARCH requests USING INDEX requests_chunk") {
+		t.Errorf("query plan: %s", got)
+	}
+}
+
+// TestLookupsSkippedOnAnEmptyLedger: a plan that begins with no answer in
+// the ledger (the first job of a state directory) looks nothing up; one
+// that begins with an answer does.
+func TestLookupsSkippedOnAnEmptyLedger(t *testing.T) {
+	ctx := context.Background()
+	d, err := Open(ctx, filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	plan := func(id string) *Plan {
+		w, err := d.BeginPlan(ctx, &sluice.Job{ID: id, Provider: "openai", Input: "/" + id, Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := w.(*Plan)
+		if err := p.LookupReuse([][]byte{[]byte("0123456789abcdef")}, func(int, sluice.Answer) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := plan("a")
+	if p.lookConn != nil {
+		t.Error("a plan on an empty ledger opened its lookup connection")
+	}
+	p.Abort(ctx)
+	if _, err := d.db.ExecContext(ctx, `INSERT INTO ledger (key, request, offset, length) VALUES (x'00', 1, 0, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	p = plan("b")
+	if p.lookConn == nil {
+		t.Error("a plan with answers in the ledger looked nothing up")
+	}
+	p.Abort(ctx)
 }

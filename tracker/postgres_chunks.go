@@ -174,12 +174,18 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		if len(f.Outcomes) > 0 {
 			ids := make([]int64, len(f.Outcomes))
 			states := make([]string, len(f.Outcomes))
+			offs, lens := make([]int64, len(f.Outcomes)), make([]int64, len(f.Outcomes))
 			for i, o := range f.Outcomes {
 				ids[i], states[i] = requestID(key, o.Ordinal), string(o.State)
+				if o.State == sluice.RequestSucceeded {
+					offs[i], lens[i] = o.Offset, o.Length
+				}
 			}
-			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET state = u.state FROM u
+			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET state = u.state,
+				res_offset = u.off, res_length = u.len FROM u
 				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
-				`unnest($1::bigint[], $3::text[]) AS u(id, state)`, ids, f.Chunk.ID, states); err != nil {
+				`unnest($1::bigint[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, state, off, len)`,
+				ids, f.Chunk.ID, states, offs, lens); err != nil {
 				return err
 			}
 			if err := pgRecordLedger(ctx, tx, key, f); err != nil {
