@@ -69,7 +69,7 @@ func Canonical(b []byte) bool {
 func (c *checker) fail() int { c.bad = true; return len(c.b) }
 
 func (c *checker) ws(i int) int {
-	if c.canonical {
+	if i >= len(c.b) || c.b[i] > ' ' || c.canonical {
 		return i
 	}
 	j := i
@@ -117,10 +117,22 @@ func (c *checker) lit(i int, s string) int {
 func (c *checker) str(i int) int {
 	b := c.b
 	for i < len(b) {
-		switch strClass[b[i]] {
-		case plain:
+		// Most bytes are plain: skip them eight at a time, then one at a
+		// time.
+		for ; i+8 <= len(b); i += 8 {
+			w := b[i : i+8 : i+8]
+			if strClass[w[0]]|strClass[w[1]]|strClass[w[2]]|strClass[w[3]]|
+				strClass[w[4]]|strClass[w[5]]|strClass[w[6]]|strClass[w[7]] != plain {
+				break
+			}
+		}
+		for i < len(b) && strClass[b[i]] == plain {
 			i++
-			continue
+		}
+		if i == len(b) {
+			break
+		}
+		switch strClass[b[i]] {
 		case escHTML:
 			if b[i] != 0xE2 || i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9) {
 				if c.canonical {
@@ -310,29 +322,22 @@ func Object(b []byte, fn func(key, val []byte) bool) bool {
 }
 
 // MaxPath is the deepest member Walk reports.
-const MaxPath = 4
-
-// Path names a member Walk reports: Keys[:Len] are the raw keys (between
-// their quotes, escapes as written) from the top object's member down to
-// it. (Walk hands it over by value, so that nothing of the walk escapes
-// to the heap.)
-type Path struct {
-	Keys [MaxPath][]byte
-	Len  int
-}
-
-// Key is the member's own key.
-func (p *Path) Key() []byte { return p.Keys[p.Len-1] }
+const MaxPath = 8
 
 // Walk reports whether b is a valid JSON object (as Valid) and, in the same
 // pass, calls fn for each member of that object and of every object nested
 // in it through objects only (not through arrays), down to levels deep (at
-// most MaxPath): path names the member, val is its raw value and canonical
-// reports whether Canonical(val) holds. fn is called after the member's
-// value is checked, so the members of a nested object come before the
-// member that holds it. A false from fn stops Walk (Walk then reports
-// false).
-func Walk(b []byte, levels int, fn func(path Path, val []byte, canonical bool) bool) bool {
+// most MaxPath). For a member, fn gets its depth (1 for the members of b),
+// its raw key (between the quotes, escapes as written), its raw value and
+// whether Canonical(value) holds, once the value is checked: the members
+// of a nested object come before the member that holds it. Before the
+// members of a nested object it walks, Walk calls fn with that object's
+// depth and key and a nil value, so that fn can keep the path. A false
+// from fn stops Walk (Walk then reports false).
+//
+// (fn gets plain arguments, passed in registers: a path handed over at
+// every call measured a fifth of the walk.)
+func Walk(b []byte, levels int, fn func(depth int, key, val []byte, canonical bool) bool) bool {
 	w := walker{checker: checker{b: b}, levels: min(levels, MaxPath)}
 	i := w.ws(0)
 	if i >= len(b) || b[i] != '{' || w.levels < 1 {
@@ -344,16 +349,15 @@ func Walk(b []byte, levels int, fn func(path Path, val []byte, canonical bool) b
 
 // walker is the state of Walk. (fn is passed along rather than kept
 // here: what fn gets leaks, and escape analysis would move fn and its
-// captures to the heap with it.)
+// captures to the heap with the walker.)
 type walker struct {
 	checker
 	levels int
-	path   Path
 }
 
 // object checks the object at nesting depth whose '{' is at i-1, calling
 // fn for its members (their path has depth keys).
-func (w *walker) object(i, depth int, fn func(path Path, val []byte, canonical bool) bool) int {
+func (w *walker) object(i, depth int, fn func(depth int, key, val []byte, canonical bool) bool) int {
 	if depth > maxDepth {
 		return w.fail()
 	}
@@ -371,7 +375,7 @@ func (w *walker) object(i, depth int, fn func(path Path, val []byte, canonical b
 		if w.bad {
 			return len(b)
 		}
-		w.path.Keys[depth-1] = b[k : i-1]
+		key := b[k : i-1]
 		i = w.ws(i)
 		if i >= len(b) || b[i] != ':' {
 			return w.fail()
@@ -379,12 +383,14 @@ func (w *walker) object(i, depth int, fn func(path Path, val []byte, canonical b
 		v := w.ws(i + 1)
 		nc := w.nc
 		if v < len(b) && b[v] == '{' && depth < w.levels {
+			if !fn(depth, key, nil, false) {
+				return w.fail()
+			}
 			i = w.object(v+1, depth+1, fn)
 		} else {
 			i = w.value(v, depth)
 		}
-		w.path.Len = depth
-		if w.bad || !fn(w.path, b[v:i], w.nc == nc) {
+		if w.bad || !fn(depth, key, b[v:i], w.nc == nc) {
 			return w.fail()
 		}
 		i = w.ws(i)

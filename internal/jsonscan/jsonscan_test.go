@@ -132,7 +132,7 @@ func BenchmarkValid(b *testing.B) {
 		name string
 		fn   func([]byte) bool
 	}{{"json.Valid", json.Valid}, {"Valid", Valid}, {"Canonical", Canonical},
-		{"Walk", func(b []byte) bool { return Walk(b, 4, func(Path, []byte, bool) bool { return true }) }}} {
+		{"Walk", func(b []byte) bool { return Walk(b, 4, func(int, []byte, []byte, bool) bool { return true }) }}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(benchLine)))
 			for b.Loop() {
@@ -159,15 +159,16 @@ func walkRef(b []byte, levels int, path []string, out *[]string) {
 
 func walkGot(b []byte, levels int) (bool, []string) {
 	var got []string
-	ok := Walk(b, levels, func(p Path, v []byte, canonical bool) bool {
-		var keys []string
-		for _, k := range p.Keys[:p.Len] {
-			keys = append(keys, string(k))
+	var path [MaxPath]string
+	ok := Walk(b, levels, func(depth int, key, v []byte, canonical bool) bool {
+		path[depth-1] = string(key)
+		if v == nil {
+			if depth >= min(levels, MaxPath) {
+				panic("entered an object below the levels asked for")
+			}
+			return true
 		}
-		if string(p.Key()) != keys[len(keys)-1] {
-			panic("Key is not the last key")
-		}
-		got = append(got, fmt.Sprintf("%s=%s %v", strings.Join(keys, "/"), v, canonical))
+		got = append(got, fmt.Sprintf("%s=%s %v", strings.Join(path[:depth], "/"), v, canonical))
 		return true
 	})
 	return ok, got
@@ -197,7 +198,7 @@ func TestWalk(t *testing.T) {
 		t.Errorf("Walk: %v %q, want %q", ok, got, want)
 	}
 	n := 0
-	if Walk([]byte(`{"a":1,"b":2}`), 1, func(Path, []byte, bool) bool { n++; return false }) || n != 1 {
+	if Walk([]byte(`{"a":1,"b":2}`), 1, func(int, []byte, []byte, bool) bool { n++; return false }) || n != 1 {
 		t.Errorf("a false from fn did not stop Walk (%d calls)", n)
 	}
 }

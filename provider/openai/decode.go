@@ -101,9 +101,13 @@ func decodeResponse(line []byte) (res sluice.Result, ok bool) {
 		usDone                        bool
 		uvals                         [4][]byte // of usageKeys
 	)
-	if !jsonscan.Walk(line, 4, func(p jsonscan.Path, v []byte, canonical bool) bool {
-		key, path := p.Key(), p.Keys
-		switch p.Len {
+	var path [3][]byte // the keys of the objects Walk is in
+	if !jsonscan.Walk(line, 4, func(depth int, key, v []byte, canonical bool) bool {
+		if v == nil { // entering key's object
+			path[depth-1] = key
+			return true
+		}
+		switch depth {
 		case 1:
 			switch k := member(key, topKeys, &top); k {
 			case 0: // custom_id
