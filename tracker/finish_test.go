@@ -190,8 +190,114 @@ func TestLedgerFoldedAtTheNextPlan(t *testing.T) {
 		t.Errorf("ledger: %s\nwant   %s", got, want)
 	}
 	var unfolded int
-	db.SQL().QueryRow(`SELECT COUNT(*) FROM chunks WHERE ledger_folded = 0 AND state = 'done'`).Scan(&unfolded)
+	if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM chunks WHERE answers IS NOT NULL`).Scan(&unfolded); err != nil {
+		t.Fatal(err)
+	}
 	if unfolded != 0 {
 		t.Errorf("%d finished chunks left unfolded", unfolded)
+	}
+}
+
+// TestSettledOnTheChunk: a finish whose outcomes name every request left
+// in the chunk (after its moves) writes the failures on their rows and the
+// successes on the chunk alone (requests_settled 2), yet every reader
+// sees them succeeded; a finish that leaves a request of the chunk without
+// an outcome writes every state on its row, and that request stays
+// pending. A chunk settled either way refuses a second finish.
+func TestSettledOnTheChunk(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		skip     int64 // an ordinal given no outcome and not moved, or -1
+		settled  int
+		pending  int64
+		rowsLeft int64 // rows still 'pending' on disk
+	}{
+		{"every request named", -1, 2, 0, 8},
+		{"one request without an outcome", 5, 1, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := open(t)
+			const n = 12
+			c := planKeyed(t, db, "j", make([][]byte, n))
+			f := &sluice.Finish{Chunk: c, From: sluice.ChunkPending}
+			// 0, 3: failed; 1, 2: moved to a new chunk; the rest succeed.
+			for i := int64(0); i < n; i++ {
+				switch {
+				case i == tc.skip:
+				case i == 0 || i == 3:
+					f.Outcomes = append(f.Outcomes, sluice.Outcome{Ordinal: i, State: sluice.RequestFailed})
+				case i == 1 || i == 2:
+					f.Moved = append(f.Moved, sluice.Request{Ordinal: i, Chunk: sluice.NewChunkRef(0), Index: int(i - 1), Attempt: 2})
+				default:
+					f.Outcomes = append(f.Outcomes, sluice.Outcome{Ordinal: i, State: sluice.RequestSucceeded, Offset: i * 10, Length: 10})
+				}
+			}
+			f.NewChunks = []*sluice.Chunk{{Attempt: 2, URL: "/v1/chat/completions", Model: "m", Path: "chunks/c2", Requests: 2, State: sluice.ChunkPending}}
+			if err := db.FinishChunk(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+			var settled int
+			var onDisk int64
+			if err := db.SQL().QueryRow(`SELECT requests_settled FROM chunks WHERE id = 1`).Scan(&settled); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM requests WHERE state = 'pending' AND chunk_id = 1`).Scan(&onDisk); err != nil {
+				t.Fatal(err)
+			}
+			if settled != tc.settled || onDisk != tc.rowsLeft {
+				t.Errorf("requests_settled %d with %d rows pending on disk, want %d and %d", settled, onDisk, tc.settled, tc.rowsLeft)
+			}
+			st, err := db.RequestStates(ctx, "j")
+			if err != nil {
+				t.Fatal(err)
+			}
+			succ := int64(n - 4)
+			if tc.skip >= 0 {
+				succ--
+			}
+			want := map[sluice.RequestState]int64{sluice.RequestFailed: 2, sluice.RequestSucceeded: succ, sluice.RequestPending: 2 + tc.pending}
+			if fmt.Sprint(st) != fmt.Sprint(want) {
+				t.Errorf("states %v, want %v", st, want)
+			}
+			got := map[int64]sluice.RequestState{}
+			if err := db.ChunkRequests(ctx, "j", 1, func(r *sluice.Request) error { got[r.Ordinal] = r.State; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for i := int64(0); i < n; i++ {
+				want := sluice.RequestSucceeded
+				switch {
+				case i == tc.skip:
+					want = sluice.RequestPending
+				case i == 0 || i == 3:
+					want = sluice.RequestFailed
+				case i == 1 || i == 2:
+					want = "" // moved out of the chunk
+				}
+				if got[i] != want {
+					t.Errorf("request #%d of chunk 1 reads %q, want %q", i, got[i], want)
+				}
+			}
+			moved := 0
+			db.ChunkRequests(ctx, "j", 2, func(r *sluice.Request) error {
+				if r.State == sluice.RequestPending {
+					moved++
+				}
+				return nil
+			})
+			if moved != 2 {
+				t.Errorf("%d moved requests pending in the new chunk, want 2", moved)
+			}
+			// The chunk put back by hand: a second finish is refused.
+			if _, err := db.SQL().Exec(`UPDATE chunks SET state = 'pending' WHERE id = 1`); err != nil {
+				t.Fatal(err)
+			}
+			cc := *c
+			err = db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending,
+				Outcomes: []sluice.Outcome{{Ordinal: 6, State: sluice.RequestSucceeded}}})
+			if !errors.Is(err, tracker.ErrConflict) || !strings.Contains(err.Error(), "request #6 of chunk 1 ") {
+				t.Errorf("a second finish: %v, want a conflict naming request #6", err)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -13,68 +14,41 @@ import (
 // Money (docs/money.md): the ledger of bought answers, the lessons of
 // finished batches, the spend cap.
 
-// foldChunkSQL copies one chunk's answers into temp.fold, through the
-// requests_chunk index (TestFoldUsesTheChunkIndex).
-const foldChunkSQL = `INSERT INTO temp.fold (key, request, offset, length)
-	SELECT body_key, id, res_offset, res_length FROM requests
-	WHERE id >> 40 = ? AND chunk_id = ? AND state = 'succeeded' AND res_length > 0 AND body_key IS NOT NULL`
-
-// foldLedger puts the answers of every finished chunk not yet folded into
-// the ledger, in one transaction, sorted by key: FinishChunk leaves each
-// success's place in its results file on the request's row and writes no
-// ledger row, since a ledger row is an insert at a random place of a B-tree
-// keyed by hash (6 to 15 CPU seconds per million requests, in a run that
-// may never be reused from), while sorted they go in page by page. It runs
-// when a job is planned (BeginPlan), before its requests are looked up, so
-// every answer recorded before a plan starts can answer it. INSERT OR
-// IGNORE: of two successes of one key, the one folded first stays the
-// answer (in one fold, the earlier job's, then the earlier request's).
-//
-// The chunks' answers are gathered in a temporary table first, chunk by
-// chunk with the job's key bound: a join of chunks to requests does not
-// search the requests_chunk index on id >> 40 (SQLite scanned all of it,
-// or built an automatic index of every request).
+// foldLedger puts the answers of every chunk finished since the last fold
+// into the ledger, in one transaction, sorted by key. FinishChunk leaves a
+// chunk's successes and the places of their records in its results file
+// as one JSON array on the chunk (chunks.answers) and writes no ledger row:
+// a ledger row is an insert at a random place of a B-tree keyed by hash (6
+// to 15 CPU seconds per million requests, in a run that may never be
+// reused from), while sorted they go in page by page. It runs when a job
+// is planned (BeginPlan), before its requests are looked up, so every
+// answer recorded before a plan starts can answer it. INSERT OR IGNORE: of
+// two successes of one key, the one folded first stays the answer (in one
+// fold, the earlier job's, then the earlier request's). The answers go
+// through a temporary table on disk, so a fold of any size holds none of
+// them in memory.
 func (d *DB) foldLedger(ctx context.Context) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT j.key, c.id FROM chunks c JOIN jobs j ON j.id = c.job_id
-			WHERE c.ledger_folded = 0 ORDER BY j.key, c.id`)
-		if err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
-		var todo [][2]int64
-		for rows.Next() {
-			var k [2]int64
-			if err := rows.Scan(&k[0], &k[1]); err != nil {
-				rows.Close()
-				return fmt.Errorf("ledger: %w", err)
-			}
-			todo = append(todo, k)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
-		if len(todo) == 0 {
-			return nil
+		var any bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM chunks WHERE answers IS NOT NULL)`).Scan(&any); err != nil || !any {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS fold
 			(key BLOB NOT NULL, request INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL)`); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
 		defer tx.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS temp.fold`)
-		for _, k := range todo {
-			if _, err := tx.ExecContext(ctx, foldChunkSQL, k[0], k[1]); err != nil {
-				return fmt.Errorf("ledger: %w", err)
-			}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.fold (key, request, offset, length)
+			SELECT r.body_key, r.id, a.value ->> 1, a.value ->> 2
+			FROM chunks c CROSS JOIN json_each(c.answers) AS a CROSS JOIN requests r ON r.id = a.value ->> 0
+			WHERE c.answers IS NOT NULL AND r.body_key IS NOT NULL`); err != nil {
+			return fmt.Errorf("ledger: %w", err)
 		}
-		// Chunks of a job in an unfinished state may gain successes later:
-		// their rows are folded now and again, the second time ignored.
 		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length)
 			SELECT key, request, offset, length FROM temp.fold ORDER BY key, request`); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE chunks SET ledger_folded = 1
-			WHERE ledger_folded = 0 AND state IN ('done', 'failed')`); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE chunks SET answers = NULL WHERE answers IS NOT NULL`); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
 		return nil
@@ -270,5 +244,6 @@ func lookupQuery(n int) string {
 		JOIN requests r ON r.id = l.request
 		JOIN jobs j ON j.key = l.request >> 40
 		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
-		WHERE l.key IN (?` + strings.Repeat(",?", n-1) + `) AND r.state = 'succeeded' AND j.key != ? AND c.results_path != ''`
+		WHERE l.key IN (?` + strings.Repeat(",?", n-1) + `) AND j.key != ? AND c.results_path != ''
+			AND (r.state = 'succeeded' OR (r.state = 'pending' AND c.requests_settled = ` + strconv.Itoa(settledOnChunk) + `))`
 }

@@ -171,21 +171,20 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("request #%d moved to chunk %d, which is not among the new chunks", r.Ordinal, r.Chunk)
 			}
 		}
+		// Every outcome goes on its row here (requests_settled 1,
+		// migrations/postgres/0003_settled_chunks.sql).
+		if _, err := tx.Exec(ctx, `UPDATE chunks SET requests_settled = 1 WHERE job_id = $1 AND id = $2`, job, f.Chunk.ID); err != nil {
+			return err
+		}
 		if len(f.Outcomes) > 0 {
 			ids := make([]int64, len(f.Outcomes))
 			states := make([]string, len(f.Outcomes))
-			offs, lens := make([]int64, len(f.Outcomes)), make([]int64, len(f.Outcomes))
 			for i, o := range f.Outcomes {
 				ids[i], states[i] = requestID(key, o.Ordinal), string(o.State)
-				if o.State == sluice.RequestSucceeded {
-					offs[i], lens[i] = o.Offset, o.Length
-				}
 			}
-			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET state = u.state,
-				res_offset = u.off, res_length = u.len FROM u
+			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET state = u.state FROM u
 				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
-				`unnest($1::bigint[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, state, off, len)`,
-				ids, f.Chunk.ID, states, offs, lens); err != nil {
+				`unnest($1::bigint[], $3::text[]) AS u(id, state)`, ids, f.Chunk.ID, states); err != nil {
 				return err
 			}
 			if err := pgRecordLedger(ctx, tx, key, f); err != nil {
