@@ -62,7 +62,7 @@ func FuzzParseRecords(f *testing.F) {
 			}
 			wants = append(wants, want{ord, failed, string(line)})
 		}
-		check := func(reader string, got []rec, err error) {
+		check := func(reader string, got []rec, err error, wants []want) {
 			t.Helper()
 			if bad >= 0 {
 				if err == nil {
@@ -96,17 +96,40 @@ func FuzzParseRecords(f *testing.F) {
 			r.json = bytes.Clone(r.json)
 			got = append(got, r)
 		}
-		check("scanner", got, err)
-		// The index passes, in file order (sort by offset).
+		check("scanner", got, err, wants)
+		// The index passes serve records in ordinal order, equal ordinals
+		// in file order.
+		sorted := slices.Clone(wants)
+		slices.SortStableFunc(sorted, func(a, b want) int { return cmp.Compare(a.ord, b.ord) })
 		name := filepath.Join(t.TempDir(), "f.results")
 		writeRaw(t, name, data)
-		for _, keep := range []bool{true, false} {
+		defer func(a, b, c int64, d int) {
+			windowMax, windowPoolSize, maxPasses, windowScratch = a, b, c, d
+		}(windowMax, windowPoolSize, maxPasses, windowScratch)
+		for _, mode := range []struct {
+			name                string
+			keep                bool
+			pool, window, scrat int64
+		}{
+			{"index+memory", true, 0, 0, 0},
+			{"index+ReadAt", false, -1, 0, 0},
+			{"index+window", false, 1 << 20, 1 << 20, 1 << 20},
+			{"index+small windows", false, 1 << 20, 40, 16},
+			{"index+no room", false, 30, 40, 16},
+		} {
+			var pool *windowPool
+			if mode.pool >= 0 {
+				windowMax, windowPoolSize, maxPasses, windowScratch = mode.window, mode.pool, 1<<40, int(mode.scrat)
+				pool = newWindowPool()
+			}
 			got = got[:0]
-			fs, err := indexFile(name, keep, bufio.NewReaderSize(nil, 16))
+			fs, err := indexFile(name, mode.keep, bufio.NewReaderSize(nil, 16), pool)
 			if err == nil {
-				slicesSortByOffset(fs.idx)
 				for {
 					ok, e := fs.next()
+					if e == nil && ok {
+						e = fs.load()
+					}
 					if !ok || e != nil {
 						err = e
 						break
@@ -116,14 +139,13 @@ func FuzzParseRecords(f *testing.F) {
 					got = append(got, r)
 				}
 				fs.close()
+				if pool != nil && pool.free != windowPoolSize {
+					t.Fatalf("%s: pool has %d bytes free after close, want %d", mode.name, pool.free, windowPoolSize)
+				}
 			}
-			check(map[bool]string{true: "index+memory", false: "index+ReadAt"}[keep], got, err)
+			check(mode.name, got, err, sorted)
 		}
 	})
-}
-
-func slicesSortByOffset(idx []entry) {
-	slices.SortFunc(idx, func(a, b entry) int { return cmp.Compare(a.off, b.off) })
 }
 
 func writeRaw(t *testing.T, name string, data []byte) {

@@ -5,17 +5,26 @@
 // A results file (sluice.AppendResultRecord framing: "<ordinal>\t<s|f>\t<json>\n")
 // holds the final records of one chunk attempt in any order. In input order
 // each file is read once to build an index of (ordinal, offset, length)
-// entries (24 bytes a record), the index is sorted, and the records are read
-// back in ordinal order with ReadAt (small files are kept in memory
-// instead); a k-way merge by ordinal then joins the files. With more files
+// entries (24 bytes a record). Small files are kept in memory. A file whose
+// ordinals are dense (a chunk's results, shuffled by the provider) gets a
+// table from ordinal to entry instead of a sort, and its records are read
+// back a window at a time: one sequential pass over the file per window of
+// up to 16 MiB, at most 8 passes a file; when the window pool (48 MiB for
+// the merge, half of what is left to each window) cannot give a file that
+// much, its records are read one ReadAt each. Other files have their index sorted and are read back in ordinal
+// order with ReadAt, one call per run of records that lie back to back. A
+// k-way merge by ordinal then joins the files; a file's bytes are read only
+// when its records come up, so files whose ordinals follow each other hold
+// a window one at a time. With more files
 // than MaxOpen, or more index than the memory budget, groups of files are
 // first merged into intermediate runs (same framing) under TempDir, and runs
 // are merged with the same fan-in until one final merge remains.
 //
 // Memory: the indexes (and files kept whole) of the files merged at once
 // stay under indexBudget (48 MiB, about 2 million records; past it a group
-// becomes a run), plus a 256 KiB read window per open file and a few 1 MiB
-// write buffers: about 25 MB of RSS for a 1 GB job, 65 MB for 4 GB. Lines
+// becomes a run), plus a 256 KiB read window per open file, the windows of
+// dense files (at most 48 MiB for all files of a merge) and a few 1 MiB
+// write buffers. Lines
 // are written by a goroutine (which also compresses); on Linux the
 // writeback of the temp file is started every 32 MiB, so the final fsync is
 // short, and written ranges are dropped from the page cache.
@@ -252,6 +261,7 @@ func (m *job) plan(ctx context.Context) (final []source, err error) {
 		}
 	}()
 	m.br = bufio.NewReaderSize(nil, indexBuffer)
+	pool := newWindowPool()
 	var groupMem, kept int64
 	flush := func() error {
 		run, err := m.writeRun(ctx, group)
@@ -268,7 +278,7 @@ func (m *job) plan(ctx context.Context) (final []source, err error) {
 			return nil, fmt.Errorf("merger: %w", err)
 		}
 		keep := st.Size() <= keepMax && kept+st.Size() <= keepBudget
-		fs, err := indexFile(name, keep, m.br)
+		fs, err := indexFile(name, keep, m.br, pool)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package merger
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -455,5 +456,48 @@ func TestAsyncWriterError(t *testing.T) {
 	}
 	if e := a.close(); e == nil {
 		t.Fatal("second close lost the error")
+	}
+}
+
+// Shuffled files with dense ordinals are read in windows: one window for
+// the whole file, several windows (a pass each, copied out of a small
+// scratch buffer, records longer than it read alone), and windows refused
+// by a full pool (one ReadAt per record). All give the same output as the
+// sorted-index path.
+func TestWindowedReads(t *testing.T) {
+	dir := t.TempDir()
+	recs := synth(3000, 30)
+	recs[17].line = fmt.Sprintf(`{"custom_id":"req-17","response":{"status_code":200,"body":{"text":"%s"}},"error":null}`, strings.Repeat("z", 5000))
+	files := writeFiles(t, filepath.Join(dir, "in"), recs, 3, 21)
+	wantOut, wantErrs := wantOutput(recs)
+	defer func(a, b, c int64, d, e int64, f int) {
+		windowMax, windowPoolSize, maxPasses, keepMax, keepBudget, windowScratch = a, b, c, d, e, f
+	}(windowMax, windowPoolSize, maxPasses, keepMax, keepBudget, windowScratch)
+	keepMax, keepBudget = 0, 0
+	for _, c := range []struct {
+		name                 string
+		window, pool, passes int64
+		scratch              int
+		windowed             bool
+	}{
+		{"one window", 1 << 20, 4 << 20, 8, 1 << 20, true},
+		{"many windows", 16 << 10, 4 << 20, 1 << 20, 1 << 10, true},
+		{"pool too small", 16 << 10, 8 << 10, 1 << 20, 1 << 10, true},
+		{"pool for one file", 64 << 10, 64 << 10, 1 << 20, 1 << 10, true},
+		{"pool for part of a file", 64 << 10, 20 << 10, 4, 1 << 10, true},
+		{"too many passes", 16 << 10, 4 << 20, 2, 1 << 10, false},
+	} {
+		windowMax, windowPoolSize, maxPasses, windowScratch = c.window, c.pool, c.passes, c.scratch
+		fs, err := indexFile(files[0], false, bufio.NewReader(nil), newWindowPool())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fs.slots != nil; got != c.windowed {
+			t.Fatalf("%s: windowed %v, want %v", c.name, got, c.windowed)
+		}
+		fs.close()
+		sum := mustMerge(t, Config{Output: filepath.Join(dir, "out.jsonl"), Files: files, Total: 3000, Expected: expectN(3000)})
+		checkEqual(t, c.name+": output", readOut(t, sum.Output), wantOut)
+		checkEqual(t, c.name+": errors", readOut(t, sum.Errors), wantErrs)
 	}
 }

@@ -125,9 +125,25 @@ type entry struct {
 
 const entrySize = 24
 
-// fileSource serves the records of one results file in ordinal order from a
-// sorted index: from memory when the file was small enough to keep, else
-// with ReadAt, one call per run of records that lie back to back on disk.
+// fileSource serves the records of one results file in ordinal order,
+// in one of three ways:
+//
+//   - kept: the file was small enough to read into memory whole;
+//   - windowed: records in any order whose ordinals are dense enough (a
+//     chunk's results, shuffled by the provider) and no ordinal twice.
+//     slots maps each ordinal to its record (idx stays in file order: no
+//     sort), and the records of a window of ordinals are read in one
+//     sequential pass over the part of the file that holds them, into a
+//     buffer of at most windowMax bytes taken from the merge's windowPool.
+//     A file is read at most maxPasses times: when the pool cannot give a
+//     window that large, the record is read alone with ReadAt;
+//   - otherwise from the sorted index with ReadAt, one call per run of
+//     records that lie back to back on disk (a file already in order is
+//     read sequentially that way).
+//
+// The bytes of a record are read only when load is called for it (the
+// merge heap orders sources by ordinal alone), so of files whose ordinal
+// ranges follow each other only one holds a window at a time.
 type fileSource struct {
 	name string
 	f    *os.File
@@ -139,6 +155,21 @@ type fileSource struct {
 	wOff int64  // file offset of buf[0]
 	wEnd int    // entries below wEnd are in buf
 	cur  rec
+	want *entry // cur's entry while its bytes are not loaded
+
+	// Windowed mode.
+	pool     *windowPool
+	slots    []uint32 // slots[o-lo] = 1 + index in idx of ordinal o's record; 0: none
+	lo       int64    // smallest ordinal
+	o        int      // next slot to look at
+	wlo      int      // slots [wlo, whi) are in buf
+	whi      int
+	at       []uint32 // at[x]: offset in buf of the record of slot wlo+x
+	granted  int64    // bytes held from pool: the window buffer's size
+	scratch  []byte
+	one      []byte // a record read alone
+	recBytes int64  // bytes of all records
+	served   int64  // bytes of the records read so far
 }
 
 const (
@@ -146,14 +177,48 @@ const (
 	indexBuffer = 1 << 20   // sequential read buffer of the index pass
 )
 
+// Windowed reading (variables for tests).
+var (
+	// windowMax is the largest window buffer of one file.
+	windowMax int64 = 16 << 20
+	// windowPoolSize bounds the window buffers of all files of a merge.
+	windowPoolSize int64 = 48 << 20
+	// maxPasses: a file needing more windows than this is read with ReadAt.
+	maxPasses int64 = 8
+	// windowScratch is the sequential read size of a pass.
+	windowScratch = 1 << 20
+)
+
+// windowPool is the budget of window buffers shared by the sources of a
+// merge.
+type windowPool struct{ free int64 }
+
+func newWindowPool() *windowPool { return &windowPool{free: windowPoolSize} }
+
+func (p *windowPool) take(n int64) bool {
+	if p == nil || n > p.free {
+		return false
+	}
+	p.free -= n
+	return true
+}
+
+func (p *windowPool) give(n int64) {
+	if p != nil {
+		p.free += n
+	}
+}
+
 // indexFile reads name once and builds its sorted index. When keep is true
 // the file's bytes stay in memory and serve the records.
-func indexFile(name string, keep bool, br *bufio.Reader) (*fileSource, error) {
+// Without keep, a file in any order may be served in windows from pool
+// (nil: never).
+func indexFile(name string, keep bool, br *bufio.Reader, pool *windowPool) (*fileSource, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("merger: %w", err)
 	}
-	s := &fileSource{name: name, f: f}
+	s := &fileSource{name: name, f: f, pool: pool}
 	if err := s.build(keep, br); err != nil {
 		f.Close()
 		return nil, err
@@ -229,10 +294,41 @@ func (s *fileSource) build(keep bool, br *bufio.Reader) error {
 		}
 	}
 	s.idx = slices.Clip(s.idx)
-	if !slices.IsSortedFunc(s.idx, cmpEntry) {
-		slices.SortFunc(s.idx, cmpEntry)
+	if slices.IsSortedFunc(s.idx, cmpEntry) {
+		return nil
 	}
+	if s.data == nil && s.pool != nil && s.slotIndex() {
+		return nil
+	}
+	slices.SortFunc(s.idx, cmpEntry)
 	return nil
+}
+
+// slotIndex sets up windowed mode when the file suits it: ordinals dense
+// enough (a range under 16 times the records: a chunk of one of several
+// interleaved (url, model) groups), none twice, and few passes.
+func (s *fileSource) slotIndex() bool {
+	if s.size > maxPasses*windowMax || len(s.idx) >= math.MaxUint32 {
+		return false
+	}
+	lo, hi := s.idx[0].ord, s.idx[0].ord
+	for _, e := range s.idx {
+		lo, hi = min(lo, e.ord), max(hi, e.ord)
+	}
+	if uint64(hi-lo) >= 16*uint64(len(s.idx)) {
+		return false
+	}
+	slots := make([]uint32, hi-lo+1)
+	for k, e := range s.idx {
+		sl := &slots[e.ord-lo]
+		if *sl != 0 {
+			return false // an ordinal twice: the sorted index orders them by offset
+		}
+		*sl = uint32(k + 1)
+		s.recBytes += int64(e.n)
+	}
+	s.slots, s.lo = slots, lo
+	return true
 }
 
 func cmpEntry(a, b entry) int {
@@ -242,40 +338,185 @@ func cmpEntry(a, b entry) int {
 	return cmp.Compare(a.off, b.off)
 }
 
-// memory is what the source holds in memory.
-func (s *fileSource) memory() int64 { return int64(cap(s.idx))*entrySize + int64(len(s.data)) }
+// memory is what the source holds in memory (window buffers are counted
+// by the pool).
+func (s *fileSource) memory() int64 {
+	return int64(cap(s.idx))*entrySize + int64(len(s.data)) + 4*int64(cap(s.slots))
+}
 
+// next moves to the next record: its ordinal and flag are known at once,
+// its bytes after load.
 func (s *fileSource) next() (bool, error) {
+	if s.slots != nil {
+		for s.o < len(s.slots) && s.slots[s.o] == 0 {
+			s.o++
+		}
+		if s.o == len(s.slots) {
+			s.release()
+			return false, nil
+		}
+		e := &s.idx[s.slots[s.o]-1]
+		s.o++
+		s.cur, s.want = rec{ord: e.ord, failed: e.failed}, e
+		return true, nil
+	}
 	if s.i >= len(s.idx) {
 		s.buf = nil
 		return false, nil
 	}
 	e := &s.idx[s.i]
+	s.i++
+	s.cur, s.want = rec{ord: e.ord, failed: e.failed}, e
+	return true, nil
+}
+
+// load reads the bytes of the current record.
+func (s *fileSource) load() error {
+	e := s.want
+	if e == nil {
+		return nil
+	}
+	s.want = nil
 	var raw []byte
-	if s.data != nil {
+	switch {
+	case s.data != nil:
 		raw = s.data[e.off : e.off+int64(e.n)]
-	} else {
-		if s.i >= s.wEnd {
-			if err := s.fill(); err != nil {
-				return false, err
+	case s.slots != nil:
+		x := int(e.ord - s.lo)
+		if x < s.wlo || x >= s.whi {
+			if err := s.window(x); err != nil {
+				return err
+			}
+		}
+		at := int(s.at[x-s.wlo])
+		raw = s.buf[at : at+int(e.n)]
+	default:
+		if s.i-1 >= s.wEnd {
+			if err := s.fill(s.i - 1); err != nil {
+				return err
 			}
 		}
 		raw = s.buf[e.off-s.wOff : e.off-s.wOff+int64(e.n)]
 	}
-	s.i++
 	if len(raw) <= int(e.hl) {
-		return false, recordError(s.name, e.off)
+		return recordError(s.name, e.off)
 	}
-	s.cur = rec{ord: e.ord, failed: e.failed, raw: raw, json: raw[e.hl:]}
-	return true, nil
+	s.cur.raw, s.cur.json = raw, raw[e.hl:]
+	return nil
 }
 
-// fill reads the record s.i and those that follow it back to back on disk
+// window reads the records of slots x, x+1, ... (as many as fit in a
+// window) into s.buf, in ordinal order, in one sequential pass over the
+// part of the file that holds them; s.at tells where each is. Without
+// room in the pool it reads slot x's record alone.
+func (s *fileSource) window(x int) error {
+	// The window's size: the rest of the file up to windowMax, or what the
+	// pool has left, but never so small that the file would take more than
+	// maxPasses passes; else this record alone, with ReadAt.
+	e := s.idx[s.slots[x]-1]
+	rest := s.recBytes - s.served
+	least := max(int64(e.n), min(rest, (s.recBytes+maxPasses-1)/maxPasses))
+	if s.granted < least {
+		s.pool.give(s.granted)
+		s.granted, s.buf = 0, nil
+		// Half of what the pool has left (at least the least), so that the
+		// files of groups merged side by side all get a window.
+		g := min(max(windowMax, int64(e.n)), rest, s.pool.free, max(least, s.pool.free/2))
+		if g >= least && s.pool.take(g) {
+			s.granted, s.buf = g, make([]byte, g)
+		}
+	}
+	if s.granted == 0 {
+		if cap(s.one) < int(e.n) {
+			s.one = make([]byte, e.n)
+		}
+		s.buf = s.one[:e.n]
+		if _, err := s.f.ReadAt(s.buf, e.off); err != nil {
+			return fmt.Errorf("merger: read %s: %w", s.name, err)
+		}
+		s.served += int64(e.n)
+		s.wlo, s.whi = x, x+1
+		s.at = append(s.at[:0], 0)
+		return nil
+	}
+	// The window: slots from x whose records fit in the buffer.
+	var size int64
+	minK, maxK := len(s.idx), -1
+	end := x
+	for ; end < len(s.slots); end++ {
+		k := int(s.slots[end]) - 1
+		if k < 0 {
+			continue
+		}
+		n := int64(s.idx[k].n)
+		if size+n > s.granted && end > x {
+			break
+		}
+		size += n
+		minK, maxK = min(minK, k), max(maxK, k)
+	}
+	s.served += size
+	s.buf = s.buf[:cap(s.buf)]
+	s.wlo, s.whi = x, end
+	if cap(s.at) < end-x {
+		s.at = make([]uint32, end-x)
+	}
+	s.at = s.at[:end-x]
+	// Lay the window out in ordinal order, so that the merge reads it
+	// front to back, then fill it in one pass over the part of the file
+	// that holds its records.
+	pos := 0
+	for y := range end - x {
+		if k := int(s.slots[x+y]) - 1; k >= 0 {
+			s.at[y] = uint32(pos)
+			pos += int(s.idx[k].n)
+		}
+	}
+	s.buf = s.buf[:pos]
+	if s.scratch == nil {
+		s.scratch = make([]byte, windowScratch)
+	}
+	last := s.idx[maxK]
+	var sOff, sEnd int64 // file range in scratch
+	for k := minK; k <= maxK; k++ {
+		e := &s.idx[k]
+		y := int(e.ord-s.lo) - x
+		if y < 0 || y >= end-x {
+			continue
+		}
+		dst := s.buf[s.at[y] : int(s.at[y])+int(e.n)]
+		rEnd := e.off + int64(e.n)
+		if e.off >= sOff && rEnd <= sEnd {
+			copy(dst, s.scratch[e.off-sOff:rEnd-sOff])
+			continue
+		}
+		if int(e.n) > len(s.scratch) { // longer than a read: straight into buf
+			if _, err := s.f.ReadAt(dst, e.off); err != nil {
+				return fmt.Errorf("merger: read %s: %w", s.name, err)
+			}
+			continue
+		}
+		sOff, sEnd = e.off, min(e.off+int64(len(s.scratch)), last.off+int64(last.n))
+		if _, err := s.f.ReadAt(s.scratch[:sEnd-sOff], sOff); err != nil {
+			return fmt.Errorf("merger: read %s: %w", s.name, err)
+		}
+		copy(dst, s.scratch)
+	}
+	return nil
+}
+
+// release gives the window back to the pool.
+func (s *fileSource) release() {
+	s.pool.give(s.granted)
+	s.granted, s.buf, s.scratch, s.at, s.one = 0, nil, nil, nil, nil
+}
+
+// fill reads the record i and those that follow it back to back on disk
 // (up to readWindow bytes) into s.buf.
-func (s *fileSource) fill() error {
-	first := s.idx[s.i]
+func (s *fileSource) fill(i int) error {
+	first := s.idx[i]
 	end := first.off + int64(first.n)
-	j := s.i + 1
+	j := i + 1
 	for ; j < len(s.idx); j++ {
 		e := s.idx[j]
 		if e.off != end+1 || e.off+int64(e.n)-first.off > readWindow {
@@ -298,7 +539,8 @@ func (s *fileSource) fill() error {
 func (s *fileSource) record() *rec { return &s.cur }
 
 func (s *fileSource) close() error {
-	s.idx, s.data, s.buf = nil, nil, nil
+	s.release()
+	s.idx, s.data, s.slots = nil, nil, nil
 	return s.f.Close()
 }
 
@@ -320,6 +562,8 @@ func openRun(name string) (*runSource, error) {
 
 func (s *runSource) record() *rec { return &s.cur }
 
+func (s *runSource) load() error { return nil }
+
 // close closes and removes the run: runs are read once.
 func (s *runSource) close() error {
 	err := s.f.Close()
@@ -327,10 +571,12 @@ func (s *runSource) close() error {
 	return err
 }
 
-// source is a stream of records in ordinal order.
+// source is a stream of records in ordinal order. After next, record's
+// ordinal and flag are set; its bytes after load.
 type source interface {
 	next() (bool, error)
 	record() *rec
+	load() error
 	close() error
 }
 
@@ -395,5 +641,8 @@ func (m *mergeIter) next() (*rec, error) {
 		return nil, nil
 	}
 	m.adv = true
+	if err := m.h[0].src.load(); err != nil {
+		return nil, err
+	}
 	return m.h[0].src.record(), nil
 }
