@@ -15,8 +15,9 @@ import (
 func AppendOutputLine(dst []byte, l *OutputLine) ([]byte, error) {
 	r := l.Response
 	if l.Error != nil || r == nil || len(r.Body) == 0 || !jsonscan.PlainString(l.CustomID) ||
-		!jsonscan.PlainString(r.RequestID) || !jsonscan.Canonical(r.Body) {
-		js, err := json.Marshal(l)
+		!jsonscan.PlainString(r.RequestID) || !r.markedCompact() && !jsonscan.Canonical(r.Body) {
+		lc := *l // what json.Marshal gets escapes: only a copy, only here
+		js, err := json.Marshal(&lc)
 		if err != nil {
 			return dst, err
 		}

@@ -66,3 +66,26 @@ func BenchmarkAppendResultLine(b *testing.B) {
 		}
 	})
 }
+
+// TestMarkCompact: a body the decoder vouched for is copied unchecked; a
+// Body set to another slice afterwards, even of the same length, is
+// checked again.
+func TestMarkCompact(t *testing.T) {
+	body := json.RawMessage(`{"a": 1}`) // not canonical: only to see the mark obeyed
+	r := &Response{StatusCode: 200, Body: body}
+	r.MarkCompact()
+	l := OutputLine{CustomID: "c", Response: r}
+	got, err := AppendOutputLine(nil, &l)
+	if want := `{"custom_id":"c","response":{"status_code":200,"body":{"a": 1}},"error":null}`; err != nil || string(got) != want {
+		t.Fatalf("marked: %s (%v), want %s", got, err, want)
+	}
+	want := `{"custom_id":"c","response":{"status_code":200,"body":{"b":2}},"error":null}`
+	for _, b := range []json.RawMessage{json.RawMessage(` {"b": 2}`)[1:], json.RawMessage(`{"b" :2}`)} {
+		copied := *r
+		copied.Body = b
+		l.Response = &copied
+		if got, err := AppendOutputLine(nil, &l); err != nil || string(got) != want {
+			t.Fatalf("Body %s set after the mark: %s (%v), want %s", b, got, err, want)
+		}
+	}
+}

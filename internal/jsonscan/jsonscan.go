@@ -40,6 +40,10 @@ type checker struct {
 	b         []byte
 	canonical bool
 	bad       bool
+	// nc counts what, in a valid value, keeps it from being canonical:
+	// runs of whitespace between tokens and characters encoding/json
+	// escapes in strings. A value checked without nc moving is canonical.
+	nc int
 }
 
 // Valid reports whether b is exactly one JSON value, optionally surrounded
@@ -65,11 +69,15 @@ func Canonical(b []byte) bool {
 func (c *checker) fail() int { c.bad = true; return len(c.b) }
 
 func (c *checker) ws(i int) int {
-	if c.canonical {
+	if i >= len(c.b) || c.b[i] > ' ' || c.canonical {
 		return i
 	}
+	j := i
 	for i < len(c.b) && isSpace(c.b[i]) {
 		i++
+	}
+	if i != j {
+		c.nc++
 	}
 	return i
 }
@@ -109,13 +117,28 @@ func (c *checker) lit(i int, s string) int {
 func (c *checker) str(i int) int {
 	b := c.b
 	for i < len(b) {
-		switch strClass[b[i]] {
-		case plain:
+		// Most bytes are plain: skip them eight at a time, then one at a
+		// time.
+		for ; i+8 <= len(b); i += 8 {
+			w := b[i : i+8 : i+8]
+			if strClass[w[0]]|strClass[w[1]]|strClass[w[2]]|strClass[w[3]]|
+				strClass[w[4]]|strClass[w[5]]|strClass[w[6]]|strClass[w[7]] != plain {
+				break
+			}
+		}
+		for i < len(b) && strClass[b[i]] == plain {
 			i++
-			continue
+		}
+		if i == len(b) {
+			break
+		}
+		switch strClass[b[i]] {
 		case escHTML:
-			if c.canonical && (b[i] != 0xE2 || i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9)) {
-				return c.fail()
+			if b[i] != 0xE2 || i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9) {
+				if c.canonical {
+					return c.fail()
+				}
+				c.nc++
 			}
 			i++
 			continue
@@ -296,6 +319,94 @@ func Object(b []byte, fn func(key, val []byte) bool) bool {
 		}
 	}
 	return false
+}
+
+// MaxPath is the deepest member Walk reports.
+const MaxPath = 8
+
+// Walk reports whether b is a valid JSON object (as Valid) and, in the same
+// pass, calls fn for each member of that object and of every object nested
+// in it through objects only (not through arrays), down to levels deep (at
+// most MaxPath). For a member, fn gets its depth (1 for the members of b),
+// its raw key (between the quotes, escapes as written), its raw value and
+// whether Canonical(value) holds, once the value is checked: the members
+// of a nested object come before the member that holds it. Before the
+// members of a nested object it walks, Walk calls fn with that object's
+// depth and key and a nil value, so that fn can keep the path. A false
+// from fn stops Walk (Walk then reports false).
+//
+// (fn gets plain arguments, passed in registers: a path handed over at
+// every call measured a fifth of the walk.)
+func Walk(b []byte, levels int, fn func(depth int, key, val []byte, canonical bool) bool) bool {
+	w := walker{checker: checker{b: b}, levels: min(levels, MaxPath)}
+	i := w.ws(0)
+	if i >= len(b) || b[i] != '{' || w.levels < 1 {
+		return false
+	}
+	i = w.ws(w.object(i+1, 1, fn))
+	return !w.bad && i == len(b)
+}
+
+// walker is the state of Walk. (fn is passed along rather than kept
+// here: what fn gets leaks, and escape analysis would move fn and its
+// captures to the heap with the walker.)
+type walker struct {
+	checker
+	levels int
+}
+
+// object checks the object at nesting depth whose '{' is at i-1, calling
+// fn for its members (their path has depth keys).
+func (w *walker) object(i, depth int, fn func(depth int, key, val []byte, canonical bool) bool) int {
+	if depth > maxDepth {
+		return w.fail()
+	}
+	b := w.b
+	i = w.ws(i)
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for !w.bad {
+		if i >= len(b) || b[i] != '"' {
+			return w.fail()
+		}
+		k := i + 1
+		i = w.str(k)
+		if w.bad {
+			return len(b)
+		}
+		key := b[k : i-1]
+		i = w.ws(i)
+		if i >= len(b) || b[i] != ':' {
+			return w.fail()
+		}
+		v := w.ws(i + 1)
+		nc := w.nc
+		if v < len(b) && b[v] == '{' && depth < w.levels {
+			if !fn(depth, key, nil, false) {
+				return w.fail()
+			}
+			i = w.object(v+1, depth+1, fn)
+		} else {
+			i = w.value(v, depth)
+		}
+		if w.bad || !fn(depth, key, b[v:i], w.nc == nc) {
+			return w.fail()
+		}
+		i = w.ws(i)
+		if i >= len(b) {
+			return w.fail()
+		}
+		switch b[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = w.ws(i + 1)
+		default:
+			return w.fail()
+		}
+	}
+	return len(b)
 }
 
 // Members calls fn with the raw key (between its quotes, escapes as

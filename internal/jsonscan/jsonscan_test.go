@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -130,7 +131,8 @@ func BenchmarkValid(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		fn   func([]byte) bool
-	}{{"json.Valid", json.Valid}, {"Valid", Valid}, {"Canonical", Canonical}} {
+	}{{"json.Valid", json.Valid}, {"Valid", Valid}, {"Canonical", Canonical},
+		{"Walk", func(b []byte) bool { return Walk(b, 4, func(int, []byte, []byte, bool) bool { return true }) }}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(benchLine)))
 			for b.Loop() {
@@ -140,4 +142,90 @@ func BenchmarkValid(b *testing.B) {
 			}
 		})
 	}
+}
+
+// walkRef is Walk by Members and Canonical, for a valid object b: the
+// members it reports, in its order, as "path=val canonical".
+func walkRef(b []byte, levels int, path []string, out *[]string) {
+	Members(b, func(k, v []byte) bool {
+		p := append(path[:len(path):len(path)], string(k))
+		if v[0] == '{' && len(p) < levels {
+			walkRef(v, levels, p, out)
+		}
+		*out = append(*out, fmt.Sprintf("%s=%s %v", strings.Join(p, "/"), v, Canonical(v)))
+		return true
+	})
+}
+
+func walkGot(b []byte, levels int) (bool, []string) {
+	var got []string
+	var path [MaxPath]string
+	ok := Walk(b, levels, func(depth int, key, v []byte, canonical bool) bool {
+		path[depth-1] = string(key)
+		if v == nil {
+			if depth >= min(levels, MaxPath) {
+				panic("entered an object below the levels asked for")
+			}
+			return true
+		}
+		got = append(got, fmt.Sprintf("%s=%s %v", strings.Join(path[:depth], "/"), v, canonical))
+		return true
+	})
+	return ok, got
+}
+
+var walkSeeds = []string{
+	`{}`, ` { } `, `{"a":1}`, `{"a":{"b":{"c":{"d":{"e":1}}}}}`, `{"a":[{"b":1}],"c":{"d":[]}}`,
+	`{"a" : { "b" : 1 } , "c":{"d":2}}`, `{"a":"<&>","b":{"c":"x\u2028y"},"d":{"e":"` + "\u2028" + `"}}`,
+	`{"a\"b":{"c\\":1}}`, `{"a":{"a":{"a":1},"a":2}}`, `{"a":1,}`, `{"a":{"b":1}`, `[{"a":1}]`, `"x"`,
+	`{"a":{"b":{}}} x`, `{"k":"` + "\xff" + `","n":{"m":-0.5e+3}}`,
+	`{"id":"b","custom_id":"r","response":{"status_code":200,"body":{"choices":[{"x":{"y":1}}],"usage":{"prompt_tokens":1}}},"error":null}`,
+	`{"a":` + strings.Repeat("[", 998) + strings.Repeat("]", 998) + `}`,
+	`{"a":` + strings.Repeat(`{"a":`, 1000) + `1` + strings.Repeat("}", 1000) + `}`,
+}
+
+// TestWalk: Walk agrees with Valid on objects and reports what Members and
+// Canonical find, member by member, in post-order.
+func TestWalk(t *testing.T) {
+	for _, s := range walkSeeds {
+		for levels := 0; levels <= MaxPath+1; levels++ {
+			checkWalk(t, []byte(s), levels)
+		}
+	}
+	ok, got := walkGot([]byte(` {"a" :{"b":{"c": 1}}, "d":"<"}`), 2)
+	want := []string{`a/b={"c": 1} false`, `a={"b":{"c": 1}} false`, `d="<" false`}
+	if !ok || strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("Walk: %v %q, want %q", ok, got, want)
+	}
+	n := 0
+	if Walk([]byte(`{"a":1,"b":2}`), 1, func(int, []byte, []byte, bool) bool { n++; return false }) || n != 1 {
+		t.Errorf("a false from fn did not stop Walk (%d calls)", n)
+	}
+}
+
+func checkWalk(t *testing.T, b []byte, levels int) {
+	t.Helper()
+	ok, got := walkGot(b, levels)
+	trimmed := bytes.TrimSpace(b)
+	isObj := Valid(b) && len(trimmed) > 0 && trimmed[0] == '{'
+	if ok != (isObj && levels > 0) {
+		t.Fatalf("Walk(%q, %d) = %v; Valid object: %v", b, levels, ok, isObj)
+	}
+	if !ok {
+		return
+	}
+	var want []string
+	walkRef(b, min(levels, MaxPath), nil, &want)
+	if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+		t.Fatalf("Walk(%q, %d):\n got %q\nwant %q", b, levels, got, want)
+	}
+}
+
+func FuzzWalk(f *testing.F) {
+	for _, s := range append(walkSeeds, seeds...) {
+		f.Add([]byte(s), 4)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, levels int) {
+		checkWalk(t, b, levels%(MaxPath+2))
+	})
 }

@@ -226,7 +226,7 @@ func (c *Client) Download(ctx context.Context, call Call, path string) (int64, e
 			return err
 		}
 		var err error
-		n, err = io.Copy(f, resp.Body)
+		n, err = copyBody(f, resp.Body)
 		return err
 	})
 	if err == nil {
@@ -236,6 +236,40 @@ func (c *Client) Download(ctx context.Context, call Call, path string) (int64, e
 		return 0, err
 	}
 	return n, nil
+}
+
+// downloadBuffer is the size of the writes of a download.
+const downloadBuffer = 1 << 20
+
+// copyBody is io.Copy(w, r) through one buffer of downloadBuffer bytes,
+// filled before each write. io.Copy to an *os.File goes through its
+// ReadFrom, which writes each 32 KB read (or less: what the socket had) as
+// it comes: hundreds of thousands of write calls for a result file of a
+// few hundred MB.
+func copyBody(w io.Writer, r io.Reader) (int64, error) {
+	buf := make([]byte, downloadBuffer)
+	var n int64
+	for {
+		m := 0
+		var rerr error
+		for m < len(buf) && rerr == nil {
+			var k int
+			k, rerr = r.Read(buf[m:])
+			m += k
+		}
+		if m > 0 {
+			if _, err := w.Write(buf[:m]); err != nil {
+				return n, err
+			}
+			n += int64(m)
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
 }
 
 // Send sends call until it gets a 2xx answer, then gives it to handle,

@@ -86,40 +86,85 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 
 // decodeResponse is DecodeLine's fast path for the common line, a response
 // and no error, read without encoding/json (a million lines a run:
-// BENCHMARKS.md, "End to end"). It answers only what encoding/json would
-// answer the same: a line with anything unusual (a key spelled in another
-// case or escaped, a key twice, a value of another type, an escaped
-// custom_id, an error) is left to decodeLineStd.
+// BENCHMARKS.md, "End to end"), in one pass that checks the line and finds
+// custom_id, the response's members and body.usage (jsonscan.Walk). It
+// answers only what encoding/json would answer the same: a line with
+// anything unusual (a key spelled in another case or escaped, a key twice,
+// a value of another type, an escaped custom_id, an error) is left to
+// decodeLineStd. Usage is read as usage reads it.
 func decodeResponse(line []byte) (res sluice.Result, ok bool) {
-	var id, resp []byte
-	if !members(jsonscan.Object, line, []string{"custom_id", "response", "error", "id"}, func(k int, v []byte) bool {
-		switch k {
-		case 0:
-			id = v
-			return plainString(v) && len(v) > 2
-		case 1:
-			resp = v
-			return v[0] == '{'
-		case 2:
-			return string(v) == "null"
+	var (
+		id, resp, status, reqID, body []byte
+		bodyCompact                   bool
+		top, inResp                   uint // keys seen, by index in topKeys and respKeys
+		us                            []byte
+		usDone                        bool
+		uvals                         [4][]byte // of usageKeys
+	)
+	var path [3][]byte // the keys of the objects Walk is in
+	if !jsonscan.Walk(line, 4, func(depth int, key, v []byte, canonical bool) bool {
+		if v == nil { // entering key's object
+			path[depth-1] = key
+			return true
 		}
-		return v[0] == '"' || string(v) == "null"
-	}) || id == nil || resp == nil {
-		return res, false
-	}
-	var status, reqID, body []byte
-	if !members(jsonscan.Members, resp, []string{"status_code", "request_id", "body"}, func(k int, v []byte) bool {
-		switch k {
-		case 0:
-			status = v
+		switch depth {
 		case 1:
-			reqID = v
-			return plainString(v)
+			switch k := member(key, topKeys, &top); k {
+			case 0: // custom_id
+				id = v
+				return plainString(v) && len(v) > 2
+			case 1: // response
+				resp = v
+				return v[0] == '{'
+			case 2: // error
+				return string(v) == "null"
+			case 3: // id
+				return v[0] == '"' || string(v) == "null"
+			default:
+				return k == noMember
+			}
 		case 2:
-			body = v
+			if string(path[0]) != "response" {
+				return true
+			}
+			switch k := member(key, respKeys, &inResp); k {
+			case 0:
+				status = v
+			case 1:
+				reqID = v
+				return plainString(v)
+			case 2:
+				body, bodyCompact = v, canonical
+			default:
+				return k == noMember
+			}
+			return true
+		case 3:
+			if usDone || string(path[0]) != "response" || string(path[1]) != "body" {
+				return true
+			}
+			if bytes.IndexByte(key, '\\') >= 0 {
+				return false // usage unescapes keys: encoding/json's path decides
+			}
+			if string(key) == "usage" {
+				us, usDone = v, true
+			}
+			return true
+		case 4:
+			if usDone || string(path[0]) != "response" || string(path[1]) != "body" || string(path[2]) != "usage" {
+				return true
+			}
+			if bytes.IndexByte(key, '\\') >= 0 {
+				return false
+			}
+			for i, name := range usageKeys {
+				if string(key) == name && uvals[i] == nil {
+					uvals[i] = v
+				}
+			}
 		}
 		return true
-	}) || status == nil || body == nil {
+	}) || id == nil || resp == nil || status == nil || body == nil {
 		return res, false
 	}
 	code, err := strconv.Atoi(string(status))
@@ -131,47 +176,57 @@ func decodeResponse(line []byte) (res sluice.Result, ok bool) {
 	if reqID != nil {
 		r.RequestID = string(reqID[1 : len(reqID)-1])
 	}
+	if bodyCompact {
+		r.MarkCompact()
+	}
+	u := sluice.Usage{}
+	if us != nil && us[0] == '{' {
+		var uok bool
+		if u, uok = usageOf(uvals); !uok {
+			u = usageGJSON(r.Body)
+		}
+	}
 	return sluice.Result{CustomID: cid, Line: sluice.OutputLine{CustomID: cid, Response: r},
-		Kind: provider.StatusKind(code), Usage: usage(r.Body)}, true
+		Kind: provider.StatusKind(code), Usage: u}, true
 }
 
-// members walks the members of the object obj with walk (jsonscan.Object,
-// which also validates it, or jsonscan.Members for a part of a line
-// validated already), calling fn with the index in keys of each member
-// whose key is one of keys. It reports false
-// (the caller falls back to encoding/json) when fn does, or when a key
-// appears twice or matches one of keys only as encoding/json matches
-// (another case, escapes, non-ASCII).
-func members(walk func([]byte, func(k, v []byte) bool) bool, obj []byte, keys []string, fn func(k int, v []byte) bool) bool {
-	var seen uint
-	ok := true
-	walked := walk(obj, func(key, v []byte) bool {
-		for i, k := range keys {
-			if string(key) == k {
-				if seen&(1<<i) != 0 {
-					ok = false
-					return false
-				}
-				seen |= 1 << i
-				ok = fn(i, v)
-				return ok
+var (
+	topKeys   = []string{"custom_id", "response", "error", "id"}
+	respKeys  = []string{"status_code", "request_id", "body"}
+	usageKeys = []string{"prompt_tokens", "input_tokens", "completion_tokens", "output_tokens"}
+)
+
+// Results of member other than an index in keys.
+const (
+	noMember  = -1 // a key of no interest
+	badMember = -2 // the caller falls back to encoding/json
+)
+
+// member returns the index in keys of key, marking it in seen, or
+// noMember. It returns badMember (the caller falls back to encoding/json)
+// when the key appears twice or matches one of keys only as encoding/json
+// matches (another case, escapes, non-ASCII).
+func member(key []byte, keys []string, seen *uint) int {
+	for i, k := range keys {
+		if string(key) == k {
+			if *seen&(1<<i) != 0 {
+				return badMember
 			}
+			*seen |= 1 << i
+			return i
 		}
-		for _, c := range key {
-			if c == '\\' || c >= utf8.RuneSelf {
-				ok = false
-				return false
-			}
+	}
+	for _, c := range key {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return badMember
 		}
-		for _, k := range keys {
-			if strings.EqualFold(string(key), k) {
-				ok = false
-				return false
-			}
+	}
+	for _, k := range keys {
+		if strings.EqualFold(string(key), k) {
+			return badMember
 		}
-		return true
-	})
-	return walked && ok
+	}
+	return noMember
 }
 
 // plainString reports whether the raw JSON value v is a string that
@@ -198,6 +253,9 @@ func decodeLineStd(line []byte) (sluice.Result, error) {
 	case w.Response != nil && w.Response.StatusCode != 0:
 		r := w.Response
 		res.Line.Response = &sluice.Response{StatusCode: r.StatusCode, RequestID: r.RequestID, Body: r.Body}
+		if jsonscan.Canonical(r.Body) {
+			res.Line.Response.MarkCompact() // as the fast path does
+		}
 		res.Kind = provider.StatusKind(r.StatusCode)
 		res.Usage = usage(r.Body)
 	case res.Line.Error != nil:
@@ -242,13 +300,24 @@ func usageFast(body []byte) (u sluice.Usage, ok bool) {
 			ok = false
 			return false
 		}
-		for i, name := range []string{"prompt_tokens", "input_tokens", "completion_tokens", "output_tokens"} {
+		for i, name := range usageKeys {
 			if string(k) == name && vals[i] == nil {
 				vals[i] = v
 			}
 		}
 		return true
 	})
+	if !ok {
+		return sluice.Usage{}, false
+	}
+	return usageOf(vals)
+}
+
+// usageOf is the usage of the raw values of usageKeys (nil: absent), and
+// false where gjson might read them otherwise (a value not an integer or
+// null, or beyond 2^53).
+func usageOf(vals [4][]byte) (u sluice.Usage, ok bool) {
+	ok = true
 	num := func(a, b []byte) int64 {
 		v := a
 		if v == nil {

@@ -1,10 +1,13 @@
 package openai_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
 
@@ -37,6 +40,47 @@ var fastSeeds = []string{
 	`{"usage":{"prompt_tokens":1,"prompt_tokens":2,"output_tokens":9007199254740993}}`,
 	`{"usage":[1]}`,
 	`[{"usage":{"prompt_tokens":1}}]`,
+	// Bodies written as is, or not, by the encoder.
+	`{"custom_id":"a","response":{"status_code":200,"body":{ "x" : [1, 2] }}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"c":"<b>&amp;"}}}`,
+	"{\"custom_id\":\"a\",\"response\":{\"status_code\":200,\"body\":{\"c\":\"x\u2028y\u2029\"}}}",
+	"{\"custom_id\":\"a\",\"response\":{\"status_code\":200,\"body\":{\"c\":\"\xff\xe2\x80\"}}}",
+	`{"custom_id":"a","response":{"status_code":200,"body":{"c":"a\nb\u00e9\ud83d\ude00\/"}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":"text"}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":[{"usage":{"prompt_tokens":1}}]}}`,
+	`{"custom_id":"é東🙂","response":{"status_code":200,"request_id":"ü","body":{}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"request_id":"r\"q","body":{}}}`,
+	`{"custom_id":"a<b>","response":{"status_code":200,"request_id":"&","body":{}}}`,
+	// Errors, nested and not.
+	`{"id":"x","custom_id":"a","response":null,"error":{"code":"batch_expired","message":"gone"}}`,
+	`{"custom_id":"a","response":null,"error":{"code":429,"message":{"nested":["x"]}}}`,
+	`{"custom_id":"a","error":"plain"}`,
+	`{"custom_id":"a","response":{"status_code":400,"body":{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}},"error":null}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{}},"error":{"code":"x","message":"y"}}`,
+	// Missing fields, keys in other spellings.
+	`{"custom_id":"a","response":{"status_code":200}}`,
+	`{"custom_id":"a","response":{"body":{}}}`,
+	`{"response":{"status_code":200,"body":{}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"Body":{},"body":{}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{},"body":{}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{}},"response":{"status_code":500,"body":{}}}`,
+	`{"custom_id":"a","respons\u0065":{"status_code":500,"body":{}},"response":{"status_code":200,"body":{}}}`,
+	`{"custom_id":"a","résponse":1,"response":{"status_code":200,"body":{}}}`,
+	// Usage where it is and where it is not.
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":5,"usage":{"prompt_tokens":2}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"x":{"usage":{"prompt_tokens":7}},"usage":{"output_tokens":3}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":{"prompt_tokens":1,"usage":{"prompt_tokens":9}}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":{"prompt_tokens":1}},"usage":{"prompt_tokens":2}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":{"prompt_tokens":1},"k\u0065y":1}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"k\u0065y":1,"usage":{"prompt_tokens":1}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":{"prompt_tokens":1,"x\"":2}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":{"prompt_tokens":1e2,"completion_tokens":7}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"usage":{"prompt_tokens":1,"completion_tokens":null}}}}`,
+	// Huge and deep.
+	`{"custom_id":"a","response":{"status_code":200,"body":{"c":"` + strings.Repeat("long text é ", 100000) + `","usage":{"prompt_tokens":5}}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"d":` + strings.Repeat("[", 990) + strings.Repeat("]", 990) + `}}}`,
+	`{"custom_id":"a","response":{"status_code":200,"body":{"d":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}}}`,
 }
 
 // FuzzDecodeLineFast: DecodeLine (with its fast path) answers every line
@@ -62,6 +106,25 @@ func FuzzDecodeLineFast(f *testing.F) {
 		}
 		if got.Line.Response != nil && !reflect.DeepEqual(*got.Line.Response, *want.Line.Response) {
 			t.Fatalf("%q: response %+v, want %+v", line, *got.Line.Response, *want.Line.Response)
+		}
+		if err != nil {
+			return
+		}
+		// The record written for it is json.Marshal's, byte for byte,
+		// whether the body was vouched for or checked again.
+		js, jerr := json.Marshal(got.Line)
+		out, oerr := sluice.AppendOutputLine(nil, &got.Line)
+		if (oerr != nil) != (jerr != nil) || jerr == nil && !bytes.Equal(out, js) {
+			t.Fatalf("%q:\nwritten %s (%v)\nwant    %s (%v)", line, out, oerr, js, jerr)
+		}
+		if r := got.Line.Response; r != nil {
+			plain := *r
+			plain.Body = append(json.RawMessage(nil), r.Body...) // not vouched for
+			ol := got.Line
+			ol.Response = &plain
+			if again, _ := sluice.AppendOutputLine(nil, &ol); !bytes.Equal(again, out) {
+				t.Fatalf("%q: written %s, unvouched %s", line, out, again)
+			}
 		}
 	})
 }

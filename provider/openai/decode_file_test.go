@@ -1,0 +1,166 @@
+package openai_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/gen/corpus"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/httpx"
+	"github.com/sluice-batch/sluice/provider/openai"
+)
+
+// benchResults is one batch's results as the emulator answers them: the
+// output file (and error file, if any) of a batch of benchLines realistic
+// chat requests (internal/gen/corpus), fetched once per test binary.
+var benchResults struct {
+	once  sync.Once
+	dir   string
+	files []string
+	bytes int64
+	err   error
+}
+
+const benchLines = 50000
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchResults.dir != "" {
+		os.RemoveAll(benchResults.dir)
+	}
+	os.Exit(code)
+}
+
+func resultFiles(b *testing.B) ([]string, int64) {
+	b.Helper()
+	r := &benchResults
+	r.once.Do(func() { r.dir, r.files, r.bytes, r.err = fetchBenchResults() })
+	if r.err != nil {
+		b.Fatal(r.err)
+	}
+	return r.files, r.bytes
+}
+
+func fetchBenchResults() (dir string, files []string, size int64, err error) {
+	dir, err = os.MkdirTemp("", "sluice-decode-bench-")
+	if err != nil {
+		return "", nil, 0, err
+	}
+	// Chat lines of one model (embeddings go to batches of their own);
+	// 1% of the lines come back as errors, as in scripts/bench-e2e.sh.
+	var in bytes.Buffer
+	g := corpus.New(corpus.Options{Seed: 7, Models: 1, MaxLine: 2860})
+	n := 0
+	for n < benchLines {
+		l := g.Next()
+		if bytes.Contains(l, []byte(`"/v1/embeddings"`)) {
+			continue
+		}
+		in.Write(l)
+		n++
+	}
+	path := filepath.Join(dir, "chunk.jsonl")
+	if err := os.WriteFile(path, in.Bytes(), 0o600); err != nil {
+		return dir, nil, 0, err
+	}
+	s, err := emulator.New(emulator.Options{APIKey: testKey, Seed: 7, LineErrorRate: 0.01})
+	if err != nil {
+		return dir, nil, 0, err
+	}
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	p, err := provider.Lookup("openai")
+	if err != nil {
+		return dir, nil, 0, err
+	}
+	c, err := openai.New(openai.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: testKey,
+		RateLimit: httpx.RateLimit{PerSecond: -1}})
+	if err != nil {
+		return dir, nil, 0, err
+	}
+	ctx := context.Background()
+	ref := sluice.BatchRef{Job: "bench", Chunk: 1, Attempt: 1, URL: "/v1/chat/completions", Model: "gpt-4o-mini",
+		Path: path, Requests: n, Bytes: int64(in.Len()), IntentAt: time.Now()}
+	fileID, err := c.Upload(ctx, ref)
+	if err != nil {
+		return dir, nil, 0, err
+	}
+	bt, err := c.Create(ctx, ref, fileID)
+	for err == nil && !bt.Status.Ended() {
+		bt, err = c.Poll(ctx, ref, bt.ID)
+	}
+	if err != nil {
+		return dir, nil, 0, err
+	}
+	files, err = c.Fetch(ctx, ref, bt, dir)
+	for _, f := range files {
+		if st, serr := os.Stat(f); serr == nil {
+			size += st.Size()
+		}
+	}
+	return dir, files, size, err
+}
+
+// BenchmarkDecodeFile is the dispatcher's share of ending a batch of
+// 50,000 requests (dispatcher/conclude.go): its result files decoded line
+// by line (Client.Decode) and each result encoded as the record the
+// results file gets (sluice.AppendResultLine), written through a buffer.
+func BenchmarkDecodeFile(b *testing.B) {
+	files, size := resultFiles(b)
+	p, err := provider.Lookup("openai")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := openai.New(openai.Config{Preset: p, APIKey: testKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	w := bufio.NewWriterSize(io.Discard, 1<<20)
+	var buf []byte
+	b.SetBytes(size)
+	b.ReportAllocs()
+	cpu := cpuTime()
+	for b.Loop() {
+		n := 0
+		err := c.Decode(ctx, sluice.BatchRef{}, files, nil, func(r sluice.Result) error {
+			var err error
+			if buf, err = sluice.AppendResultLine(buf[:0], int64(n), r.Kind != sluice.ResultSucceeded, &r.Line); err != nil {
+				return err
+			}
+			n++
+			_, err = w.Write(buf)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n != benchLines {
+			b.Fatalf("%d results, want %d", n, benchLines)
+		}
+	}
+	// The process's CPU time (this loop and the garbage collector) per
+	// operation: on a shared machine, a steadier figure than ns/op.
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// cpuTime is the user and system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
