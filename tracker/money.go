@@ -29,8 +29,8 @@ import (
 // them in memory.
 func (d *DB) foldLedger(ctx context.Context) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
-		var any bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM chunks WHERE answers IS NOT NULL)`).Scan(&any); err != nil || !any {
+		var waiting bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM chunks WHERE answers IS NOT NULL)`).Scan(&waiting); err != nil || !waiting {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS fold

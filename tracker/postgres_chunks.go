@@ -274,7 +274,8 @@ func (e *requestConflict) name(ctx context.Context, q pgQuerier) {
 	}
 }
 
-// pgRecordLedger is recordLedger for PostgreSQL: the first success of a
+// pgRecordLedger writes the ledger rows of a finish (SQLite instead folds
+// them in at the next plan: foldLedger): the first success of a
 // body key stays its answer (in outcome order within one finish).
 func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish) error {
 	var ids, offs, lens []int64
