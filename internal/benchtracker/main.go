@@ -30,6 +30,7 @@ func main() {
 	n := flag.Int("n", 1_000_000, "requests")
 	chunks := flag.Int("chunks", 23, "chunks")
 	dir := flag.String("dir", "", "state dir (default: temp)")
+	idFormat := flag.String("ids", "request-%07d", "custom_id format: the default sorts in plan order; req-%d, like scripts/bench-e2e.sh's input, does not")
 	prof := flag.String("cpuprofile", "", "write a CPU profile")
 	flag.Parse()
 	if *prof != "" {
@@ -77,7 +78,7 @@ func main() {
 				off = 0
 			}
 			l := 200 + k%2600
-			rows = append(rows, sluice.Request{Ordinal: int64(k), Line: int64(k + 1), CustomID: fmt.Sprintf("request-%07d", k),
+			rows = append(rows, sluice.Request{Ordinal: int64(k), Line: int64(k + 1), CustomID: fmt.Sprintf(*idFormat, k),
 				Chunk: int64(k/per + 1), Index: k % per, Offset: off, Length: l, Tokens: int64(l / 4), BodyKey: bk[:16]})
 			off += int64(l)
 			if len(rows) == cap(rows) || k == *n-1 {
