@@ -8,8 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/sluice-batch/sluice/internal/cputime"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -91,23 +92,12 @@ func benchMerge(b *testing.B, nfiles, groups int) {
 	}
 	b.SetBytes(size)
 	b.ResetTimer()
-	cpu0 := cpuTime(b)
+	cpu0 := cputime.Process().Nanoseconds()
 	for range b.N {
 		sum := mustMerge(b, Config{Output: filepath.Join(dir, "out.jsonl"), Files: files, Total: n, Expected: expectIDs(ids)})
 		if sum.Lines != n {
 			b.Fatalf("%d lines, want %d", sum.Lines, n)
 		}
 	}
-	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
-}
-
-// cpuTime is the process's user+system CPU time so far, in nanoseconds:
-// what the merge costs the machine, beside the wall time (which includes
-// the fsync of the output).
-func cpuTime(b *testing.B) int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	b.ReportMetric(float64(cputime.Process().Nanoseconds()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
 }

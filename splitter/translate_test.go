@@ -5,9 +5,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/sluice-batch/sluice/internal/cputime"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/internal/gen/corpus"
@@ -60,13 +60,6 @@ func TestChatLinesTranslatedInChunks(t *testing.T) {
 	}
 }
 
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkPlanTranslation: planning for --provider anthropic, the same
 // requests as native /v1/messages lines (translation off) and as OpenAI
 // chat completions lines (translation on), with the splitter alone
@@ -87,7 +80,7 @@ func BenchmarkPlanTranslation(b *testing.B) {
 				e := newEnv(b)
 				path := e.write(in.name+".jsonl", in.data)
 				b.SetBytes(int64(len(in.data)))
-				cpu0 := cpuTime()
+				cpu0 := cputime.Process()
 				for b.Loop() {
 					if sink == "tracker" {
 						r := e.mustSplit(path, "anthropic", sluice.Limits{}, nil)
@@ -103,7 +96,7 @@ func BenchmarkPlanTranslation(b *testing.B) {
 				}
 				b.ReportMetric(float64(lines)*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
 				// CPU time is steadier than wall time on a shared machine.
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/float64(lines), "cpu-ns/line")
+				b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N)/float64(lines), "cpu-ns/line")
 			})
 		}
 	}

@@ -14,13 +14,32 @@ import (
 // rather than scanning every request of the database and sorting (what the
 // statement did with the job's key as a subquery: ~25x slower at 1M rows).
 func TestChunkRequestsUsesTheIndex(t *testing.T) {
+	got := queryPlan(t, chunkRequestsSQL, maxOrdinal, 1, 1)
+	if !strings.Contains(got, "SEARCH requests USING INDEX requests_chunk") || strings.Contains(got, "TEMP B-TREE") {
+		t.Errorf("query plan: %s", got)
+	}
+}
+
+// TestSettleCheckReadsOnlyTheIndex: the check that a chunk's outcomes
+// name every request left in it reads the requests_chunk index alone, not
+// a row (settleCheckSQL).
+func TestSettleCheckReadsOnlyTheIndex(t *testing.T) {
+	if got := queryPlan(t, settleCheckSQL, maxOrdinal, 1, 1); !strings.Contains(got, "SEARCH requests USING COVERING INDEX requests_chunk") {
+		t.Errorf("query plan: %s", got)
+	}
+}
+
+// queryPlan returns SQLite's plan for q on a new state database, its
+// steps joined by "; ".
+func queryPlan(t *testing.T, q string, args ...any) string {
+	t.Helper()
 	ctx := context.Background()
 	d, err := Open(ctx, filepath.Join(t.TempDir(), "s"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	rows, err := d.db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+chunkRequestsSQL, maxOrdinal, 1, 1)
+	rows, err := d.db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+q, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,36 +53,10 @@ func TestChunkRequestsUsesTheIndex(t *testing.T) {
 		}
 		plan = append(plan, detail)
 	}
-	got := strings.Join(plan, "; ")
-	if !strings.Contains(got, "SEARCH requests USING INDEX requests_chunk") || strings.Contains(got, "TEMP B-TREE") {
-		t.Errorf("query plan: %s", got)
-	}
-}
-
-// TestSettleCheckReadsOnlyTheIndex: the check that a chunk's outcomes
-// name every request left in it reads the requests_chunk index alone, not
-// a row (settleCheckSQL).
-func TestSettleCheckReadsOnlyTheIndex(t *testing.T) {
-	d, err := Open(context.Background(), filepath.Join(t.TempDir(), "s"))
-	if err != nil {
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	rows, err := d.db.QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+settleCheckSQL, maxOrdinal, 1, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		rows.Scan(&id, &parent, &unused, &detail)
-		plan = append(plan, detail)
-	}
-	if got := strings.Join(plan, "; "); !strings.Contains(got, "SEARCH requests USING COVERING INDEX requests_chunk") {
-		t.Errorf("query plan: %s", got)
-	}
+	return strings.Join(plan, "; ")
 }
 
 // TestLookupsSkippedOnAnEmptyLedger: a plan that begins with no answer in

@@ -13,18 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"syscall"
 	"time"
+
+	"github.com/sluice-batch/sluice/internal/cputime"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/tracker"
 )
-
-func cpu() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 func main() {
 	n := flag.Int("n", 1_000_000, "requests")
@@ -58,11 +53,11 @@ func main() {
 	defer db.Close()
 	per := (*n + *chunks - 1) / *chunks
 	phase := func(name string, f func()) {
-		t0, c0 := time.Now(), cpu()
+		t0, c0 := time.Now(), cputime.Process()
 		f()
-		fmt.Printf("%-16s wall %6.2fs  cpu %6.2fs\n", name, time.Since(t0).Seconds(), (cpu() - c0).Seconds())
+		fmt.Printf("%-16s wall %6.2fs  cpu %6.2fs\n", name, time.Since(t0).Seconds(), (cputime.Process() - c0).Seconds())
 	}
-	total0 := cpu()
+	total0 := cputime.Process()
 	phase("plan", func() {
 		p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/x", Dir: *dir})
 		if err != nil {
@@ -105,7 +100,7 @@ func main() {
 	var read, fin time.Duration
 	var readCPU, finCPU time.Duration
 	for _, c := range cs {
-		t0, c0 := time.Now(), cpu()
+		t0, c0 := time.Now(), cputime.Process()
 		var outs []sluice.Outcome
 		var roff int64
 		err := db.ChunkRequests(ctx, "j", c.ID, func(r *sluice.Request) error {
@@ -116,7 +111,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		t1, c1 := time.Now(), cpu()
+		t1, c1 := time.Now(), cputime.Process()
 		read += t1.Sub(t0)
 		readCPU += c1 - c0
 		d := *c
@@ -125,7 +120,7 @@ func main() {
 			log.Fatal(err)
 		}
 		fin += time.Since(t1)
-		finCPU += cpu() - c1
+		finCPU += cputime.Process() - c1
 	}
 	fmt.Printf("%-16s wall %6.2fs  cpu %6.2fs\n", "chunk requests", read.Seconds(), readCPU.Seconds())
 	fmt.Printf("%-16s wall %6.2fs  cpu %6.2fs\n", "finish chunk", fin.Seconds(), finCPU.Seconds())
@@ -135,7 +130,7 @@ func main() {
 			log.Fatal(got, err)
 		}
 	})
-	fmt.Printf("%-16s cpu %6.2fs\n", "total", (cpu() - total0).Seconds())
+	fmt.Printf("%-16s cpu %6.2fs\n", "total", (cputime.Process() - total0).Seconds())
 	// The next plan in the state directory folds the answers into the
 	// ledger (tracker/money.go foldLedger).
 	phase("next plan", func() {

@@ -8,9 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/sluice-batch/sluice/internal/cputime"
 
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
@@ -58,20 +58,11 @@ func BenchmarkDownload(b *testing.B) {
 	c := httpx.New(httpx.Config{Retry: httpx.Retry{MaxAttempts: 1}})
 	dst := filepath.Join(b.TempDir(), "out.jsonl")
 	b.SetBytes(int64(len(body)))
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for b.Loop() {
 		if n, err := c.Download(context.Background(), httpx.Call{Method: "GET", URL: srv.URL}, dst); err != nil || n != int64(len(body)) {
 			b.Fatal(n, err)
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the user and system CPU time of the process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 }

@@ -9,9 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-batch/sluice/internal/cputime"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
@@ -132,7 +133,7 @@ func BenchmarkDecodeFile(b *testing.B) {
 	var buf []byte
 	b.SetBytes(size)
 	b.ReportAllocs()
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for b.Loop() {
 		n := 0
 		err := c.Decode(ctx, sluice.BatchRef{}, files, nil, func(r sluice.Result) error {
@@ -153,14 +154,5 @@ func BenchmarkDecodeFile(b *testing.B) {
 	}
 	// The process's CPU time (this loop and the garbage collector) per
 	// operation: on a shared machine, a steadier figure than ns/op.
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the user and system CPU time of the process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 }
