@@ -428,6 +428,12 @@ func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestS
 		return nil, err
 	}
 	pending, succeeded = pending-implicit, succeeded+implicit
+	return stateCounts(pending, succeeded, failed), nil
+}
+
+// stateCounts is RequestStates' answer: the states with at least one
+// request; both backends share it.
+func stateCounts(pending, succeeded, failed int64) map[sluice.RequestState]int64 {
 	m := map[sluice.RequestState]int64{}
 	for s, n := range map[sluice.RequestState]int64{sluice.RequestPending: pending, sluice.RequestSucceeded: succeeded,
 		sluice.RequestFailed: failed} {
@@ -435,7 +441,7 @@ func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestS
 			m[s] = n
 		}
 	}
-	return m, nil
+	return m
 }
 
 // Expected implements sluice.Store.

@@ -124,7 +124,8 @@ func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) err
 	return rows.Err()
 }
 
-// answerRows is what scanAnswers reads: database/sql's rows and pgx's.
+// answerRows is what scanAnswers and scanSources read: database/sql's
+// rows and pgx's.
 type answerRows interface {
 	Next() bool
 	Scan(dest ...any) error
@@ -186,6 +187,16 @@ func (d *DB) ReuseSources(ctx context.Context, job string) (map[string]int64, er
 		return nil, err
 	}
 	defer rows.Close()
+	m, err := scanSources(rows)
+	if err != nil {
+		return nil, err
+	}
+	return m, rows.Err()
+}
+
+// scanSources reads (source job, requests) rows into a map; both backends'
+// ReuseSources share it.
+func scanSources(rows answerRows) (map[string]int64, error) {
 	m := map[string]int64{}
 	for rows.Next() {
 		var s string
@@ -195,7 +206,7 @@ func (d *DB) ReuseSources(ctx context.Context, job string) (map[string]int64, er
 		}
 		m[s] = n
 	}
-	return m, rows.Err()
+	return m, nil
 }
 
 // Learned returns, per model, what every finished batch in the state

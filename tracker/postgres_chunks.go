@@ -303,10 +303,9 @@ func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish)
 // RequestStates implements sluice.Store.
 func (p *Postgres) RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error) {
 	var pending, succeeded, failed int64
-	m := map[sluice.RequestState]int64{}
 	key, ok, err := pgJobKey(ctx, p.pool, job)
 	if err != nil || !ok {
-		return m, p.wrap(err)
+		return stateCounts(0, 0, 0), p.wrap(err)
 	}
 	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
 		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
@@ -314,13 +313,7 @@ func (p *Postgres) RequestStates(ctx context.Context, job string) (map[sluice.Re
 	if err != nil {
 		return nil, p.wrap(err)
 	}
-	for s, n := range map[sluice.RequestState]int64{sluice.RequestPending: pending, sluice.RequestSucceeded: succeeded,
-		sluice.RequestFailed: failed} {
-		if n > 0 {
-			m[s] = n
-		}
-	}
-	return m, nil
+	return stateCounts(pending, succeeded, failed), nil
 }
 
 // Expected implements sluice.Store.

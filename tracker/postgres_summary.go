@@ -72,14 +72,9 @@ func (p *Postgres) ReuseSources(ctx context.Context, job string) (map[string]int
 		return nil, p.wrap(err)
 	}
 	defer rows.Close()
-	m := map[string]int64{}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
-		}
-		m[s] = n
+	m, err := scanSources(rows)
+	if err != nil {
+		return nil, err
 	}
 	return m, p.wrap(rows.Err())
 }
