@@ -260,3 +260,57 @@ func decompressZstd(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// killWhen starts cmd, its output discarded but for its stderr, and
+// SIGKILLs it once ready says so, failing the test if the process ends
+// before that or ready has not said so within 2 minutes (what names the
+// awaited moment).
+func killWhen(t *testing.T, cmd *exec.Cmd, what string, ready func() bool) {
+	t.Helper()
+	var se lockedBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("the first run ended (%v) before it was killed:\n%s", err, se.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no %s after 2 minutes:\n%s", what, se.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// waitWorkers waits up to timeout for each worker to end, fails the test
+// unless each exited 0, and returns how many planned the job and how many
+// merged it.
+func waitWorkers(t *testing.T, ws []*workerProc, timeout time.Duration) (planned, merged int) {
+	t.Helper()
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-time.After(timeout):
+			t.Fatalf("worker did not finish:\n%s", w.stderr.String())
+		}
+		if w.code != 0 {
+			t.Fatalf("worker exited %d:\n%s", w.code, w.stderr.String())
+		}
+		if strings.Contains(w.stderr.String(), `"message":"job planned"`) {
+			planned++
+		}
+		if strings.Contains(w.stdout.String(), " done: ") {
+			merged++
+		}
+	}
+	return planned, merged
+}

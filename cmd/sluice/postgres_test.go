@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -331,29 +329,11 @@ func TestPostgresAndS3EphemeralPod(t *testing.T) {
 		"--max-live-batches", "2", "--reconcile-grace", "300ms", "--db", dsn)
 	first := filepath.Join(dir, "pod1")
 	cmd := sluiceCmd(append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + first, "SLUICE_DB="}, b.env...), args...)
-	var se strings.Builder
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	// Killed once a chunk has ended (its state in the database) and others
 	// have not.
-	deadline := time.Now().Add(2 * time.Minute)
-	for pgTry(dsn, `SELECT COUNT(*) FROM chunks WHERE state = 'done'`) < 1 {
-		select {
-		case err := <-done:
-			t.Fatalf("the first run ended (%v) before it was killed:\n%s", err, se.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no chunk done after 2 minutes:\n%s", se.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	killWhen(t, cmd, "a chunk done", func() bool {
+		return pgTry(dsn, `SELECT COUNT(*) FROM chunks WHERE state = 'done'`) >= 1
+	})
 	if n := emu.stats(t)["batches_created"]; n >= 6 {
 		t.Fatalf("every batch was created before the kill (%d)", n)
 	}
@@ -404,23 +384,7 @@ func TestPostgresWorkersOnTwoMachines(t *testing.T) {
 		env := append([]string{"OPENAI_API_KEY=sk-x", "SLUICE_DB=", "SLUICE_STATE=" + filepath.Join(dir, m)}, b.env...)
 		ws = append(ws, startWorkerProc(t, env, args...))
 	}
-	planned, merged := 0, 0
-	for _, w := range ws {
-		select {
-		case <-w.done:
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("worker did not finish:\n%s", w.stderr.String())
-		}
-		if w.code != 0 {
-			t.Fatalf("worker exited %d:\n%s", w.code, w.stderr.String())
-		}
-		if strings.Contains(w.stderr.String(), `"message":"job planned"`) {
-			planned++
-		}
-		if strings.Contains(w.stdout.String(), " done: ") {
-			merged++
-		}
-	}
+	planned, merged := waitWorkers(t, ws, 2*time.Minute)
 	if planned != 1 || merged != 1 {
 		t.Fatalf("%d workers planned and %d merged, want 1 and 1\nA:\n%s\nB:\n%s", planned, merged, ws[0].stderr.String(), ws[1].stderr.String())
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -209,32 +208,9 @@ func testResumeOnEmptyStateDir(t *testing.T, kind string) {
 	args := openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", store,
 		"--max-live-batches", "2", "--reconcile-grace", "300ms", "--skip-invalid")
 	cmd := sluiceCmd(append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + first}, b.env...), args...)
-	var se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	// Kill once some chunks are concluded (their results in the store) and
 	// others not.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if storedResults() >= 1 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the first run ended (%v) before it was killed:\n%s", err, se.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no results file in the store after 2 minutes:\n%s", se.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	killWhen(t, cmd, "a results file in the store", func() bool { return storedResults() >= 1 })
 	before := emu.stats(t)["batches_created"]
 	if before >= 6 {
 		t.Fatalf("every batch was created before the kill (%d)", before)

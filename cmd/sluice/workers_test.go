@@ -390,23 +390,7 @@ func TestWorkersStartedAtOncePlanOnce(t *testing.T) {
 		"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--lease-ttl", "900ms", "--log-format", "json"}
 	a := startWorkerProc(t, env, args...)
 	b := startWorkerProc(t, env, args...)
-	planned, merged := 0, 0
-	for _, w := range []*workerProc{a, b} {
-		select {
-		case <-w.done:
-		case <-time.After(90 * time.Second):
-			t.Fatalf("worker did not finish:\n%s", w.stderr.String())
-		}
-		if w.code != 0 {
-			t.Fatalf("worker exited %d:\n%s", w.code, w.stderr.String())
-		}
-		if strings.Contains(w.stderr.String(), `"message":"job planned"`) {
-			planned++
-		}
-		if strings.Contains(w.stdout.String(), " done: ") {
-			merged++
-		}
-	}
+	planned, merged := waitWorkers(t, []*workerProc{a, b}, 90*time.Second)
 	if planned != 1 || merged != 1 {
 		t.Fatalf("%d workers planned and %d merged, want 1 and 1\nA:\n%s\nB:\n%s", planned, merged, a.stderr.String(), b.stderr.String())
 	}
