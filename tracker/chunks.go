@@ -224,6 +224,9 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", r.Ordinal, f.Chunk.ID, ErrConflict)
 			}
 		}
+		if settled != settledNot {
+			return nil // nothing of the requests' (none named): their record stays
+		}
 		return finishOutcomes(ctx, tx, key, f)
 	})
 }

@@ -298,6 +298,13 @@ func TestSettledOnTheChunk(t *testing.T) {
 			if !errors.Is(err, tracker.ErrConflict) || !strings.Contains(err.Error(), "request #6 of chunk 1 ") {
 				t.Errorf("a second finish: %v, want a conflict naming request #6", err)
 			}
+			// One that names no request lands, and the requests' record stays.
+			if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending}); err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := db.RequestStates(ctx, "j"); fmt.Sprint(again) != fmt.Sprint(want) {
+				t.Errorf("states after a second finish naming nothing: %v, want %v", again, want)
+			}
 		})
 	}
 }
