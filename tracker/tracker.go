@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -93,11 +94,43 @@ func open(ctx context.Context, dir string, ms []migrations.Migration, o Options)
 		return nil, err
 	}
 	d := &DB{db: sdb, dir: dir, now: time.Now, busy: busy}
-	if err := d.apply(ctx, ms); err != nil {
+	if err := d.applyRetrying(ctx, ms); err != nil {
 		sdb.Close()
 		return nil, d.LockedHint(err)
 	}
 	return d, nil
+}
+
+// applyRetrying applies the migrations, starting again while another
+// process holds the database for up to the busy timeout. Processes that
+// open one fresh database at the same moment (workers started together)
+// meet SQLite's busy answers that its busy handler does not wait out: the
+// switch to WAL takes an exclusive lock, and a statement whose read
+// snapshot went stale under another's write cannot wait for it
+// (SQLITE_BUSY_SNAPSHOT). Each attempt is whole, so starting again is safe:
+// every migration checks, under the write lock, whether it was applied.
+func (d *DB) applyRetrying(ctx context.Context, ms []migrations.Migration) error {
+	deadline := time.Now().Add(d.busy)
+	wait := 5 * time.Millisecond
+	for {
+		err := d.apply(ctx, ms)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait + time.Duration(rand.Int64N(int64(wait)))):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLite's "database is locked" or "table is
+// locked".
+func isBusy(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
 }
 
 // Dir is the state directory.
@@ -114,8 +147,7 @@ func (d *DB) SetClock(now func() time.Time) { d.now = now }
 
 // LockedHint explains SQLite's "database is locked" in err, if it is that.
 func (d *DB) LockedHint(err error) error {
-	var se sqlite3.Error
-	if errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked) {
+	if isBusy(err) {
 		return fmt.Errorf("the state database %s is locked by another process (waited %s; set SLUICE_DB_BUSY_TIMEOUT to wait longer): %w",
 			filepath.Join(d.dir, DBName), d.busy, err)
 	}
