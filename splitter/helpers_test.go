@@ -93,21 +93,12 @@ func (e *env) split(input, prov string, lim sluice.Limits, mod func(*splitter.Co
 	for _, c := range cs {
 		r.chunks = append(r.chunks, *c)
 	}
-	rows, err := e.db.SQL().QueryContext(e.ctx, `SELECT r.id & 1099511627775, r.line, r.custom_id, r.chunk_id, r.idx, r.offset,
-		r.length, r.tokens, r.attempt, r.state FROM requests r JOIN jobs j ON r.id >> 40 = j.key WHERE j.id = ? ORDER BY r.id`, id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var q sluice.Request
-		if err := rows.Scan(&q.Ordinal, &q.Line, &q.CustomID, &q.Chunk, &q.Index, &q.Offset, &q.Length,
-			&q.Tokens, &q.Attempt, &q.State); err != nil {
-			e.t.Fatal(err)
-		}
-		r.requests = append(r.requests, q)
-	}
-	if err := rows.Err(); err != nil {
+	if err := e.db.Requests(e.ctx, id, func(q *sluice.Request) error {
+		c := *q
+		c.BodyKey = nil
+		r.requests = append(r.requests, c)
+		return nil
+	}); err != nil {
 		e.t.Fatal(err)
 	}
 	return r

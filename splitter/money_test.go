@@ -1,6 +1,7 @@
 package splitter_test
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -52,15 +53,11 @@ func TestBodyKeys(t *testing.T) {
 	keysOf := func(in, scope string) map[string]string {
 		e.mustSplit(in, "openai", sluice.Limits{}, func(c *splitter.Config) { c.KeyScope = scope })
 		m := map[string]string{}
-		rows, err := e.db.SQL().Query(`SELECT custom_id, COALESCE(hex(body_key), '') FROM requests WHERE id >> 40 = (SELECT key FROM jobs WHERE id = ?)`, fmt.Sprintf("j%d", e.n))
-		if err != nil {
+		if err := e.db.Requests(e.ctx, fmt.Sprintf("j%d", e.n), func(r *sluice.Request) error {
+			m[r.CustomID] = strings.ToUpper(hex.EncodeToString(r.BodyKey))
+			return nil
+		}); err != nil {
 			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id, k string
-			rows.Scan(&id, &k)
-			m[id] = k
 		}
 		return m
 	}

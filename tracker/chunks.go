@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-batch/sluice"
@@ -100,6 +101,11 @@ const chunkRequestsSQL = `SELECT id & ?, line, custom_id, chunk_id, idx, offset,
 
 // ChunkRequests implements sluice.Store.
 func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
+	if pc, ok, err := readPagedChunk(ctx, d.db, job, chunk); err != nil {
+		return err
+	} else if ok {
+		return pc.requests(ctx, d.db, func(r *sluice.Request, _ bool) error { return fn(r) })
+	}
 	// The job's key is looked up first and bound: compared with a subquery,
 	// id >> 40 does not use the requests_chunk index, and every call
 	// scanned all of the index and sorted the chunk's rows (BENCHMARKS.md).
@@ -199,6 +205,13 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
 				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
+		}
+		pc, paged, err := readPagedChunk(ctx, tx, job, f.Chunk.ID)
+		if err != nil {
+			return err
+		}
+		if paged {
+			return finishPaged(ctx, tx, pc, f)
 		}
 		// Moves first: what is left in the chunk is then exactly the
 		// requests the outcomes name, or the successes cannot be settled
@@ -431,6 +444,22 @@ func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestS
 		return nil, err
 	}
 	pending, succeeded = pending-implicit, succeeded+implicit
+	// A paged plan's requests without a row of their own (pages.go): as
+	// their chunk says, and chunk 0's answered from earlier jobs.
+	// Every row of a paged job is an overlay, and each overlays one entry.
+	var entries, pSucceeded int64
+	if err := d.db.QueryRowContext(ctx, `SELECT
+		(SELECT COALESCE(SUM(n), 0) FROM request_pages WHERE `+strings.ReplaceAll(jobRows, "requests.id", "request_pages.id")+`),
+		(SELECT COALESCE(SUM(c.paged - c.overlaid), 0) FROM chunks c WHERE c.job_id = ? AND c.paged > 0
+			AND c.requests_settled = `+strconv.Itoa(settledOnChunk)+`)
+		+ COALESCE((SELECT CASE WHEN paged = 1 THEN reused ELSE 0 END FROM jobs WHERE id = ?), 0)`, job, job, job, job).Scan(&entries, &pSucceeded); err != nil {
+		return nil, err
+	}
+	if entries > 0 {
+		own := pending + succeeded + failed // the rows: each overlays an entry
+		pending += entries - own - pSucceeded
+		succeeded += pSucceeded
+	}
 	return stateCounts(pending, succeeded, failed), nil
 }
 
@@ -449,6 +478,29 @@ func stateCounts(pending, succeeded, failed int64) map[sluice.RequestState]int64
 
 // Expected implements sluice.Store.
 func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bool) error {
+	var key int64
+	var paged int
+	if err := d.db.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &paged); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	}
+	if paged == 1 {
+		// Every request of a paged plan is in its pages, and a request's
+		// ordinal and custom_id never change.
+		errStop := errors.New("stop")
+		err := eachPageEntry(ctx, d.db, key, 0, maxOrdinal, func(r *sluice.Request) error {
+			if !fn(r.Ordinal, r.CustomID) {
+				return errStop
+			}
+			return nil
+		})
+		if err == errStop {
+			return nil
+		}
+		return err
+	}
 	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, custom_id FROM requests WHERE `+jobRows+` ORDER BY id`,
 		maxOrdinal, job, job)
 	if err != nil {

@@ -129,6 +129,10 @@ func (d *DB) DeleteJob(ctx context.Context, id string) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE `+jobRows, id, id); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM request_pages WHERE id BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
+			AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?)`, id, id); err != nil {
+			return err
+		}
 		for _, q := range []string{`DELETE FROM attempt_errors WHERE job_id = ?`, `DELETE FROM job_summaries WHERE job_id = ?`,
 			`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM chunk_leases WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {

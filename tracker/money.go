@@ -34,18 +34,28 @@ func (d *DB) foldLedger(ctx context.Context) error {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS fold
-			(key BLOB NOT NULL, request INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL)`); err != nil {
+			(key BLOB NOT NULL, request INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+			 chunk INTEGER, custom_id TEXT)`); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
 		defer tx.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS temp.fold`)
-		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.fold (key, request, offset, length)
-			SELECT r.body_key, r.id, a.value ->> 1, a.value ->> 2
+		// An answer of three members is a request with a row, which has the
+		// key; one of five (a paged plan's chunk: appendPagedAnswers) names
+		// its key, chunk and custom_id itself.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.fold (key, request, offset, length, chunk, custom_id)
+			SELECT r.body_key, r.id, a.value ->> 1, a.value ->> 2, NULL, NULL
 			FROM chunks c CROSS JOIN json_each(c.answers) AS a CROSS JOIN requests r ON r.id = a.value ->> 0
-			WHERE c.answers IS NOT NULL AND r.body_key IS NOT NULL`); err != nil {
+			WHERE c.answers IS NOT NULL AND json_array_length(a.value) = 3 AND r.body_key IS NOT NULL`); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length)
-			SELECT key, request, offset, length FROM temp.fold ORDER BY key, request`); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.fold (key, request, offset, length, chunk, custom_id)
+			SELECT unhex(a.value ->> 3), a.value ->> 0, a.value ->> 1, a.value ->> 2, c.id, a.value ->> 4
+			FROM chunks c CROSS JOIN json_each(c.answers) AS a
+			WHERE c.answers IS NOT NULL AND json_array_length(a.value) = 5`); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length, chunk, custom_id)
+			SELECT key, request, offset, length, chunk, custom_id FROM temp.fold ORDER BY key, request`); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE chunks SET answers = NULL WHERE answers IS NOT NULL`); err != nil {
@@ -162,10 +172,8 @@ func (p *Plan) SetReused(n int64, sources map[string]int64) error {
 	if n == 0 {
 		return nil
 	}
-	if _, err := p.tx.ExecContext(p.ctx, `UPDATE requests SET state = 'succeeded' WHERE id BETWEEN ? AND ? AND chunk_id = 0`,
-		requestID(p.key, 0), requestID(p.key, maxOrdinal)); err != nil {
-		return err
-	}
+	// A paged plan's chunk-0 requests are succeeded as they are (pages.go);
+	// no request of it has a row yet.
 	if _, err := p.tx.ExecContext(p.ctx, `UPDATE jobs SET reused = ? WHERE id = ?`, n, p.job.ID); err != nil {
 		return err
 	}
@@ -250,11 +258,14 @@ func (d *DB) MaxCost(ctx context.Context, job string) (*float64, error) {
 
 // lookupQuery finds the answers to n keys (then the plan's job key).
 func lookupQuery(n int) string {
-	return `SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.offset, l.length
+	// A ledger row folded from a paged chunk names its chunk and custom_id
+	// (its request succeeded there, and stays so); an older one joins its
+	// request's row.
+	return `SELECT l.key, j.id, j.dir, c.results_path, COALESCE(l.custom_id, r.custom_id), l.offset, l.length
 		FROM ledger l
-		JOIN requests r ON r.id = l.request
+		LEFT JOIN requests r ON l.chunk IS NULL AND r.id = l.request
 		JOIN jobs j ON j.key = l.request >> 40
-		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
+		JOIN chunks c ON c.job_id = j.id AND c.id = COALESCE(l.chunk, r.chunk_id)
 		WHERE l.key IN (?` + strings.Repeat(",?", n-1) + `) AND j.key != ? AND c.results_path != ''
-			AND (r.state = 'succeeded' OR (r.state = 'pending' AND c.requests_settled = ` + strconv.Itoa(settledOnChunk) + `))`
+			AND (l.chunk IS NOT NULL OR r.state = 'succeeded' OR (r.state = 'pending' AND c.requests_settled = ` + strconv.Itoa(settledOnChunk) + `))`
 }

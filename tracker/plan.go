@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mattn/go-sqlite3"
+
 	"github.com/sluice-batch/sluice"
 )
 
@@ -20,21 +22,26 @@ type Plan struct {
 	d      *DB
 	ctx    context.Context
 	job    *sluice.Job
-	tx     *sql.Tx
-	insReq *sql.Stmt
-	insChk *sql.Stmt
-	// insMany is the multi-row insert of AddRequests, prepared on first use
-	// in the current transaction; args is its reused argument slice.
-	insMany *sql.Stmt
-	args    []any
+	tx      *sql.Tx
+	insPage *sql.Stmt
+	insChk  *sql.Stmt
 	rows    int
-	// conn holds the plan's transactions, with temporary files in memory:
-	// SQLite keeps a statement journal for each multi-row INSERT inside a
-	// transaction (OR FAIL or not), and on disk that journal cost a 1 GB
-	// plan ~290,000 page writes to a file in /var/tmp. Only this
-	// connection: elsewhere a big sort or index build should still spill.
+	// conn holds the plan's transactions and, once FindCustomID is first
+	// asked, its temporary index of custom_ids (plan_ids).
 	conn *sql.Conn
-	key  int64 // the job's key: request row ids are (key << 40) | ordinal
+	key  int64 // the job's key: request ids are (key << 40) | ordinal
+	// The page being filled (pages.go): its first ordinal, entries, and
+	// the last entry packed.
+	page      []byte
+	pageFirst int64
+	pageN     int
+	prev      sluice.Request
+	// spans: each chunk's first and last ordinal and number of requests,
+	// written on the chunk rows at Commit.
+	spans map[int64]*span
+	// ids: plan_ids is built, and every request added goes into it too.
+	ids   bool
+	insID *sql.Stmt
 	// lookup is the prepared ledger lookup of LookupReuse (money.go).
 	lookup   *sql.Stmt
 	lookConn *sql.Conn
@@ -72,8 +79,9 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 		job.ProviderFiles = sluice.ProviderFilesLive
 	}
 	if err := d.db.QueryRowContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, endpoint, provider_files, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests)) + 1) RETURNING key`,
+		max_attempts, created_at, updated_at, endpoint, provider_files, paged, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
+		MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests),
+		(SELECT COALESCE(MAX(id), 0) >> 40 FROM request_pages)) + 1) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
@@ -82,11 +90,10 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 		d.DeleteJob(ctx, job.ID)
 		return nil, fmt.Errorf("record job %s: the state database holds too many jobs (key %d); start a new state directory", job.ID, key)
 	}
-	p := &Plan{d: d, ctx: ctx, job: job, key: key, ledgerEmpty: !answers}
+	p := &Plan{d: d, ctx: ctx, job: job, key: key, ledgerEmpty: !answers, spans: map[int64]*span{}}
 	conn, err := d.db.Conn(ctx)
 	if err == nil {
 		p.conn = conn
-		_, err = conn.ExecContext(ctx, `PRAGMA temp_store = MEMORY`)
 	}
 	if err == nil {
 		err = p.begin()
@@ -112,7 +119,10 @@ func (p *Plan) release() {
 	if p.conn == nil {
 		return
 	}
-	p.conn.ExecContext(context.WithoutCancel(p.ctx), `PRAGMA temp_store = DEFAULT`)
+	if p.ids {
+		p.conn.ExecContext(context.WithoutCancel(p.ctx), `DROP TABLE IF EXISTS temp.plan_ids`)
+		p.ids = false
+	}
 	p.conn.Close()
 	p.conn = nil
 }
@@ -123,10 +133,13 @@ func (p *Plan) begin() error {
 		return err
 	}
 	p.tx = tx
-	p.insMany = nil
-	if p.insReq, err = tx.PrepareContext(p.ctx, `INSERT INTO requests (id, line, custom_id, chunk_id, idx,
-		offset, length, tokens, attempt, body_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+	if p.insPage, err = tx.PrepareContext(p.ctx, `INSERT INTO request_pages (id, n, data) VALUES (?, ?, ?)`); err != nil {
 		return err
+	}
+	if p.ids {
+		if p.insID, err = tx.PrepareContext(p.ctx, `INSERT INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`); err != nil {
+			return err
+		}
 	}
 	p.insChk, err = tx.PrepareContext(p.ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
 		bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
@@ -142,28 +155,81 @@ func (p *Plan) flush() error {
 	return p.begin()
 }
 
-func (p *Plan) wrote() error {
-	p.rows++
+func (p *Plan) wrote(n int) error {
+	p.rows += n
 	if p.rows >= planTxRows {
 		return p.flush()
 	}
 	return nil
 }
 
-// AddRequest implements sluice.PlanSink.
+// AddRequest implements sluice.PlanSink: the request goes into the page
+// being filled (pages.go), and the page into request_pages when full.
 func (p *Plan) AddRequest(r *sluice.Request) error {
 	if err := checkOrdinal(r); err != nil {
 		return err
 	}
-	attempt := r.Attempt
-	if attempt == 0 {
-		attempt = 1
+	if r.Attempt > 1 {
+		// Not from a plan: every planned request is on its first attempt.
+		return fmt.Errorf("record request %q (line %d): a plan's requests are on attempt 1, not %d", r.CustomID, r.Line, r.Attempt)
 	}
-	if _, err := p.insReq.Exec(requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index,
-		r.Offset, r.Length, r.Tokens, attempt, r.BodyKey); err != nil {
+	if p.pageN > 0 && r.Ordinal != p.pageFirst+int64(p.pageN) {
+		// A page holds consecutive ordinals.
+		if err := p.flushPage(); err != nil {
+			return err
+		}
+	}
+	if p.ids {
+		if err := p.indexID(r); err != nil {
+			return err
+		}
+	}
+	if p.pageN == 0 {
+		p.pageFirst, p.prev = r.Ordinal, sluice.Request{}
+	}
+	p.page = appendEntry(p.page, r, &p.prev)
+	p.prev.Line = r.Line
+	p.pageN++
+	sp := p.spans[r.Chunk]
+	if sp == nil {
+		sp = &span{first: r.Ordinal}
+		p.spans[r.Chunk] = sp
+	}
+	sp.last = r.Ordinal
+	sp.n++
+	if p.pageN >= pageRows {
+		return p.flushPage()
+	}
+	return nil
+}
+
+// span is where a chunk's requests are in the plan.
+type span struct{ first, last, n int64 }
+
+// flushPage writes the page being filled.
+func (p *Plan) flushPage() error {
+	if p.pageN == 0 {
+		return nil
+	}
+	if _, err := p.insPage.ExecContext(p.ctx, requestID(p.key, p.pageFirst), p.pageN, p.page); err != nil {
+		return fmt.Errorf("record requests #%d to #%d: %w", p.pageFirst, p.pageFirst+int64(p.pageN)-1, err)
+	}
+	n := p.pageN
+	p.page, p.pageN = p.page[:0], 0
+	return p.wrote(n)
+}
+
+// indexID puts r's custom_id into plan_ids, refusing one already there.
+func (p *Plan) indexID(r *sluice.Request) error {
+	if _, err := p.insID.ExecContext(p.ctx, r.CustomID, r.Line); err != nil {
+		var se sqlite3.Error
+		if errors.As(err, &se) && se.Code == sqlite3.ErrConstraint {
+			first, _, _ := p.FindCustomID(r.CustomID)
+			return fmt.Errorf("record request %q (line %d): duplicate custom_id, first seen on line %d", r.CustomID, r.Line, first)
+		}
 		return fmt.Errorf("record request %q (line %d): %w", r.CustomID, r.Line, err)
 	}
-	return p.wrote()
+	return nil
 }
 
 // AddChunk implements sluice.PlanSink.
@@ -177,24 +243,81 @@ func (p *Plan) AddChunk(c *sluice.Chunk) error {
 		c.Bytes, c.EstTokens, c.Bound, c.State, c.MaxOutputTokens, c.NoMaxRequests); err != nil {
 		return fmt.Errorf("record chunk %d: %w", c.ID, err)
 	}
-	return p.wrote()
+	return p.wrote(1)
 }
 
-// FindCustomID implements sluice.PlanSink.
+// FindCustomID implements sluice.PlanSink. The plan keeps no index of
+// custom_ids until it is first asked (the splitter asks only when its
+// filter has seen an id's hash before: a clean input never): then it
+// builds plan_ids, a temporary table on the plan's connection, from the
+// requests recorded so far, and from then on every request added goes into
+// it as well, a duplicate refused.
 func (p *Plan) FindCustomID(customID string) (int64, bool, error) {
+	if !p.ids {
+		if err := p.buildIDs(); err != nil {
+			return 0, false, fmt.Errorf("index custom_ids: %w", err)
+		}
+	}
 	var line int64
-	err := p.tx.QueryRowContext(p.ctx, `SELECT line FROM requests WHERE id >> 40 = ? AND custom_id = ?`,
-		p.key, customID).Scan(&line)
+	err := p.tx.QueryRowContext(p.ctx, `SELECT line FROM temp.plan_ids WHERE custom_id = ?`, customID).Scan(&line)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
 	return line, err == nil, err
 }
 
+// buildIDs creates plan_ids from the pages written and the page being
+// filled.
+func (p *Plan) buildIDs() error {
+	if _, err := p.tx.ExecContext(p.ctx, `CREATE TEMP TABLE plan_ids (custom_id TEXT PRIMARY KEY, line INTEGER NOT NULL) WITHOUT ROWID`); err != nil {
+		return err
+	}
+	ins, err := p.tx.PrepareContext(p.ctx, `INSERT OR IGNORE INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	add := func(r *sluice.Request) error {
+		_, err := ins.ExecContext(p.ctx, r.CustomID, r.Line)
+		return err
+	}
+	if err := eachPageEntry(p.ctx, p.tx, p.key, 0, maxOrdinal, add); err != nil {
+		return err
+	}
+	d := newPageDecoder(p.pageFirst, p.pageN, p.page)
+	for {
+		ok, err := d.entry()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		if err := add(&d.r); err != nil {
+			return err
+		}
+	}
+	if p.insID, err = p.tx.PrepareContext(p.ctx, `INSERT INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`); err != nil {
+		return err
+	}
+	p.ids = true
+	return nil
+}
+
 // Commit records the input's fingerprint and counts and moves the job to
 // planned: from here on the plan is trusted.
 func (p *Plan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, rejected int64) error {
 	now := p.d.now().UnixNano()
+	err := p.flushPage()
+	if err == nil {
+		err = p.recordSpans(ctx)
+	}
+	if err != nil {
+		p.tx.Rollback()
+		p.tx = nil
+		p.release()
+		return err
+	}
 	res, err := p.tx.ExecContext(ctx, `UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
 		requests = ?, rejected = ?, state = ?, updated_at = ? WHERE id = ? AND state = ?`,
 		fp.Size, ns(fp.ModTime), fp.Hash, requests, rejected, sluice.JobPlanned, now, p.job.ID, sluice.JobPlanning)
@@ -237,18 +360,8 @@ func checkOrdinal(r *sluice.Request) error {
 	return nil
 }
 
-// rowsPerInsert is how many request rows one INSERT statement carries:
-// SQLite's per-statement overhead dominates single-row inserts.
-const rowsPerInsert = 64
-
 // AddRequests records many requests at once (splitter.BatchSink).
 func (p *Plan) AddRequests(rs []sluice.Request) error {
-	for len(rs) >= rowsPerInsert {
-		if err := p.insertMany(rs[:rowsPerInsert]); err != nil {
-			return err
-		}
-		rs = rs[rowsPerInsert:]
-	}
 	for i := range rs {
 		if err := p.AddRequest(&rs[i]); err != nil {
 			return err
@@ -257,62 +370,23 @@ func (p *Plan) AddRequests(rs []sluice.Request) error {
 	return nil
 }
 
-func (p *Plan) insertMany(rs []sluice.Request) error {
-	if p.insMany == nil {
-		// OR FAIL: a failing statement keeps the rows it inserted before
-		// the one at fault (insertEach copes).
-		q := `INSERT OR FAIL INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, body_key) VALUES `
-		for i := 0; i < rowsPerInsert; i++ {
-			if i > 0 {
-				q += ","
-			}
-			q += "(?,?,?,?,?,?,?,?,?)"
-		}
-		st, err := p.tx.PrepareContext(p.ctx, q)
-		if err != nil {
-			return err
-		}
-		p.insMany = st
+// recordSpans writes each chunk's span of the plan on its row (chunk 0,
+// the requests answered from earlier jobs, has none).
+func (p *Plan) recordSpans(ctx context.Context) error {
+	st, err := p.tx.PrepareContext(ctx, `UPDATE chunks SET first_ordinal = ?, last_ordinal = ?, paged = ? WHERE job_id = ? AND id = ?`)
+	if err != nil {
+		return err
 	}
-	args := p.args[:0]
-	for i := range rs {
-		r := &rs[i]
-		if err := checkOrdinal(r); err != nil {
-			return err
+	defer st.Close()
+	for id, sp := range p.spans {
+		if id == 0 {
+			continue
 		}
-		if r.Attempt > 1 {
-			// Not from a plan: every planned request is on its first attempt.
-			return fmt.Errorf("record request %q (line %d): a plan's requests are on attempt 1, not %d", r.CustomID, r.Line, r.Attempt)
-		}
-		// Attempt and state take their defaults (1, pending): one bound value
-		// is a call into C, and a plan binds millions.
-		args = append(args, requestID(p.key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens, r.BodyKey)
-	}
-	p.args = args
-	if _, err := p.insMany.Exec(args...); err != nil {
-		// Name the row at fault: redo them one by one.
-		return p.insertEach(rs, err)
-	}
-	p.rows += len(rs) - 1
-	return p.wrote()
-}
-
-// insertEach is the slow path after a multi-row insert failed (a duplicate
-// custom_id, say): it finds and reports the row at fault, passing over the
-// rows the failed statement inserted before it.
-func (p *Plan) insertEach(rs []sluice.Request, cause error) error {
-	for i := range rs {
-		var id string
-		err := p.tx.QueryRowContext(p.ctx, `SELECT custom_id FROM requests WHERE id = ?`, requestID(p.key, rs[i].Ordinal)).Scan(&id)
-		switch {
-		case err == nil && id == rs[i].CustomID:
-			continue // inserted by the failed statement
-		case err != nil && !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("%w (and looking for the row at fault: %v)", cause, err)
-		}
-		if err := p.AddRequest(&rs[i]); err != nil {
-			return err
+		// A chunk with no row (tests of requests alone) keeps no span:
+		// RequestStates counts its requests from the pages.
+		if _, err := st.ExecContext(ctx, sp.first, sp.last, sp.n, p.job.ID, id); err != nil {
+			return fmt.Errorf("record chunk %d: %w", id, err)
 		}
 	}
-	return cause
+	return nil
 }

@@ -324,6 +324,15 @@ func testAddRequestsBatchedNamesDuplicate(t *testing.T, db *testDB) {
 		rs = append(rs, sluice.Request{Ordinal: int64(i), Line: int64(i + 1), CustomID: fmt.Sprintf("id-%d", i), Chunk: 1, Index: i})
 	}
 	rs[150].CustomID = "id-3" // a duplicate inside the second 64-row insert
+	if db.name == "sqlite" {
+		// SQLite keeps no index of a plan's custom_ids until the splitter
+		// first asks about one, which it does whenever its filter has seen
+		// an id's hash before, so before any duplicate reaches the plan
+		// (tracker/plan.go, FindCustomID). Ask as the splitter would.
+		if _, found, err := p.FindCustomID("id-3"); found || err != nil {
+			t.Fatalf("FindCustomID before any request: %v %v", found, err)
+		}
+	}
 	err = p.AddRequests(rs)
 	if db.name != "sqlite" {
 		// PostgreSQL checks custom_ids when the plan commits (or at the
@@ -349,8 +358,8 @@ func testAddRequestsBatchedNamesDuplicate(t *testing.T, db *testDB) {
 		}
 		return
 	}
-	if err == nil || !strings.Contains(err.Error(), `"id-3" (line 151)`) {
-		t.Fatalf("AddRequests with a duplicate: %v; want it to name id-3 on line 151", err)
+	if err == nil || !strings.Contains(err.Error(), `"id-3" (line 151)`) || !strings.Contains(err.Error(), "first seen on line 4") {
+		t.Fatalf("AddRequests with a duplicate: %v; want it to name id-3 on line 151, first seen on line 4", err)
 	}
 	// SQLite keeps the rows before the one at fault and goes on.
 	if line, found, _ := p.FindCustomID("id-3"); !found || line != 4 {

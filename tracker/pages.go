@@ -1,0 +1,490 @@
+package tracker
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// Request pages (migrations/0009_request_pages.sql; docs/architecture.md,
+// "The tracker's request records").
+//
+// A plan's requests go into request_pages, up to pageRows consecutive
+// ordinals a page, each page one BLOB of packed entries, instead of a row
+// each: writing a million rows (the table and its indexes) was 3 CPU
+// seconds, reading them back 1 to 2 more, a third of a whole
+// 1,000,000-request run. A page entry is what the plan decided and never
+// changes. A request's state while it is the default is on its chunk:
+// pending in its plan chunk, or succeeded when that chunk is settled on the
+// chunk (settledOnChunk) or when it is in chunk 0 (answered from earlier
+// jobs at planning). Anything else (moved to a retry chunk, failed, settled
+// one by one) gives the request a full row in requests, an overlay, which
+// is its record from then on; chunks.overlaid counts them per plan chunk.
+// Retry chunks hold only overlay rows and are read and finished as before.
+
+// pageRows is the most requests one page holds.
+const pageRows = 1024
+
+// appendEntry packs r after prev (the page's previous entry, or a zero
+// Request) onto dst: line as a difference, then chunk, index, offset,
+// length, tokens, custom_id and body key.
+func appendEntry(dst []byte, r, prev *sluice.Request) []byte {
+	dst = binary.AppendVarint(dst, r.Line-prev.Line)
+	dst = binary.AppendVarint(dst, r.Chunk)
+	dst = binary.AppendUvarint(dst, uint64(r.Index))
+	dst = binary.AppendUvarint(dst, uint64(r.Offset))
+	dst = binary.AppendUvarint(dst, uint64(r.Length))
+	dst = binary.AppendUvarint(dst, uint64(r.Tokens))
+	dst = binary.AppendUvarint(dst, uint64(len(r.CustomID)))
+	dst = append(dst, r.CustomID...)
+	dst = binary.AppendUvarint(dst, uint64(len(r.BodyKey)))
+	return append(dst, r.BodyKey...)
+}
+
+var errBadPage = errors.New("request page is corrupt")
+
+// pageDecoder reads a page's entries in order.
+type pageDecoder struct {
+	data []byte
+	next int64 // ordinal of the next entry
+	end  int64 // one past the page's last ordinal
+	r    sluice.Request
+}
+
+func newPageDecoder(first int64, n int, data []byte) *pageDecoder {
+	return &pageDecoder{data: data, next: first, end: first + int64(n)}
+}
+
+// entry decodes the next entry into d.r (custom_id copied; BodyKey aliasing
+// the page's data), or returns false at the page's end.
+func (d *pageDecoder) entry() (bool, error) {
+	if d.next >= d.end {
+		if len(d.data) != 0 {
+			return false, errBadPage
+		}
+		return false, nil
+	}
+	var v [8]int64
+	for i := range v {
+		var x int64
+		var n int
+		if i < 2 {
+			x, n = binary.Varint(d.data)
+		} else {
+			var u uint64
+			u, n = binary.Uvarint(d.data)
+			x = int64(u)
+		}
+		if n <= 0 {
+			return false, errBadPage
+		}
+		d.data = d.data[n:]
+		v[i] = x
+		if i == 6 { // custom_id's length: the id follows
+			if x < 0 || x > int64(len(d.data)) {
+				return false, errBadPage
+			}
+			d.r.CustomID = string(d.data[:x])
+			d.data = d.data[x:]
+		}
+	}
+	k := v[7]
+	if k < 0 || k > int64(len(d.data)) {
+		return false, errBadPage
+	}
+	d.r.BodyKey = nil
+	if k > 0 {
+		d.r.BodyKey = d.data[:k:k]
+	}
+	d.data = d.data[k:]
+	d.r.Ordinal = d.next
+	d.r.Line += v[0]
+	d.r.Chunk, d.r.Index, d.r.Offset, d.r.Length, d.r.Tokens = v[1], int(v[2]), v[3], int(v[4]), v[5]
+	d.r.Attempt, d.r.State = 1, sluice.RequestPending
+	d.next++
+	return true, nil
+}
+
+// querier is what reading pages needs of a database or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// eachPageEntry calls fn for every page entry of job key with an ordinal in
+// [first, last], in ordinal order.
+func eachPageEntry(ctx context.Context, q querier, key, first, last int64, fn func(*sluice.Request) error) error {
+	// The page holding first starts at or before it.
+	var from int64
+	if err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), ?) FROM request_pages WHERE id BETWEEN ? AND ?`,
+		requestID(key, first), requestID(key, 0), requestID(key, first)).Scan(&from); err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT id & ?, n, data FROM request_pages WHERE id BETWEEN ? AND ? ORDER BY id`,
+		maxOrdinal, from, requestID(key, last))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var start int64
+		var n int
+		var data []byte
+		if err := rows.Scan(&start, &n, &data); err != nil {
+			return err
+		}
+		d := newPageDecoder(start, n, data)
+		for {
+			ok, err := d.entry()
+			if err != nil {
+				return fmt.Errorf("request page at #%d: %w", start, err)
+			}
+			if !ok {
+				break
+			}
+			if d.r.Ordinal < first {
+				continue
+			}
+			if d.r.Ordinal > last {
+				break
+			}
+			if err := fn(&d.r); err != nil {
+				return err
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// overlayCols are the columns of an overlay row, as scanOverlay reads them.
+const overlayCols = `id & 1099511627775, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state, body_key`
+
+func scanOverlay(rows *sql.Rows, r *sluice.Request) error {
+	var state string
+	var idx, length, attempt int64
+	if err := rows.Scan(&r.Ordinal, &r.Line, &r.CustomID, &r.Chunk, &idx, &r.Offset, &length, &r.Tokens,
+		&attempt, &state, &r.BodyKey); err != nil {
+		return err
+	}
+	r.Index, r.Length, r.Attempt, r.State = int(idx), int(length), int(attempt), sluice.RequestState(state)
+	return nil
+}
+
+// overlays returns the overlay rows of job key with ordinals in [first, last].
+func overlays(ctx context.Context, q querier, key, first, last int64) (map[int64]sluice.Request, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+overlayCols+` FROM requests WHERE id BETWEEN ? AND ?`,
+		requestID(key, first), requestID(key, last))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[int64]sluice.Request{}
+	for rows.Next() {
+		var r sluice.Request
+		if err := scanOverlay(rows, &r); err != nil {
+			return nil, err
+		}
+		m[r.Ordinal] = r
+	}
+	return m, rows.Err()
+}
+
+// pagedChunk is what reading a plan chunk of a paged job needs.
+type pagedChunk struct {
+	key, id     int64
+	first, last int64
+	settled     int
+}
+
+// requests calls fn for each request of the chunk, in index order, with
+// its current record: its overlay row if it has one (skipped when that
+// row is in another chunk now), else its page entry, pending or, in a
+// chunk settled on the chunk, succeeded. fromRow tells which.
+func (c pagedChunk) requests(ctx context.Context, q querier, fn func(r *sluice.Request, fromRow bool) error) error {
+	if c.first < 0 {
+		return nil // no request
+	}
+	ov, err := overlays(ctx, q, c.key, c.first, c.last)
+	if err != nil {
+		return err
+	}
+	return eachPageEntry(ctx, q, c.key, c.first, c.last, func(r *sluice.Request) error {
+		if r.Chunk != c.id {
+			return nil // another group's request between two of ours
+		}
+		if o, ok := ov[r.Ordinal]; ok {
+			if o.Chunk != c.id {
+				return nil // moved to a retry chunk
+			}
+			return fn(&o, true)
+		}
+		if c.settled == settledOnChunk {
+			r.State = sluice.RequestSucceeded
+		}
+		return fn(r, false)
+	})
+}
+
+// readPagedChunk returns the chunk's paged-plan facts, ok false when the
+// chunk's requests are not in pages (a job planned with a row per request,
+// or a retry chunk).
+func readPagedChunk(ctx context.Context, q querier, job string, chunk int64) (pagedChunk, bool, error) {
+	c := pagedChunk{id: chunk}
+	var paged, attempt int
+	err := q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled
+		FROM jobs j JOIN chunks c ON c.job_id = j.id WHERE j.id = ? AND c.id = ?`, job, chunk).
+		Scan(&c.key, &paged, &attempt, &c.first, &c.last, &c.settled)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, false, nil
+	}
+	if err != nil {
+		return c, false, err
+	}
+	return c, paged == 1 && attempt == 1, nil
+}
+
+// insertOverlay writes r as its request's overlay row.
+const insertOverlay = `INSERT INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state, body_key)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func overlayArgs(key int64, r *sluice.Request) []any {
+	var bk any
+	if len(r.BodyKey) > 0 {
+		bk = r.BodyKey
+	}
+	return []any{requestID(key, r.Ordinal), r.Line, r.CustomID, r.Chunk, r.Index, r.Offset, r.Length, r.Tokens,
+		r.Attempt, string(r.State), bk}
+}
+
+// Requests calls fn for every request of a job in ordinal order, with its
+// current record (tests and tools; the dispatcher reads by chunk).
+func (d *DB) Requests(ctx context.Context, job string, fn func(*sluice.Request) error) error {
+	var key int64
+	var paged int
+	if err := d.db.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &paged); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	}
+	settled := map[int64]int{}
+	crows, err := d.db.QueryContext(ctx, `SELECT id, requests_settled FROM chunks WHERE job_id = ?`, job)
+	if err != nil {
+		return err
+	}
+	for crows.Next() {
+		var id int64
+		var s int
+		if err := crows.Scan(&id, &s); err != nil {
+			crows.Close()
+			return err
+		}
+		settled[id] = s
+	}
+	crows.Close()
+	rows, err := d.db.QueryContext(ctx, `SELECT `+overlayCols+` FROM requests WHERE id BETWEEN ? AND ? ORDER BY id`,
+		requestID(key, 0), requestID(key, maxOrdinal))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var row sluice.Request
+	have := false
+	nextRow := func() error {
+		have = rows.Next()
+		if !have {
+			return rows.Err()
+		}
+		return scanOverlay(rows, &row)
+	}
+	if err := nextRow(); err != nil {
+		return err
+	}
+	// A row's state as read: pending in a chunk settled on the chunk is
+	// succeeded (finishOutcomes).
+	fixed := func(r *sluice.Request) *sluice.Request {
+		if r.State == sluice.RequestPending && settled[r.Chunk] == settledOnChunk {
+			r.State = sluice.RequestSucceeded
+		}
+		return r
+	}
+	if paged == 1 {
+		if err := eachPageEntry(ctx, d.db, key, 0, maxOrdinal, func(r *sluice.Request) error {
+			for have && row.Ordinal < r.Ordinal { // a row without an entry: not expected, passed on
+				if err := fn(fixed(&row)); err != nil {
+					return err
+				}
+				if err := nextRow(); err != nil {
+					return err
+				}
+			}
+			if have && row.Ordinal == r.Ordinal {
+				if err := fn(fixed(&row)); err != nil {
+					return err
+				}
+				return nextRow()
+			}
+			if r.Chunk == 0 {
+				r.State = sluice.RequestSucceeded // answered from earlier jobs
+			}
+			return fn(fixed(r))
+		}); err != nil {
+			return err
+		}
+	}
+	for have {
+		if err := fn(fixed(&row)); err != nil {
+			return err
+		}
+		if err := nextRow(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishPaged is FinishChunk's work on a plan chunk of a paged job (the
+// chunk row is already updated; settledness read). A moved request gets an
+// overlay row in its new chunk; failures get overlay rows in this chunk;
+// the successes, when they are every request left, are settled on the
+// chunk with no row written, else each gets a row too. Every request
+// named must be pending in the chunk (ErrConflict otherwise).
+func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finish) error {
+	if pc.settled != settledNot {
+		return nil // FinishChunk refused any request named: nothing to do
+	}
+	// The chunk's requests, every one pending (nothing has settled them).
+	left := map[int64]sluice.Request{}
+	if err := pc.requests(ctx, tx, func(r *sluice.Request, fromRow bool) error {
+		if fromRow || r.State != sluice.RequestPending {
+			return fmt.Errorf("chunk %d: request #%d has a record of its own before the chunk finished: %w", pc.id, r.Ordinal, ErrConflict)
+		}
+		c := *r
+		c.BodyKey = append([]byte(nil), r.BodyKey...)
+		left[r.Ordinal] = c
+		return nil
+	}); err != nil {
+		return err
+	}
+	ins, err := tx.PrepareContext(ctx, insertOverlay)
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	overlaid := 0
+	take := func(ord int64) (sluice.Request, error) {
+		r, ok := left[ord]
+		if !ok {
+			return r, fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", ord, pc.id, ErrConflict)
+		}
+		delete(left, ord)
+		return r, nil
+	}
+	for _, m := range f.Moved {
+		r, err := take(m.Ordinal)
+		if err != nil {
+			return err
+		}
+		chunk := m.Chunk
+		if i, ok := sluice.NewChunkIndex(chunk); ok {
+			if i >= len(f.NewChunks) {
+				return fmt.Errorf("request #%d moved to new chunk %d of %d", m.Ordinal, i, len(f.NewChunks))
+			}
+			chunk = f.NewChunks[i].ID
+		}
+		r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, r.State = chunk, m.Index, m.Offset, m.Length, m.Attempt, sluice.RequestPending
+		if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
+			return fmt.Errorf("move request #%d: %w", m.Ordinal, err)
+		}
+		overlaid++
+	}
+	// Outcomes: each a final state, each pending here, each once.
+	var succeeded []sluice.Request
+	named := make(map[int64]sluice.Request, len(f.Outcomes))
+	for _, o := range f.Outcomes {
+		if o.State != sluice.RequestSucceeded && o.State != sluice.RequestFailed {
+			return fmt.Errorf("request #%d of chunk %d: %q is not a final state", o.Ordinal, pc.id, o.State)
+		}
+		r, err := take(o.Ordinal)
+		if err != nil {
+			return err
+		}
+		named[o.Ordinal] = r
+		if o.State == sluice.RequestFailed {
+			r.State = sluice.RequestFailed
+			if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
+				return fmt.Errorf("record request #%d: %w", o.Ordinal, err)
+			}
+			overlaid++
+			continue
+		}
+		succeeded = append(succeeded, r)
+	}
+	mark := settledOnRows
+	if len(f.Outcomes) > 0 && len(left) == 0 && len(succeeded) > 0 {
+		mark = settledOnChunk // the successes are every request left
+	} else {
+		for i := range succeeded {
+			r := &succeeded[i]
+			r.State = sluice.RequestSucceeded
+			if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, r)...); err != nil {
+				return fmt.Errorf("record request #%d: %w", r.Ordinal, err)
+			}
+			overlaid++
+		}
+	}
+	if len(f.Outcomes) == 0 {
+		mark = settledOnRows // as finishOutcomes: nothing left pending here is succeeded
+	}
+	answers := appendPagedAnswers(nil, pc.key, f.Outcomes, named)
+	var a any // NULL: nothing for the ledger
+	if answers != nil {
+		a = string(answers)
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ?, overlaid = overlaid + ? WHERE job_id = ? AND id = ?`,
+		mark, a, overlaid, f.Chunk.Job, f.Chunk.ID)
+	return err
+}
+
+// appendPagedAnswers is appendAnswers for a paged chunk: each success
+// with a record and a body key as [id, offset, length, key in hex,
+// custom_id], what the ledger needs without a request row to join
+// (foldLedger).
+func appendPagedAnswers(dst []byte, key int64, os []sluice.Outcome, named map[int64]sluice.Request) []byte {
+	n := 0
+	for _, o := range os {
+		r := named[o.Ordinal]
+		if o.State != sluice.RequestSucceeded || o.Length <= 0 || len(r.BodyKey) == 0 {
+			continue
+		}
+		if n == 0 {
+			dst = append(dst, '[')
+		} else {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '[')
+		dst = strconv.AppendInt(dst, requestID(key, o.Ordinal), 10)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, o.Offset, 10)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, o.Length, 10)
+		dst = append(dst, ',', '"')
+		dst = hex.AppendEncode(dst, r.BodyKey)
+		dst = append(dst, '"', ',')
+		id, _ := json.Marshal(r.CustomID)
+		dst = append(dst, id...)
+		dst = append(dst, ']')
+		n++
+	}
+	if n == 0 {
+		return dst
+	}
+	return append(dst, ']')
+}

@@ -1,0 +1,212 @@
+package tracker_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// TestPlanIsPagedNotRows: a plan of 2,500 requests in two groups whose
+// chunks interleave writes no request row, three pages (1,024 ordinals
+// each), and each chunk's span; every reader gives back what was planned:
+// ChunkRequests a chunk's own requests in index order (none of the other
+// group's between them), Expected every custom_id in ordinal order,
+// RequestStates the counts, Requests every field, body keys included. A
+// finish that moves, fails and succeeds requests then writes rows for the
+// moved and failed ones only, and the readers follow.
+func TestPlanIsPagedNotRows(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir(), MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2500
+	var planned []sluice.Request
+	idx := map[int64]int{}
+	for i := 0; i < n; i++ {
+		chunk := int64(1 + i%2) // two groups, one chunk each, interleaved
+		if i%5 == 0 {
+			chunk = 0 // answered from an earlier job
+		}
+		r := sluice.Request{Ordinal: int64(i), Line: int64(2*i + 1), CustomID: fmt.Sprintf("id-%d", i), Chunk: chunk,
+			Index: idx[chunk], Offset: int64(100 * idx[chunk]), Length: 90 + i%7, Tokens: int64(i % 300), Attempt: 1,
+			State: sluice.RequestPending}
+		if i%3 != 0 {
+			r.BodyKey = []byte(fmt.Sprintf("key-%012d", i))
+		}
+		idx[chunk]++
+		planned = append(planned, r)
+	}
+	for i := 0; i < n; i += 300 {
+		if err := p.AddRequests(planned[i:min(n, i+300)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []int64{1, 2} {
+		if err := p.AddChunk(&sluice.Chunk{ID: c, URL: "/v1/chat/completions", Model: "m", Path: fmt.Sprint("chunks/c", c), Requests: idx[c]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.SetReused(int64(idx[0]), map[string]int64{"old": int64(idx[0])}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{Size: 1, ModTime: time.Unix(1, 0)}, n, 0); err != nil {
+		t.Fatal(err)
+	}
+	var rows, pages int
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests`).Scan(&rows)
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM request_pages`).Scan(&pages)
+	if rows != 0 || pages != 3 {
+		t.Fatalf("%d request rows and %d pages, want 0 and 3", rows, pages)
+	}
+	var first, last, paged int64
+	db.SQL().QueryRow(`SELECT first_ordinal, last_ordinal, paged FROM chunks WHERE id = 2`).Scan(&first, &last, &paged)
+	if first != 1 || last != 2499 || paged != int64(idx[2]) {
+		t.Errorf("chunk 2's span %d..%d of %d, want 1..2499 of %d", first, last, paged, idx[2])
+	}
+
+	want := func(chunk int64) []sluice.Request {
+		var out []sluice.Request
+		for _, r := range planned {
+			if r.Chunk == chunk {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	read := func(chunk int64) []sluice.Request {
+		t.Helper()
+		var got []sluice.Request
+		if err := db.ChunkRequests(ctx, "j", chunk, func(r *sluice.Request) error {
+			c := *r
+			c.BodyKey = slices.Clone(r.BodyKey)
+			got = append(got, c)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, c := range []int64{1, 2} {
+		if got, w := read(c), want(c); fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("chunk %d: %d requests read, want %d; first %v, want %v", c, len(got), len(w), got[:1], w[:1])
+		}
+	}
+	var ids []string
+	if err := db.Expected(ctx, "j", func(o int64, id string) bool {
+		if o != int64(len(ids)) {
+			t.Fatalf("expected ordinal %d after %d", o, len(ids))
+		}
+		ids = append(ids, id)
+		return true
+	}); err != nil || len(ids) != n || ids[n-1] != "id-2499" {
+		t.Fatalf("Expected: %d ids, last %q, %v", len(ids), ids[len(ids)-1], err)
+	}
+	states := func() string {
+		st, err := db.RequestStates(ctx, "j")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(st)
+	}
+	if got, w := states(), fmt.Sprint(map[sluice.RequestState]int64{sluice.RequestPending: int64(idx[1] + idx[2]),
+		sluice.RequestSucceeded: int64(idx[0])}); got != w {
+		t.Errorf("states %s, want %s", got, w)
+	}
+
+	// Chunk 1 ends: its first two requests move to a retry chunk, the next
+	// three fail, the rest succeed.
+	c1 := want(1)
+	cs, _ := db.Chunks(ctx, "j")
+	ch := cs[0]
+	ch.State, ch.ResultsPath = sluice.ChunkDone, "results/c1"
+	f := &sluice.Finish{Chunk: ch, From: sluice.ChunkPending,
+		NewChunks: []*sluice.Chunk{{Attempt: 2, URL: "/v1/chat/completions", Model: "m", Path: "chunks/c3", Requests: 2, State: sluice.ChunkPending}}}
+	for i, r := range c1 {
+		switch {
+		case i < 2:
+			f.Moved = append(f.Moved, sluice.Request{Ordinal: r.Ordinal, Chunk: sluice.NewChunkRef(0), Index: i, Offset: int64(10 * i), Length: 10, Attempt: 2})
+		case i < 5:
+			f.Outcomes = append(f.Outcomes, sluice.Outcome{Ordinal: r.Ordinal, State: sluice.RequestFailed})
+		default:
+			f.Outcomes = append(f.Outcomes, sluice.Outcome{Ordinal: r.Ordinal, State: sluice.RequestSucceeded, Offset: int64(i), Length: 1})
+		}
+	}
+	if err := db.FinishChunk(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests`).Scan(&rows)
+	if rows != 5 {
+		t.Errorf("%d request rows after the finish, want 5 (2 moved, 3 failed)", rows)
+	}
+	if got, w := states(), fmt.Sprint(map[sluice.RequestState]int64{sluice.RequestPending: int64(idx[2] + 2),
+		sluice.RequestFailed: 3, sluice.RequestSucceeded: int64(idx[0] + idx[1] - 5)}); got != w {
+		t.Errorf("states after the finish %s, want %s", got, w)
+	}
+	got := read(3)
+	if len(got) != 2 || got[0].CustomID != c1[0].CustomID || got[1].Attempt != 2 || got[1].Line != c1[1].Line ||
+		got[1].Tokens != c1[1].Tokens || got[1].Offset != 10 {
+		t.Errorf("the retry chunk reads %v", got)
+	}
+	if n, err := db.RetriedRequests(ctx, "j"); n != 2 || err != nil {
+		t.Errorf("retried %d %v, want 2", n, err)
+	}
+	byState := map[sluice.RequestState]int{}
+	for _, r := range read(1) {
+		byState[r.State]++
+	}
+	if byState[sluice.RequestFailed] != 3 || byState[sluice.RequestSucceeded] != len(c1)-5 || len(read(1)) != len(c1)-2 {
+		t.Errorf("chunk 1 after the finish: %v", byState)
+	}
+	// Requests: every request once, in order, with its record.
+	var all []sluice.Request
+	if err := db.Requests(ctx, "j", func(r *sluice.Request) error { all = append(all, *r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n || all[c1[0].Ordinal].Chunk != 3 || string(all[c1[1].Ordinal].BodyKey) != string(c1[1].BodyKey) || all[c1[2].Ordinal].State != sluice.RequestFailed ||
+		all[c1[9].Ordinal].State != sluice.RequestSucceeded || all[0].State != sluice.RequestSucceeded || all[1].State != sluice.RequestPending {
+		t.Errorf("Requests: %d, moved %+v, failed %+v", len(all), all[c1[0].Ordinal], all[c1[2].Ordinal])
+	}
+	// A second finish of chunk 1's requests is a conflict.
+	ch.State = sluice.ChunkDone
+	db.SQL().Exec(`UPDATE chunks SET state = 'pending' WHERE id = 1`)
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: ch, From: sluice.ChunkPending, Outcomes: f.Outcomes[:1]}); err == nil {
+		t.Error("a second finish of the same requests was taken")
+	}
+	if err := db.DeleteJob(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM request_pages`).Scan(&pages)
+	if pages != 0 {
+		t.Errorf("%d pages left after DeleteJob", pages)
+	}
+}
+
+// TestPagedFinishRefusesStrangers: a paged chunk's finish that names a
+// request of another chunk, or one twice, is a conflict and changes
+// nothing.
+func TestPagedFinishRefusesStrangers(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	c := planKeyed(t, db, "j", make([][]byte, 4))
+	for _, f := range []*sluice.Finish{
+		{Outcomes: []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}, {Ordinal: 9, State: sluice.RequestSucceeded}}},
+		{Outcomes: []sluice.Outcome{{Ordinal: 1, State: sluice.RequestFailed}, {Ordinal: 1, State: sluice.RequestSucceeded}}},
+		{Moved: []sluice.Request{{Ordinal: 7, Chunk: 5, Attempt: 2}}},
+	} {
+		cc := *c
+		f.Chunk, f.From = &cc, sluice.ChunkPending
+		if err := db.FinishChunk(ctx, f); err == nil {
+			t.Errorf("finish %+v taken", f)
+		}
+	}
+	st, _ := db.RequestStates(ctx, "j")
+	if st[sluice.RequestPending] != 4 || len(st) != 1 {
+		t.Errorf("states after refused finishes: %v", st)
+	}
+}
