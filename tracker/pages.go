@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/sluice-batch/sluice"
@@ -201,6 +203,7 @@ type pagedChunk struct {
 	key, id     int64
 	first, last int64
 	settled     int
+	n           int // requests the pages hold for it
 }
 
 // requests calls fn for each request of the chunk, in index order, with
@@ -238,9 +241,9 @@ func (c pagedChunk) requests(ctx context.Context, q querier, fn func(r *sluice.R
 func readPagedChunk(ctx context.Context, q querier, job string, chunk int64) (pagedChunk, bool, error) {
 	c := pagedChunk{id: chunk}
 	var paged, attempt int
-	err := q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled
+	err := q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled, c.paged
 		FROM jobs j JOIN chunks c ON c.job_id = j.id WHERE j.id = ? AND c.id = ?`, job, chunk).
-		Scan(&c.key, &paged, &attempt, &c.first, &c.last, &c.settled)
+		Scan(&c.key, &paged, &attempt, &c.first, &c.last, &c.settled, &c.n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, false, nil
 	}
@@ -360,18 +363,29 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	if pc.settled != settledNot {
 		return nil // FinishChunk refused any request named: nothing to do
 	}
-	// The chunk's requests, every one pending (nothing has settled them).
-	left := map[int64]sluice.Request{}
+	// The chunk's requests in ordinal order, every one pending (nothing
+	// has settled them). A page entry's body key points into its page's
+	// data, which no one reuses.
+	ents := make([]sluice.Request, 0, pc.n)
 	if err := pc.requests(ctx, tx, func(r *sluice.Request, fromRow bool) error {
 		if fromRow || r.State != sluice.RequestPending {
 			return fmt.Errorf("chunk %d: request #%d has a record of its own before the chunk finished: %w", pc.id, r.Ordinal, ErrConflict)
 		}
-		c := *r
-		c.BodyKey = append([]byte(nil), r.BodyKey...)
-		left[r.Ordinal] = c
+		ents = append(ents, *r)
 		return nil
 	}); err != nil {
 		return err
+	}
+	taken := make([]bool, len(ents))
+	left := len(ents)
+	take := func(ord int64) (*sluice.Request, error) {
+		i, ok := slices.BinarySearchFunc(ents, ord, func(r sluice.Request, o int64) int { return cmp.Compare(r.Ordinal, o) })
+		if !ok || taken[i] {
+			return nil, fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", ord, pc.id, ErrConflict)
+		}
+		taken[i] = true
+		left--
+		return &ents[i], nil
 	}
 	ins, err := tx.PrepareContext(ctx, insertOverlay)
 	if err != nil {
@@ -379,16 +393,8 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	}
 	defer ins.Close()
 	overlaid := 0
-	take := func(ord int64) (sluice.Request, error) {
-		r, ok := left[ord]
-		if !ok {
-			return r, fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", ord, pc.id, ErrConflict)
-		}
-		delete(left, ord)
-		return r, nil
-	}
 	for _, m := range f.Moved {
-		r, err := take(m.Ordinal)
+		e, err := take(m.Ordinal)
 		if err != nil {
 			return err
 		}
@@ -399,6 +405,7 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 			}
 			chunk = f.NewChunks[i].ID
 		}
+		r := *e
 		r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, r.State = chunk, m.Index, m.Offset, m.Length, m.Attempt, sluice.RequestPending
 		if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
 			return fmt.Errorf("move request #%d: %w", m.Ordinal, err)
@@ -406,46 +413,47 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 		overlaid++
 	}
 	// Outcomes: each a final state, each pending here, each once.
-	var succeeded []sluice.Request
-	named := make(map[int64]sluice.Request, len(f.Outcomes))
-	for _, o := range f.Outcomes {
+	named := make([]*sluice.Request, len(f.Outcomes))
+	var succeeded int
+	for i, o := range f.Outcomes {
 		if o.State != sluice.RequestSucceeded && o.State != sluice.RequestFailed {
 			return fmt.Errorf("request #%d of chunk %d: %q is not a final state", o.Ordinal, pc.id, o.State)
 		}
-		r, err := take(o.Ordinal)
+		e, err := take(o.Ordinal)
 		if err != nil {
 			return err
 		}
-		named[o.Ordinal] = r
-		if o.State == sluice.RequestFailed {
-			r.State = sluice.RequestFailed
-			if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
-				return fmt.Errorf("record request #%d: %w", o.Ordinal, err)
-			}
-			overlaid++
+		named[i] = e
+		if o.State == sluice.RequestSucceeded {
+			succeeded++
 			continue
 		}
-		succeeded = append(succeeded, r)
+		r := *e
+		r.State = sluice.RequestFailed
+		if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
+			return fmt.Errorf("record request #%d: %w", o.Ordinal, err)
+		}
+		overlaid++
 	}
-	mark := settledOnRows
-	if len(f.Outcomes) > 0 && len(left) == 0 && len(succeeded) > 0 {
+	mark := settledOnRows // as finishOutcomes: with no outcome, nothing left here is succeeded
+	if left == 0 && succeeded > 0 {
 		mark = settledOnChunk // the successes are every request left
 	} else {
-		for i := range succeeded {
-			r := &succeeded[i]
+		for i, o := range f.Outcomes {
+			if o.State != sluice.RequestSucceeded {
+				continue
+			}
+			r := *named[i]
 			r.State = sluice.RequestSucceeded
-			if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, r)...); err != nil {
+			if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
 				return fmt.Errorf("record request #%d: %w", r.Ordinal, err)
 			}
 			overlaid++
 		}
 	}
-	if len(f.Outcomes) == 0 {
-		mark = settledOnRows // as finishOutcomes: nothing left pending here is succeeded
-	}
-	answers := appendPagedAnswers(nil, pc.key, f.Outcomes, named)
+	answers := appendPagedAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, named)
 	var a any // NULL: nothing for the ledger
-	if answers != nil {
+	if len(answers) > 0 {
 		a = string(answers)
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ?, overlaid = overlaid + ? WHERE job_id = ? AND id = ?`,
@@ -457,10 +465,10 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 // with a record and a body key as [id, offset, length, key in hex,
 // custom_id], what the ledger needs without a request row to join
 // (foldLedger).
-func appendPagedAnswers(dst []byte, key int64, os []sluice.Outcome, named map[int64]sluice.Request) []byte {
+func appendPagedAnswers(dst []byte, key int64, os []sluice.Outcome, named []*sluice.Request) []byte {
 	n := 0
-	for _, o := range os {
-		r := named[o.Ordinal]
+	for i, o := range os {
+		r := named[i]
 		if o.State != sluice.RequestSucceeded || o.Length <= 0 || len(r.BodyKey) == 0 {
 			continue
 		}
@@ -478,8 +486,7 @@ func appendPagedAnswers(dst []byte, key int64, os []sluice.Outcome, named map[in
 		dst = append(dst, ',', '"')
 		dst = hex.AppendEncode(dst, r.BodyKey)
 		dst = append(dst, '"', ',')
-		id, _ := json.Marshal(r.CustomID)
-		dst = append(dst, id...)
+		dst = appendJSONString(dst, r.CustomID)
 		dst = append(dst, ']')
 		n++
 	}
@@ -487,4 +494,19 @@ func appendPagedAnswers(dst []byte, key int64, os []sluice.Outcome, named map[in
 		return dst
 	}
 	return append(dst, ']')
+}
+
+// appendJSONString appends s as a JSON string: as it is between quotes
+// when it is printable ASCII with nothing to escape (nearly every
+// custom_id), else as encoding/json writes it.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
