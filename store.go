@@ -9,6 +9,12 @@ type Outcome struct {
 	// Offset and Length locate its record in the chunk's results file
 	// (the ledger of bought answers points there; docs/money.md).
 	Offset, Length int64
+	// CustomID and BodyKey, when set, are the request's as ChunkRequests
+	// gave them: what the ledger keeps of a success. With them the SQLite
+	// tracker settles a paged chunk without reading its pages again
+	// (tracker/pages.go); without them it reads them.
+	CustomID string
+	BodyKey  []byte
 }
 
 // Finish is everything that changes, in one transaction, when a chunk's

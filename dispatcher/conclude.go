@@ -162,7 +162,7 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 		st = sluice.RequestFailed
 	}
 	e.outcomes = append(e.outcomes, sluice.Outcome{Ordinal: e.reqs[i].Ordinal, State: st,
-		Offset: e.written, Length: int64(len(e.buf))})
+		Offset: e.written, Length: int64(len(e.buf)), CustomID: e.reqs[i].CustomID, BodyKey: e.reqs[i].BodyKey})
 	e.written += int64(len(e.buf))
 	return nil
 }

@@ -29,6 +29,11 @@ ALTER TABLE chunks ADD COLUMN first_ordinal INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE chunks ADD COLUMN last_ordinal INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE chunks ADD COLUMN paged INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE chunks ADD COLUMN overlaid INTEGER NOT NULL DEFAULT 0;
+-- Two sums over the chunk's request ids (the ids, and a product of their
+-- residues), so a finish whose outcomes are every request of the chunk is
+-- known to be one without reading the pages (tracker/pages.go, finishPaged).
+ALTER TABLE chunks ADD COLUMN id_sum INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE chunks ADD COLUMN id_mix INTEGER NOT NULL DEFAULT 0;
 
 -- A ledger row folded from a paged chunk names its chunk and custom_id
 -- itself (its request may have no row to join); NULL for rows folded

@@ -204,7 +204,12 @@ type pagedChunk struct {
 	first, last int64
 	settled     int
 	n           int // requests the pages hold for it
+	overlaid    int // of which have a row of their own
+	sum, mix    int64
 }
+
+// idMix is a request id's term in chunks.id_mix.
+func idMix(id int64) int64 { return (id % 65521) * (id % 65519) }
 
 // requests calls fn for each request of the chunk, in index order, with
 // its current record: its overlay row if it has one (skipped when that
@@ -241,9 +246,10 @@ func (c pagedChunk) requests(ctx context.Context, q querier, fn func(r *sluice.R
 func readPagedChunk(ctx context.Context, q querier, job string, chunk int64) (pagedChunk, bool, error) {
 	c := pagedChunk{id: chunk}
 	var paged, attempt int
-	err := q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled, c.paged
+	err := q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled, c.paged,
+		c.overlaid, c.id_sum, c.id_mix
 		FROM jobs j JOIN chunks c ON c.job_id = j.id WHERE j.id = ? AND c.id = ?`, job, chunk).
-		Scan(&c.key, &paged, &attempt, &c.first, &c.last, &c.settled, &c.n)
+		Scan(&c.key, &paged, &attempt, &c.first, &c.last, &c.settled, &c.n, &c.overlaid, &c.sum, &c.mix)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, false, nil
 	}
@@ -363,6 +369,24 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	if pc.settled != settledNot {
 		return nil // FinishChunk refused any request named: nothing to do
 	}
+	if settleWhole(pc, f) {
+		// Every request of the chunk succeeded, and the outcomes carry
+		// what the ledger needs: settled on the chunk, no page read.
+		named := make([]*sluice.Request, len(f.Outcomes))
+		rs := make([]sluice.Request, len(f.Outcomes))
+		for i, o := range f.Outcomes {
+			rs[i] = sluice.Request{Ordinal: o.Ordinal, CustomID: o.CustomID, BodyKey: o.BodyKey}
+			named[i] = &rs[i]
+		}
+		answers := appendPagedAnswers(make([]byte, 0, 80*len(f.Outcomes)), pc.key, f.Outcomes, named)
+		var a any
+		if len(answers) > 0 {
+			a = string(answers)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ? WHERE job_id = ? AND id = ?`,
+			settledOnChunk, a, f.Chunk.Job, f.Chunk.ID)
+		return err
+	}
 	// The chunk's requests in ordinal order, every one pending (nothing
 	// has settled them). A page entry's body key points into its page's
 	// data, which no one reuses.
@@ -459,6 +483,26 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	_, err = tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ?, overlaid = overlaid + ? WHERE job_id = ? AND id = ?`,
 		mark, a, overlaid, f.Chunk.Job, f.Chunk.ID)
 	return err
+}
+
+// settleWhole reports whether f's outcomes are successes of exactly the
+// chunk's requests, none with a row of its own, each naming its custom_id:
+// as many, with the same two sums over their ids as the plan recorded
+// (the check of the row path's settleCheckSQL, over the plan's sums
+// instead of an index).
+func settleWhole(pc pagedChunk, f *sluice.Finish) bool {
+	if len(f.Moved) > 0 || pc.overlaid != 0 || len(f.Outcomes) != pc.n || pc.n == 0 {
+		return false
+	}
+	var sum, mix int64
+	for _, o := range f.Outcomes {
+		if o.State != sluice.RequestSucceeded || o.CustomID == "" || o.Ordinal < pc.first || o.Ordinal > pc.last {
+			return false
+		}
+		id := requestID(pc.key, o.Ordinal)
+		sum, mix = sum+id, mix+idMix(id)
+	}
+	return sum == pc.sum && mix == pc.mix
 }
 
 // appendPagedAnswers is appendAnswers for a paged chunk: each success

@@ -210,3 +210,49 @@ func TestPagedFinishRefusesStrangers(t *testing.T) {
 		t.Errorf("states after refused finishes: %v", st)
 	}
 }
+
+// TestPagedWholeSuccessReadsNoPage: outcomes that succeed every request of
+// a paged chunk and name their custom_ids and keys settle it on the chunk
+// from the plan's sums, and the ledger gets their answers at the next
+// plan; the same number of outcomes with one request of another chunk in
+// place of one of this chunk's is refused.
+func TestPagedWholeSuccessReadsNoPage(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	k := func(i int) []byte { return []byte(fmt.Sprintf("key-%012d", i)) }
+	c := planKeyed(t, db, "j", [][]byte{k(0), k(1), k(2)})
+	outs := func(ords ...int64) []sluice.Outcome {
+		var os []sluice.Outcome
+		for _, o := range ords {
+			os = append(os, sluice.Outcome{Ordinal: o, State: sluice.RequestSucceeded, Offset: 10 * o, Length: 10,
+				CustomID: fmt.Sprint("j-", o), BodyKey: k(int(o))})
+		}
+		return os
+	}
+	cc := *c
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: outs(0, 1, 3)}); err == nil {
+		t.Fatal("outcomes naming a request not in the chunk were taken")
+	}
+	// Corrupt the pages: only the sums' path can still finish the chunk.
+	if _, err := db.SQL().Exec(`UPDATE request_pages SET data = x'ff'`); err != nil {
+		t.Fatal(err)
+	}
+	cc = *c
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: outs(2, 0, 1)}); err != nil {
+		t.Fatalf("whole success without reading the pages: %v", err)
+	}
+	var settled int
+	var answers string
+	db.SQL().QueryRow(`SELECT requests_settled, answers FROM chunks WHERE id = 1`).Scan(&settled, &answers)
+	if settled != 2 || answers != `[[`+fmt.Sprint(1<<40|2)+`,20,10,"6b65792d303030303030303030303032","j-2"],[`+fmt.Sprint(1<<40)+
+		`,0,10,"6b65792d303030303030303030303030","j-0"],[`+fmt.Sprint(1<<40|1)+`,10,10,"6b65792d303030303030303030303031","j-1"]]` {
+		t.Errorf("settled %d, answers %s", settled, answers)
+	}
+	planKeyed(t, db, "next", [][]byte{k(5)})
+	var n int
+	var id string
+	db.SQL().QueryRow(`SELECT COUNT(*), MIN(custom_id) FROM ledger WHERE chunk = 1`).Scan(&n, &id)
+	if n != 3 || id != "j-0" {
+		t.Errorf("ledger after the fold: %d rows, first %q", n, id)
+	}
+}

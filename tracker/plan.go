@@ -197,6 +197,8 @@ func (p *Plan) AddRequest(r *sluice.Request) error {
 	}
 	sp.last = r.Ordinal
 	sp.n++
+	id := requestID(p.key, r.Ordinal)
+	sp.sum, sp.mix = sp.sum+id, sp.mix+idMix(id)
 	if p.pageN >= pageRows {
 		return p.flushPage()
 	}
@@ -204,7 +206,7 @@ func (p *Plan) AddRequest(r *sluice.Request) error {
 }
 
 // span is where a chunk's requests are in the plan.
-type span struct{ first, last, n int64 }
+type span struct{ first, last, n, sum, mix int64 }
 
 // flushPage writes the page being filled.
 func (p *Plan) flushPage() error {
@@ -373,7 +375,8 @@ func (p *Plan) AddRequests(rs []sluice.Request) error {
 // recordSpans writes each chunk's span of the plan on its row (chunk 0,
 // the requests answered from earlier jobs, has none).
 func (p *Plan) recordSpans(ctx context.Context) error {
-	st, err := p.tx.PrepareContext(ctx, `UPDATE chunks SET first_ordinal = ?, last_ordinal = ?, paged = ? WHERE job_id = ? AND id = ?`)
+	st, err := p.tx.PrepareContext(ctx, `UPDATE chunks SET first_ordinal = ?, last_ordinal = ?, paged = ?, id_sum = ?, id_mix = ?
+		WHERE job_id = ? AND id = ?`)
 	if err != nil {
 		return err
 	}
@@ -384,7 +387,7 @@ func (p *Plan) recordSpans(ctx context.Context) error {
 		}
 		// A chunk with no row (tests of requests alone) keeps no span:
 		// RequestStates counts its requests from the pages.
-		if _, err := st.ExecContext(ctx, sp.first, sp.last, sp.n, p.job.ID, id); err != nil {
+		if _, err := st.ExecContext(ctx, sp.first, sp.last, sp.n, sp.sum, sp.mix, p.job.ID, id); err != nil {
 			return fmt.Errorf("record chunk %d: %w", id, err)
 		}
 	}

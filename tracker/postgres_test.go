@@ -154,7 +154,7 @@ func TestPostgresSchemaMirrorsSQLite(t *testing.T) {
 	// keeps a row per request, written by COPY, and needs none of these.
 	sqliteOnly := map[string]bool{"request_pages.id": true, "request_pages.n": true, "request_pages.data": true,
 		"jobs.paged": true, "chunks.first_ordinal": true, "chunks.last_ordinal": true, "chunks.paged": true,
-		"chunks.overlaid": true, "ledger.chunk": true, "ledger.custom_id": true}
+		"chunks.overlaid": true, "chunks.id_sum": true, "chunks.id_mix": true, "ledger.chunk": true, "ledger.custom_id": true}
 	for c := range liteCols {
 		if sqliteOnly[c] {
 			continue

@@ -104,7 +104,8 @@ func main() {
 		var outs []sluice.Outcome
 		var roff int64
 		err := db.ChunkRequests(ctx, "j", c.ID, func(r *sluice.Request) error {
-			outs = append(outs, sluice.Outcome{Ordinal: r.Ordinal, State: sluice.RequestSucceeded, Offset: roff, Length: 700})
+			outs = append(outs, sluice.Outcome{Ordinal: r.Ordinal, State: sluice.RequestSucceeded, Offset: roff, Length: 700,
+				CustomID: r.CustomID, BodyKey: r.BodyKey})
 			roff += 700
 			return nil
 		})
