@@ -2,8 +2,8 @@
 // policy with an injectable clock, a client-side rate limiter, error
 // decoding into *sluice.APIError with credentials redacted, streamed
 // request bodies (a chunk file or a multipart upload of it, with an exact
-// Content-Length, re-opened on every attempt) and downloads written to a
-// temp file and renamed.
+// Content-Length, re-opened on every attempt), downloads written to a
+// temp file and renamed, and answers streamed to a reader (Stream).
 package httpx
 
 import (

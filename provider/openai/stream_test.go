@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -51,7 +52,7 @@ func (s *resultServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 	}
-	w.Write([]byte(body))
+	io.WriteString(w, body)
 }
 
 // setCut starts a new round of downloads, cut by cut.
