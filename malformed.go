@@ -58,6 +58,14 @@ func (m *MalformedLines) Add(e *MalformedError) {
 	}
 }
 
+// AddAll records every line o skipped, after those m has.
+func (m *MalformedLines) AddAll(o *MalformedLines) {
+	for _, e := range o.Lines {
+		m.Add(e)
+	}
+	m.Count += o.Count - len(o.Lines)
+}
+
 // AddErr records err when it is (or wraps) a *MalformedError and reports
 // whether it was.
 func (m *MalformedLines) AddErr(err error) bool {

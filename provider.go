@@ -119,6 +119,31 @@ type Provider interface {
 	Forget(ctx context.Context, ref BatchRef, fileIDs ...string) error
 }
 
+// ResultStreamer is a Provider that can read an ended batch's results
+// straight from the download, line by line as they arrive, instead of
+// Fetch writing them to files that Decode reads back (docs/architecture.md,
+// "Results in parallel"). The dispatcher uses it when StreamsResults(ref)
+// says so, else Fetch and Decode.
+type ResultStreamer interface {
+	// StreamsResults reports whether the results of ref's batch are read
+	// by StreamResults (a provider routing by ref may say no for some).
+	StreamsResults(ref BatchRef) bool
+	// StreamResults downloads b's results and calls fn once per result, as
+	// Decode would for the files Fetch writes: the same results, in the
+	// same order, and lines that do not parse skipped and returned as a
+	// *MalformedLines. An error of fn is returned as is; any other error is
+	// a failed download, as Fetch's would be. A download that breaks after
+	// fn was given some of its lines is not repeated (fn is never given a
+	// line twice): its error matches ErrStreamBroken. Whatever fn was given
+	// before an error must be discarded.
+	StreamResults(ctx context.Context, ref BatchRef, b Batch, lookup func(index int) (string, bool), fn func(Result) error) error
+}
+
+// ErrStreamBroken is matched (errors.Is) by a streamed download that broke
+// (a reset, a body cut short) after part of it was handed on: the reader
+// must discard what it got and start over.
+var ErrStreamBroken = errors.New("the download broke after part of it was read")
+
 var (
 	// ErrNoListing: the provider cannot list what was created, so a crashed
 	// create cannot be reconciled.

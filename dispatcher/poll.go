@@ -202,60 +202,98 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 		log.Error().Str("reason", msg).Msg("batch failed")
 		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, code, msg)
 	}
-	dir := filepath.Join(d.job.Dir, "results", fmt.Sprintf("raw-c%06d-a%d", c.ID, c.Attempt))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return false, fatal(err)
-	}
-	files, err := d.prov.Fetch(ctx, ref, b, dir)
-	if err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		if local(err) {
-			// Our disk, not the provider: stop; the next run fetches again.
-			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
-		}
-		os.Remove(dir) // only if empty: a partial fetch is kept for the next try
-		if errors.Is(err, sluice.ErrUnreachable) {
-			return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
-		}
-		return d.fetchFailed(ctx, c, sluice.CodeResultsUnavailable, fmt.Sprintf("download results: %v", err))
-	}
+	// The results are read as they download when the provider can
+	// (sluice.ResultStreamer), else downloaded to raw files and read back.
+	// Either way nothing is recorded before conclude commits the chunk's
+	// results file and FinishChunk runs (docs/crash-safety.md).
 	stuck, wasStuck := c.Stuck, c.Stuck != ""
 	var bad *sluice.MalformedLines
-	err = d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
-		if b.Status == sluice.BatchCancelled && !wasStuck {
-			// A batch cancelled before it ran some lines (in validating,
-			// it ran none) leaves them out of its files: they were
-			// cancelled, not lost.
-			e.missingCode, e.missingMsg = sluice.CodeBatchCancelled, "the batch was cancelled before this request ran"
-		}
-		if wasStuck {
-			// Cancelled by us: what it finished is kept, the rest retried.
-			e.notes = append(e.notes, fmt.Sprintf("%s; cancelled at the provider (ended %s), its finished lines kept",
-				stuck, b.Status))
-			e.notesCode = sluice.CodeBatchStuck
-			e.missingCode, e.missingMsg = sluice.CodeBatchStuck, "the batch was "+stuck+" and cancelled; this request got no result"
-		}
-		add := e.add
-		if rt, ok := d.prov.Codec().(sluice.ResultTranslator); ok {
-			add = func(r sluice.Result) error {
-				rt.TranslateResult(ref, &r)
-				return e.add(r)
+	finish := func(read func(lookup func(int) (string, bool), add func(sluice.Result) error) error) error {
+		bad = nil
+		return d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
+			if b.Status == sluice.BatchCancelled && !wasStuck {
+				// A batch cancelled before it ran some lines (in validating,
+				// it ran none) leaves them out of its files: they were
+				// cancelled, not lost.
+				e.missingCode, e.missingMsg = sluice.CodeBatchCancelled, "the batch was cancelled before this request ran"
 			}
+			if wasStuck {
+				// Cancelled by us: what it finished is kept, the rest retried.
+				e.notes = append(e.notes, fmt.Sprintf("%s; cancelled at the provider (ended %s), its finished lines kept",
+					stuck, b.Status))
+				e.notesCode = sluice.CodeBatchStuck
+				e.missingCode, e.missingMsg = sluice.CodeBatchStuck, "the batch was "+stuck+" and cancelled; this request got no result"
+			}
+			add := e.add
+			if rt, ok := d.prov.Codec().(sluice.ResultTranslator); ok {
+				add = func(r sluice.Result) error {
+					rt.TranslateResult(ref, &r)
+					return e.add(r)
+				}
+			}
+			err := read(e.lookup, add)
+			if errors.As(err, &bad) {
+				// Lines that do not parse were skipped; every other line was
+				// read. Their requests count as missing.
+				e.malformed = bad
+				return nil
+			}
+			return err
+		})
+	}
+	dir := filepath.Join(d.job.Dir, "results", fmt.Sprintf("raw-c%06d-a%d", c.ID, c.Attempt))
+	streamer, streams := d.prov.(sluice.ResultStreamer)
+	streams = streams && streamer.StreamsResults(ref)
+	var err error
+	if streams {
+		err = finish(func(lookup func(int) (string, bool), add func(sluice.Result) error) error {
+			var addErr error
+			err := streamer.StreamResults(ctx, ref, b, lookup, func(r sluice.Result) error {
+				if err := add(r); err != nil {
+					addErr = err
+					return err
+				}
+				return nil
+			})
+			if err != nil && addErr == nil && !errors.As(err, new(*sluice.MalformedLines)) {
+				// The download failed: the ending is dropped, nothing of it
+				// recorded.
+				return &unfetchedError{err}
+			}
+			return err
+		})
+		if errors.Is(err, sluice.ErrStreamBroken) && ctx.Err() == nil {
+			// The download broke after some lines were read: they were
+			// dropped with the ending. Start over from files, where the
+			// HTTP layer repeats a cut download (docs/crash-safety.md): a
+			// break mid-stream costs a download, not one of the batch's
+			// fetch tries, as it did before results were streamed.
+			log.Warn().Err(err).Msg("results download broke mid-stream; nothing of it kept; downloading them to files instead")
+			streams = false
 		}
-		err := d.prov.Decode(ctx, ref, files, e.lookup, add)
-		if errors.As(err, &bad) {
-			// Lines that do not parse were skipped; every other line was
-			// read. Their requests count as missing.
-			e.malformed = bad
-			return nil
+	}
+	if !streams {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return false, fatal(err)
 		}
-		return err
-	})
+		files, ferr := d.prov.Fetch(ctx, ref, b, dir)
+		if ferr != nil {
+			if ctx.Err() == nil && !local(ferr) {
+				os.Remove(dir) // only if empty: a partial fetch is kept for the next try
+			}
+			return d.unfetched(ctx, c, ferr)
+		}
+		err = finish(func(lookup func(int) (string, bool), add func(sluice.Result) error) error {
+			return d.prov.Decode(ctx, ref, files, lookup, add)
+		})
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
+		}
+		var ue *unfetchedError
+		if errors.As(err, &ue) {
+			return d.unfetched(ctx, c, ue.err)
 		}
 		if errors.Is(err, ErrFatal) {
 			return false, err
@@ -265,15 +303,61 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 		}
 		return d.fetchFailed(ctx, c, sluice.CodeResultsUnreadable, err.Error())
 	}
-	if bad != nil {
+	switch {
+	case bad != nil && streams:
+		d.keepRaw(ctx, c, b, dir, bad)
+	case bad != nil:
 		// Keep what the provider sent, for whoever looks into it.
 		log.Warn().Int("malformed_lines", bad.Count).Str("first", bad.Summary(3)).Str("raw_dir", dir).
 			Msg("provider output had malformed lines; their requests are retried; the raw files are kept")
-	} else {
+	default:
 		os.RemoveAll(dir)
 	}
 	log.Info().Str("status", string(b.Status)).Msg("batch finished")
 	return true, nil
+}
+
+// unfetchedError is a failed download of a batch's results, met while
+// they were streamed into conclude.
+type unfetchedError struct{ err error }
+
+func (e *unfetchedError) Error() string { return e.err.Error() }
+func (e *unfetchedError) Unwrap() error { return e.err }
+
+// unfetched handles results that could not be downloaded (Fetch failed, or
+// a stream of them broke): our own disk and an unreachable endpoint stop
+// the run (the next run fetches again); anything else is tried again on the
+// next poll, counted by fetchFailed.
+func (d *Dispatcher) unfetched(ctx context.Context, c *sluice.Chunk, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if local(err) {
+		return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
+	}
+	if errors.Is(err, sluice.ErrUnreachable) {
+		return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
+	}
+	return d.fetchFailed(ctx, c, sluice.CodeResultsUnavailable, fmt.Sprintf("download results: %v", err))
+}
+
+// keepRaw downloads, once the chunk is recorded, the raw result files of a
+// streamed batch whose output had malformed lines, into dir, for whoever
+// looks into it (a streamed batch otherwise leaves no raw files). Best
+// effort: a failure is only logged.
+func (d *Dispatcher) keepRaw(ctx context.Context, c *sluice.Chunk, b sluice.Batch, dir string, bad *sluice.MalformedLines) {
+	log := d.chunkLog(c)
+	ev := log.Warn().Int("malformed_lines", bad.Count).Str("first", bad.Summary(3))
+	err := os.MkdirAll(dir, 0o700)
+	if err == nil {
+		_, err = d.prov.Fetch(ctx, c.Ref(d.job.Dir), b, dir)
+	}
+	if err != nil {
+		os.Remove(dir) // only if empty
+		ev.AnErr("keep_error", err).Msg("provider output had malformed lines; their requests are retried; its raw files could not be kept")
+		return
+	}
+	ev.Str("raw_dir", dir).Msg("provider output had malformed lines; their requests are retried; the raw files are kept")
 }
 
 // fetchFailed records a poll whose results could not be had (or a poll the

@@ -228,7 +228,17 @@ func decodeJSONLFile(ctx context.Context, path string, maxLine int, bad *sluice.
 		return err
 	}
 	defer f.Close()
-	lr := NewLineReader(f, path, maxLine)
+	return DecodeJSONLReader(ctx, f, path, maxLine, bad, decodeLine, fn)
+}
+
+// DecodeJSONLReader is DecodeJSONL's loop over one stream of JSONL result
+// lines (a file, or an HTTP answer read as it arrives): each line is turned
+// into a Result with decodeLine and handed to fn. A line that does not
+// decode (or is over maxLine) is added to bad, as name:line, and skipped.
+// Any other error (r failing, fn failing) ends it and is returned as is.
+// Memory is one buffer (NewLineReader), plus the longest line up to maxLine.
+func DecodeJSONLReader(ctx context.Context, r io.Reader, name string, maxLine int, bad *sluice.MalformedLines, decodeLine func([]byte) (sluice.Result, error), fn func(sluice.Result) error) error {
+	lr := NewLineReader(r, name, maxLine)
 	for {
 		line, err := lr.Next()
 		if err == io.EOF {

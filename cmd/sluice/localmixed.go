@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -71,6 +72,21 @@ func (m *mixedLocal) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Ba
 
 func (m *mixedLocal) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
 	return m.route(ref.URL).Decode(ctx, ref, files, lookup, fn)
+}
+
+// StreamsResults: a chunk's results are streamed when its family's client
+// streams them (sluice.ResultStreamer: the OpenAI family).
+func (m *mixedLocal) StreamsResults(ref sluice.BatchRef) bool {
+	rs, ok := m.route(ref.URL).(sluice.ResultStreamer)
+	return ok && rs.StreamsResults(ref)
+}
+
+func (m *mixedLocal) StreamResults(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	rs, ok := m.route(ref.URL).(sluice.ResultStreamer)
+	if !ok {
+		return fmt.Errorf("provider local: the results of %s batches are not streamed", provider.FamilyOf(ref.URL))
+	}
+	return rs.StreamResults(ctx, ref, b, lookup, fn)
 }
 
 // Cancel knows the family by the emulator's batch ids: msgbatch_...

@@ -2,8 +2,8 @@
 // policy with an injectable clock, a client-side rate limiter, error
 // decoding into *sluice.APIError with credentials redacted, streamed
 // request bodies (a chunk file or a multipart upload of it, with an exact
-// Content-Length, re-opened on every attempt) and downloads written to a
-// temp file and renamed.
+// Content-Length, re-opened on every attempt), downloads written to a
+// temp file and renamed, and answers streamed to a reader (Stream).
 package httpx
 
 import (
@@ -237,6 +237,43 @@ func (c *Client) Download(ctx context.Context, call Call, path string) (int64, e
 	}
 	return n, nil
 }
+
+// Stream sends call and hands the body of its 2xx answer to read, which
+// consumes it as it arrives: nothing is written to disk (docs/crash-safety.md,
+// "Files"). read reports whether it handed anything on to its own caller
+// (started) along with its error.
+//
+// An answer that breaks (a *ReadError: a reset, a body cut short, ctx
+// cancelled mid-body) before read handed anything on is retried like any
+// call of Send, with its backoff. Once read handed something on, it is not:
+// a repeat would hand the same data on twice, and resuming mid-answer is not
+// offered. The call then ends with a *BrokenError, and the caller must
+// discard what it got and start over.
+func (c *Client) Stream(ctx context.Context, call Call, read func(body io.Reader) (started bool, err error)) error {
+	return c.Send(ctx, call, func(resp *http.Response) error {
+		defer resp.Body.Close()
+		started, err := read(resp.Body)
+		var re *ReadError
+		if err != nil && started && errors.As(err, &re) {
+			return &BrokenError{msg: err.Error(), err: re.Err}
+		}
+		return err
+	})
+}
+
+// BrokenError is an answer of Stream that broke after some of it was handed
+// on: not retried. It matches sluice.ErrStreamBroken and unwraps to the
+// read failure (a net.Error, an io.ErrUnexpectedEOF, a context error),
+// never to a *ReadError, so no caller retries it by mistake.
+type BrokenError struct {
+	msg string
+	err error
+}
+
+func (e *BrokenError) Error() string {
+	return e.msg + " (after part of the answer was read: not repeated mid-answer)"
+}
+func (e *BrokenError) Unwrap() []error { return []error{e.err, sluice.ErrStreamBroken} }
 
 // downloadBuffer is the size of the writes of a download.
 const downloadBuffer = 1 << 20

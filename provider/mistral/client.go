@@ -51,7 +51,7 @@ type Config struct {
 
 // Client implements sluice.Provider for Mistral.
 type Client struct {
-	openai.Files // Fetch, Decode, Forget
+	openai.Files // Fetch, Decode, StreamResults, Forget
 	preset       provider.Preset
 	base         string // scheme://host/path, without a trailing /v1
 	hc           *httpx.Client
@@ -62,7 +62,10 @@ type Client struct {
 	log          zerolog.Logger
 }
 
-var _ sluice.Provider = (*Client)(nil)
+var (
+	_ sluice.Provider       = (*Client)(nil)
+	_ sluice.ResultStreamer = (*Client)(nil)
+)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {

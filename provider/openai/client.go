@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -80,7 +81,10 @@ type Client struct {
 	log      zerolog.Logger
 }
 
-var _ sluice.Provider = (*Client)(nil)
+var (
+	_ sluice.Provider       = (*Client)(nil)
+	_ sluice.ResultStreamer = (*Client)(nil)
+)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
@@ -317,7 +321,20 @@ func BatchCall[T any](ctx context.Context, hc *httpx.Client, method, url, what s
 // <batch>.errors.jsonl. A missing or empty error file is no error (Azure
 // gives even a clean batch an empty one); empty files are not returned.
 func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
-	return FetchFiles(ctx, c.hc, func(id string) string { return c.url("/files/"+url.PathEscape(id)+"/content", nil) }, b, dir, c.log)
+	return FetchFiles(ctx, c.hc, c.contentURL, b, dir, c.log)
+}
+
+// StreamsResults: the results of every batch are streamed (StreamResults).
+func (c *Client) StreamsResults(sluice.BatchRef) bool { return true }
+
+// StreamResults reads the batch's output and error files as they download,
+// decoding each line as Decode does, without writing them (StreamFiles).
+func (c *Client) StreamResults(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	return StreamFiles(ctx, c.hc, c.contentURL, b, c.maxLine, c.log, fn)
+}
+
+func (c *Client) contentURL(id string) string {
+	return c.url("/files/"+url.PathEscape(id)+"/content", nil)
 }
 
 // FetchFiles downloads b's output and error files, whose content contentURL
@@ -326,14 +343,8 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 // missing or empty error file is no error; empty files are not returned.
 func FetchFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID string) string, b sluice.Batch, dir string, log zerolog.Logger) ([]string, error) {
 	var paths []string
-	for _, f := range []struct {
-		id, suffix string
-		optional   bool
-	}{{b.OutputFileID, ".output.jsonl", false}, {b.ErrorFileID, ".errors.jsonl", true}} {
-		if f.id == "" {
-			continue
-		}
-		path := filepath.Join(dir, provider.SafeFileName(b.ID)+f.suffix)
+	for _, f := range resultFiles(b) {
+		path := filepath.Join(dir, f.name)
 		n, err := hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: contentURL(f.id)}, path)
 		switch {
 		case err != nil && f.optional && httpx.IsNotFound(err):
@@ -350,13 +361,77 @@ func FetchFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID st
 	return paths, nil
 }
 
+// StreamFiles is FetchFiles then Decode without the files
+// (sluice.ResultStreamer): b's output file, then its error file, are read
+// line by line as they download (httpx.Client.Stream) and each line decoded
+// with DecodeLine by the loop Decode uses (provider.DecodeJSONLReader), so
+// fn gets the same results in the same order, and malformed lines are
+// counted under the same names (<batch>.output.jsonl:N). A missing error
+// file is no error. A download that fails before a line of it was handed
+// to fn is retried by the HTTP layer; one that breaks after ends StreamFiles
+// (a *httpx.BrokenError): the caller discards what fn got and starts over.
+// An error of fn is returned as is; a download error is wrapped as
+// FetchFiles wraps it.
+func StreamFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID string) string, b sluice.Batch, maxLine int, log zerolog.Logger, fn func(sluice.Result) error) error {
+	var bad sluice.MalformedLines
+	for _, f := range resultFiles(b) {
+		var (
+			fileBad sluice.MalformedLines
+			fnErr   error
+		)
+		err := hc.Stream(ctx, httpx.Call{Method: http.MethodGet, URL: contentURL(f.id)}, func(body io.Reader) (bool, error) {
+			fileBad = sluice.MalformedLines{} // a repeated answer is read afresh
+			started := false
+			err := provider.DecodeJSONLReader(ctx, body, f.name, maxLine, &fileBad, DecodeLine, func(r sluice.Result) error {
+				started = true
+				if err := fn(r); err != nil {
+					fnErr = err
+					return err
+				}
+				return nil
+			})
+			return started, err
+		})
+		switch {
+		case fnErr != nil:
+			return fnErr
+		case err != nil && f.optional && httpx.IsNotFound(err):
+			log.Debug().Str("file_id", f.id).Msg("error file not found; treated as empty")
+			continue
+		case err != nil:
+			return NotFound(fmt.Sprintf("download file %s of batch %s", f.id, b.ID), err)
+		}
+		bad.AddAll(&fileBad)
+	}
+	return bad.Err()
+}
+
+// resultFile is one result file of a batch: its file id, the name it is
+// downloaded (or, streamed, reported) under, and whether it may be missing.
+type resultFile struct {
+	id, name string
+	optional bool
+}
+
+// resultFiles are b's output file, then its error file, when it has them.
+func resultFiles(b sluice.Batch) []resultFile {
+	var fs []resultFile
+	for _, f := range []resultFile{{b.OutputFileID, ".output.jsonl", false}, {b.ErrorFileID, ".errors.jsonl", true}} {
+		if f.id != "" {
+			f.name = provider.SafeFileName(b.ID) + f.name
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
 // Forget deletes files (DELETE /files/{id}); a file already gone is no
 // error.
 func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
 	return DeleteFiles(ctx, c.hc, func(id string) string { return c.url("/files/"+url.PathEscape(id), nil) }, fileIDs...)
 }
 
-// Files implements Fetch, Decode and Forget for the clients of a
+// Files implements Fetch, Decode, StreamResults and Forget for the clients of a
 // files-based batch API whose result lines have the OpenAI batch output
 // shape (Mistral, Together): embed it.
 type Files struct {
@@ -369,8 +444,19 @@ type Files struct {
 
 // Fetch downloads the batch's output and error files (FetchFiles).
 func (f Files) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
-	return FetchFiles(ctx, f.HC, func(id string) string { return f.FileURL(id) + "/content" }, b, dir, f.Log)
+	return FetchFiles(ctx, f.HC, f.contentURL, b, dir, f.Log)
 }
+
+// StreamsResults: the results of every batch are streamed (StreamResults).
+func (f Files) StreamsResults(sluice.BatchRef) bool { return true }
+
+// StreamResults reads the batch's output and error files as they download,
+// decoding each line as Decode does, without writing them (StreamFiles).
+func (f Files) StreamResults(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	return StreamFiles(ctx, f.HC, f.contentURL, b, f.MaxLine, f.Log, fn)
+}
+
+func (f Files) contentURL(id string) string { return f.FileURL(id) + "/content" }
 
 // Decode reads output and error file lines with DecodeLine: {custom_id,
 // response{status_code, body}} or {custom_id, error{code, message}} (error

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,4 +156,103 @@ func BenchmarkDecodeFile(b *testing.B) {
 	// The process's CPU time (this loop and the garbage collector) per
 	// operation: on a shared machine, a steadier figure than ns/op.
 	b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// benchBatch serves the benchmark batch's result files (resultFiles) from
+// memory over loopback, as an ended batch of the OpenAI API.
+func benchBatch(b *testing.B) (*openai.Client, sluice.Batch, int64) {
+	b.Helper()
+	files, size := resultFiles(b)
+	served := map[string]string{}
+	bt := sluice.Batch{ID: "batch_bench", Status: sluice.BatchCompleted}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		id := "file-out"
+		if strings.HasSuffix(f, ".errors.jsonl") {
+			id = "file-err"
+			bt.ErrorFileID = id
+		} else {
+			bt.OutputFileID = id
+		}
+		served[id] = string(data)
+	}
+	srv := httptest.NewServer(&resultServer{files: served, gets: map[string]int{}})
+	b.Cleanup(srv.Close)
+	p, err := provider.Lookup("openai")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := openai.New(openai.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: testKey,
+		RateLimit: httpx.RateLimit{PerSecond: -1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, bt, size
+}
+
+// benchEnd is the dispatcher's share of ending the benchmark batch
+// (dispatcher/poll.go, ended): its results read by read, each encoded as
+// the record the results file gets, written through a buffer. It reports
+// the process's CPU time per batch (cpu-ns/op), the server's share
+// included (the same whatever the client does).
+func benchEnd(b *testing.B, size int64, read func(fn func(sluice.Result) error) error) {
+	w := bufio.NewWriterSize(io.Discard, 1<<20)
+	var buf []byte
+	b.SetBytes(size)
+	b.ReportAllocs()
+	cpu := cputime.Process()
+	for b.Loop() {
+		n := 0
+		err := read(func(r sluice.Result) error {
+			var err error
+			if buf, err = sluice.AppendResultLine(buf[:0], int64(n), r.Kind != sluice.ResultSucceeded, &r.Line); err != nil {
+				return err
+			}
+			n++
+			_, err = w.Write(buf)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n != benchLines {
+			b.Fatalf("%d results, want %d", n, benchLines)
+		}
+	}
+	b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkEndFetchDecode ends a batch of 50,000 results as the
+// dispatcher did before results were streamed, and still does for
+// providers without sluice.ResultStreamer: Fetch downloads its files (temp
+// file, fsync, rename), Decode reads them back.
+func BenchmarkEndFetchDecode(b *testing.B) {
+	c, bt, size := benchBatch(b)
+	ctx := context.Background()
+	dir := b.TempDir()
+	benchEnd(b, size, func(fn func(sluice.Result) error) error {
+		files, err := c.Fetch(ctx, sluice.BatchRef{}, bt, dir)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, f := range files {
+				os.Remove(f)
+			}
+		}()
+		return c.Decode(ctx, sluice.BatchRef{}, files, nil, fn)
+	})
+}
+
+// BenchmarkEndStream ends the same batch as the dispatcher does for the
+// OpenAI family: StreamResults decodes the lines as they download.
+func BenchmarkEndStream(b *testing.B) {
+	c, bt, size := benchBatch(b)
+	ctx := context.Background()
+	benchEnd(b, size, func(fn func(sluice.Result) error) error {
+		return c.StreamResults(ctx, sluice.BatchRef{}, bt, nil, fn)
+	})
 }

@@ -61,7 +61,7 @@ type Config struct {
 
 // Client implements sluice.Provider for Together.
 type Client struct {
-	openai.Files // Fetch, Decode, Forget
+	openai.Files // Fetch, Decode, StreamResults, Forget
 	preset       provider.Preset
 	base         string
 	hc           *httpx.Client // the API, redirects followed
@@ -73,7 +73,10 @@ type Client struct {
 	log          zerolog.Logger
 }
 
-var _ sluice.Provider = (*Client)(nil)
+var (
+	_ sluice.Provider       = (*Client)(nil)
+	_ sluice.ResultStreamer = (*Client)(nil)
+)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
