@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,9 +155,14 @@ type Dispatcher struct {
 
 	caps sluice.Capabilities
 
-	finishMu  sync.Mutex      // serialises FinishChunk: the tracker write of a chunk's end
-	createMu  sync.Mutex      // serialises creates for Untagged providers
-	queueFull map[string]bool // models whose provider queue reported full
+	finishMu sync.Mutex // serialises FinishChunk: the tracker write of a chunk's end
+	// concluding bounds how many chunks' results are read at once: each
+	// holds its chunk's requests and buffers (tens of MB for 50,000
+	// requests), and reading them is CPU work, which more than a few
+	// readers per core do not speed up.
+	concluding chan struct{}
+	createMu   sync.Mutex      // serialises creates for Untagged providers
+	queueFull  map[string]bool // models whose provider queue reported full
 	// alone says, per chunk submitted by this run, whether it went with no
 	// other batch of its model live or submitted beside it.
 	alone map[int64]bool
@@ -203,7 +209,8 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 		job.MaxAttempts = sluice.DefaultMaxAttempts
 	}
 	return &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
-		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{}}
+		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{},
+		concluding: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 }
 
 func (d *Dispatcher) now() time.Time { return d.opts.Clock.Now() }

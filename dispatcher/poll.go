@@ -210,6 +210,12 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 	var bad *sluice.MalformedLines
 	finish := func(read func(lookup func(int) (string, bool), add func(sluice.Result) error) error) error {
 		bad = nil
+		select {
+		case d.concluding <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-d.concluding }()
 		return d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
 			if b.Status == sluice.BatchCancelled && !wasStuck {
 				// A batch cancelled before it ran some lines (in validating,

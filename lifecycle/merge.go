@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -71,6 +72,11 @@ func Merge(ctx context.Context, db Store, job *sluice.Job, o MergeOptions) (*mer
 	if err := newJobFiles(o.Files, job).fetchForMerge(ctx); err != nil {
 		return nil, err
 	}
+	// What the run's dispatcher left on the heap is garbage now: collected
+	// and given back to the system before the merge allocates its indexes
+	// and windows, so that they do not pile on top of it (the merge's own
+	// peak is about 135 MB of heap at 1,000,000 requests).
+	debug.FreeOSMemory()
 	var files []string
 	for _, c := range chunks {
 		if !c.State.Terminal() {
