@@ -209,11 +209,11 @@ func TestLedgerFoldedAtTheNextPlan(t *testing.T) {
 func TestSettledOnTheChunk(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name     string
-		skip     int64 // an ordinal given no outcome and not moved, or -1
-		settled  int
-		pending  int64
-		rows     int64 // rows of chunk 1 on disk (the plan's requests are in pages)
+		name    string
+		skip    int64 // an ordinal given no outcome and not moved, or -1
+		settled int
+		pending int64
+		rows    int64 // rows of chunk 1 on disk (the plan's requests are in pages)
 	}{
 		{"every request named", -1, 2, 0, 2},
 		{"one request without an outcome", 5, 1, 1, 2 + 7},

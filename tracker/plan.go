@@ -19,9 +19,9 @@ const planTxRows = 100_000
 // state planning until Commit; a job found in that state by a later run was
 // interrupted and is deleted and planned again (see DeleteJob).
 type Plan struct {
-	d      *DB
-	ctx    context.Context
-	job    *sluice.Job
+	d       *DB
+	ctx     context.Context
+	job     *sluice.Job
 	tx      *sql.Tx
 	insPage *sql.Stmt
 	insChk  *sql.Stmt
