@@ -101,10 +101,16 @@ const chunkRequestsSQL = `SELECT id & ?, line, custom_id, chunk_id, idx, offset,
 
 // ChunkRequests implements sluice.Store.
 func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
-	if pc, ok, err := readPagedChunk(ctx, d.db, job, chunk); err != nil {
+	paged := false
+	if err := d.snapshot(ctx, func(q querier) error {
+		pc, ok, err := readPagedChunk(ctx, q, job, chunk)
+		if err != nil || !ok {
+			return err
+		}
+		paged = true
+		return pc.requests(ctx, q, func(r *sluice.Request, _ bool) error { return fn(r) })
+	}); err != nil || paged {
 		return err
-	} else if ok {
-		return pc.requests(ctx, d.db, func(r *sluice.Request, _ bool) error { return fn(r) })
 	}
 	// The job's key is looked up first and bound: compared with a subquery,
 	// id >> 40 does not use the requests_chunk index, and every call
@@ -431,11 +437,21 @@ func appendAnswers(dst []byte, key int64, os []sluice.Outcome) []byte {
 
 // RequestStates implements sluice.Store.
 func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestState]int64, error) {
+	var m map[sluice.RequestState]int64
+	err := d.snapshot(ctx, func(q querier) error {
+		var err error
+		m, err = requestStates(ctx, q, job)
+		return err
+	})
+	return m, err
+}
+
+func requestStates(ctx context.Context, q querier, job string) (map[sluice.RequestState]int64, error) {
 	// Counted in one pass over the job's rowid range: a GROUP BY would sort
 	// every row of the job first. A request still pending in a chunk
 	// settled on the chunk is succeeded (finishOutcomes).
 	var pending, implicit, succeeded, failed int64
-	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
 		COUNT(*) FILTER (WHERE state = 'pending' AND chunk_id IN
 			(SELECT id FROM chunks WHERE job_id = ? AND requests_settled = `+strconv.Itoa(settledOnChunk)+`)),
 		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
@@ -448,7 +464,7 @@ func (d *DB) RequestStates(ctx context.Context, job string) (map[sluice.RequestS
 	// their chunk says, and chunk 0's answered from earlier jobs.
 	// Every row of a paged job is an overlay, and each overlays one entry.
 	var entries, pSucceeded int64
-	if err := d.db.QueryRowContext(ctx, `SELECT
+	if err := q.QueryRowContext(ctx, `SELECT
 		(SELECT COALESCE(SUM(n), 0) FROM request_pages WHERE `+strings.ReplaceAll(jobRows, "requests.id", "request_pages.id")+`),
 		(SELECT COALESCE(SUM(c.paged - c.overlaid), 0) FROM chunks c WHERE c.job_id = ? AND c.paged > 0
 			AND c.requests_settled = `+strconv.Itoa(settledOnChunk)+`)

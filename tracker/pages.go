@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -58,6 +59,7 @@ type pageDecoder struct {
 	data []byte
 	next int64 // ordinal of the next entry
 	end  int64 // one past the page's last ordinal
+	line int64 // the last entry's line: lines are packed as differences
 	r    sluice.Request
 }
 
@@ -117,11 +119,35 @@ func (d *pageDecoder) entry() (bool, error) {
 	}
 	d.data = d.data[k:]
 	d.r.Ordinal = d.next
-	d.r.Line += v[0]
+	d.line += v[0]
+	d.r.Line = d.line // a caller may change d.r; the next entry does not read it
 	d.r.Chunk, d.r.Index, d.r.Offset, d.r.Length, d.r.Tokens = v[1], int(v[2]), v[3], int(v[4]), v[5]
 	d.r.Attempt, d.r.State = 1, sluice.RequestPending
 	d.next++
 	return true, nil
+}
+
+// snapshot runs fn on a connection of its own inside one read
+// transaction, so that the several statements of a reader see one state of
+// the database (a FinishChunk committing between them would otherwise show
+// a request in neither or both of its records). Plain BEGIN is deferred,
+// whatever _txlock says: a reader takes no write lock.
+func (d *DB) snapshot(ctx context.Context, fn func(q querier) error) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		return err
+	}
+	err = fn(conn)
+	if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); err == nil && rerr != nil {
+		// A connection left inside a transaction must not go back to the pool.
+		conn.Raw(func(any) error { return driver.ErrBadConn })
+		return rerr
+	}
+	return err
 }
 
 // querier is what reading pages needs of a database or a transaction.
@@ -285,16 +311,20 @@ func overlayArgs(key int64, r *sluice.Request) []any {
 // Requests calls fn for every request of a job in ordinal order, with its
 // current record (tests and tools; the dispatcher reads by chunk).
 func (d *DB) Requests(ctx context.Context, job string, fn func(*sluice.Request) error) error {
+	return d.snapshot(ctx, func(q querier) error { return requests(ctx, q, job, fn) })
+}
+
+func requests(ctx context.Context, q querier, job string, fn func(*sluice.Request) error) error {
 	var key int64
 	var paged int
-	if err := d.db.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &paged); err != nil {
+	if err := q.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &paged); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		return err
 	}
 	settled := map[int64]int{}
-	crows, err := d.db.QueryContext(ctx, `SELECT id, requests_settled FROM chunks WHERE job_id = ?`, job)
+	crows, err := q.QueryContext(ctx, `SELECT id, requests_settled FROM chunks WHERE job_id = ?`, job)
 	if err != nil {
 		return err
 	}
@@ -308,7 +338,7 @@ func (d *DB) Requests(ctx context.Context, job string, fn func(*sluice.Request) 
 		settled[id] = s
 	}
 	crows.Close()
-	rows, err := d.db.QueryContext(ctx, `SELECT `+overlayCols+` FROM requests WHERE id BETWEEN ? AND ? ORDER BY id`,
+	rows, err := q.QueryContext(ctx, `SELECT `+overlayCols+` FROM requests WHERE id BETWEEN ? AND ? ORDER BY id`,
 		requestID(key, 0), requestID(key, maxOrdinal))
 	if err != nil {
 		return err
@@ -335,7 +365,7 @@ func (d *DB) Requests(ctx context.Context, job string, fn func(*sluice.Request) 
 		return r
 	}
 	if paged == 1 {
-		if err := eachPageEntry(ctx, d.db, key, 0, maxOrdinal, func(r *sluice.Request) error {
+		if err := eachPageEntry(ctx, q, key, 0, maxOrdinal, func(r *sluice.Request) error {
 			for have && row.Ordinal < r.Ordinal { // a row without an entry: not expected, passed on
 				if err := fn(fixed(&row)); err != nil {
 					return err
@@ -496,19 +526,28 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 }
 
 // settleWhole reports whether f's outcomes are successes of exactly the
-// chunk's requests, none with a row of its own, each naming its custom_id:
-// as many, with the same two sums over their ids as the plan recorded
-// (the check of the row path's settleCheckSQL, over the plan's sums
-// instead of an index).
+// chunk's requests, none with a row of its own, each naming its custom_id.
+// Anything else, and any chunk whose span it shares with another group's
+// requests, goes the strict way (each request found in the pages).
 func settleWhole(pc pagedChunk, f *sluice.Finish) bool {
-	if len(f.Moved) > 0 || pc.overlaid != 0 || len(f.Outcomes) != pc.n || pc.n == 0 {
+	// A chunk whose span holds only its own requests (one group: every
+	// chunk of a single-model input), named by as many distinct ordinals
+	// inside the span: exactly its requests. The sums check the plan's
+	// record of the chunk besides.
+	if len(f.Moved) > 0 || pc.overlaid != 0 || len(f.Outcomes) != pc.n || pc.n == 0 || pc.last-pc.first+1 != int64(pc.n) {
 		return false
 	}
+	seen := make([]uint64, (pc.n+63)/64)
 	var sum, mix int64
 	for _, o := range f.Outcomes {
 		if o.State != sluice.RequestSucceeded || o.CustomID == "" || o.Ordinal < pc.first || o.Ordinal > pc.last {
 			return false
 		}
+		k := o.Ordinal - pc.first
+		if seen[k/64]&(1<<(k%64)) != 0 {
+			return false // named twice: the strict path names it
+		}
+		seen[k/64] |= 1 << (k % 64)
 		id := requestID(pc.key, o.Ordinal)
 		sum, mix = sum+id, mix+idMix(id)
 	}

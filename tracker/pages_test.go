@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/tracker"
 )
 
 // TestPlanIsPagedNotRows: a plan of 2,500 requests in two groups whose
@@ -254,5 +255,106 @@ func TestPagedWholeSuccessReadsNoPage(t *testing.T) {
 	db.SQL().QueryRow(`SELECT COUNT(*), MIN(custom_id) FROM ledger WHERE chunk = 1`).Scan(&n, &id)
 	if n != 3 || id != "j-0" {
 		t.Errorf("ledger after the fold: %d rows, first %q", n, id)
+	}
+}
+
+// TestPagedFinishRefusesLookalikes: outcomes that match a chunk's count
+// and sums without being its requests are refused, never settled on the
+// chunk: the same ordinals named twice in place of others (equal sums of
+// ordinals and of squares), and, where two groups' chunks interleave,
+// another chunk's requests in place of this one's.
+func TestPagedFinishRefusesLookalikes(t *testing.T) {
+	ctx := context.Background()
+	succ := func(ords ...int64) []sluice.Outcome {
+		var os []sluice.Outcome
+		for _, o := range ords {
+			os = append(os, sluice.Outcome{Ordinal: o, State: sluice.RequestSucceeded, Length: 1, CustomID: fmt.Sprint("x", o)})
+		}
+		return os
+	}
+	settled := func(db *tracker.DB, chunk int64) int {
+		var s int
+		db.SQL().QueryRow(`SELECT requests_settled FROM chunks WHERE id = ?`, chunk).Scan(&s)
+		return s
+	}
+	// One chunk of ordinals 0..6; {0,0,3,4,4,5,5} has the same count, sum
+	// (21) and sum of squares (91) as {0..6}.
+	db := open(t)
+	c := planKeyed(t, db, "j", make([][]byte, 7))
+	cc := *c
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: succ(0, 0, 3, 4, 4, 5, 5)}); err == nil {
+		t.Error("outcomes naming requests twice, in place of others, were taken")
+	}
+	if s := settled(db, 1); s != 0 {
+		t.Errorf("chunk settled %d after a refused finish", s)
+	}
+	// Two interleaved chunks: 1 holds {1,5,6,8}, 2 holds {0,2,3,4,7};
+	// {2,3,7,8} has chunk 1's count, sum (20) and sum of squares (126).
+	db = open(t)
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "k", Provider: "openai", Input: "/k", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := map[int64]int{}
+	for o := int64(0); o < 9; o++ {
+		ch := int64(2)
+		if o == 1 || o == 5 || o == 6 || o == 8 {
+			ch = 1
+		}
+		if err := p.AddRequest(&sluice.Request{Ordinal: o, Line: o + 1, CustomID: fmt.Sprint("x", o), Chunk: ch, Index: idx[ch]}); err != nil {
+			t.Fatal(err)
+		}
+		idx[ch]++
+	}
+	for _, ch := range []int64{1, 2} {
+		if err := p.AddChunk(&sluice.Chunk{ID: ch, URL: "/v1/chat/completions", Model: fmt.Sprint("m", ch), Path: fmt.Sprint("c", ch), Requests: idx[ch]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Commit(ctx, sluice.Fingerprint{}, 9, 0); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := db.Chunks(ctx, "k")
+	c1 := *cs[0]
+	c1.State = sluice.ChunkDone
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &c1, From: sluice.ChunkPending, Outcomes: succ(2, 3, 7, 8)}); err == nil {
+		t.Error("outcomes naming another chunk's requests were taken")
+	}
+	if s := settled(db, 1); s != 0 {
+		t.Errorf("chunk 1 settled %d after a refused finish", s)
+	}
+	// Its own requests are taken.
+	c1 = *cs[0]
+	c1.State = sluice.ChunkDone
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &c1, From: sluice.ChunkPending, Outcomes: succ(8, 1, 6, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if s := settled(db, 1); s != 2 {
+		t.Errorf("chunk 1 settled %d, want 2", s)
+	}
+}
+
+// TestPlanRefusesOrdinalsOutOfOrder: a plan's requests come in ordinal
+// order, each once (pages and chunk spans rely on it).
+func TestPlanRefusesOrdinalsOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/j", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Abort(ctx)
+	for _, o := range []int64{0, 1, 2} {
+		if err := p.AddRequest(&sluice.Request{Ordinal: o, Line: o + 1, CustomID: fmt.Sprint("x", o), Chunk: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, o := range []int64{1, 2} {
+		if err := p.AddRequest(&sluice.Request{Ordinal: o, Line: 9, CustomID: "y", Chunk: 1}); err == nil {
+			t.Errorf("ordinal %d after 2 was recorded", o)
+		}
+	}
+	if err := p.AddRequest(&sluice.Request{Ordinal: 5, Line: 9, CustomID: "y", Chunk: 1}); err != nil {
+		t.Errorf("ordinal 5 after 2: %v", err)
 	}
 }

@@ -42,6 +42,8 @@ type Plan struct {
 	// ids: plan_ids is built, and every request added goes into it too.
 	ids   bool
 	insID *sql.Stmt
+	// lastOrd is the last ordinal recorded (-1: none yet).
+	lastOrd int64
 	// lookup is the prepared ledger lookup of LookupReuse (money.go).
 	lookup   *sql.Stmt
 	lookConn *sql.Conn
@@ -90,7 +92,7 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 		d.DeleteJob(ctx, job.ID)
 		return nil, fmt.Errorf("record job %s: the state database holds too many jobs (key %d); start a new state directory", job.ID, key)
 	}
-	p := &Plan{d: d, ctx: ctx, job: job, key: key, ledgerEmpty: !answers, spans: map[int64]*span{}}
+	p := &Plan{d: d, ctx: ctx, job: job, key: key, ledgerEmpty: !answers, spans: map[int64]*span{}, lastOrd: -1}
 	conn, err := d.db.Conn(ctx)
 	if err == nil {
 		p.conn = conn
@@ -173,6 +175,11 @@ func (p *Plan) AddRequest(r *sluice.Request) error {
 		// Not from a plan: every planned request is on its first attempt.
 		return fmt.Errorf("record request %q (line %d): a plan's requests are on attempt 1, not %d", r.CustomID, r.Line, r.Attempt)
 	}
+	if r.Ordinal <= p.lastOrd {
+		// Pages and spans hold ordinals in order, each once.
+		return fmt.Errorf("record request %q (line %d): ordinal %d after %d: a plan's requests come in order, each once",
+			r.CustomID, r.Line, r.Ordinal, p.lastOrd)
+	}
 	if p.pageN > 0 && r.Ordinal != p.pageFirst+int64(p.pageN) {
 		// A page holds consecutive ordinals.
 		if err := p.flushPage(); err != nil {
@@ -197,6 +204,7 @@ func (p *Plan) AddRequest(r *sluice.Request) error {
 	}
 	sp.last = r.Ordinal
 	sp.n++
+	p.lastOrd = r.Ordinal
 	id := requestID(p.key, r.Ordinal)
 	sp.sum, sp.mix = sp.sum+id, sp.mix+idMix(id)
 	if p.pageN >= pageRows {
