@@ -29,9 +29,10 @@ ALTER TABLE chunks ADD COLUMN first_ordinal INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE chunks ADD COLUMN last_ordinal INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE chunks ADD COLUMN paged INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE chunks ADD COLUMN overlaid INTEGER NOT NULL DEFAULT 0;
--- Two sums over the chunk's request ids (the ids, and a product of their
--- residues), so a finish whose outcomes are every request of the chunk is
--- known to be one without reading the pages (tracker/pages.go, finishPaged).
+-- Two sums over the chunk's request ids, each of a different 64-bit mix of
+-- the id (wrapping), so a finish whose outcomes are every request of the
+-- chunk is known to be one without reading the pages (tracker/pages.go,
+-- settleWhole).
 ALTER TABLE chunks ADD COLUMN id_sum INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE chunks ADD COLUMN id_mix INTEGER NOT NULL DEFAULT 0;
 

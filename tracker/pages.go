@@ -244,8 +244,19 @@ type pagedChunk struct {
 	sum, mix    int64
 }
 
-// idMix is a request id's term in chunks.id_mix.
-func idMix(id int64) int64 { return (id % 65521) * (id % 65519) }
+// idSum and idMix are a request id's terms in chunks.id_sum and id_mix:
+// two independent 64-bit mixes of it (splitmix64's finalizer), so that
+// two different sets of ids, however alike (one id twice in place of
+// another, another chunk's ids between ours), have equal sums of both
+// only by a 2^-128 chance.
+func idSum(id int64) int64 { return int64(mix64(uint64(id))) }
+func idMix(id int64) int64 { return int64(mix64(uint64(id) ^ 0x9e3779b97f4a7c15)) }
+
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
 
 // requests calls fn for each request of the chunk, in index order, with
 // its current record: its overlay row if it has one (skipped when that
@@ -530,14 +541,14 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 // Anything else, and any chunk whose span it shares with another group's
 // requests, goes the strict way (each request found in the pages).
 func settleWhole(pc pagedChunk, f *sluice.Finish) bool {
-	// A chunk whose span holds only its own requests (one group: every
-	// chunk of a single-model input), named by as many distinct ordinals
-	// inside the span: exactly its requests. The sums check the plan's
-	// record of the chunk besides.
-	if len(f.Moved) > 0 || pc.overlaid != 0 || len(f.Outcomes) != pc.n || pc.n == 0 || pc.last-pc.first+1 != int64(pc.n) {
+	// As many distinct ordinals inside the chunk's span as it has
+	// requests, with the plan's two sums of mixes of their ids: its
+	// requests (idSum). Where the span holds only the chunk's own requests
+	// (every chunk of a single-model input) the count alone proves it.
+	if len(f.Moved) > 0 || pc.overlaid != 0 || len(f.Outcomes) != pc.n || pc.n == 0 {
 		return false
 	}
-	seen := make([]uint64, (pc.n+63)/64)
+	seen := make([]uint64, (pc.last-pc.first+64)/64)
 	var sum, mix int64
 	for _, o := range f.Outcomes {
 		if o.State != sluice.RequestSucceeded || o.CustomID == "" || o.Ordinal < pc.first || o.Ordinal > pc.last {
@@ -549,7 +560,7 @@ func settleWhole(pc pagedChunk, f *sluice.Finish) bool {
 		}
 		seen[k/64] |= 1 << (k % 64)
 		id := requestID(pc.key, o.Ordinal)
-		sum, mix = sum+id, mix+idMix(id)
+		sum, mix = sum+idSum(id), mix+idMix(id)
 	}
 	return sum == pc.sum && mix == pc.mix
 }

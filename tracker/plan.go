@@ -206,7 +206,7 @@ func (p *Plan) AddRequest(r *sluice.Request) error {
 	sp.n++
 	p.lastOrd = r.Ordinal
 	id := requestID(p.key, r.Ordinal)
-	sp.sum, sp.mix = sp.sum+id, sp.mix+idMix(id)
+	sp.sum, sp.mix = sp.sum+idSum(id), sp.mix+idMix(id)
 	if p.pageN >= pageRows {
 		return p.flushPage()
 	}
