@@ -194,7 +194,8 @@ func (e *ending) describe(missing int) []string {
 // the chunk as it was, and the same work is redone.
 func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, fill func(*ending) error) error {
 	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests),
-		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests)}
+		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests),
+		outcomes: make([]sluice.Outcome, 0, c.Requests)}
 	if err := d.store.ChunkRequests(ctx, d.job.ID, c.ID, func(r *sluice.Request) error {
 		if r.State != sluice.RequestPending {
 			return fmt.Errorf("chunk %d: request %q is already %s", c.ID, r.CustomID, r.State)
