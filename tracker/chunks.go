@@ -3,6 +3,7 @@ package tracker
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -273,7 +274,7 @@ const (
 // too. Should fewer rows change than were named, the statements are undone
 // and the rows are set one by one, which names the first request at fault.
 func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) error {
-	answers := appendAnswers(nil, key, f.Outcomes)
+	answers := appendAnswers(nil, key, f.Outcomes, nil)
 	mark := settledOnRows
 	if len(f.Outcomes) > 0 {
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT outcomes`); err != nil {
@@ -406,13 +407,17 @@ func appendIDs(dst []byte, key int64, os []sluice.Outcome, st sluice.RequestStat
 	return append(dst, ']')
 }
 
-// appendAnswers appends the JSON array [[id, offset, length], ...] of the
-// successes with a record in the results file, in outcome order, or
-// returns dst unchanged (nil) when there is none.
-func appendAnswers(dst []byte, key int64, os []sluice.Outcome) []byte {
+// appendAnswers appends the JSON array of the successes with a record in
+// the results file, in outcome order, or returns dst unchanged (nil) when
+// there is none. Each is [id, offset, length]; with named (a paged chunk:
+// named[i] is the request of outcome i, pages.go) it is [id, offset,
+// length, body key in hex, custom_id], what the ledger needs without a
+// request row to join (foldLedger), and a success without a body key is
+// left out.
+func appendAnswers(dst []byte, key int64, os []sluice.Outcome, named []*sluice.Request) []byte {
 	n := 0
-	for _, o := range os {
-		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
+	for i, o := range os {
+		if o.State != sluice.RequestSucceeded || o.Length <= 0 || (named != nil && len(named[i].BodyKey) == 0) {
 			continue
 		}
 		if n == 0 {
@@ -426,6 +431,12 @@ func appendAnswers(dst []byte, key int64, os []sluice.Outcome) []byte {
 		dst = strconv.AppendInt(dst, o.Offset, 10)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, o.Length, 10)
+		if named != nil {
+			dst = append(dst, ',', '"')
+			dst = hex.AppendEncode(dst, named[i].BodyKey)
+			dst = append(dst, '"', ',')
+			dst = appendJSONString(dst, named[i].CustomID)
+		}
 		dst = append(dst, ']')
 		n++
 	}

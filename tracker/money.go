@@ -40,7 +40,7 @@ func (d *DB) foldLedger(ctx context.Context) error {
 		}
 		defer tx.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS temp.fold`)
 		// An answer of three members is a request with a row, which has the
-		// key; one of five (a paged plan's chunk: appendPagedAnswers) names
+		// key; one of five (a paged plan's chunk: appendAnswers with its requests) names
 		// its key, chunk and custom_id itself.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.fold (key, request, offset, length, chunk, custom_id)
 			SELECT r.body_key, r.id, a.value ->> 1, a.value ->> 2, NULL, NULL

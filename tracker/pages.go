@@ -6,12 +6,10 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"unsafe"
 
 	"github.com/sluice-batch/sluice"
@@ -429,7 +427,7 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 			rs[i] = sluice.Request{Ordinal: o.Ordinal, CustomID: o.CustomID, BodyKey: o.BodyKey}
 			named[i] = &rs[i]
 		}
-		answers := appendPagedAnswers(make([]byte, 0, 80*len(f.Outcomes)), pc.key, f.Outcomes, named)
+		answers := appendAnswers(make([]byte, 0, 80*len(f.Outcomes)), pc.key, f.Outcomes, named)
 		var a any
 		if len(answers) > 0 {
 			a = string(answers)
@@ -526,7 +524,7 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 			overlaid++
 		}
 	}
-	answers := appendPagedAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, named)
+	answers := appendAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, named)
 	var a any // NULL: nothing for the ledger
 	if len(answers) > 0 {
 		a = string(answers)
@@ -563,41 +561,6 @@ func settleWhole(pc pagedChunk, f *sluice.Finish) bool {
 		sum, mix = sum+idSum(id), mix+idMix(id)
 	}
 	return sum == pc.sum && mix == pc.mix
-}
-
-// appendPagedAnswers is appendAnswers for a paged chunk: each success
-// with a record and a body key as [id, offset, length, key in hex,
-// custom_id], what the ledger needs without a request row to join
-// (foldLedger).
-func appendPagedAnswers(dst []byte, key int64, os []sluice.Outcome, named []*sluice.Request) []byte {
-	n := 0
-	for i, o := range os {
-		r := named[i]
-		if o.State != sluice.RequestSucceeded || o.Length <= 0 || len(r.BodyKey) == 0 {
-			continue
-		}
-		if n == 0 {
-			dst = append(dst, '[')
-		} else {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, '[')
-		dst = strconv.AppendInt(dst, requestID(key, o.Ordinal), 10)
-		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, o.Offset, 10)
-		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, o.Length, 10)
-		dst = append(dst, ',', '"')
-		dst = hex.AppendEncode(dst, r.BodyKey)
-		dst = append(dst, '"', ',')
-		dst = appendJSONString(dst, r.CustomID)
-		dst = append(dst, ']')
-		n++
-	}
-	if n == 0 {
-		return dst
-	}
-	return append(dst, ']')
 }
 
 // appendJSONString appends s as a JSON string: as it is between quotes
