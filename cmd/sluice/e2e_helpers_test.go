@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -313,4 +314,41 @@ func waitWorkers(t *testing.T, ws []*workerProc, timeout time.Duration) (planned
 		}
 	}
 	return planned, merged
+}
+
+// refusingAddr returns a loopback address that refuses connections for
+// the rest of the test: a TCP socket bound there and never listening,
+// without SO_REUSEADDR, so no other listener (an emulator of a test running
+// in parallel, on port 0) can be given the port meanwhile. A listener
+// closed at once, as this once was, left the port free for the next
+// bind: a parallel cell's emulator took it, and a "dead endpoint" answered.
+func refusingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
+
+// TestRefusingAddr: the address refuses a connection, and no listener can
+// be given its port while the test runs.
+func TestRefusingAddr(t *testing.T) {
+	addr := refusingAddr(t)
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s took a connection", addr)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Fatalf("a listener was given %s", addr)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -118,12 +117,7 @@ func TestLocalDiskFailureWhilePollingStops(t *testing.T) {
 // is spent on connection failures, naming the URL and what failed.
 func TestDeadEndpointExits1(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := refusingAddr(t)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 6)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-test")

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -376,12 +375,7 @@ func TestProviderMatrix(t *testing.T) {
 
 		t.Run(p.name+"/dead-endpoint", func(t *testing.T) {
 			t.Parallel()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := ln.Addr().String()
-			ln.Close() // nothing listens there now
+			addr := refusingAddr(t) // nothing listens there, nor will
 			dir := t.TempDir()
 			in, _ := p.input(t, dir, 10)
 			r := runSluiceWithin(t, 90*time.Second, p.env(addr, matrixKey), "run", in, "--out", filepath.Join(dir, "out.jsonl"),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -170,9 +169,7 @@ func TestPostgresBadConfigurationBeforeAnyWork(t *testing.T) {
 	dsn := testsrv.Postgres(t)
 	u, _ := url.Parse(dsn)
 	const secret = "sekrit-pw-4b1d"
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	closed := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	closed := refusingAddr(t) // nothing listens there, nor will
 
 	wrongCreds := *u
 	wrongCreds.User = url.UserPassword("sluice_nosuchuser", secret)
