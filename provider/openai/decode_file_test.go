@@ -130,32 +130,9 @@ func BenchmarkDecodeFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	w := bufio.NewWriterSize(io.Discard, 1<<20)
-	var buf []byte
-	b.SetBytes(size)
-	b.ReportAllocs()
-	cpu := cputime.Process()
-	for b.Loop() {
-		n := 0
-		err := c.Decode(ctx, sluice.BatchRef{}, files, nil, func(r sluice.Result) error {
-			var err error
-			if buf, err = sluice.AppendResultLine(buf[:0], int64(n), r.Kind != sluice.ResultSucceeded, &r.Line); err != nil {
-				return err
-			}
-			n++
-			_, err = w.Write(buf)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if n != benchLines {
-			b.Fatalf("%d results, want %d", n, benchLines)
-		}
-	}
-	// The process's CPU time (this loop and the garbage collector) per
-	// operation: on a shared machine, a steadier figure than ns/op.
-	b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
+	benchEnd(b, size, func(fn func(sluice.Result) error) error {
+		return c.Decode(ctx, sluice.BatchRef{}, files, nil, fn)
+	})
 }
 
 // benchBatch serves the benchmark batch's result files (resultFiles) from
