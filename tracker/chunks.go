@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-batch/sluice"
@@ -471,12 +470,12 @@ func requestStates(ctx context.Context, q querier, job string) (map[sluice.Reque
 		return nil, err
 	}
 	pending, succeeded = pending-implicit, succeeded+implicit
-	// A paged plan's requests without a row of their own (pages.go): as
-	// their chunk says, and chunk 0's answered from earlier jobs.
-	// Every row of a paged job is an overlay, and each overlays one entry.
+	// A paged plan's requests without a row of their own (pages.go) are as
+	// their chunk says, and chunk 0's are answered from earlier jobs; every
+	// row of a paged job is an overlay of one page entry.
 	var entries, pSucceeded int64
 	if err := q.QueryRowContext(ctx, `SELECT
-		(SELECT COALESCE(SUM(n), 0) FROM request_pages WHERE `+strings.ReplaceAll(jobRows, "requests.id", "request_pages.id")+`),
+		(SELECT COALESCE(SUM(n), 0) FROM request_pages WHERE `+jobRange("request_pages.id")+`),
 		(SELECT COALESCE(SUM(c.paged - c.overlaid), 0) FROM chunks c WHERE c.job_id = ? AND c.paged > 0
 			AND c.requests_settled = `+strconv.Itoa(settledOnChunk)+`)
 		+ COALESCE((SELECT CASE WHEN paged = 1 THEN reused ELSE 0 END FROM jobs WHERE id = ?), 0)`, job, job, job, job).Scan(&entries, &pSucceeded); err != nil {
@@ -505,15 +504,11 @@ func stateCounts(pending, succeeded, failed int64) map[sluice.RequestState]int64
 
 // Expected implements sluice.Store.
 func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bool) error {
-	var key int64
-	var paged int
-	if err := d.db.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &paged); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
+	key, paged, found, err := jobLayout(ctx, d.db, job)
+	if err != nil || !found {
 		return err
 	}
-	if paged == 1 {
+	if paged {
 		// Every request of a paged plan is in its pages, and a request's
 		// ordinal and custom_id never change.
 		errStop := errors.New("stop")

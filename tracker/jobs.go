@@ -122,15 +122,13 @@ func (d *DB) DeleteJob(ctx context.Context, id string) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
 		// The job's answers leave the ledger with it (a later job buys them
 		// again rather than pointing at results that are gone).
-		if _, err := tx.ExecContext(ctx, `DELETE FROM ledger WHERE request BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
-			AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?)`, id, id); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM ledger WHERE `+jobRange("request"), id, id); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE `+jobRows, id, id); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM request_pages WHERE id BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
-			AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?)`, id, id); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM request_pages WHERE `+jobRange("id"), id, id); err != nil {
 			return err
 		}
 		for _, q := range []string{`DELETE FROM attempt_errors WHERE job_id = ?`, `DELETE FROM job_summaries WHERE job_id = ?`,

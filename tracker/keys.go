@@ -19,13 +19,19 @@ const (
 
 func requestID(key, ordinal int64) int64 { return key<<ordinalBits | ordinal }
 
-// jobRows is a condition on requests: the rows of the job whose id is
-// bound to both placeholders (none when there is no such job: a job
-// deleted between two statements shows as empty, not as an error). The
-// literals are ordinalBits and maxOrdinal; queries by job spell the key as
-// id >> 40 as the indexes of migration 0003 do.
-const jobRows = `requests.id BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
+// jobRange is a condition on col, a request id (requests.id, the first
+// ordinal of a request page, a ledger row's request): in the range of the
+// job whose id is bound to both placeholders (none when there is no such
+// job: a job deleted between two statements shows as empty, not as an
+// error). The literals are ordinalBits and maxOrdinal; queries by job spell
+// the key as id >> 40 as the indexes of migration 0003 do.
+func jobRange(col string) string {
+	return col + ` BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
 	AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?)`
+}
+
+// jobRows is jobRange over the requests table.
+var jobRows = jobRange("requests.id")
 
 // jobKey returns the key of job id.
 func jobKey(ctx context.Context, tx *sql.Tx, id string) (int64, error) {

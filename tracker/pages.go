@@ -317,6 +317,17 @@ func overlayArgs(key int64, r *sluice.Request) []any {
 		r.Attempt, string(r.State), bk}
 }
 
+// jobLayout returns a job's key and whether its plan is paged; found is
+// false when there is no such job.
+func jobLayout(ctx context.Context, q querier, job string) (key int64, paged, found bool, err error) {
+	var p int
+	err = q.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &p)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, false, nil
+	}
+	return key, p == 1, err == nil, err
+}
+
 // Requests calls fn for every request of a job in ordinal order, with its
 // current record (tests and tools; the dispatcher reads by chunk).
 func (d *DB) Requests(ctx context.Context, job string, fn func(*sluice.Request) error) error {
@@ -324,12 +335,8 @@ func (d *DB) Requests(ctx context.Context, job string, fn func(*sluice.Request) 
 }
 
 func requests(ctx context.Context, q querier, job string, fn func(*sluice.Request) error) error {
-	var key int64
-	var paged int
-	if err := q.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &paged); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
+	key, paged, found, err := jobLayout(ctx, q, job)
+	if err != nil || !found {
 		return err
 	}
 	settled := map[int64]int{}
@@ -373,7 +380,7 @@ func requests(ctx context.Context, q querier, job string, fn func(*sluice.Reques
 		}
 		return r
 	}
-	if paged == 1 {
+	if paged {
 		if err := eachPageEntry(ctx, q, key, 0, maxOrdinal, func(r *sluice.Request) error {
 			for have && row.Ordinal < r.Ordinal { // a row without an entry: not expected, passed on
 				if err := fn(fixed(&row)); err != nil {
