@@ -89,3 +89,28 @@ func TestMarkCompact(t *testing.T) {
 		}
 	}
 }
+
+// TestResultOwned: Owned copies a lent body (the lender's later writes do
+// not reach it) and keeps the compact mark on the copy, not on the lent
+// bytes.
+func TestResultOwned(t *testing.T) {
+	buf := []byte(`{"a": 1}`) // not canonical: the mark is what is obeyed
+	r := Result{CustomID: "c", Line: OutputLine{CustomID: "c", Response: &Response{StatusCode: 200, Body: buf}}}
+	r.Line.Response.MarkCompact()
+	own := r.Owned()
+	copy(buf, `{"b": 2}`) // the lender reuses its buffer
+	got, err := AppendOutputLine(nil, &own.Line)
+	if want := `{"custom_id":"c","response":{"status_code":200,"body":{"a": 1}},"error":null}`; err != nil || string(got) != want {
+		t.Fatalf("owned: %s (%v), want %s", got, err, want)
+	}
+	if !own.Line.Response.markedCompact() || &own.Line.Response.Body[0] == &buf[0] {
+		t.Fatal("the copy lost its mark or is the lent buffer")
+	}
+	plain := Result{Line: OutputLine{Response: &Response{StatusCode: 200, Body: []byte(`{"b":2}`)}}}
+	if plain.Owned().Line.Response.markedCompact() {
+		t.Fatal("Owned marked compact a body that was not")
+	}
+	if e := (Result{Line: OutputLine{Error: &LineError{Code: "x"}}}).Owned(); e.Line.Error.Code != "x" {
+		t.Fatal("an error result changed")
+	}
+}

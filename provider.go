@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,11 +74,30 @@ func (k ResultKind) String() string {
 }
 
 // Result is one request's result, already in the canonical output shape.
+// A Result handed to a callback by Provider.Decode or
+// ResultStreamer.StreamResults may lend its bytes (a response's Body) from
+// the provider's read buffer, valid until the callback returns: a caller
+// that keeps a Result keeps Owned().
 type Result struct {
 	CustomID string
 	Kind     ResultKind
 	Line     OutputLine
 	Usage    Usage
+}
+
+// Owned returns r with its own copy of the bytes a provider may have lent
+// it (the response and its Body), marked compact as r's were.
+func (r Result) Owned() Result {
+	if resp := r.Line.Response; resp != nil {
+		cp := *resp
+		cp.Body = bytes.Clone(resp.Body)
+		cp.compact = nil
+		if resp.markedCompact() {
+			cp.MarkCompact()
+		}
+		r.Line.Response = &cp
+	}
+	return r
 }
 
 // Provider is one batch API. The dispatcher drives it; each client retries
@@ -104,8 +124,8 @@ type Provider interface {
 	// Fetch downloads the results of an ended batch into dir (each file
 	// written to a temp name and renamed) and returns their paths.
 	Fetch(ctx context.Context, ref BatchRef, b Batch, dir string) ([]string, error)
-	// Decode reads fetched result files and calls fn once per result line.
-	// lookup maps a position in the chunk to its custom_id, for providers
+	// Decode reads fetched result files and calls fn once per result line
+	// (its Result's bytes valid until fn returns: Result.Owned). lookup maps a position in the chunk to its custom_id, for providers
 	// that answer by position.
 	Decode(ctx context.Context, ref BatchRef, files []string, lookup func(index int) (string, bool), fn func(Result) error) error
 	// Cancel asks the provider to cancel the batch.
@@ -135,7 +155,8 @@ type ResultStreamer interface {
 	// a failed download, as Fetch's would be. A download that breaks after
 	// fn was given some of its lines is not repeated (fn is never given a
 	// line twice): its error matches ErrStreamBroken. Whatever fn was given
-	// before an error must be discarded.
+	// before an error must be discarded. As with Decode, a Result's bytes
+	// are valid until fn returns (Result.Owned).
 	StreamResults(ctx context.Context, ref BatchRef, b Batch, lookup func(index int) (string, bool), fn func(Result) error) error
 }
 

@@ -137,7 +137,7 @@ func (e *ending) add(r sluice.Result) error {
 	if r.Kind == sluice.ResultSucceeded {
 		return e.final(i, false, r.Line)
 	}
-	e.held[i] = r
+	e.held[i] = r.Owned() // r's bytes are lent until add returns
 	return nil
 }
 

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -201,6 +202,33 @@ func TestLineErrors(t *testing.T) {
 	}
 	if st := r.emu.Stats(); st.LinesSucceeded != sum.Succeeded {
 		t.Errorf("emulator delivered %d successes, output has %d: a success was bought twice or lost", st.LinesSucceeded, sum.Succeeded)
+	}
+}
+
+// TestHeldErrorsOutliveTheReadBuffer: a provider lends a result's body from
+// its read buffer for the call only (sluice.Result); an error result is
+// held until the batch's every line is read, long after the buffer (1 MiB)
+// was refilled, so it must be kept as its own copy. Without that, the
+// failed lines' bodies in the output are other lines' bytes.
+func TestHeldErrorsOutliveTheReadBuffer(t *testing.T) {
+	const n = 6000 // about 3 MB of result lines in one batch
+	r := newRig(t, "openai", openAILines(n), sluice.Limits{MaxBatchRequests: n}, 1,
+		emulator.Options{Seed: 3, LineErrorRate: 0.05})
+	r.run(r.options())
+	got, sum := r.merged()
+	if sum.Failed < 100 {
+		t.Fatalf("%d failed lines, want about %d", sum.Failed, n/20)
+	}
+	for id, o := range got {
+		if o.Response == nil || o.Response.StatusCode/100 == 2 {
+			continue
+		}
+		var body struct {
+			Error struct{ Message, Type string } `json:"error"`
+		}
+		if err := json.Unmarshal(o.Response.Body, &body); err != nil || body.Error.Message == "" || body.Error.Type == "" {
+			t.Fatalf("%s: failed line's body is not its own error: %.200s", id, o.Response.Body)
+		}
 	}
 }
 

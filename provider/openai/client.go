@@ -364,7 +364,7 @@ func FetchFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID st
 // StreamFiles is FetchFiles then Decode without the files
 // (sluice.ResultStreamer): b's output file, then its error file, are read
 // line by line as they download (httpx.Client.Stream) and each line decoded
-// with DecodeLine by the loop Decode uses (provider.DecodeJSONLReader), so
+// as Decode decodes it (its Results lent to fn) by the loop Decode uses (provider.DecodeJSONLReader), so
 // fn gets the same results in the same order, and malformed lines are
 // counted under the same names (<batch>.output.jsonl:N). A missing error
 // file is no error. A download that fails before a line of it was handed
@@ -382,7 +382,7 @@ func StreamFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID s
 		err := hc.Stream(ctx, httpx.Call{Method: http.MethodGet, URL: contentURL(f.id)}, func(body io.Reader) (bool, error) {
 			fileBad = sluice.MalformedLines{} // a repeated answer is read afresh
 			started := false
-			err := provider.DecodeJSONLReader(ctx, body, f.name, maxLine, &fileBad, DecodeLine, func(r sluice.Result) error {
+			err := provider.DecodeJSONLReader(ctx, body, f.name, maxLine, &fileBad, decodeLent, func(r sluice.Result) error {
 				started = true
 				if err := fn(r); err != nil {
 					fnErr = err
@@ -462,7 +462,7 @@ func (f Files) contentURL(id string) string { return f.FileURL(id) + "/content" 
 // response{status_code, body}} or {custom_id, error{code, message}} (error
 // may be a bare string).
 func (f Files) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, f.MaxLine, DecodeLine, fn)
+	return provider.DecodeJSONL(ctx, files, f.MaxLine, decodeLent, fn)
 }
 
 // Forget deletes files (DeleteFiles).

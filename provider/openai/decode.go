@@ -73,11 +73,23 @@ func (e *lineError) UnmarshalJSON(b []byte) error {
 // other error (a file that cannot be read) ends Decode.
 // lookup is not needed: every line carries its custom_id.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, c.maxLine, DecodeLine, fn)
+	return provider.DecodeJSONL(ctx, files, c.maxLine, decodeLent, fn)
 }
 
-// DecodeLine turns one output or error file line into a Result.
+// DecodeLine turns one output or error file line into a Result that owns
+// its bytes.
 func DecodeLine(line []byte) (sluice.Result, error) {
+	if res, ok := decodeResponse(line); ok {
+		return res.Owned(), nil
+	}
+	return decodeLineStd(line)
+}
+
+// decodeLent is DecodeLine for the decoding loops, whose callbacks get
+// Results lent for the call (sluice.Result): a response's Body is line's
+// own bytes, not a copy (the body is most of a result line: 700 MB of
+// copies a million results; BENCHMARKS.md).
+func decodeLent(line []byte) (sluice.Result, error) {
 	if res, ok := decodeResponse(line); ok {
 		return res, nil
 	}
@@ -172,7 +184,7 @@ func decodeResponse(line []byte) (res sluice.Result, ok bool) {
 		return res, false
 	}
 	cid := string(id[1 : len(id)-1])
-	r := &sluice.Response{StatusCode: code, Body: append(json.RawMessage(nil), body...)}
+	r := &sluice.Response{StatusCode: code, Body: body} // line's bytes: DecodeLine copies them
 	if reqID != nil {
 		r.RequestID = string(reqID[1 : len(reqID)-1])
 	}

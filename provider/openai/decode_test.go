@@ -96,3 +96,20 @@ func FuzzDecodeLine(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeLineOwnsItsBytes: DecodeLine's Result is the caller's to keep;
+// the line's buffer may be reused at once (the decoding loops lend theirs
+// instead: sluice.Result).
+func TestDecodeLineOwnsItsBytes(t *testing.T) {
+	line := []byte(`{"id":"r1","custom_id":"a","response":{"status_code":200,"request_id":"q","body":{"x":1}},"error":null}`)
+	r, err := openai.DecodeLine(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range line {
+		line[i] = ' '
+	}
+	if string(r.Line.Response.Body) != `{"x":1}` {
+		t.Fatalf("body %q changed with the line's buffer", r.Line.Response.Body)
+	}
+}

@@ -135,7 +135,7 @@ func FinishLookup(t *testing.T, p sluice.Provider, ref sluice.BatchRef, b sluice
 		if _, dup := got[r.CustomID]; dup {
 			t.Errorf("duplicate result %s", r.CustomID)
 		}
-		got[r.CustomID] = r
+		got[r.CustomID] = r.Owned()
 		return nil
 	})
 	if err != nil {
