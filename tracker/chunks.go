@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -296,12 +297,8 @@ func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish
 			return err
 		}
 	}
-	var a any // NULL: nothing for the ledger
-	if answers != nil {
-		a = string(answers)
-	}
 	_, err := tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ? WHERE job_id = ? AND id = ?`,
-		mark, a, f.Chunk.Job, f.Chunk.ID)
+		mark, answersArg(answers), f.Chunk.Job, f.Chunk.ID)
 	return err
 }
 
@@ -406,18 +403,36 @@ func appendIDs(dst []byte, key int64, os []sluice.Outcome, st sluice.RequestStat
 	return append(dst, ']')
 }
 
+// answersArg is appendAnswers' array as the argument of chunks.answers:
+// NULL when there is none (nothing for the ledger), else the array as text
+// over the same bytes (the driver copies an argument as it binds it; the
+// array, tens of MB a million requests, is not copied first).
+func answersArg(answers []byte) any {
+	if len(answers) == 0 {
+		return nil
+	}
+	return unsafe.String(&answers[0], len(answers))
+}
+
 // appendAnswers appends the JSON array of the successes with a record in
 // the results file, in outcome order, or returns dst unchanged (nil) when
 // there is none. Each is [id, offset, length]; with named (a paged chunk:
-// named[i] is the request of outcome i, pages.go) it is [id, offset,
-// length, body key in hex, custom_id], what the ledger needs without a
-// request row to join (foldLedger), and a success without a body key is
-// left out.
-func appendAnswers(dst []byte, key int64, os []sluice.Outcome, named []*sluice.Request) []byte {
+// named(i) is the custom_id and body key of outcome i's request, pages.go)
+// it is [id, offset, length, body key in hex, custom_id], what the ledger
+// needs without a request row to join (foldLedger), and a success without
+// a body key is left out.
+func appendAnswers(dst []byte, key int64, os []sluice.Outcome, named func(i int) (customID string, bodyKey []byte)) []byte {
 	n := 0
 	for i, o := range os {
-		if o.State != sluice.RequestSucceeded || o.Length <= 0 || (named != nil && len(named[i].BodyKey) == 0) {
+		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
 			continue
+		}
+		var id string
+		var bk []byte
+		if named != nil {
+			if id, bk = named(i); len(bk) == 0 {
+				continue
+			}
 		}
 		if n == 0 {
 			dst = append(dst, '[')
@@ -432,9 +447,9 @@ func appendAnswers(dst []byte, key int64, os []sluice.Outcome, named []*sluice.R
 		dst = strconv.AppendInt(dst, o.Length, 10)
 		if named != nil {
 			dst = append(dst, ',', '"')
-			dst = hex.AppendEncode(dst, named[i].BodyKey)
+			dst = hex.AppendEncode(dst, bk)
 			dst = append(dst, '"', ',')
-			dst = appendJSONString(dst, named[i].CustomID)
+			dst = appendJSONString(dst, id)
 		}
 		dst = append(dst, ']')
 		n++

@@ -96,7 +96,8 @@ func (d *pageDecoder) entry() (bool, error) {
 				return false, errBadPage
 			}
 			// The id is the page's own bytes, not a copy: a page's data
-			// is a slice of its own from each Scan, never written again,
+			// is the driver's fresh copy of the row's blob
+			// (eachPageEntry), never written again,
 			// so a string over it is as immutable as any (and keeps the
 			// page alive while it is held). A million ids a run are a
 			// million allocations fewer.
@@ -172,7 +173,7 @@ func eachPageEntry(ctx context.Context, q querier, key, first, last int64, fn fu
 	for rows.Next() {
 		var start int64
 		var n int
-		var data []byte
+		var data sql.RawBytes // the driver's own copy, fresh each row: TestPageBytesAreFreshEachRow
 		if err := rows.Scan(&start, &n, &data); err != nil {
 			return err
 		}
@@ -214,17 +215,17 @@ func scanOverlay(rows *sql.Rows, r *sluice.Request) error {
 }
 
 // overlays returns the overlay rows of job key with ordinals in [first, last].
-func overlays(ctx context.Context, q querier, key, first, last int64) (map[int64]sluice.Request, error) {
+func overlays(ctx context.Context, q querier, key, first, last int64) (map[int64]*sluice.Request, error) {
 	rows, err := q.QueryContext(ctx, `SELECT `+overlayCols+` FROM requests WHERE id BETWEEN ? AND ?`,
 		requestID(key, first), requestID(key, last))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	m := map[int64]sluice.Request{}
+	m := map[int64]*sluice.Request{}
 	for rows.Next() {
-		var r sluice.Request
-		if err := scanOverlay(rows, &r); err != nil {
+		r := new(sluice.Request)
+		if err := scanOverlay(rows, r); err != nil {
 			return nil, err
 		}
 		m[r.Ordinal] = r
@@ -276,7 +277,8 @@ func (c pagedChunk) requests(ctx context.Context, q querier, fn func(r *sluice.R
 			if o.Chunk != c.id {
 				return nil // moved to a retry chunk
 			}
-			return fn(&o, true)
+			cp := *o // fn may change it
+			return fn(&cp, true)
 		}
 		if c.settled == settledOnChunk {
 			r.State = sluice.RequestSucceeded
@@ -428,19 +430,11 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	if settleWhole(pc, f) {
 		// Every request of the chunk succeeded, and the outcomes carry
 		// what the ledger needs: settled on the chunk, no page read.
-		named := make([]*sluice.Request, len(f.Outcomes))
-		rs := make([]sluice.Request, len(f.Outcomes))
-		for i, o := range f.Outcomes {
-			rs[i] = sluice.Request{Ordinal: o.Ordinal, CustomID: o.CustomID, BodyKey: o.BodyKey}
-			named[i] = &rs[i]
-		}
-		answers := appendAnswers(make([]byte, 0, 80*len(f.Outcomes)), pc.key, f.Outcomes, named)
-		var a any
-		if len(answers) > 0 {
-			a = string(answers)
-		}
+		answers := appendAnswers(make([]byte, 0, 80*len(f.Outcomes)), pc.key, f.Outcomes, func(i int) (string, []byte) {
+			return f.Outcomes[i].CustomID, f.Outcomes[i].BodyKey
+		})
 		_, err := tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ? WHERE job_id = ? AND id = ?`,
-			settledOnChunk, a, f.Chunk.Job, f.Chunk.ID)
+			settledOnChunk, answersArg(answers), f.Chunk.Job, f.Chunk.ID)
 		return err
 	}
 	// The chunk's requests in ordinal order, every one pending (nothing
@@ -531,13 +525,11 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 			overlaid++
 		}
 	}
-	answers := appendAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, named)
-	var a any // NULL: nothing for the ledger
-	if len(answers) > 0 {
-		a = string(answers)
-	}
+	answers := appendAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, func(i int) (string, []byte) {
+		return named[i].CustomID, named[i].BodyKey
+	})
 	_, err = tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ?, overlaid = overlaid + ? WHERE job_id = ? AND id = ?`,
-		mark, a, overlaid, f.Chunk.Job, f.Chunk.ID)
+		mark, answersArg(answers), overlaid, f.Chunk.Job, f.Chunk.ID)
 	return err
 }
 

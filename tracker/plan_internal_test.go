@@ -1,7 +1,9 @@
 package tracker
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -93,4 +95,46 @@ func TestLookupsSkippedOnAnEmptyLedger(t *testing.T) {
 		t.Error("a plan with answers in the ledger looked nothing up")
 	}
 	p.Abort(ctx)
+}
+
+// TestPageBytesAreFreshEachRow: eachPageEntry keeps a page's data (custom_id
+// strings point into it) past the row it was scanned from, as
+// sql.RawBytes, which database/sql allows a driver to reuse. The SQLite
+// driver gives each row's blob a fresh Go copy; this holds it to that, so
+// that a driver upgrade that reuses its buffers fails here, not in a run.
+func TestPageBytesAreFreshEachRow(t *testing.T) {
+	db, err := sql.Open("sqlite3", filepath.Join(t.TempDir(), "raw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]byte{bytes.Repeat([]byte{1}, 5000), bytes.Repeat([]byte{2}, 5000), bytes.Repeat([]byte{3}, 70)}
+	for i, b := range want {
+		if _, err := db.Exec(`INSERT INTO t VALUES (?, ?)`, i, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := db.Query(`SELECT b FROM t ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []sql.RawBytes
+	for rows.Next() {
+		var b sql.RawBytes
+		if err := rows.Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, b)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if !bytes.Equal(kept[i], want[i]) {
+			t.Fatalf("row %d's blob changed after the next rows were read", i)
+		}
+	}
 }
