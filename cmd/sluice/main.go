@@ -53,6 +53,8 @@ type silent int
 func (s silent) Error() string { return fmt.Sprintf("exit %d", int(s)) }
 
 func main() {
+	// SLUICE_MEMPROFILE=FILE writes, at exit, a profile of what the command
+	// allocated (go tool pprof -sample_index=alloc_space).
 	// SLUICE_CPUPROFILE=FILE writes a CPU profile of the whole command
 	// (scripts/bench-e2e.sh; read it with go tool pprof).
 	if path := os.Getenv("SLUICE_CPUPROFILE"); path != "" {
@@ -64,10 +66,31 @@ func main() {
 			code := execute(os.Args[1:])
 			pprof.StopCPUProfile()
 			f.Close()
-			os.Exit(code)
+			exit(code)
 		}
 	}
-	os.Exit(execute(os.Args[1:]))
+	exit(execute(os.Args[1:]))
+}
+
+// exit writes the memory profile, if asked for, and exits with code.
+func exit(code int) {
+	if path := os.Getenv("SLUICE_MEMPROFILE"); path != "" {
+		writeMemProfile(path)
+	}
+	os.Exit(code)
+}
+
+func writeMemProfile(path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sluice: SLUICE_MEMPROFILE:", err)
+	}
 }
 
 func execute(args []string) int {
