@@ -12,6 +12,8 @@
 #             default `--provider local` (emulator in-process).
 #   BENCH_DIR where the input is cached (default ${TMPDIR:-/tmp}/sluice-bench-e2e)
 #   KEEP=1    keep the generated input and the last run's state and output
+#   SLUICE_BIN  a sluice binary to measure instead of one built from this
+#             tree (to compare two versions on the same machine and day)
 #   CPUPROFILE=1  write sluice.pprof (and emulator.pprof) per mode into BENCH_DIR
 #             (through SLUICE_CPUPROFILE); read with go tool pprof BIN FILE
 #
@@ -37,7 +39,11 @@ if [ ! -s "$input" ]; then
   go run ./internal/gen -lines "$n" -max-line 2860 -seed 1 -out "$input.tmp"
   mv "$input.tmp" "$input"
 fi
-go build -o "$bench/sluice" ./cmd/sluice
+if [ -n "${SLUICE_BIN:-}" ]; then
+  cp "$SLUICE_BIN" "$bench/sluice"
+else
+  go build -o "$bench/sluice" ./cmd/sluice
+fi
 go build -o "$bench/benche2e" ./internal/benche2e
 work=""
 cleanup() {
