@@ -98,10 +98,11 @@ func TestLookupsSkippedOnAnEmptyLedger(t *testing.T) {
 }
 
 // TestPageBytesAreFreshEachRow: eachPageEntry keeps a page's data (custom_id
-// strings point into it) past the row it was scanned from, as
-// sql.RawBytes, which database/sql allows a driver to reuse. The SQLite
-// driver gives each row's blob a fresh Go copy; this holds it to that, so
-// that a driver upgrade that reuses its buffers fails here, not in a run.
+// strings point into it) past the row it was scanned from, as the driver
+// gave it (pageBlob), which database/sql allows a driver to reuse. The
+// SQLite driver gives each row's blob a fresh Go copy; this holds it to
+// that, so that a driver upgrade that reuses its buffers fails here, not in
+// a run.
 func TestPageBytesAreFreshEachRow(t *testing.T) {
 	db, err := sql.Open("sqlite3", filepath.Join(t.TempDir(), "raw.db"))
 	if err != nil {
@@ -121,9 +122,9 @@ func TestPageBytesAreFreshEachRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kept []sql.RawBytes
+	var kept []pageBlob
 	for rows.Next() {
-		var b sql.RawBytes
+		var b pageBlob
 		if err := rows.Scan(&b); err != nil {
 			t.Fatal(err)
 		}
@@ -136,5 +137,9 @@ func TestPageBytesAreFreshEachRow(t *testing.T) {
 		if !bytes.Equal(kept[i], want[i]) {
 			t.Fatalf("row %d's blob changed after the next rows were read", i)
 		}
+	}
+	// Text would come in a buffer database/sql reuses: refused.
+	if err := new(pageBlob).Scan("text"); err == nil {
+		t.Fatal("a page given as text was taken")
 	}
 }

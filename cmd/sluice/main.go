@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 
@@ -61,6 +62,7 @@ func main() {
 		if f, err := os.Create(path); err != nil {
 			fmt.Fprintln(os.Stderr, "sluice: SLUICE_CPUPROFILE:", err)
 		} else if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
 			fmt.Fprintln(os.Stderr, "sluice: SLUICE_CPUPROFILE:", err)
 		} else {
 			code := execute(os.Args[1:])
@@ -81,6 +83,7 @@ func exit(code int) {
 }
 
 func writeMemProfile(path string) {
+	runtime.GC() // the profile is as of the last collection
 	f, err := os.Create(path)
 	if err == nil {
 		err = pprof.Lookup("allocs").WriteTo(f, 0)
