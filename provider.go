@@ -125,8 +125,9 @@ type Provider interface {
 	// written to a temp name and renamed) and returns their paths.
 	Fetch(ctx context.Context, ref BatchRef, b Batch, dir string) ([]string, error)
 	// Decode reads fetched result files and calls fn once per result line
-	// (its Result's bytes valid until fn returns: Result.Owned). lookup maps a position in the chunk to its custom_id, for providers
-	// that answer by position.
+	// (its Result's bytes valid until fn returns: Result.Owned). lookup
+	// maps a position in the chunk to its custom_id, for providers that
+	// answer by position.
 	Decode(ctx context.Context, ref BatchRef, files []string, lookup func(index int) (string, bool), fn func(Result) error) error
 	// Cancel asks the provider to cancel the batch.
 	Cancel(ctx context.Context, batchID string) (Batch, error)
