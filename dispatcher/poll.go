@@ -338,10 +338,7 @@ func (d *Dispatcher) unfetched(ctx context.Context, c *sluice.Chunk, err error) 
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	if local(err) {
-		return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
-	}
-	if errors.Is(err, sluice.ErrUnreachable) {
+	if local(err) || errors.Is(err, sluice.ErrUnreachable) {
 		return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
 	}
 	return d.fetchFailed(ctx, c, sluice.CodeResultsUnavailable, fmt.Sprintf("download results: %v", err))

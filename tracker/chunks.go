@@ -100,34 +100,37 @@ func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.C
 const chunkRequestsSQL = `SELECT id & ?, line, custom_id, chunk_id, idx, offset, length, tokens,
 	attempt, state FROM requests WHERE id >> 40 = ? AND chunk_id = ? ORDER BY idx`
 
-// ChunkRequests implements sluice.Store.
+// ChunkRequests implements sluice.Store. The chunk's facts and its
+// requests are read in one snapshot.
 func (d *DB) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
-	paged := false
-	if err := d.snapshot(ctx, func(q querier) error {
-		pc, ok, err := readPagedChunk(ctx, q, job, chunk)
-		if err != nil || !ok {
+	return d.snapshot(ctx, func(q querier) error {
+		pc, paged, err := readPagedChunk(ctx, q, job, chunk)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// No chunk row: the job's rows with that chunk id, if any.
+			key, _, found, err := jobLayout(ctx, q, job)
+			if err != nil || !found {
+				return err // no such job: no rows
+			}
+			pc.key, pc.settled = key, settledNot
+		case err != nil:
 			return err
+		case paged:
+			return pc.requests(ctx, q, func(r *sluice.Request, _ bool) error { return fn(r) })
 		}
-		paged = true
-		return pc.requests(ctx, q, func(r *sluice.Request, _ bool) error { return fn(r) })
-	}); err != nil || paged {
-		return err
-	}
-	// The job's key is looked up first and bound: compared with a subquery,
-	// id >> 40 does not use the requests_chunk index, and every call
-	// scanned all of the index and sorted the chunk's rows (BENCHMARKS.md).
-	// A request still pending in a chunk settled on the chunk is
-	// succeeded (finishOutcomes).
-	var key int64
-	var settled int
-	if err := d.db.QueryRowContext(ctx, `SELECT key, COALESCE((SELECT requests_settled FROM chunks
-		WHERE job_id = jobs.id AND id = ?), 0) FROM jobs WHERE id = ?`, chunk, job).Scan(&key, &settled); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // no such job: no rows
-		}
-		return err
-	}
-	rows, err := d.db.QueryContext(ctx, chunkRequestsSQL, maxOrdinal, key, chunk)
+		return rowRequests(ctx, q, pc.key, chunk, pc.settled, fn)
+	})
+}
+
+// rowRequests is ChunkRequests for a chunk whose requests have rows (a
+// retry chunk, a job planned with a row per request), of the job with key
+// key, the chunk's settledness settled.
+func rowRequests(ctx context.Context, q querier, key, chunk int64, settled int, fn func(*sluice.Request) error) error {
+	// The job's key is bound: compared with a subquery, id >> 40 does not
+	// use the requests_chunk index, and every call scanned all of the index
+	// and sorted the chunk's rows (BENCHMARKS.md). A request still pending
+	// in a chunk settled on the chunk is succeeded (finishOutcomes).
+	rows, err := q.QueryContext(ctx, chunkRequestsSQL, maxOrdinal, key, chunk)
 	if err != nil {
 		return err
 	}
@@ -172,13 +175,13 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		job := f.Chunk.Job
-		// A chunk's requests are settled once: a chunk put back in an
-		// earlier state by hand finishes none of them again.
-		var settled int
-		if err := tx.QueryRowContext(ctx, `SELECT requests_settled FROM chunks WHERE job_id = ? AND id = ?`,
-			job, f.Chunk.ID).Scan(&settled); err != nil {
+		pc, paged, err := readPagedChunk(ctx, tx, job, f.Chunk.ID)
+		if err != nil {
 			return err
 		}
+		key, settled := pc.key, pc.settled
+		// A chunk's requests are settled once: a chunk put back in an
+		// earlier state by hand finishes none of them again.
 		if settled != settledNot {
 			first := int64(-1)
 			if len(f.Outcomes) > 0 {
@@ -189,10 +192,6 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			if first >= 0 {
 				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", first, f.Chunk.ID, ErrConflict)
 			}
-		}
-		key, err := jobKey(ctx, tx, job)
-		if err != nil {
-			return err
 		}
 		if len(f.NewChunks) > 0 && f.NewChunks[0].ID == 0 {
 			// Several workers may end chunks of the job at once: the ids
@@ -212,10 +211,6 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
 				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
-		}
-		pc, paged, err := readPagedChunk(ctx, tx, job, f.Chunk.ID)
-		if err != nil {
-			return err
 		}
 		if paged {
 			return finishPaged(ctx, tx, pc, f)

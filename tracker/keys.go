@@ -1,12 +1,5 @@
 package tracker
 
-import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-)
-
 // A request row's id packs its job's key and its ordinal (migration
 // 0003): (key << ordinalBits) | ordinal. Keys are small integers given to
 // jobs in order; 2^23 jobs and 2^40 requests per job fit in SQLite's
@@ -32,13 +25,3 @@ func jobRange(col string) string {
 
 // jobRows is jobRange over the requests table.
 var jobRows = jobRange("requests.id")
-
-// jobKey returns the key of job id.
-func jobKey(ctx context.Context, tx *sql.Tx, id string) (int64, error) {
-	var key int64
-	err := tx.QueryRowContext(ctx, `SELECT key FROM jobs WHERE id = ?`, id).Scan(&key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("job %s: %w", id, ErrNotFound)
-	}
-	return key, err
-}

@@ -304,23 +304,25 @@ func (c pagedChunk) requests(ctx context.Context, q querier, fn func(r *sluice.R
 	})
 }
 
-// readPagedChunk returns the chunk's paged-plan facts, ok false when the
-// chunk's requests are not in pages (a job planned with a row per request,
-// or a retry chunk).
-func readPagedChunk(ctx context.Context, q querier, job string, chunk int64) (pagedChunk, bool, error) {
-	c := pagedChunk{id: chunk}
-	var paged, attempt int
-	err := q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled, c.paged,
+// readPagedChunk returns the chunk's facts: its job's key and its
+// settledness for any chunk, and, when paged is true, its paged-plan facts;
+// paged is false when the chunk's requests are not in pages (a job planned
+// with a row per request, or a retry chunk). A chunk (or job) that is not
+// there is ErrNotFound.
+func readPagedChunk(ctx context.Context, q querier, job string, chunk int64) (c pagedChunk, paged bool, err error) {
+	c = pagedChunk{id: chunk}
+	var jobPaged, attempt int
+	err = q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled, c.paged,
 		c.overlaid, c.id_sum, c.id_mix
 		FROM jobs j JOIN chunks c ON c.job_id = j.id WHERE j.id = ? AND c.id = ?`, job, chunk).
-		Scan(&c.key, &paged, &attempt, &c.first, &c.last, &c.settled, &c.n, &c.overlaid, &c.sum, &c.mix)
+		Scan(&c.key, &jobPaged, &attempt, &c.first, &c.last, &c.settled, &c.n, &c.overlaid, &c.sum, &c.mix)
 	if errors.Is(err, sql.ErrNoRows) {
-		return c, false, nil
+		return c, false, fmt.Errorf("job %s, chunk %d: %w", job, chunk, ErrNotFound)
 	}
 	if err != nil {
 		return c, false, err
 	}
-	return c, paged == 1 && attempt == 1, nil
+	return c, jobPaged == 1 && attempt == 1, nil
 }
 
 // insertOverlay writes r as its request's overlay row.
@@ -484,6 +486,13 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	}
 	defer ins.Close()
 	overlaid := 0
+	overlay := func(r *sluice.Request, what string) error {
+		if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, r)...); err != nil {
+			return fmt.Errorf("%s request #%d: %w", what, r.Ordinal, err)
+		}
+		overlaid++
+		return nil
+	}
 	for _, m := range f.Moved {
 		e, err := take(m.Ordinal)
 		if err != nil {
@@ -498,10 +507,9 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 		}
 		r := *e
 		r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, r.State = chunk, m.Index, m.Offset, m.Length, m.Attempt, sluice.RequestPending
-		if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
-			return fmt.Errorf("move request #%d: %w", m.Ordinal, err)
+		if err := overlay(&r, "move"); err != nil {
+			return err
 		}
-		overlaid++
 	}
 	// Outcomes: each a final state, each pending here, each once.
 	named := make([]*sluice.Request, len(f.Outcomes))
@@ -521,10 +529,9 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 		}
 		r := *e
 		r.State = sluice.RequestFailed
-		if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
-			return fmt.Errorf("record request #%d: %w", o.Ordinal, err)
+		if err := overlay(&r, "record"); err != nil {
+			return err
 		}
-		overlaid++
 	}
 	mark := settledOnRows // as finishOutcomes: with no outcome, nothing left here is succeeded
 	if left == 0 && succeeded > 0 {
@@ -536,10 +543,9 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 			}
 			r := *named[i]
 			r.State = sluice.RequestSucceeded
-			if _, err := ins.ExecContext(ctx, overlayArgs(pc.key, &r)...); err != nil {
-				return fmt.Errorf("record request #%d: %w", r.Ordinal, err)
+			if err := overlay(&r, "record"); err != nil {
+				return err
 			}
-			overlaid++
 		}
 	}
 	answers := appendAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, func(i int) (string, []byte) {

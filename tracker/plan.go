@@ -139,7 +139,7 @@ func (p *Plan) begin() error {
 		return err
 	}
 	if p.ids {
-		if p.insID, err = tx.PrepareContext(p.ctx, `INSERT INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`); err != nil {
+		if p.insID, err = tx.PrepareContext(p.ctx, insertPlanID); err != nil {
 			return err
 		}
 	}
@@ -276,6 +276,9 @@ func (p *Plan) FindCustomID(customID string) (int64, bool, error) {
 	return line, err == nil, err
 }
 
+// insertPlanID adds a custom_id to plan_ids; one already there is refused.
+const insertPlanID = `INSERT INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`
+
 // buildIDs creates plan_ids from the pages written and the page being
 // filled.
 func (p *Plan) buildIDs() error {
@@ -307,7 +310,7 @@ func (p *Plan) buildIDs() error {
 			return err
 		}
 	}
-	if p.insID, err = p.tx.PrepareContext(p.ctx, `INSERT INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`); err != nil {
+	if p.insID, err = p.tx.PrepareContext(p.ctx, insertPlanID); err != nil {
 		return err
 	}
 	p.ids = true

@@ -363,10 +363,11 @@ func FetchFiles(ctx context.Context, hc *httpx.Client, contentURL func(fileID st
 
 // StreamFiles is FetchFiles then Decode without the files
 // (sluice.ResultStreamer): b's output file, then its error file, are read
-// line by line as they download (httpx.Client.Stream) and each line decoded
-// as Decode decodes it (its Results lent to fn) by the loop Decode uses (provider.DecodeJSONLReader), so
-// fn gets the same results in the same order, and malformed lines are
-// counted under the same names (<batch>.output.jsonl:N). A missing error
+// line by line as they download (httpx.Client.Stream) and each line is
+// decoded as Decode decodes it (its Result lent to fn), by the loop Decode
+// uses (provider.DecodeJSONLReader), so fn gets the same results in the
+// same order, and malformed lines are counted under the same names
+// (<batch>.output.jsonl:N). A missing error
 // file is no error. A download that fails before a line of it was handed
 // to fn is retried by the HTTP layer; one that breaks after ends StreamFiles
 // (a *httpx.BrokenError): the caller discards what fn got and starts over.
@@ -458,9 +459,9 @@ func (f Files) StreamResults(ctx context.Context, ref sluice.BatchRef, b sluice.
 
 func (f Files) contentURL(id string) string { return f.FileURL(id) + "/content" }
 
-// Decode reads output and error file lines with DecodeLine: {custom_id,
-// response{status_code, body}} or {custom_id, error{code, message}} (error
-// may be a bare string).
+// Decode reads output and error file lines as DecodeLine does, each
+// Result's body lent to fn (sluice.Result): {custom_id, response{status_code,
+// body}} or {custom_id, error{code, message}} (error may be a bare string).
 func (f Files) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
 	return provider.DecodeJSONL(ctx, files, f.MaxLine, decodeLent, fn)
 }
