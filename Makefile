@@ -1,10 +1,10 @@
 # Development tasks. `make` alone lists them; README.md, "Development".
 # Everything runs from a fresh clone with Go and a C compiler (cgo, for
 # SQLite); `make lint` installs the pinned staticcheck into GOPATH/bin.
-# `make test` and `make bench` also need PostgreSQL for the PostgreSQL
-# tracker: $SLUICE_TEST_POSTGRES (a postgres:// URL that may CREATE
-# DATABASE), else the server binaries (apt-get install postgresql), from
-# which each test process starts a private server (README.md, "Development").
+# `make test` (scripts/test.sh) sets up what the suite needs: PostgreSQL's
+# server (Debian's package when initdb is missing) and versitygw, started on
+# loopback for the run. `make bench` needs PostgreSQL too:
+# $SLUICE_TEST_POSTGRES, else the server binaries (README.md, "Development").
 
 GO ?= go
 # staticcheck, pinned: bump it on purpose, with the fixes it asks for.
@@ -22,8 +22,8 @@ export CGO_ENABLED = 1
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-test: ## go test ./... (the whole suite; builds the binary for the end-to-end tests)
-	$(GO) test ./...
+test: ## the whole suite: scripts/test.sh (starts PostgreSQL and versitygw on loopback, installing them if missing; then go test ./...)
+	scripts/test.sh
 
 test-race: ## go test -race ./...
 	$(GO) test -race ./...

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine (README.md, "Two commands"):
+# installs and starts what the tests need, runs `go test ./...` (extra
+# arguments are passed on: scripts/test.sh -run TestX ./tracker/), and stops
+# what it started.
+#
+# - PostgreSQL, for the PostgreSQL tracker's tests: $SLUICE_TEST_POSTGRES
+#   when set; else Debian's `postgresql` package when initdb is missing
+#   (apt-get, as root or through sudo), then one server on 127.0.0.1 in a
+#   temp directory that every test package shares (as the postgres user
+#   when run as root), stopped at exit.
+# - A real S3-compatible server, for objstore and cmd/sluice's TestS3*:
+#   $SLUICE_TEST_S3 when set; else versitygw, pinned, go-installed into
+#   GOPATH/bin, with its posix backend on 127.0.0.1, stopped at exit.
+# - gcc and make for cgo (SQLite), installed when missing.
+#
+# .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
+export CGO_ENABLED=1 # mattn/go-sqlite3 needs cgo
+
+VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
+
+# asroot runs a command as root: directly when root, else through sudo.
+asroot() {
+  if [ "$(id -u)" = 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    echo "scripts/test.sh: need root (or sudo) to run: $*" >&2
+    exit 1
+  fi
+}
+
+apt_install() {
+  echo "scripts/test.sh: installing $* (apt-get)" >&2
+  asroot apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive asroot apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! command -v gcc >/dev/null 2>&1; then
+  apt_install gcc libc6-dev
+fi
+
+cleanup=()
+on_exit() {
+  local i
+  for ((i = ${#cleanup[@]} - 1; i >= 0; i--)); do
+    eval "${cleanup[$i]}" || true
+  done
+}
+trap on_exit EXIT
+
+wait_port() { # port pid log
+  local _
+  for _ in $(seq 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    kill -0 "$2" 2>/dev/null || { cat "$3" >&2; return 1; }
+    sleep 0.1
+  done
+  cat "$3" >&2
+  return 1
+}
+
+free_port() {
+  python3 - 2>/dev/null <<'EOF' || echo $((20000 + RANDOM % 40000))
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+EOF
+}
+
+# S3: versitygw on loopback.
+if [ -z "${SLUICE_TEST_S3:-}" ]; then
+  if ! versitygw --version 2>/dev/null | grep -q "${VERSITYGW_VERSION#v}"; then
+    go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+  fi
+  s3dir=$(mktemp -d)
+  mkdir "$s3dir/root"
+  export AWS_ACCESS_KEY_ID=sluicetest
+  AWS_SECRET_ACCESS_KEY=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  export AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1
+  s3up=""
+  for _ in 1 2 3 4 5; do
+    s3port=$(free_port)
+    versitygw --quiet --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
+      --port "127.0.0.1:$s3port" posix "$s3dir/root" >"$s3dir/versitygw.log" 2>&1 &
+    s3pid=$!
+    if wait_port "$s3port" "$s3pid" "$s3dir/versitygw.log"; then
+      s3up=1
+      break
+    fi
+    kill "$s3pid" 2>/dev/null || true
+  done
+  [ -n "$s3up" ] || { echo "scripts/test.sh: versitygw did not start" >&2; exit 1; }
+  cleanup+=("kill $s3pid 2>/dev/null; wait $s3pid 2>/dev/null; rm -rf '$s3dir'")
+  export SLUICE_TEST_S3="http://127.0.0.1:$s3port"
+fi
+
+# PostgreSQL: Debian's server package when initdb is missing, one server
+# on loopback for every test package.
+if [ -z "${SLUICE_TEST_POSTGRES:-}" ]; then
+  pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$pgbin" ] && ! command -v initdb >/dev/null 2>&1; then
+    apt_install postgresql
+    pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  fi
+  [ -n "$pgbin" ] || pgbin=$(dirname "$(command -v initdb)")
+  pgdir=$(mktemp -d)
+  chmod 755 "$pgdir"
+  runas=()
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$pgdir"
+    runas=(runuser -u postgres --)
+  fi
+  pgpw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  (umask 077 && echo "$pgpw" >"$pgdir/pw")
+  if [ "$(id -u)" = 0 ]; then chown postgres: "$pgdir/pw"; fi
+  "${runas[@]}" "$pgbin/initdb" -D "$pgdir/data" -U postgres --pwfile "$pgdir/pw" \
+    --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C --no-sync >/dev/null
+  rm -f "$pgdir/pw"
+  pgup=""
+  for _ in 1 2 3 4 5; do
+    pgport=$(free_port)
+    if "${runas[@]}" "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 120 \
+      -o "-p $pgport -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=400" \
+      start >/dev/null; then
+      pgup=1
+      break
+    fi
+  done
+  [ -n "$pgup" ] || { cat "$pgdir/postgres.log" >&2; exit 1; }
+  cleanup+=("${runas[*]} '$pgbin/pg_ctl' -D '$pgdir/data' -m immediate stop >/dev/null 2>&1; rm -rf '$pgdir'")
+  export SLUICE_TEST_POSTGRES="postgres://postgres:$pgpw@127.0.0.1:$pgport/postgres?sslmode=disable"
+fi
+
+if [ $# -eq 0 ]; then
+  set -- ./...
+fi
+go test "$@"
