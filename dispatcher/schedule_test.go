@@ -301,34 +301,46 @@ func TestClaimErrorStopsTheRun(t *testing.T) {
 	}
 }
 
-// meetingDecodes holds every Decode until n of them are running at once.
+// meetingDecodes holds each of the first n Decodes until n of them are
+// running at once; a Decode that waits in vain is recorded as alone (and
+// fails the test), never passed off as a meeting.
 type meetingDecodes struct {
 	sluice.Provider
 	n       int32
 	running atomic.Int32
+	started atomic.Int32
+	alone   atomic.Int32
 	met     chan struct{}
 	once    sync.Once
 }
 
 func (p *meetingDecodes) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+	defer p.running.Add(-1)
 	if p.running.Add(1) >= p.n {
 		p.once.Do(func() { close(p.met) })
 	}
-	select {
-	case <-p.met:
-	case <-time.After(20 * time.Second):
-		return fmt.Errorf("chunk %d: decoded alone: no other chunk's results were decoded beside it", ref.Chunk)
+	if p.started.Add(1) <= p.n {
+		select {
+		case <-p.met:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Second):
+			p.alone.Add(1)
+			return fmt.Errorf("chunk %d: decoded alone: no other chunk's results were decoded beside it", ref.Chunk)
+		}
 	}
 	return p.Provider.Decode(ctx, ref, files, lookup, fn)
 }
 
 // TestResultsDecodedInParallel: the results of several ended batches are
-// decoded and written at the same time (only the tracker write is one at a
-// time), and the job's outcome is the same as ever: every request once,
-// in order, nothing bought twice.
+// decoded and written at the same time, as many as the dispatcher's cap
+// (max(2, GOMAXPROCS)) allows (only the tracker write is one at a time),
+// and the job's outcome is the same as ever: every request once, in order,
+// nothing bought twice. With decodes one at a time, the first Decode waits
+// alone and the test fails (seen by setting the cap to 1).
 func TestResultsDecodedInParallel(t *testing.T) {
 	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{})
-	p := &meetingDecodes{Provider: r.prov, n: 3, met: make(chan struct{})}
+	p := &meetingDecodes{Provider: r.prov, n: 2, met: make(chan struct{})}
 	r.prov = p
 	opts := r.options()
 	opts.Concurrency = 6
@@ -337,6 +349,9 @@ func TestResultsDecodedInParallel(t *testing.T) {
 	case <-p.met:
 	default:
 		t.Fatalf("never %d decodes at once", p.n)
+	}
+	if n := p.alone.Load(); n > 0 {
+		t.Fatalf("%d decodes waited alone for another", n)
 	}
 	ok, failed := checkNothingLost(t, r, 0)
 	if ok != 30 || failed != 0 {
