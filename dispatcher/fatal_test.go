@@ -23,6 +23,16 @@ type refusingUploads struct {
 	inFlight sync.WaitGroup
 	refused  chan struct{}
 	uploads  atomic.Int32
+	halted   func() bool // the dispatcher has seen the 401
+}
+
+// waitHalted returns once halted reports true (the dispatcher recorded the
+// fatal error), or after 10 s, a failure the test's assertions report.
+func waitHalted(halted func() bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for !halted() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (p *refusingUploads) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
@@ -34,7 +44,7 @@ func (p *refusingUploads) Upload(ctx context.Context, ref sluice.BatchRef) (stri
 	p.uploads.Add(1)
 	p.inFlight.Done()
 	<-p.refused
-	time.Sleep(20 * time.Millisecond) // the dispatcher has seen the 401 by now
+	waitHalted(p.halted)
 	return p.Provider.Upload(ctx, ref)
 }
 
@@ -54,7 +64,9 @@ func TestFatalErrorLetsSiblingsFinish(t *testing.T) {
 	opts.Concurrency = len(chunks)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = dispatcher.New(r.db, p, r.job, opts).Run(ctx, nil)
+	d := dispatcher.New(r.db, p, r.job, opts)
+	p.halted = func() bool { return dispatcher.Halted(d) }
+	_, err = d.Run(ctx, nil)
 	if !errors.Is(err, dispatcher.ErrFatal) {
 		t.Fatalf("run: %v, want a fatal error", err)
 	}
@@ -90,13 +102,14 @@ type refusingPoll struct {
 	refused  chan struct{}
 	once     sync.Once
 	creates  atomic.Int32
+	halted   func() bool // the dispatcher has seen the 401
 }
 
 func (p *refusingPoll) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
 	if ref.Chunk != p.refuse {
 		p.inFlight.Done()
 		<-p.refused
-		time.Sleep(20 * time.Millisecond) // the dispatcher has seen the 401 by now
+		waitHalted(p.halted)
 	}
 	p.creates.Add(1)
 	return p.Provider.Create(ctx, ref, fileID)
@@ -127,7 +140,9 @@ func TestFatalPollLetsSiblingCreatesFinish(t *testing.T) {
 	opts.Concurrency = len(chunks)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = dispatcher.New(r.db, p, r.job, opts).Run(ctx, nil)
+	d := dispatcher.New(r.db, p, r.job, opts)
+	p.halted = func() bool { return dispatcher.Halted(d) }
+	_, err = d.Run(ctx, nil)
 	if !errors.Is(err, dispatcher.ErrFatal) || ctx.Err() != nil {
 		t.Fatalf("run: %v (ctx %v), want a fatal error", err, ctx.Err())
 	}
