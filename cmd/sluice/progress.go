@@ -216,6 +216,8 @@ type runProgress struct {
 	base      int64 // final requests when this run started (-1: unknown)
 	lastQuery time.Time
 	queryDur  time.Duration
+	// now is the throttle's clock (time.Now; a test's clock moves it on).
+	now func() time.Time
 	// midCall is the chunks a previous run left mid-call when this one
 	// started: the dispatcher reconciles them before its first round.
 	midCall int
@@ -292,8 +294,13 @@ func countChunks(chunks []*sluice.Chunk) chunkCounts {
 }
 
 func newRunProgress(out *os.File, db progressStore, job *sluice.Job) *runProgress {
+	return newRunProgressClock(out, db, job, time.Now)
+}
+
+// newRunProgressClock is newRunProgress with the query throttle's clock.
+func newRunProgressClock(out *os.File, db progressStore, job *sluice.Job, now func() time.Time) *runProgress {
 	p := &runProgress{area: terminalArea(out), db: db, job: job.ID, total: job.Requests, start: time.Now(),
-		queried: -1, base: -1, wake: make(chan struct{}, 1)}
+		queried: -1, base: -1, wake: make(chan struct{}, 1), now: now}
 	if p.area == nil {
 		return p
 	}
@@ -369,19 +376,19 @@ func (p *runProgress) refresh(ctx context.Context) {
 	p.mu.Lock()
 	ended, queried := p.ended, p.queried
 	wait := max(time.Second, 10*p.queryDur)
-	due := queried < 0 || (ended != queried && time.Since(p.lastQuery) >= wait)
+	due := queried < 0 || (ended != queried && p.now().Sub(p.lastQuery) >= wait)
 	p.mu.Unlock()
 	if !due {
 		return
 	}
-	t0 := time.Now()
+	t0 := p.now()
 	m, err := p.db.RequestStates(ctx, p.job)
 	if err != nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.reqs, p.queried, p.lastQuery, p.queryDur = m, ended, t0, time.Since(t0)
+	p.reqs, p.queried, p.lastQuery, p.queryDur = m, ended, t0, p.now().Sub(t0)
 	if p.base < 0 {
 		p.base = m[sluice.RequestSucceeded] + m[sluice.RequestFailed]
 	}

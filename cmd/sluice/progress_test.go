@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,7 +84,8 @@ func TestLiveAreaAndLogs(t *testing.T) {
 		store.chunks = append(store.chunks, &sluice.Chunk{ID: int64(i + 1), Attempt: 1, Requests: 25, State: sluice.ChunkPending})
 	}
 	job := &sluice.Job{ID: "j", Requests: 100}
-	p := newRunProgress(tty, store, job)
+	var skew atomic.Int64 // the throttle's clock runs this far ahead
+	p := newRunProgressClock(tty, store, job, func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
 	if p.area == nil {
 		t.Fatal("no live area on a terminal")
 	}
@@ -110,10 +112,18 @@ func TestLiveAreaAndLogs(t *testing.T) {
 	store.mu.Unlock()
 	cs, _ := store.Chunks(context.Background(), "j")
 	p.tick(cs)
-	time.Sleep(1200 * time.Millisecond) // past the one-second query throttle
+	skew.Add(int64(1200 * time.Millisecond)) // past the one-second query throttle
 	cs, _ = store.Chunks(context.Background(), "j")
 	p.tick(cs)
-	time.Sleep(50 * time.Millisecond)
+	// The refreshed counts reach the screen.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		screenMu.Lock()
+		s := ansi.ReplaceAllString(screen.String(), "")
+		screenMu.Unlock()
+		if strings.Contains(s, "requests: 25 of 100 done: 20 succeeded, 5 failed") {
+			break
+		}
+	}
 	wg.Wait()
 	p.done()
 	fmt.Fprint(tty, "END\n")
