@@ -409,7 +409,17 @@ WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2000000
 	}
 	buf := make([]byte, 10)
 	out.Read(buf)
-	time.Sleep(400 * time.Millisecond) // well inside the migration
+	// Well inside the migration: its rows are reaching the write-ahead log.
+	wal := filepath.Join(dir, tracker.DBName+"-wal")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, err := os.Stat(wal); err == nil && st.Size() > 8<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the migration wrote no 8 MB of log in 30 s")
+		}
+	}
 	cmd.Process.Kill()
 	if err := cmd.Wait(); err == nil {
 		t.Fatal("the migration finished before the kill: make it slower")
