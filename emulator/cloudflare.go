@@ -10,7 +10,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
+
+// cfEncodedSlash reports whether the request's path carries a
+// percent-encoded slash (%2F). The live API routes on the path as sent:
+// .../ai/run/@cf%2Fmeta%2F..., what the official SDKs send by default
+// (cloudflare-typescript PR 2796, cloudflare-python issue 2718), is
+// answered 400 code 7000 "No route for that URI". Go's ServeMux would
+// decode it and match the model, so the raw path is checked first.
+func cfEncodedSlash(r *http.Request) bool {
+	return strings.Contains(strings.ToLower(r.URL.EscapedPath()), "%2f")
+}
 
 // cfRun serves POST /client/v4/accounts/{account}/ai/run/{model...}:
 // with ?queueRequest=true and {"requests":[…]} it queues an async batch;
@@ -85,7 +96,11 @@ func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []
 	var tokens int64
 	var line bytes.Buffer
 	for i, it := range items {
-		if err := validateCloudflare(model, it); err != nil {
+		err := checkCFReference(it)
+		if err == nil {
+			err = validateCloudflare(model, it)
+		}
+		if err != nil {
 			cfError(w, http.StatusBadRequest, 5004, fmt.Sprintf("Invalid data in /requests/%d: %v", i, err))
 			return
 		}

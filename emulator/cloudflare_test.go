@@ -129,8 +129,8 @@ func TestCloudflareModels(t *testing.T) {
 		}
 		mustUnmarshal(t, r.Result, &e)
 		want := map[int]int{0: 2, 1: 1}[r.ID]
-		if len(e.Shape) != 2 || e.Shape[0] != want || e.Shape[1] != 8 || len(e.Data) != want || len(e.Data[0]) != 8 {
-			t.Fatalf("embedding %s", r.Result)
+		if len(e.Shape) != 2 || e.Shape[0] != want || e.Shape[1] != 768 || len(e.Data) != want || len(e.Data[0]) != 768 {
+			t.Fatalf("embedding shape %v, %d vectors", e.Shape, len(e.Data))
 		}
 	}
 	// bge-m3 reranking: one score per context.

@@ -35,6 +35,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			w.Header().Set("x-request-id", hexID(s.opts.Seed, "call", "", n, 16))
 		}
 		efam := errorFamily(r.URL.Path)
+		if fam == famCloudflare && cfEncodedSlash(r) {
+			cfError(w, http.StatusBadRequest, 7000, "No route for that URI")
+			return
+		}
 		if !s.authorized(w, r, fam) {
 			return
 		}
