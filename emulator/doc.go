@@ -170,7 +170,9 @@
 //     refused (400, code 5007); by default any model is accepted, for tests.
 //   - CloudflareItemErrorString: failed item carries "error":"message"
 //     instead of "error":{"code":N,"message":…} (shape unconfirmed).
-//   - EmbeddingDim: fake embedding size (8), for OpenAI and Cloudflare.
+//   - EmbeddingDim: fake embedding size (8), for OpenAI and the Cloudflare
+//     embedding models whose size is not known; the bge models answer their
+//     real sizes (small 384, base 768, large and m3 1024).
 //   - Gemini: GeminiMaxFileBytes (2 GB), GeminiMaxActiveBatches (100
 //     batches not ended; create beyond → 429 RESOURCE_EXHAUSTED),
 //     GeminiUploadGranularity (8 MiB: chunks but the last are multiples of
@@ -208,7 +210,8 @@
 // the prompt text (all messages, system/instructions) and of the answer.
 // Embeddings are unit vectors hashed from (model, input). Cloudflare LLMs
 // answer {"response":…}; bge-* {shape,data}; bge-m3 {query,contexts} one
-// {id,score} per context; m2m100 {translated_text}. Unimplemented OpenAI
+// {id,score} per context, {contexts} alone the contexts' vectors as
+// {response,shape}; m2m100 {translated_text}. Unimplemented OpenAI
 // endpoints (images, videos) give per-line 400s.
 //
 // # Stats and duplicate execution
@@ -252,7 +255,13 @@
 //   - Anthropic: >100000 requests is 413 request_too_large like the size
 //     limit; invalid params at create are 400s; results of a batch that has
 //     not ended, and deleting it, are 400 invalid_request_error.
-//   - Cloudflare: item schema violations are refused at submit (400, 5004);
+//   - Cloudflare: item schema violations are refused at submit (400, 5004;
+//     the checks follow the model schemas, refusing only what every
+//     published schema of the model refuses: see cloudflare_schema.go);
 //     an unknown request_id polls to 400, 5004; a batch that outlives 24 h
-//     yields success:false items with code 3007.
+//     yields success:false items with code 3007. A /client/v4 path with a
+//     percent-encoded slash (the official SDKs' default for the model) is
+//     answered 400 code 7000 "No route for that URI", before the token is
+//     checked, as the live API does; every response item carries
+//     external_reference, null when the request had none.
 package emulator

@@ -152,7 +152,9 @@ type Options struct {
 	// unconfirmed).
 	GeminiLineErrorField string
 
-	// EmbeddingDim is the dimension of fake embeddings (default 8).
+	// EmbeddingDim is the dimension of fake embeddings (default 8), for
+	// OpenAI and Cloudflare embedding models of unknown size; the bge models
+	// answer their real sizes.
 	EmbeddingDim int
 
 	// APIKey, if non-empty, is enforced: OpenAI "Authorization: Bearer" (or
