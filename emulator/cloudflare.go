@@ -23,6 +23,12 @@ func cfEncodedSlash(r *http.Request) bool {
 	return strings.Contains(strings.ToLower(r.URL.EscapedPath()), "%2f")
 }
 
+// cfHasCredentials reports whether a call carries an API token
+// (Authorization) or a global API key (X-Auth-Key with X-Auth-Email).
+func cfHasCredentials(r *http.Request) bool {
+	return r.Header.Get("Authorization") != "" || r.Header.Get("X-Auth-Key") != "" && r.Header.Get("X-Auth-Email") != ""
+}
+
 // cfRun serves POST /client/v4/accounts/{account}/ai/run/{model...}:
 // with ?queueRequest=true and {"requests":[…]} it queues an async batch;
 // a body {"request_id":…} (with or without queueRequest) polls one; any

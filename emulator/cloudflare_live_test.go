@@ -12,6 +12,8 @@ import (
 // Tests of the places where the emulator once let a client pass that the
 // live Workers AI API refuses (issue 21, item 8).
 
+var cfAuth = map[string]string{"Authorization": "Bearer tok"}
+
 // cfBatch queues items on model and polls the batch to its end (BatchTime
 // 0: a batch is done at once). It returns the raw response items.
 func cfBatch(t *testing.T, ts *httptest.Server, model string, items ...any) []map[string]json.RawMessage {
@@ -201,7 +203,7 @@ func TestCloudflareItemSchema(t *testing.T) {
 		if c.model != cfLlama {
 			body = `{"requests":[` + c.item + `]}`
 		}
-		code, _, raw := rawDo(t, "POST", cfURL(ts, c.model, true), []byte(body), nil)
+		code, _, raw := rawDo(t, "POST", cfURL(ts, c.model, true), []byte(body), cfAuth)
 		var env cfEnvelope
 		mustUnmarshal(t, raw, &env)
 		if code != 400 || env.Success || len(env.Errors) == 0 || env.Errors[0].Code != 5004 || !strings.Contains(env.Errors[0].Message, c.want) {
@@ -215,9 +217,46 @@ func TestCloudflareItemSchema(t *testing.T) {
 		{m2m, `{"text":"t","target_lang":"fr","source_lang":"en"}`},
 	}
 	for _, c := range good {
-		code, _, raw := rawDo(t, "POST", cfURL(ts, c.model, true), []byte(`{"requests":[`+c.item+`]}`), nil)
+		code, _, raw := rawDo(t, "POST", cfURL(ts, c.model, true), []byte(`{"requests":[`+c.item+`]}`), cfAuth)
 		if code != 200 {
 			t.Errorf("%s %s: %d %s", c.model, c.item, code, raw)
+		}
+	}
+}
+
+// TestCloudflareNeedsCredentials: a call without an Authorization header
+// (or X-Auth-Key with X-Auth-Email) is refused 400 code 9106 as the live
+// API refuses it, even when the emulator takes any key; with a key set, a
+// missing header is still 9106 and a wrong one 401 code 10000.
+func TestCloudflareNeedsCredentials(t *testing.T) {
+	body := []byte(`{"requests":[{"prompt":"hi"}]}`)
+	for _, key := range []string{"", "tok"} {
+		s, ts := start(t, Options{APIKey: key})
+		for _, hdr := range []map[string]string{nil, {"X-Auth-Key": "k"}, {"X-Auth-Email": "a@b.c"}} {
+			code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, hdr)
+			var env cfEnvelope
+			mustUnmarshal(t, raw, &env)
+			if code != 400 || env.Success || len(env.Errors) != 1 || env.Errors[0].Code != 9106 ||
+				env.Errors[0].Message != "Missing X-Auth-Key, X-Auth-Email or Authorization headers" {
+				t.Errorf("key %q, headers %v: %d %s", key, hdr, code, raw)
+			}
+		}
+		if st := s.Stats(); st.BatchesCreated != 0 {
+			t.Fatalf("key %q: a call without credentials created %d batches", key, st.BatchesCreated)
+		}
+		code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, cfAuth)
+		if code != 200 {
+			t.Errorf("key %q, with a token: %d %s", key, code, raw)
+		}
+		if key == "" {
+			hdr := map[string]string{"X-Auth-Key": "k", "X-Auth-Email": "a@b.c"}
+			if code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, hdr); code != 200 {
+				t.Errorf("global API key: %d %s", code, raw)
+			}
+			continue
+		}
+		if code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, map[string]string{"Authorization": "Bearer nope"}); code != 401 || !strings.Contains(string(raw), "10000") {
+			t.Errorf("wrong token: %d %s", code, raw)
 		}
 	}
 }

@@ -176,7 +176,7 @@ func TestCloudflareLimitsAndStrictModels(t *testing.T) {
 	}
 	// Exactly at the limit is refused too ("under 10 MB").
 	body := `{"requests":[{"prompt":"` + strings.Repeat("y", 1000-len(`{"requests":[{"prompt":""}]}`)) + `"}]}`
-	code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), []byte(body), nil)
+	code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), []byte(body), map[string]string{"Authorization": "Bearer tok"})
 	if len(body) != 1000 || code != 413 || !strings.Contains(string(raw), "3006") {
 		t.Fatalf("at limit: %d %s", code, raw)
 	}

@@ -187,7 +187,9 @@
 //     (else 401 authentication_error) plus "anthropic-version" (else 400),
 //     Cloudflare Bearer (else 401 code 10000), Gemini x-goog-api-key or
 //     ?key= (wrong: 400 INVALID_ARGUMENT, reason API_KEY_INVALID; missing:
-//     403 PERMISSION_DENIED). When empty, anything goes.
+//     403 PERMISSION_DENIED). When empty, any key goes; but a Cloudflare
+//     call that carries none (no Authorization, nor X-Auth-Key with
+//     X-Auth-Email) is 400 code 9106 either way, as the live API answers.
 //
 // # Validation (OpenAI)
 //

@@ -115,6 +115,12 @@ func (s *Server) drawFault(r *http.Request) (slow bool, fault string) {
 // the family's 401 (or 400) envelope when it fails.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) bool {
 	key := s.opts.APIKey
+	if fam == famCloudflare && !cfHasCredentials(r) {
+		// Even when any key goes: the live API refuses a call that
+		// carries none, 400 code 9106.
+		cfError(w, http.StatusBadRequest, 9106, "Missing X-Auth-Key, X-Auth-Email or Authorization headers")
+		return false
+	}
 	if key == "" {
 		return true
 	}
