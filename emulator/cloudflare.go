@@ -64,10 +64,6 @@ func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) {
 		s.cfPoll(w, account, id)
 		return
 	}
-	if s.opts.CloudflareStrictModels && !slices.Contains(s.opts.CloudflareModels, model) {
-		cfError(w, http.StatusBadRequest, 5007, "No such model "+model+" or task (async batch queueing is not supported for it)")
-		return
-	}
 	queue := r.URL.Query().Get("queueRequest") == "true"
 	if !queue {
 		if probe["requests"] != nil {
@@ -81,6 +77,13 @@ func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(res), "success": true,
 			"errors": []any{}, "messages": []any{}})
+		return
+	}
+	// Only the async-capable models queue a batch: the live API refuses
+	// the others (5007), so the emulator does too unless told otherwise.
+	if !s.opts.CloudflareAnyModel && !slices.Contains(s.opts.CloudflareModels, model) {
+		cfError(w, http.StatusBadRequest, 5007, "No such model "+model+" or task (async batch queueing is not supported for it; "+
+			"the emulator knows "+strings.Join(s.opts.CloudflareModels, ", ")+")")
 		return
 	}
 	var items []json.RawMessage

@@ -260,3 +260,40 @@ func TestCloudflareNeedsCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudflareAsyncModelsOnly: by default a batch is queued only for the
+// async-capable models (the live API refuses the others 400 code 5007),
+// while a synchronous run takes any model; CloudflareAnyModel lifts it.
+func TestCloudflareAsyncModelsOnly(t *testing.T) {
+	batch := map[string]any{"requests": []any{map[string]any{"prompt": "x"}}}
+	s, ts := start(t, Options{})
+	for _, model := range DefaultCloudflareModels {
+		item := map[string]any{"prompt": "x"}
+		switch cfKind(model) {
+		case "embed", "m3":
+			item = map[string]any{"text": "x"}
+		case "translate":
+			item = map[string]any{"text": "x", "target_lang": "fr"}
+		}
+		if code, env, _ := cfCall(t, cfURL(ts, model, true), map[string]any{"requests": []any{item}}); code != 200 || !env.Success {
+			t.Errorf("%s: %d %+v", model, code, env)
+		}
+	}
+	created := s.Stats().BatchesCreated
+	for _, model := range []string{"@cf/meta/llama-2-7b-chat-int8", "@cf/meta/llama-3.1-8b-instruct", "gpt-4o"} {
+		code, env, _ := cfCall(t, cfURL(ts, model, true), batch)
+		if code != 400 || env.Success || env.Errors[0].Code != 5007 || !strings.Contains(env.Errors[0].Message, model) {
+			t.Errorf("%s queued: %d %+v", model, code, env)
+		}
+		if code, env, _ := cfCall(t, cfURL(ts, model, false), map[string]any{"prompt": "x"}); code != 200 || !env.Success {
+			t.Errorf("%s run synchronously: %d %+v", model, code, env)
+		}
+	}
+	if st := s.Stats(); st.BatchesCreated != created {
+		t.Fatalf("%d batches created for models that cannot queue", st.BatchesCreated-created)
+	}
+	_, ts = start(t, Options{CloudflareAnyModel: true})
+	if code, env, _ := cfCall(t, cfURL(ts, "@cf/meta/llama-2-7b-chat-int8", true), batch); code != 200 || !env.Success {
+		t.Errorf("CloudflareAnyModel: %d %+v", code, env)
+	}
+}

@@ -164,7 +164,7 @@ func TestCloudflareModels(t *testing.T) {
 }
 
 func TestCloudflareLimitsAndStrictModels(t *testing.T) {
-	_, ts := start(t, Options{CloudflareMaxBytes: 1000, CloudflareStrictModels: true})
+	_, ts := start(t, Options{CloudflareMaxBytes: 1000})
 	big := map[string]any{"requests": []any{map[string]any{"prompt": strings.Repeat("x", 1000)}}}
 	code, env, _ := cfCall(t, cfURL(ts, cfLlama, true), big)
 	if code != 413 || env.Success || env.Errors[0].Code != 3006 {

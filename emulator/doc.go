@@ -165,9 +165,10 @@
 //     (512 MB, upload → 413), AnthropicMaxRequests (100000) and
 //     AnthropicMaxBytes (256 MB, both → 413 request_too_large),
 //     CloudflareMaxBytes (payload >= 10,000,000 bytes → 413 code 3006).
-//   - CloudflareModels, CloudflareStrictModels: the async-capable models
-//     (default: those docs/providers.md names). Only when strict are other models
-//     refused (400, code 5007); by default any model is accepted, for tests.
+//   - CloudflareModels, CloudflareAnyModel: the async-capable models
+//     (default: those docs/providers.md names). A batch queued for another
+//     model is refused (400, code 5007) as the live API refuses it, unless
+//     CloudflareAnyModel is set; synchronous runs take any model.
 //   - CloudflareItemErrorString: failed item carries "error":"message"
 //     instead of "error":{"code":N,"message":…} (shape unconfirmed).
 //   - EmbeddingDim: fake embedding size (8), for OpenAI and the Cloudflare
