@@ -280,7 +280,7 @@ func TestCloudflareAsyncModelsOnly(t *testing.T) {
 		}
 	}
 	created := s.Stats().BatchesCreated
-	for _, model := range []string{"@cf/meta/llama-2-7b-chat-int8", "@cf/meta/llama-3.1-8b-instruct", "gpt-4o"} {
+	for _, model := range []string{"@cf/meta/llama-2-7b-chat-int8", "@cf/microsoft/phi-2", "gpt-4o"} {
 		code, env, _ := cfCall(t, cfURL(ts, model, true), batch)
 		if code != 400 || env.Success || env.Errors[0].Code != 5007 || !strings.Contains(env.Errors[0].Message, model) {
 			t.Errorf("%s queued: %d %+v", model, code, env)

@@ -15,7 +15,7 @@ import (
 // --cloudflare-any-model lifts the check.
 func TestCloudflareModelWithoutAsyncFailsAsLive(t *testing.T) {
 	t.Parallel()
-	const model = "@cf/meta/llama-3.1-8b-instruct"
+	const model = "@cf/meta/llama-2-7b-chat-int8"
 	dir := t.TempDir()
 	var b []byte
 	var ids []string
