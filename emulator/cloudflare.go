@@ -10,7 +10,24 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
+
+// cfEncodedSlash reports whether the request's path carries a
+// percent-encoded slash (%2F). The live API routes on the path as sent:
+// .../ai/run/@cf%2Fmeta%2F..., what the official SDKs send by default
+// (cloudflare-typescript PR 2796, cloudflare-python issue 2718), is
+// answered 400 code 7000 "No route for that URI". Go's ServeMux would
+// decode it and match the model, so the raw path is checked first.
+func cfEncodedSlash(r *http.Request) bool {
+	return strings.Contains(strings.ToLower(r.URL.EscapedPath()), "%2f")
+}
+
+// cfHasCredentials reports whether a call carries an API token
+// (Authorization) or a global API key (X-Auth-Key with X-Auth-Email).
+func cfHasCredentials(r *http.Request) bool {
+	return r.Header.Get("Authorization") != "" || r.Header.Get("X-Auth-Key") != "" && r.Header.Get("X-Auth-Email") != ""
+}
 
 // cfRun serves POST /client/v4/accounts/{account}/ai/run/{model...}:
 // with ?queueRequest=true and {"requests":[…]} it queues an async batch;
@@ -47,10 +64,6 @@ func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) {
 		s.cfPoll(w, account, id)
 		return
 	}
-	if s.opts.CloudflareStrictModels && !slices.Contains(s.opts.CloudflareModels, model) {
-		cfError(w, http.StatusBadRequest, 5007, "No such model "+model+" or task (async batch queueing is not supported for it)")
-		return
-	}
 	queue := r.URL.Query().Get("queueRequest") == "true"
 	if !queue {
 		if probe["requests"] != nil {
@@ -64,6 +77,13 @@ func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(res), "success": true,
 			"errors": []any{}, "messages": []any{}})
+		return
+	}
+	// Only the async-capable models queue a batch: the live API refuses
+	// the others (5007), so the emulator does too unless told otherwise.
+	if !s.opts.CloudflareAnyModel && !slices.Contains(s.opts.CloudflareModels, model) {
+		cfError(w, http.StatusBadRequest, 5007, "No such model "+model+" or task (async batch queueing is not supported for it; "+
+			"the emulator knows "+strings.Join(s.opts.CloudflareModels, ", ")+")")
 		return
 	}
 	var items []json.RawMessage
@@ -85,7 +105,11 @@ func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []
 	var tokens int64
 	var line bytes.Buffer
 	for i, it := range items {
-		if err := validateCloudflare(model, it); err != nil {
+		err := checkCFReference(it)
+		if err == nil {
+			err = validateCloudflare(model, it)
+		}
+		if err != nil {
 			cfError(w, http.StatusBadRequest, 5004, fmt.Sprintf("Invalid data in /requests/%d: %v", i, err))
 			return
 		}

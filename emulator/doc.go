@@ -165,12 +165,15 @@
 //     (512 MB, upload → 413), AnthropicMaxRequests (100000) and
 //     AnthropicMaxBytes (256 MB, both → 413 request_too_large),
 //     CloudflareMaxBytes (payload >= 10,000,000 bytes → 413 code 3006).
-//   - CloudflareModels, CloudflareStrictModels: the async-capable models
-//     (default: those docs/providers.md names). Only when strict are other models
-//     refused (400, code 5007); by default any model is accepted, for tests.
+//   - CloudflareModels, CloudflareAnyModel: the async-capable models
+//     (default: those docs/providers.md names). A batch queued for another
+//     model is refused (400, code 5007) as the live API refuses it, unless
+//     CloudflareAnyModel is set; synchronous runs take any model.
 //   - CloudflareItemErrorString: failed item carries "error":"message"
 //     instead of "error":{"code":N,"message":…} (shape unconfirmed).
-//   - EmbeddingDim: fake embedding size (8), for OpenAI and Cloudflare.
+//   - EmbeddingDim: fake embedding size (8), for OpenAI and the Cloudflare
+//     embedding models whose size is not known; the bge models answer their
+//     real sizes (small 384, base 768, large and m3 1024).
 //   - Gemini: GeminiMaxFileBytes (2 GB), GeminiMaxActiveBatches (100
 //     batches not ended; create beyond → 429 RESOURCE_EXHAUSTED),
 //     GeminiUploadGranularity (8 MiB: chunks but the last are multiples of
@@ -185,7 +188,9 @@
 //     (else 401 authentication_error) plus "anthropic-version" (else 400),
 //     Cloudflare Bearer (else 401 code 10000), Gemini x-goog-api-key or
 //     ?key= (wrong: 400 INVALID_ARGUMENT, reason API_KEY_INVALID; missing:
-//     403 PERMISSION_DENIED). When empty, anything goes.
+//     403 PERMISSION_DENIED). When empty, any key goes; but a Cloudflare
+//     call that carries none (no Authorization, nor X-Auth-Key with
+//     X-Auth-Email) is 400 code 9106 either way, as the live API answers.
 //
 // # Validation (OpenAI)
 //
@@ -208,7 +213,8 @@
 // the prompt text (all messages, system/instructions) and of the answer.
 // Embeddings are unit vectors hashed from (model, input). Cloudflare LLMs
 // answer {"response":…}; bge-* {shape,data}; bge-m3 {query,contexts} one
-// {id,score} per context; m2m100 {translated_text}. Unimplemented OpenAI
+// {id,score} per context, {contexts} alone the contexts' vectors as
+// {response,shape}; m2m100 {translated_text}. Unimplemented OpenAI
 // endpoints (images, videos) give per-line 400s.
 //
 // # Stats and duplicate execution
@@ -252,7 +258,13 @@
 //   - Anthropic: >100000 requests is 413 request_too_large like the size
 //     limit; invalid params at create are 400s; results of a batch that has
 //     not ended, and deleting it, are 400 invalid_request_error.
-//   - Cloudflare: item schema violations are refused at submit (400, 5004);
+//   - Cloudflare: item schema violations are refused at submit (400, 5004;
+//     the checks follow the model schemas, refusing only what every
+//     published schema of the model refuses: see cloudflare_schema.go);
 //     an unknown request_id polls to 400, 5004; a batch that outlives 24 h
-//     yields success:false items with code 3007.
+//     yields success:false items with code 3007. A /client/v4 path with a
+//     percent-encoded slash (the official SDKs' default for the model) is
+//     answered 400 code 7000 "No route for that URI", before the token is
+//     checked, as the live API does; every response item carries
+//     external_reference, null when the request had none.
 package emulator

@@ -35,6 +35,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			w.Header().Set("x-request-id", hexID(s.opts.Seed, "call", "", n, 16))
 		}
 		efam := errorFamily(r.URL.Path)
+		if fam == famCloudflare && cfEncodedSlash(r) {
+			cfError(w, http.StatusBadRequest, 7000, "No route for that URI")
+			return
+		}
 		if !s.authorized(w, r, fam) {
 			return
 		}
@@ -111,6 +115,12 @@ func (s *Server) drawFault(r *http.Request) (slow bool, fault string) {
 // the family's 401 (or 400) envelope when it fails.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) bool {
 	key := s.opts.APIKey
+	if fam == famCloudflare && !cfHasCredentials(r) {
+		// Even when any key goes: the live API refuses a call that
+		// carries none, 400 code 9106.
+		cfError(w, http.StatusBadRequest, 9106, "Missing X-Auth-Key, X-Auth-Email or Authorization headers")
+		return false
+	}
 	if key == "" {
 		return true
 	}

@@ -96,78 +96,149 @@ func cfKind(model string) string {
 	return "llm"
 }
 
-// validateCloudflare checks one batch item against the model's input schema.
+// validateCloudflare checks one batch item against the model's input
+// schema, without computing its answer.
 func validateCloudflare(model string, item []byte) error {
-	_, _, _, err := runCloudflareModel(model, item, 8)
+	_, _, _, err := runCloudflareModel(model, item, 0)
 	return err
 }
 
 func (s *Server) runCloudflare(model string, item []byte) ([]byte, int64, int64, error) {
-	return runCloudflareModel(model, item, s.opts.EmbeddingDim)
+	return runCloudflareModel(model, item, cfEmbedDim(model, s.opts.EmbeddingDim))
 }
 
 // runCloudflareModel executes one Workers AI input and returns the
-// model-specific result object.
+// model-specific result object. dim is the size of embeddings; with dim 0
+// the input is only checked (res is nil for embedding models).
 func runCloudflareModel(model string, item []byte, dim int) (res []byte, in, out int64, err error) {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(item, &obj) != nil || obj == nil {
 		//lint:ignore ST1005 Cloudflare's own message, verbatim
 		return nil, 0, 0, errors.New("Type mismatch of '/', expected an object")
 	}
-	str := func(k string) (string, bool) {
-		var v string
-		ok := json.Unmarshal(obj[k], &v) == nil && len(obj[k]) > 0
-		return v, ok
-	}
 	switch cfKind(model) {
 	case "m3":
-		if q, ok := str("query"); ok {
-			var ctxs []struct {
-				Text string `json:"text"`
-			}
-			if json.Unmarshal(obj["contexts"], &ctxs) != nil || len(ctxs) == 0 {
-				return nil, 0, 0, errors.New("required properties at '/' are 'contexts'")
-			}
-			in = approxTokens(len(q))
-			scores := make([]any, len(ctxs))
-			for i, c := range ctxs {
-				in += approxTokens(len(c.Text))
-				score := 0.3 + 0.6*unit(h64(0, "m3", q+"\x00"+c.Text, 0))
-				scores[i] = map[string]any{"id": i, "score": float64(int64(score*1e6)) / 1e6}
-			}
-			return mustJSON(map[string]any{"response": scores}), in, 0, nil
-		}
-		fallthrough
+		return runBgeM3(model, obj, dim)
 	case "embed":
-		texts, ok := stringsOf(obj["text"])
-		if len(obj["text"]) == 0 || !ok || len(texts) == 0 {
-			return nil, 0, 0, errors.New("required properties at '/' are 'text'")
-		}
-		data := make([]any, len(texts))
-		for i, t := range texts {
-			in += approxTokens(len(t))
-			data[i] = embed(model, t, dim)
-		}
-		return mustJSON(map[string]any{"shape": []int{len(texts), dim}, "data": data}), in, 0, nil
+		return runBgeEmbed(model, obj, dim)
 	case "translate":
-		text, ok := str("text")
-		target, ok2 := str("target_lang")
-		if !ok || !ok2 {
-			return nil, 0, 0, errors.New("required properties at '/' are 'text', 'target_lang'")
-		}
-		t, _ := answer(text, 0)
-		t = "[" + target + "] " + strings.TrimPrefix(t, "echo: ")
-		return mustJSON(map[string]any{"translated_text": t}), approxTokens(len(text)), approxTokens(len(t)), nil
+		return runM2M100(obj)
 	}
+	return runCFLLM(obj)
+}
+
+// runBgeEmbed answers {text, pooling} with {shape, data}.
+func runBgeEmbed(model string, obj map[string]json.RawMessage, dim int) ([]byte, int64, int64, error) {
+	texts, err := cfTexts(obj["text"])
+	if err == nil {
+		err = cfPooling(obj["pooling"])
+	}
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	data, in := cfEmbedAll(model, texts, dim)
+	if dim <= 0 {
+		return nil, in, 0, nil
+	}
+	return mustJSON(map[string]any{"shape": []int{len(texts), dim}, "data": data}), in, 0, nil
+}
+
+// runBgeM3 answers bge-m3's three inputs: {query, contexts} one score per
+// context, {contexts} the contexts' embeddings as "response", {text} as
+// the other bge models do.
+func runBgeM3(model string, obj map[string]json.RawMessage, dim int) ([]byte, int64, int64, error) {
+	if _, ok := obj["contexts"]; !ok {
+		return runBgeEmbed(model, obj, dim)
+	}
+	var ctxs []struct {
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(obj["contexts"], &ctxs); err != nil || ctxs == nil {
+		//lint:ignore ST1005 Cloudflare's own message, verbatim
+		return nil, 0, 0, errors.New("Type mismatch of '/contexts', expected an array of objects")
+	}
+	if err := cfTyped(obj, "truncate_inputs", "boolean"); err != nil {
+		return nil, 0, 0, err
+	}
+	texts := make([]string, len(ctxs))
+	for i, c := range ctxs {
+		if c.Text != nil {
+			texts[i] = *c.Text
+		}
+	}
+	q, hasQuery := obj["query"]
+	if !hasQuery {
+		data, in := cfEmbedAll(model, texts, dim)
+		if dim <= 0 {
+			return nil, in, 0, nil
+		}
+		return mustJSON(map[string]any{"response": data, "shape": []int{len(texts), dim}}), in, 0, nil
+	}
+	var query string
+	if json.Unmarshal(q, &query) != nil || string(q) == "null" {
+		//lint:ignore ST1005 Cloudflare's own message, verbatim
+		return nil, 0, 0, errors.New("Type mismatch of '/query', expected a string")
+	}
+	in := approxTokens(len(query))
+	scores := make([]any, len(texts))
+	for i, t := range texts {
+		in += approxTokens(len(t))
+		score := 0.3 + 0.6*unit(h64(0, "m3", query+"\x00"+t, 0))
+		scores[i] = map[string]any{"id": i, "score": float64(int64(score*1e6)) / 1e6}
+	}
+	return mustJSON(map[string]any{"response": scores}), in, 0, nil
+}
+
+// cfEmbedAll embeds texts at dim (nothing with dim 0) and counts their
+// tokens.
+func cfEmbedAll(model string, texts []string, dim int) ([]any, int64) {
+	var in int64
+	data := make([]any, 0, len(texts))
+	for _, t := range texts {
+		in += approxTokens(len(t))
+		if dim > 0 {
+			data = append(data, embed(model, t, dim))
+		}
+	}
+	return data, in
+}
+
+// runM2M100 answers {text, target_lang, source_lang} with translated_text.
+func runM2M100(obj map[string]json.RawMessage) ([]byte, int64, int64, error) {
+	var text, target string
+	okText := json.Unmarshal(obj["text"], &text) == nil && len(obj["text"]) > 0 && string(obj["text"]) != "null"
+	okTarget := json.Unmarshal(obj["target_lang"], &target) == nil && len(obj["target_lang"]) > 0 && string(obj["target_lang"]) != "null"
+	if !okText || !okTarget {
+		return nil, 0, 0, errors.New("required properties at '/' are 'text', 'target_lang'")
+	}
+	if err := cfTyped(obj, "source_lang", "string"); err != nil {
+		return nil, 0, 0, err
+	}
+	t, _ := answer(text, 0)
+	t = "[" + target + "] " + strings.TrimPrefix(t, "echo: ")
+	return mustJSON(map[string]any{"translated_text": t}), approxTokens(len(text)), approxTokens(len(t)), nil
+}
+
+// runCFLLM answers a text generation input ({prompt} or {messages}) with
+// {"response": …}.
+func runCFLLM(obj map[string]json.RawMessage) ([]byte, int64, int64, error) {
 	var maxTokens int64 = 256
-	if len(obj["max_tokens"]) > 0 {
-		if json.Unmarshal(obj["max_tokens"], &maxTokens) != nil || maxTokens < 1 {
+	if raw, ok := obj["max_tokens"]; ok {
+		if json.Unmarshal(raw, &maxTokens) != nil || string(raw) == "null" || maxTokens < 1 {
 			//lint:ignore ST1005 Cloudflare's own message, verbatim
 			return nil, 0, 0, errors.New("Type mismatch of '/max_tokens', expected an integer >= 1")
 		}
 	}
+	if err := checkCFLLMParams(obj); err != nil {
+		return nil, 0, 0, err
+	}
 	var all, last string
-	if p, ok := str("prompt"); ok {
+	if raw, ok := obj["prompt"]; ok {
+		var p string
+		if json.Unmarshal(raw, &p) != nil || string(raw) == "null" {
+			//lint:ignore ST1005 Cloudflare's own message, verbatim
+			return nil, 0, 0, errors.New("Type mismatch of '/prompt', expected a string")
+		}
 		if p == "" {
 			//lint:ignore ST1005 Cloudflare's own message, verbatim
 			return nil, 0, 0, errors.New("String length of '/prompt' is less than 1")

@@ -129,10 +129,11 @@ type Options struct {
 	// (default 10_000_000).
 	CloudflareMaxBytes int64
 	// CloudflareModels is the list of async-capable models (default: the
-	// models docs/providers.md lists). It is enforced only when
-	// CloudflareStrictModels is set; otherwise any model name is accepted.
-	CloudflareModels       []string
-	CloudflareStrictModels bool
+	// models docs/providers.md lists): a batch queued for another model is
+	// refused 400 code 5007, as the live API refuses it, unless
+	// CloudflareAnyModel is set. Synchronous runs take any model.
+	CloudflareModels   []string
+	CloudflareAnyModel bool
 	// CloudflareItemErrorString makes failed Cloudflare items carry
 	// "error":"message" instead of the default "error":{"code":N,"message":"…"}.
 	CloudflareItemErrorString bool
@@ -152,7 +153,9 @@ type Options struct {
 	// unconfirmed).
 	GeminiLineErrorField string
 
-	// EmbeddingDim is the dimension of fake embeddings (default 8).
+	// EmbeddingDim is the dimension of fake embeddings (default 8), for
+	// OpenAI and Cloudflare embedding models of unknown size; the bge models
+	// answer their real sizes.
 	EmbeddingDim int
 
 	// APIKey, if non-empty, is enforced: OpenAI "Authorization: Bearer" (or

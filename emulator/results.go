@@ -472,6 +472,9 @@ func (s *Server) runCloudflareLine(b *batchRec, i int, item []byte, done bool) l
 		for k := 0; k+1 < len(kv); k += 2 {
 			m[kv[k].(string)] = kv[k+1]
 		}
+		// Every item carries the key: an item sent without a reference
+		// answers "external_reference": null (the docs' example).
+		m["external_reference"] = nil
 		if len(ref.Ref) > 0 {
 			m["external_reference"] = ref.Ref
 		}

@@ -105,7 +105,9 @@ func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
 func (c *Client) Limits() sluice.Limits { return c.limits }
 
 // runURL is the model's run URL; the model name keeps its slashes
-// (@cf/meta/llama-...).
+// (@cf/meta/llama-...): the live API answers a percent-encoded one
+// (@cf%2Fmeta%2F..., the official SDKs' default) 400 code 7000 "No route
+// for that URI". u.String escapes Path itself and never writes a %2F.
 func (c *Client) runURL(model string, queue bool) string {
 	u := *c.base
 	u.Path = strings.TrimRight(u.Path, "/") + "/accounts/" + url.PathEscape(c.account) + "/ai/run/" + strings.TrimLeft(model, "/")
