@@ -101,7 +101,8 @@ func newWriter(sp *run) (*writer, error) {
 		w.reuser = &reuser{sink: rs, sources: map[string]int64{}, open: map[string]*os.File{}}
 	}
 	if sp.cfg.SkipInvalid {
-		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		// A user's file (--rejects): 0o666 less the umask.
+		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 		if err != nil {
 			return w, fmt.Errorf("rejects file: %w", err)
 		}

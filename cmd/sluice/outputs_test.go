@@ -130,3 +130,42 @@ func readLines(t *testing.T, path string) []string {
 	}
 	return strings.Split(s, "\n")
 }
+
+// TestOutputFilesHonourUmask (issue 21, item 6): the output, errors and
+// rejects files are made as every Unix tool makes a file, 0666 less the
+// umask: 0644 under umask 022, 0600 under 077.
+func TestOutputFilesHonourUmask(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		umask string
+		want  os.FileMode
+	}{{"022", 0o644}, {"077", 0o600}, {"002", 0o664}} {
+		t.Run("umask"+c.umask, func(t *testing.T) {
+			dir := t.TempDir()
+			in := filepath.Join(dir, "in.jsonl")
+			writeFile(t, in, []byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`+"\n"+
+				`{"custom_id":"b","method":"POST","url":"/v1/chat/completions"}`+"\n"))
+			out := filepath.Join(dir, "out.jsonl")
+			rejects := filepath.Join(dir, "rejects.jsonl")
+			// The umask is the process's: set it in a shell that then
+			// becomes sluice.
+			cmd := sluiceCmd(stateEnv(dir))
+			cmd.Path = "/bin/sh"
+			cmd.Args = []string{"sh", "-c", `umask ` + c.umask + ` && exec "$0" "$@"`, binary,
+				"run", in, "--out", out, "--skip-invalid", "--rejects", rejects}
+			b, err := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code != exitFailures {
+				t.Fatalf("exit %d (%v), want 4\n%s", code, err, tail(string(b), 2000))
+			}
+			for _, p := range []string{out, filepath.Join(dir, "out.errors.jsonl"), rejects} {
+				st, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := st.Mode().Perm(); got != c.want {
+					t.Errorf("%s: mode %04o under umask %s, want %04o", filepath.Base(p), got, c.umask, c.want)
+				}
+			}
+		})
+	}
+}
