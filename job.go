@@ -36,6 +36,12 @@ type Job struct {
 	// Endpoint is the provider endpoint the job talks to, as resolved
 	// (empty for the built-in emulator and for jobs of older versions).
 	Endpoint string `json:"endpoint,omitempty"`
+	// ModelMap and DefaultMaxTokens are the --model-map (sorted,
+	// "old=new,...") and --default-max-tokens the job was planned with;
+	// PlanFlagsKnown is false for a job planned before they were recorded.
+	ModelMap         string `json:"model_map,omitempty"`
+	DefaultMaxTokens int64  `json:"default_max_tokens,omitempty"`
+	PlanFlagsKnown   bool   `json:"-"`
 	// ProviderFiles says where the job's files at the provider stand:
 	// ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
 	ProviderFiles string    `json:"provider_files,omitempty"`

@@ -87,17 +87,31 @@ func FindJobID(ctx context.Context, db Store, id, legacy string) (string, error)
 // file. A done job's output is written; it no longer holds the path (a
 // new job may replace the file, as any command writing there would).
 func CheckOutputFree(ctx context.Context, db Store, id, out string) error {
-	jobs, err := db.Jobs(ctx)
-	if err != nil {
+	j, err := OutputHolder(ctx, db, id, out)
+	if err != nil || j == nil {
 		return err
 	}
-	for _, j := range jobs {
-		if j.ID == id || j.Output != out || j.State == sluice.JobDone {
-			continue
-		}
-		return badInputf("--out %s is the output of job %s (%s, input %s): two jobs never write one file; "+
-			"continue that job (sluice run ... --job %s), wait until it is done, or choose another --out",
-			out, j.ID, j.State, j.Input, j.ID)
+	return OutputTaken(j, out)
+}
+
+// OutputHolder is the job other than id, not done yet, whose output is
+// out, or nil.
+func OutputHolder(ctx context.Context, db Store, id, out string) (*sluice.Job, error) {
+	jobs, err := db.Jobs(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	for _, j := range jobs {
+		if j.ID != id && j.Output == out && j.State != sluice.JobDone {
+			return j, nil
+		}
+	}
+	return nil, nil
+}
+
+// OutputTaken is CheckOutputFree's refusal: out is the output of job j.
+func OutputTaken(j *sluice.Job, out string) error {
+	return badInputf("--out %s is the output of job %s (%s, input %s): two jobs never write one file; "+
+		"continue that job (sluice run ... --job %s), wait until it is done, or choose another --out",
+		out, j.ID, j.State, j.Input, j.ID)
 }

@@ -61,7 +61,8 @@ type Spec struct {
 	Progress func(splitter.Progress)
 	// Check, if set, is called with a job planned before whose input is
 	// unchanged, before it is reused: it refuses settings that cannot
-	// change, and records those that may (cmd/sluice/identity.go).
+	// change, and records those that may (cmd/sluice/identity.go); a
+	// *Replan from it makes Prepare plan the job again.
 	Check func(ctx context.Context, job *sluice.Job) error
 	Log   zerolog.Logger
 }
@@ -104,21 +105,18 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 		}
 		os.RemoveAll(job.Dir)
 	default:
-		if err := checkUnchanged(ctx, db, s.Objects, job, st); err != nil {
+		pr, err := s.resume(ctx, db, job, st)
+		var rp *Replan
+		if !errors.As(err, &rp) {
+			return pr, err
+		}
+		log.Warn().Str("job", id).Msgf("nothing of this job is at the provider yet: planning it again with %s", rp.Why)
+		if rp.Keep != nil {
+			rp.Keep(&s)
+		}
+		if err := DeleteReplaceable(ctx, db, job); err != nil {
 			return nil, err
 		}
-		if err := checkStoreHolds(ctx, db, job, s.Files); err != nil {
-			return nil, err
-		}
-		if err := CacheIn(db, job, s.Files); err != nil {
-			return nil, err
-		}
-		if s.Check != nil {
-			if err := s.Check(ctx, job); err != nil {
-				return nil, err
-			}
-		}
-		return &Prepared{Job: job, Reused: true, Rejects: s.rejectsPath(job.Dir)}, nil
 	}
 
 	dir := filepath.Join(db.Dir(), "jobs", id)
@@ -131,7 +129,8 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 		attempts = sluice.DefaultMaxAttempts
 	}
 	job = &sluice.Job{ID: id, Provider: p.Name, Input: input, Model: s.Model, Dir: dir,
-		Limits: p.Limits.Override(s.Limits), MaxAttempts: attempts, Endpoint: s.Endpoint}
+		Limits: p.Limits.Override(s.Limits), MaxAttempts: attempts, Endpoint: s.Endpoint,
+		ModelMap: CanonicalModelMap(s.ModelMap), DefaultMaxTokens: s.DefaultMaxTokens}
 	plan, err := db.BeginPlan(ctx, job)
 	if err != nil {
 		return nil, err
@@ -177,6 +176,27 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 	}
 	warns.log(log, input, p.Name)
 	return &Prepared{Job: job, Result: res, Rejects: rejects}, nil
+}
+
+// resume checks a job planned before (its input unchanged, its files
+// where the store keeps them) and the command's settings against it
+// (Check): the job as it is, or a *Replan from Check.
+func (s *Spec) resume(ctx context.Context, db Store, job *sluice.Job, st inputInfo) (*Prepared, error) {
+	if err := checkUnchanged(ctx, db, s.Objects, job, st); err != nil {
+		return nil, err
+	}
+	if err := checkStoreHolds(ctx, db, job, s.Files); err != nil {
+		return nil, err
+	}
+	if err := CacheIn(db, job, s.Files); err != nil {
+		return nil, err
+	}
+	if s.Check != nil {
+		if err := s.Check(ctx, job); err != nil {
+			return nil, err
+		}
+	}
+	return &Prepared{Job: job, Reused: true, Rejects: s.rejectsPath(job.Dir)}, nil
 }
 
 // chatWarnings counts, per parameter, the chat completions lines whose

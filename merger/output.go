@@ -39,7 +39,8 @@ const writeBuffer = 1 << 20
 func tempPrefix(final string) string { return "." + filepath.Base(final) + "." }
 
 func createAtomic(final string) (*atomicFile, error) {
-	f, err := atomicfile.Create(final) // named tempPrefix(final)*.tmp
+	// A user's file: 0o666 less the umask, as any Unix tool makes it.
+	f, err := atomicfile.CreateMode(final, 0o666) // named tempPrefix(final)*.tmp
 	if err != nil {
 		return nil, fmt.Errorf("merger: %w", err)
 	}

@@ -59,8 +59,11 @@
 // DIR/rejected.results (RejectedResults) as a results record for the
 // merge, and Split goes on: no line is dropped (the merger puts each in
 // the errors file, and with a custom_id in the output, in its input
-// place, with code invalid_request). Reasons, in the order they are checked (N is a 1-based byte
-// column):
+// place, with code invalid_request). The output holds a custom_id once:
+// a rejected line whose custom_id an earlier line (valid or rejected)
+// holds there is recorded with a null custom_id (errors file only), and a
+// valid line after a rejected one of the same custom_id is a duplicate.
+// Reasons, in the order they are checked (N is a 1-based byte column):
 //
 //	line is longer than 67108864 bytes
 //	invalid UTF-8 at column N

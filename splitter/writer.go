@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/sluice-batch/sluice"
 )
 
@@ -69,9 +71,15 @@ type writer struct {
 	rejects  *os.File
 	rejectsW *bufio.Writer
 	// rejected lines as results records for the merge (RejectedResults)
-	rejRes   *os.File
-	rejResW  *bufio.Writer
-	rejBuf   []byte
+	rejRes  *os.File
+	rejResW *bufio.Writer
+	rejBuf  []byte
+	// rejIDs maps the xxh3 hash of each custom_id that a rejected line
+	// put in the output to that line's number: the output holds a
+	// custom_id once, for the first line that has it. 16 bytes per such
+	// line, not the id; two ids sharing all 64 bits (p ~ 2^-64 per pair)
+	// would only reject the later line, never mix two answers.
+	rejIDs   map[uint64]int64
 	lastProg time.Time
 	rows     []sluice.Request // request rows not yet handed to the recorder
 
@@ -93,7 +101,8 @@ func newWriter(sp *run) (*writer, error) {
 		w.reuser = &reuser{sink: rs, sources: map[string]int64{}, open: map[string]*os.File{}}
 	}
 	if sp.cfg.SkipInvalid {
-		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		// A user's file (--rejects): 0o666 less the umask.
+		f, err := os.OpenFile(sp.cfg.RejectsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 		if err != nil {
 			return w, fmt.Errorf("rejects file: %w", err)
 		}
@@ -196,17 +205,12 @@ func (w *writer) block(b *block) error {
 	}
 	for i := range b.recs {
 		r := &b.recs[i]
-		if r.reason == "" {
-			dup, err := w.duplicate(r)
-			if err != nil {
-				return err
-			}
-			if dup != "" {
-				r.reason = dup
-			}
+		taken, err := w.check(r)
+		if err != nil {
+			return err
 		}
 		if r.reason != "" {
-			if err := w.reject(b, r); err != nil {
+			if err := w.reject(b, r, taken); err != nil {
 				return err
 			}
 			continue
@@ -228,30 +232,57 @@ func (w *writer) block(b *block) error {
 	return nil
 }
 
-// duplicate returns the reason for a custom_id seen before, or "".
-func (w *writer) duplicate(r *rec) (string, error) {
-	if !w.ids.add(r.hash) {
-		return "", nil
+// check makes a valid line whose custom_id an earlier line holds a
+// duplicate (r.reason), and reports whether r's custom_id is already in
+// the output: held by an earlier valid line, or by an earlier rejected one
+// (--skip-invalid writes a rejected line with a custom_id to the output).
+func (w *writer) check(r *rec) (taken bool, err error) {
+	if r.reason == "" {
+		line, err := w.firstLine(r.customID, r.hash)
+		if line > 0 {
+			r.reason = fmt.Sprintf("duplicate custom_id, first seen on line %d", line)
+		}
+		return line > 0, err
+	}
+	if !w.cfg.SkipInvalid || r.customID == "" {
+		return false, nil
+	}
+	line, err := w.firstLine(r.customID, xxh3.HashString(r.customID))
+	return line > 0, err
+}
+
+// firstLine returns the line of an earlier line whose custom_id id (of
+// xxh3 hash h) is in the output, or 0. A valid line's id is recorded in
+// w.ids as it is checked.
+func (w *writer) firstLine(id string, h uint64) (int64, error) {
+	if line, ok := w.rejIDs[h]; ok {
+		return line, nil
+	}
+	if !w.ids.add(h) {
+		return 0, nil
 	}
 	// The row may still be on its way to the sink.
 	if err := w.handRows(); err != nil {
-		return "", err
+		return 0, err
 	}
 	if err := w.rec.sync(); err != nil {
-		return "", err
+		return 0, err
 	}
-	line, found, err := w.sp.sink.FindCustomID(r.customID)
+	line, found, err := w.sp.sink.FindCustomID(id)
 	if err != nil {
-		return "", fmt.Errorf("look up custom_id %q: %w", r.customID, err)
+		return 0, fmt.Errorf("look up custom_id %q: %w", id, err)
 	}
 	if !found {
-		return "", nil // 48 bits of two ids agree: not a duplicate
+		return 0, nil // 48 bits of two ids agree, or the id is a rejected line's
 	}
-	return fmt.Sprintf("duplicate custom_id, first seen on line %d", line), nil
+	return line, nil
 }
 
-// reject stops the run on a bad line, or writes it to the rejects file.
-func (w *writer) reject(b *block, r *rec) error {
+// reject stops the run on a bad line, or writes it to the rejects file
+// and the rejected results: with its custom_id (then in the output, in its
+// input place) unless taken, when an earlier line holds that custom_id in
+// the output (then only in the errors file, its custom_id null there).
+func (w *writer) reject(b *block, r *rec, taken bool) error {
 	if !w.cfg.SkipInvalid {
 		return &LineError{File: w.cfg.Input, Line: r.line, CustomID: r.customID, Reason: r.reason}
 	}
@@ -272,7 +303,16 @@ func (w *writer) reject(b *block, r *rec) error {
 	}
 	// The line's place in the output: before the valid request that
 	// comes next (ordinal w.requests), after the ones before it.
-	w.rejBuf = sluice.AppendResultRecord(w.rejBuf[:0], w.requests, true, RejectedLine(r.line, r.customID, r.reason))
+	id := r.customID
+	if taken {
+		id = ""
+	} else if id != "" {
+		if w.rejIDs == nil {
+			w.rejIDs = map[uint64]int64{}
+		}
+		w.rejIDs[xxh3.HashString(id)] = r.line
+	}
+	w.rejBuf = sluice.AppendResultRecord(w.rejBuf[:0], w.requests, true, RejectedLine(r.line, id, r.reason))
 	_, err = w.rejResW.Write(w.rejBuf)
 	return err
 }

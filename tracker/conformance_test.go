@@ -239,7 +239,8 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	}
 
 	// Reuse sources are recorded with a plan and go with its job.
-	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "c", Provider: "openai", Input: "/c", Dir: t.TempDir()})
+	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "c", Provider: "openai", Input: "/c", Dir: t.TempDir(),
+		ModelMap: "a=b,c=d", DefaultMaxTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +260,17 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	}
 	if j, _ := db.Job(ctx, "c"); j.Reused != 1 || j.State != sluice.JobPlanned {
 		t.Errorf("job c: reused %d, state %s", j.Reused, j.State)
+	}
+	// What else shaped the plan reads back; a job planned before it was
+	// recorded (NULL) reads as unknown.
+	if j, _ := db.Job(ctx, "c"); j.ModelMap != "a=b,c=d" || j.DefaultMaxTokens != 64 || !j.PlanFlagsKnown {
+		t.Errorf("job c's plan flags: %q %d known %v", j.ModelMap, j.DefaultMaxTokens, j.PlanFlagsKnown)
+	}
+	if err := db.exec(`UPDATE jobs SET model_map = NULL, default_max_tokens = NULL WHERE id = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := db.Job(ctx, "c"); j.PlanFlagsKnown || j.ModelMap != "" {
+		t.Errorf("job c planned before the flags were recorded: %q known %v", j.ModelMap, j.PlanFlagsKnown)
 	}
 	if err := db.DeleteJob(ctx, "c"); err != nil {
 		t.Fatal(err)

@@ -12,16 +12,22 @@ import (
 )
 
 const jobCols = `id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
-	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files`
+	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
+	model_map, default_max_tokens`
 
 func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 	var j sluice.Job
 	var mtime, cancel, created, updated int64
 	var limits string
+	var modelMap *string
+	var maxTokens *int64
 	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
 		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
-		&cancel, &created, &updated, &j.Reused, &j.Endpoint, &j.ProviderFiles); err != nil {
+		&cancel, &created, &updated, &j.Reused, &j.Endpoint, &j.ProviderFiles, &modelMap, &maxTokens); err != nil {
 		return nil, err
+	}
+	if modelMap != nil && maxTokens != nil {
+		j.ModelMap, j.DefaultMaxTokens, j.PlanFlagsKnown = *modelMap, *maxTokens, true
 	}
 	j.CancelRequestedAt = fromNS(cancel)
 	j.Fingerprint.ModTime = fromNS(mtime)

@@ -80,12 +80,15 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 	if job.ProviderFiles == "" {
 		job.ProviderFiles = sluice.ProviderFilesLive
 	}
+	job.PlanFlagsKnown = true
 	if err := d.db.QueryRowContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, endpoint, provider_files, paged, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
+		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, paged, key)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
 		MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests),
 		(SELECT COALESCE(MAX(id), 0) >> 40 FROM request_pages)) + 1) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
-		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles).Scan(&key); err != nil {
+		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
+		job.ModelMap, job.DefaultMaxTokens).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	if key > maxJobKey {

@@ -72,11 +72,13 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 		job.ProviderFiles = sluice.ProviderFilesLive
 	}
 	var key int64
+	job.PlanFlagsKnown = true
 	if err := p.pool.QueryRow(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, endpoint, provider_files)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING key`,
+		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
-		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles).Scan(&key); err != nil {
+		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
+		job.ModelMap, job.DefaultMaxTokens).Scan(&key); err != nil {
 		return nil, p.wrap(fmt.Errorf("record job %s: %w", job.ID, err))
 	}
 	if key > maxJobKey {

@@ -98,9 +98,10 @@ func TestPlanThenRunReusesThePlan(t *testing.T) {
 	}
 }
 
-// TestResumedRunRefusesPlanFlags (issue 11, item 9): what shaped a plan
-// cannot change on a planned job: exit 2 naming the flag and --job
-// NEW_NAME.
+// TestResumedRunRefusesPlanFlags (issue 11, item 9; issue 21, item 5):
+// what shaped a plan cannot change on a job with batches at the provider:
+// exit 2 naming the flag and --job NEW_NAME. (A job with nothing there is
+// planned again: TestPlanFlagChangeWithNothingSubmittedReplans.)
 func TestResumedRunRefusesPlanFlags(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "30s")
@@ -109,9 +110,10 @@ func TestResumedRunRefusesPlanFlags(t *testing.T) {
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
 	common := []string{"--provider", "openai", "--rate", "-1"}
-	if r := runSluice(t, env, "plan", in, "--max-batch-requests", "5", "--provider", "openai"); r.code != 0 {
-		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	if r := runSluice(t, env, append([]string{"run", in, "--out", out, "--once", "--max-batch-requests", "5"}, common...)...); r.code != exitStopped {
+		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, r.stderr)
 	}
+	created := emu.stats(t)["batches_created"]
 	for _, c := range [][]string{
 		{"--max-batch-requests", "50"},
 		{"--max-batch-bytes", "100000"},
@@ -126,8 +128,8 @@ func TestResumedRunRefusesPlanFlags(t *testing.T) {
 			t.Errorf("run --model on a job planned without one: %s", r.stderr)
 		}
 	}
-	if got := emu.stats(t)["batches_created"]; got != 0 {
-		t.Errorf("refused runs created %d batches", got)
+	if got := emu.stats(t)["batches_created"]; got != created {
+		t.Errorf("refused runs created %d batches", got-created)
 	}
 }
 

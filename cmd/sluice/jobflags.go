@@ -42,7 +42,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.model, "model", "", "model for input lines whose body has no model")
 	fs.StringVar(&f.modelMap, "model-map", "", "old=new,...: send /v1/chat/completions lines written for model old to model new (e.g. gpt-4o-mini=claude-haiku-4-5); chat lines are translated for anthropic, cloudflare, gemini, mistral and together (docs/translation.md)")
 	fs.Int64Var(&f.maxTokens, "default-max-tokens", 0, "max_tokens for translated /v1/chat/completions lines that set neither max_tokens nor max_completion_tokens (Anthropic requires one; without this flag such lines are refused)")
-	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "reject bad input lines instead of stopping at the first one: each is written with its line number and reason to the rejects file and the errors file (code invalid_request), and, when it has a custom_id, to the output in its place; the run then exits 4")
+	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "reject bad input lines instead of stopping at the first one: each is written with its line number and reason to the rejects file and the errors file (code invalid_request), and, when it has a custom_id no earlier line took, to the output in its place; the run then exits 4")
 	fs.StringVar(&f.rejects, "rejects", "", "where --skip-invalid writes bad lines (default: rejects.jsonl in the job directory)")
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
 	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")

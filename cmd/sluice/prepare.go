@@ -76,7 +76,7 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 		close()
 		return nil, nil, nil, nil, err
 	}
-	spec := f.spec(db, p, input, id, nil, log)
+	spec := f.spec(db, p, input, id, nil, wo != nil && wo.join, log)
 	spec.Objects, spec.Files = objects, files
 	bar := newPlanProgress(os.Stderr)
 	spec.Progress = bar.update
@@ -95,12 +95,13 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 }
 
 // spec is the job these flags define (lifecycle.Spec).
-func (f *jobFlags) spec(db tracker.Backend, p provider.Preset, input, id string, progress func(splitter.Progress), log zerolog.Logger) lifecycle.Spec {
+// shared: the job's lock is shared with other workers (--join).
+func (f *jobFlags) spec(db tracker.Backend, p provider.Preset, input, id string, progress func(splitter.Progress), shared bool, log zerolog.Logger) lifecycle.Spec {
 	return lifecycle.Spec{ID: id, Input: input, Preset: p, Model: f.model, ModelMap: f.modelMap,
 		DefaultMaxTokens: f.maxTokens, Limits: f.limits, MaxAttempts: f.maxAttempts, Endpoint: f.endpoint(p),
 		KeyScope: keyScope(f, p), Reuse: f.reuse, SkipInvalid: f.skipInvalid, Rejects: f.rejects,
 		Progress: progress, Log: log,
-		Check: func(ctx context.Context, job *sluice.Job) error { return f.checkSettings(ctx, db, job, p, log) }}
+		Check: func(ctx context.Context, job *sluice.Job) error { return f.checkSettings(ctx, db, job, p, shared, log) }}
 }
 
 // noteSkipInvalid tells a run without --skip-invalid that the plan it

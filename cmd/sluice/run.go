@@ -218,7 +218,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 	}()
 
-	if err := checkOutputFree(ctx, g, &f.jobFlags, input, out); err != nil {
+	if err := checkOutputFree(ctx, g, &f.jobFlags, p, input, out, f.join, log); err != nil {
 		return err
 	}
 	db, pr, wk, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log, &workerOpts{join: f.join, ttl: f.leaseTTL, stop: stop})

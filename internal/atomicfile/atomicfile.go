@@ -12,8 +12,11 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // File is a temp file that becomes final on Commit. Its *os.File is the
@@ -32,6 +35,26 @@ func Create(final string) (*File, error) {
 		return nil, err
 	}
 	return &File{File: f, final: final}, nil
+}
+
+// CreateMode opens a new temp file in final's directory, named as Create
+// names them, with mode perm less the process's umask: the kernel applies
+// the umask as it creates the file (open(2) with O_EXCL under a fresh
+// name), so a user's output made with 0o666 gets the mode every Unix tool
+// would give it (0o644 under umask 022), with no racy read of the umask.
+func CreateMode(final string, perm os.FileMode) (*File, error) {
+	dir, prefix := filepath.Dir(final), "."+filepath.Base(final)+"."
+	for try := 0; ; try++ {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10)+".tmp")
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+		if errors.Is(err, fs.ErrExist) && try < 10000 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &File{File: f, final: final}, nil
+	}
 }
 
 // TempPattern is the os.CreateTemp pattern of final's temp files, for

@@ -115,3 +115,46 @@ func TestWriteFileAndCommitOpenFile(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestCreateModeHonoursUmask: CreateMode's temp file, and so the final
+// file, has the mode open(2) gives perm under the process's umask (the
+// mode of a file the test makes the same way), under a name TempPattern
+// matches; two at once get two names.
+func TestCreateModeHonoursUmask(t *testing.T) {
+	dir := t.TempDir()
+	ref, err := os.OpenFile(filepath.Join(dir, "ref"), os.O_CREATE|os.O_WRONLY, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.Close()
+	rst, _ := os.Stat(ref.Name())
+	final := filepath.Join(dir, "out.jsonl")
+	f, err := atomicfile.CreateMode(final, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := atomicfile.CreateMode(final, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Abort()
+	if f.Name() == g.Name() {
+		t.Fatalf("two temp files named %s", f.Name())
+	}
+	if ok, _ := filepath.Match(atomicfile.TempPattern(final), filepath.Base(f.Name())); !ok {
+		t.Errorf("temp %s does not match %s", f.Name(), atomicfile.TempPattern(final))
+	}
+	if _, err := f.WriteString("x\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != rst.Mode().Perm() {
+		t.Errorf("mode %04o, want %04o (0666 under the umask)", st.Mode().Perm(), rst.Mode().Perm())
+	}
+}
