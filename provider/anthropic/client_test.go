@@ -76,8 +76,12 @@ func writeChunk(t *testing.T, job string, chunk int64, ids ...string) sluice.Bat
 	if err := os.WriteFile(path, buf, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dg, err := sluice.ChunkDigest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: "/v1/messages", Model: "claude-haiku-4-5",
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now()}
+		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
 }
 
 func ids(n int, prefix string) []string {

@@ -169,10 +169,9 @@ func (c *Client) urlAt(path string, q url.Values) string {
 }
 
 // DisplayName is the display name of the batch made for ref:
-// sluice-<job>-c<chunk>-a<attempt>. Find matches it.
-func DisplayName(ref sluice.BatchRef) string {
-	return strings.TrimSuffix(provider.UploadName(ref), ".jsonl")
-}
+// sluice-<job>-c<chunk>-a<attempt>-d<digest> (provider.BaseName). Find
+// matches it.
+func DisplayName(ref sluice.BatchRef) string { return provider.BaseName(ref) }
 
 // batchName is "batches/<id>" for an id given with or without the prefix.
 func batchName(id string) string {
