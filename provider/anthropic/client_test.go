@@ -135,8 +135,11 @@ func TestEmulatorFullCycle(t *testing.T) {
 // 5xx or a reset mid-answer (after the batch was made), the cycle ends and
 // no batch is created twice.
 func TestEmulatorFaultsNoDuplicates(t *testing.T) {
-	s, base := startEmulator(t, emulator.Options{Seed: 8, HTTPFaultRate: 0.35, FaultKinds: []string{"reset", "429", "503"}})
-	c := newClient(t, base, func(cfg *anthropic.Config) { cfg.Retry = httpx.Retry{MaxAttempts: 20} })
+	// One clock for both: Find's window is read on the client's clock
+	// against the emulator's stamps, and the retries' waits advance it.
+	clock := httpx.NewFakeClock(time.Now())
+	s, base := startEmulator(t, emulator.Options{Seed: 8, HTTPFaultRate: 0.35, FaultKinds: []string{"reset", "429", "503"}, Now: clock.Now})
+	c := newClient(t, base, func(cfg *anthropic.Config) { cfg.Retry = httpx.Retry{MaxAttempts: 20}; cfg.Clock = clock })
 	for i := int64(1); i <= 6; i++ {
 		ref := writeChunk(t, "job-f", i, ids(int(5+i), fmt.Sprintf("c%d", i))...)
 		b, err := c.Create(context.Background(), ref, "")
