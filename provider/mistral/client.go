@@ -228,7 +228,7 @@ func (j *job) metadata() map[string]string {
 func MapStatus(s string) sluice.BatchStatus { return openai.MapStatus(s) }
 
 // Upload streams the chunk file to POST /v1/files as multipart/form-data
-// (purpose=batch, then file named sluice-<job>-c<chunk>-a<attempt>.jsonl).
+// (purpose=batch, then file named sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl).
 // A connection lost after the whole file was sent is settled by listing
 // files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {

@@ -10,7 +10,7 @@
 // (UploadMultipart). Create answers 201 {"job":…,"warning":…}; get and
 // cancel answer the job bare; list answers a bare array. Jobs carry no
 // metadata: a job is found again by its input file, whose name
-// (sluice-<job>-c<chunk>-a<attempt>.jsonl) names the chunk.
+// (sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl) names the chunk.
 package together
 
 import (
@@ -182,7 +182,7 @@ func (j *job) toBatch() sluice.Batch {
 }
 
 // Upload sends the chunk file by the configured flow under the name
-// sluice-<job>-c<chunk>-a<attempt>.jsonl with purpose batch-api.
+// sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl with purpose batch-api.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	if c.upload == UploadMultipart {
 		return c.uploadMultipart(ctx, ref)
