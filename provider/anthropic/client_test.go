@@ -370,3 +370,29 @@ func FuzzDecodeLine(f *testing.F) {
 		}
 	})
 }
+
+// TestFindNeverAdoptsAnEarlierBatch: a batch of the chunk's request count
+// stamped before the chunk's create intent (less the clocks' skew) was made
+// for something else, such as another state directory's run of the same
+// job on other content, and is never adopted (issue 21, item 1); one
+// stamped within the skew still is.
+func TestFindNeverAdoptsAnEarlierBatch(t *testing.T) {
+	clock := httpx.NewFakeClock(time.Now())
+	_, base := startEmulator(t, emulator.Options{Seed: 2, BatchTime: time.Hour, Now: clock.Now})
+	ctx := context.Background()
+	c := newClient(t, base, func(cfg *anthropic.Config) { cfg.Clock = clock })
+	earlier := writeChunk(t, "job", 1, ids(5, "a")...)
+	made, err := c.Create(ctx, earlier, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := writeChunk(t, "job", 1, ids(5, "d")...) // same job, chunk and count; other bytes
+	ref.IntentAt = clock.Now().Add(anthropic.DefaultFindSkew + time.Second)
+	if _, batchID, err := newClient(t, base).Find(ctx, ref); err != nil || batchID != "" {
+		t.Fatalf("adopted %q (%v), a batch stamped %v before the intent", batchID, err, anthropic.DefaultFindSkew+time.Second)
+	}
+	ref.IntentAt = clock.Now().Add(anthropic.DefaultFindSkew / 2)
+	if _, batchID, err := newClient(t, base).Find(ctx, ref); err != nil || batchID != made.ID {
+		t.Fatalf("find within the skew: %q %v, want %s", batchID, err, made.ID)
+	}
+}
