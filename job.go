@@ -1,6 +1,10 @@
 package sluice
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -107,6 +111,11 @@ type Chunk struct {
 	// the requests whose results reported usage: InputTokens /
 	// UsageEstTokens is how far the estimate was off.
 	UsageEstTokens int64 `json:"usage_est_tokens,omitempty"`
+	// Digest is the content digest of the chunk file as sent (ChunkDigest),
+	// recorded with the chunk's first intent; empty for chunks whose first
+	// intent an earlier version recorded. Find adopts a provider object only
+	// when it carries this digest (docs/crash-safety.md, "Reconcile").
+	Digest string `json:"digest,omitempty"`
 }
 
 // Where a job's files at the provider stand (Job.ProviderFiles).
@@ -148,6 +157,13 @@ type BatchRef struct {
 	// IntentAt is when the intent of the call was committed: providers whose
 	// batches carry no metadata (Anthropic) reconcile by time and size.
 	IntentAt time.Time
+	// Digest is the chunk's content digest (Chunk.Digest): uploads and
+	// batches carry it, and Find adopts only what carries it. Empty for a
+	// chunk an earlier version began to send.
+	Digest string
+	// FileID is the id of the file the chunk's upload made, when the
+	// tracker knows it: Find then adopts only a batch made from it.
+	FileID string
 }
 
 // PlanSink records a plan as the splitter makes it. The tracker implements
@@ -169,7 +185,8 @@ type PlanSink interface {
 // Ref returns the BatchRef of a chunk whose job directory is dir.
 func (c *Chunk) Ref(dir string) BatchRef {
 	return BatchRef{Job: c.Job, Chunk: c.ID, Attempt: c.Attempt, URL: c.URL, Model: c.Model,
-		Path: filepath.Join(dir, c.Path), Requests: c.Requests, Bytes: c.Bytes, IntentAt: c.IntentAt}
+		Path: filepath.Join(dir, c.Path), Requests: c.Requests, Bytes: c.Bytes, IntentAt: c.IntentAt,
+		Digest: c.Digest, FileID: c.FileID}
 }
 
 // JobSummary is what the last merge of a job produced: counts, paths and
@@ -193,4 +210,24 @@ type JobSummary struct {
 	Cancelled    bool      `json:"cancelled,omitempty"`
 	StartedAt    time.Time `json:"started_at"` // when the job was planned
 	FinishedAt   time.Time `json:"finished_at"`
+}
+
+// DigestLen is the length of a chunk digest in hex characters: the first
+// 128 bits of SHA-256, short enough for every provider's metadata value and
+// display name, long enough that two contents never share one.
+const DigestLen = 32
+
+// ChunkDigest is the content digest of the file at path: the first
+// DigestLen hex characters of the SHA-256 of its bytes, read in a stream.
+func ChunkDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil))[:DigestLen], nil
 }

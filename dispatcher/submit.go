@@ -26,6 +26,15 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		if _, err := os.Stat(filepath.Join(d.job.Dir, c.Path)); err != nil {
 			return false, fatal(fmt.Errorf("chunk %d cannot be sent: %w; the job directory %s was changed under the job: restore it, or start over with --job NEW_NAME", c.ID, err, d.job.Dir))
 		}
+		if c.Digest == "" {
+			// Recorded with the intent below, carried by the upload and the
+			// batch: what a later run's Find must see to adopt them.
+			dg, err := sluice.ChunkDigest(filepath.Join(d.job.Dir, c.Path))
+			if err != nil {
+				return false, fatal(fmt.Errorf("chunk %d: %w", c.ID, err))
+			}
+			c.Digest = dg
+		}
 	}
 	if c.State == sluice.ChunkPending && d.caps.Files {
 		c.State, c.IntentAt = sluice.ChunkUploading, d.now()
@@ -190,6 +199,14 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		return false, nil
 	case err != nil:
 		return false, fatal(fmt.Errorf("reconcile chunk %d (left %s by an earlier run): %w; inspect the provider's batches and run 'sluice status %s --chunks'", c.ID, c.State, err, d.job.ID))
+	}
+	if batchID != "" && d.caps.Files && c.FileID != "" && fileID != c.FileID {
+		// The tracker knows the file this chunk uploaded: a batch made from
+		// another file was bought for other bytes (another state directory,
+		// another run of the same job name) and is never adopted.
+		log.Warn().Str("batch_id", batchID).Str("input_file_id", fileID).Str("file_id", c.FileID).
+			Msg("reconcile: a batch under this chunk's name was made from another file; not adopted")
+		fileID, batchID = "", ""
 	}
 	if fileID != "" && c.FileID == "" {
 		c.FileID = fileID

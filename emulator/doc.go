@@ -228,7 +228,7 @@
 // BatchesStuck and BatchesForgotten likewise. RequestsProcessedMoreThanOnce
 // counts each execution of a (family, job, custom_id) after the first. The
 // job is the OpenAI batch metadata "sluice_job", else the input filename up
-// to its last "-c<digits>" (sluice-<job>-c<chunk>-a<attempt>.jsonl), else ""
+// to its last "-c<digits>" (sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl), else ""
 // (Mistral: its metadata, else its last input file's name; Together: its
 // input file's name);
 // Anthropic uses "" (custom_ids are job-wide), Cloudflare the item's

@@ -176,7 +176,7 @@ func (p *processedSet) close() error {
 var chunkSuffix = regexp.MustCompile(`-c[0-9]+`)
 
 // jobKeyFromFilename returns the prefix of a sluice upload name
-// ("sluice-<job>-c<chunk>-a<attempt>.jsonl") up to its last "-c<digits>",
+// ("sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl") up to its last "-c<digits>",
 // or "" when the name has no such part.
 func jobKeyFromFilename(name string) string {
 	locs := chunkSuffix.FindAllStringIndex(name, -1)

@@ -15,12 +15,24 @@ import (
 )
 
 // UploadName is the name a chunk file is uploaded under:
-// sluice-<job>-c<chunk>-a<attempt>.jsonl. Find matches it after a crash, so
-// it must stay stable across releases. Characters of the job id outside
-// [A-Za-z0-9._-] become '_'.
+// sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl, where digest is
+// ref.Digest (sluice.ChunkDigest); without one (a chunk an earlier version
+// began to send), sluice-<job>-c<chunk>-a<attempt>.jsonl. Find matches it
+// after a crash, so it must stay stable across releases. Characters of the
+// job id outside [A-Za-z0-9._-] become '_'.
 func UploadName(ref sluice.BatchRef) string {
-	return "sluice-" + safeName(ref.Job) + "-c" + strconv.FormatInt(ref.Chunk, 10) +
-		"-a" + strconv.Itoa(ref.Attempt) + ".jsonl"
+	return BaseName(ref) + ".jsonl"
+}
+
+// BaseName is UploadName without its extension: the display name of a
+// batch for providers that name batches (Gemini).
+func BaseName(ref sluice.BatchRef) string {
+	s := "sluice-" + safeName(ref.Job) + "-c" + strconv.FormatInt(ref.Chunk, 10) +
+		"-a" + strconv.Itoa(ref.Attempt)
+	if ref.Digest != "" {
+		s += "-d" + safeName(ref.Digest)
+	}
+	return s
 }
 
 // UploadedSize is the size of ref's chunk file as uploaded (its size on
@@ -32,31 +44,66 @@ func UploadedSize(ref sluice.BatchRef) int64 {
 	return ref.Bytes
 }
 
-// Metadata keys put on batches (OpenAI family) to find them after a crash.
+// Metadata keys put on batches (OpenAI family, Mistral) to find them after
+// a crash. MetaDigest carries the chunk's content digest.
 const (
 	MetaJob     = "sluice_job"
 	MetaChunk   = "sluice_chunk"
 	MetaAttempt = "sluice_attempt"
+	MetaDigest  = "sluice_digest"
 )
 
-// Metadata is the batch metadata naming ref.
+// Metadata is the batch metadata naming ref, with its digest when it has
+// one.
 func Metadata(ref sluice.BatchRef) map[string]string {
-	return map[string]string{
+	md := map[string]string{
 		MetaJob:     ref.Job,
 		MetaChunk:   strconv.FormatInt(ref.Chunk, 10),
 		MetaAttempt: strconv.Itoa(ref.Attempt),
 	}
+	if ref.Digest != "" {
+		md[MetaDigest] = ref.Digest
+	}
+	return md
 }
 
-// MatchesMetadata reports whether batch metadata names ref.
-func MatchesMetadata(md map[string]string, ref sluice.BatchRef) bool {
-	want := Metadata(ref)
-	for k, v := range want {
-		if md[k] != v {
-			return false
-		}
+// MatchesMetadata reports whether a batch whose metadata is md, made from
+// the file inputFileID ("" when the provider does not say), may be adopted
+// for ref after a crash: its metadata names ref's job, chunk and attempt,
+// and
+//   - when the tracker knows ref's uploaded file (ref.FileID), the batch was
+//     made from that file;
+//   - when ref has a digest, the metadata carries the same digest;
+//   - when it has none (a chunk an earlier version began to send), only a
+//     batch made from ref.FileID is adopted: a name is no proof of content.
+func MatchesMetadata(md map[string]string, inputFileID string, ref sluice.BatchRef) bool {
+	if md[MetaJob] != ref.Job || md[MetaChunk] != strconv.FormatInt(ref.Chunk, 10) ||
+		md[MetaAttempt] != strconv.Itoa(ref.Attempt) {
+		return false
 	}
-	return true
+	return MadeFrom(inputFileID, ref) && (ref.Digest == "" || md[MetaDigest] == ref.Digest)
+}
+
+// MadeFrom reports whether a batch made from inputFileID may be ref's as
+// far as its input file tells: it must be ref.FileID when the tracker
+// knows that; a chunk without a digest must know it.
+func MadeFrom(inputFileID string, ref sluice.BatchRef) bool {
+	if ref.FileID != "" {
+		return inputFileID == ref.FileID
+	}
+	return ref.Digest != ""
+}
+
+// MatchesFile reports whether a file listed under name with size bytes (0
+// when the listing does not say) may be adopted as ref's upload: its name
+// is UploadName(ref), which carries ref's digest, and its size is ref's.
+// A chunk without a digest adopts no file: its name would prove nothing.
+func MatchesFile(name string, size int64, ref sluice.BatchRef) bool {
+	if ref.Digest == "" || name != UploadName(ref) {
+		return false
+	}
+	want := UploadedSize(ref)
+	return want <= 0 || size == want
 }
 
 func safeName(s string) string {

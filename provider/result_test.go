@@ -15,13 +15,61 @@ func TestUploadNameAndMetadata(t *testing.T) {
 	if got := provider.UploadName(ref); got != "sluice-my_job_2024-c17-a2.jsonl" {
 		t.Fatal(got)
 	}
+	ref.Digest = "0123456789abcdef0123456789abcdef"
+	if got := provider.UploadName(ref); got != "sluice-my_job_2024-c17-a2-d0123456789abcdef0123456789abcdef.jsonl" {
+		t.Fatal(got)
+	}
 	md := provider.Metadata(ref)
-	if !provider.MatchesMetadata(md, ref) || md["sluice_job"] != "my job/2024" || md["sluice_chunk"] != "17" || md["sluice_attempt"] != "2" {
+	if !provider.MatchesMetadata(md, "file-1", ref) || md["sluice_job"] != "my job/2024" || md["sluice_chunk"] != "17" ||
+		md["sluice_attempt"] != "2" || md["sluice_digest"] != ref.Digest {
 		t.Fatal(md)
 	}
 	ref.Attempt = 3
-	if provider.MatchesMetadata(md, ref) || provider.MatchesMetadata(nil, ref) {
+	if provider.MatchesMetadata(md, "file-1", ref) || provider.MatchesMetadata(nil, "file-1", ref) {
 		t.Fatal("matched another attempt")
+	}
+}
+
+// TestAdoptOnlyOnProofOfContent: a batch or file under a chunk's name is
+// adopted only when it carries the chunk's digest and, when the tracker
+// knows the chunk's uploaded file, was made from it (issue 21, item 1).
+func TestAdoptOnlyOnProofOfContent(t *testing.T) {
+	const mine, other = "11111111111111111111111111111111", "22222222222222222222222222222222"
+	named := sluice.BatchRef{Job: "j", Chunk: 1, Attempt: 1}
+	with := func(digest, file string) sluice.BatchRef { r := named; r.Digest, r.FileID = digest, file; return r }
+	mdOf := func(digest string) map[string]string { return provider.Metadata(with(digest, "")) }
+	for _, tc := range []struct {
+		name  string
+		md    map[string]string
+		input string
+		ref   sluice.BatchRef
+		want  bool
+	}{
+		{"same digest, file unknown", mdOf(mine), "file-a", with(mine, ""), true},
+		{"same digest, our file", mdOf(mine), "file-b", with(mine, "file-b"), true},
+		{"same digest, another file", mdOf(mine), "file-a", with(mine, "file-b"), false},
+		{"other digest", mdOf(other), "file-a", with(mine, ""), false},
+		{"other digest, our file", mdOf(other), "file-b", with(mine, "file-b"), false},
+		{"no digest on the batch", mdOf(""), "file-a", with(mine, ""), false},
+		{"old chunk, file unknown", mdOf(""), "file-a", with("", ""), false},
+		{"old chunk, another file", mdOf(""), "file-a", with("", "file-b"), false},
+		{"old chunk, our file", mdOf(""), "file-b", with("", "file-b"), true},
+	} {
+		if got := provider.MatchesMetadata(tc.md, tc.input, tc.ref); got != tc.want {
+			t.Errorf("batch, %s: adopted %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !provider.MatchesFile(provider.UploadName(with(mine, "")), 0, with(mine, "")) {
+		t.Error("file of this chunk's digest not adopted")
+	}
+	if provider.MatchesFile(provider.UploadName(with(other, "")), 0, with(mine, "")) {
+		t.Error("file of another digest adopted")
+	}
+	if provider.MatchesFile(provider.UploadName(named), 0, named) {
+		t.Error("a file adopted by name alone for a chunk without a digest")
+	}
+	if r := with(mine, ""); provider.MatchesFile(provider.UploadName(r), 7, sluice.BatchRef{Job: "j", Chunk: 1, Attempt: 1, Digest: mine, Bytes: 8}) {
+		t.Error("a file of another size adopted")
 	}
 }
 

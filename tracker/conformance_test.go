@@ -47,6 +47,7 @@ var conformance = []struct {
 	{"PlanLock", testPlanLock},
 	{"PruneWorkers", testPruneWorkers},
 	{"FinishChunkGivesNewChunkIDs", testFinishChunkGivesNewChunkIDs},
+	{"DigestRecordedWithTheIntent", testDigestRecordedWithTheIntent},
 }
 
 // testDB is a backend under test, with what the tests need beyond the

@@ -49,7 +49,7 @@ type Config struct {
 	MaxLine int
 	Clock   httpx.Clock
 	// FindSkew is how much earlier than the intent a batch may be stamped
-	// by the provider's clock (default 2 min); FindWindow how long after
+	// by the provider's clock (default DefaultFindSkew); FindWindow how long after
 	// the intent it may have been created (default 15 min: the retries of
 	// one create fit in 10).
 	FindSkew, FindWindow time.Duration
@@ -57,6 +57,18 @@ type Config struct {
 	// for some chunk: Find never adopts those.
 	Claimed func(batchID string) bool
 }
+
+// DefaultFindSkew is how much earlier than a chunk's create intent Find
+// accepts a batch's created_at: the clock difference between this host and
+// the provider's. Anthropic batches carry nothing of the chunk they were
+// made for, so the time is the only thing that tells a batch this chunk's
+// crashed create made from one made earlier for other content under the
+// same job name (another state directory, a rewritten input): a batch
+// stamped before intent - skew is never adopted. It was 2 minutes, which
+// adopted such a batch (issue 21); a host whose clock runs ahead of
+// Anthropic's by more than this may buy a crashed chunk's batch twice, never
+// take another's answers.
+const DefaultFindSkew = 2 * time.Second
 
 // Client implements sluice.Provider for Anthropic.
 type Client struct {
@@ -87,7 +99,7 @@ func New(cfg Config) (*Client, error) {
 		c.clock = httpx.SystemClock{}
 	}
 	if c.skew <= 0 {
-		c.skew = 2 * time.Minute
+		c.skew = DefaultFindSkew
 	}
 	if c.window <= 0 {
 		c.window = 15 * time.Minute

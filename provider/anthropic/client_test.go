@@ -76,8 +76,12 @@ func writeChunk(t *testing.T, job string, chunk int64, ids ...string) sluice.Bat
 	if err := os.WriteFile(path, buf, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dg, err := sluice.ChunkDigest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: "/v1/messages", Model: "claude-haiku-4-5",
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now()}
+		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
 }
 
 func ids(n int, prefix string) []string {
@@ -131,8 +135,11 @@ func TestEmulatorFullCycle(t *testing.T) {
 // 5xx or a reset mid-answer (after the batch was made), the cycle ends and
 // no batch is created twice.
 func TestEmulatorFaultsNoDuplicates(t *testing.T) {
-	s, base := startEmulator(t, emulator.Options{Seed: 8, HTTPFaultRate: 0.35, FaultKinds: []string{"reset", "429", "503"}})
-	c := newClient(t, base, func(cfg *anthropic.Config) { cfg.Retry = httpx.Retry{MaxAttempts: 20} })
+	// One clock for both: Find's window is read on the client's clock
+	// against the emulator's stamps, and the retries' waits advance it.
+	clock := httpx.NewFakeClock(time.Now())
+	s, base := startEmulator(t, emulator.Options{Seed: 8, HTTPFaultRate: 0.35, FaultKinds: []string{"reset", "429", "503"}, Now: clock.Now})
+	c := newClient(t, base, func(cfg *anthropic.Config) { cfg.Retry = httpx.Retry{MaxAttempts: 20}; cfg.Clock = clock })
 	for i := int64(1); i <= 6; i++ {
 		ref := writeChunk(t, "job-f", i, ids(int(5+i), fmt.Sprintf("c%d", i))...)
 		b, err := c.Create(context.Background(), ref, "")
@@ -362,4 +369,30 @@ func FuzzDecodeLine(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", line, r)
 		}
 	})
+}
+
+// TestFindNeverAdoptsAnEarlierBatch: a batch of the chunk's request count
+// stamped before the chunk's create intent (less the clocks' skew) was made
+// for something else, such as another state directory's run of the same
+// job on other content, and is never adopted (issue 21, item 1); one
+// stamped within the skew still is.
+func TestFindNeverAdoptsAnEarlierBatch(t *testing.T) {
+	clock := httpx.NewFakeClock(time.Now())
+	_, base := startEmulator(t, emulator.Options{Seed: 2, BatchTime: time.Hour, Now: clock.Now})
+	ctx := context.Background()
+	c := newClient(t, base, func(cfg *anthropic.Config) { cfg.Clock = clock })
+	earlier := writeChunk(t, "job", 1, ids(5, "a")...)
+	made, err := c.Create(ctx, earlier, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := writeChunk(t, "job", 1, ids(5, "d")...) // same job, chunk and count; other bytes
+	ref.IntentAt = clock.Now().Add(anthropic.DefaultFindSkew + time.Second)
+	if _, batchID, err := newClient(t, base).Find(ctx, ref); err != nil || batchID != "" {
+		t.Fatalf("adopted %q (%v), a batch stamped %v before the intent", batchID, err, anthropic.DefaultFindSkew+time.Second)
+	}
+	ref.IntentAt = clock.Now().Add(anthropic.DefaultFindSkew / 2)
+	if _, batchID, err := newClient(t, base).Find(ctx, ref); err != nil || batchID != made.ID {
+		t.Fatalf("find within the skew: %q %v, want %s", batchID, err, made.ID)
+	}
 }

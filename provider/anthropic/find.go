@@ -33,7 +33,11 @@ var ErrAmbiguous = errors.New("several batches match; cannot tell which one")
 //
 // The heuristic fails only when two chunks with the same request count
 // were both being created inside one window and a crash hit both, or when
-// a batch was created outside sluice with that count at that moment.
+// a batch was created with that count at that moment outside this state
+// directory (another sluice with the same key, outside sluice). A batch
+// created before the intent (less FindSkew, DefaultFindSkew: the clocks'
+// difference) is never adopted: it was made for other content, perhaps
+// under the same job name (docs/crash-safety.md, "Reconcile").
 // fileID is always "".
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
 	if ref.IntentAt.IsZero() {

@@ -80,8 +80,12 @@ func writeChunk(t *testing.T, chunk int64, ids ...string) sluice.BatchRef {
 	if err := os.WriteFile(path, buf, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dg, err := sluice.ChunkDigest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return sluice.BatchRef{Job: "job", Chunk: chunk, Attempt: 1, URL: "/ai/run/" + llm, Model: llm,
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now()}
+		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
 }
 
 func ids(n int) []string {

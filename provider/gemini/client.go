@@ -5,9 +5,9 @@
 // GenerateContentRequest} per line. Upload sends it with the resumable
 // protocol of the Files API (start, 8 MiB chunks, finalize; after a broken
 // connection it queries the session and resumes from the server's offset)
-// under the display name sluice-<job>-c<chunk>-a<attempt>.jsonl; Create
+// under the display name sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl; Create
 // starts models/{model}:batchGenerateContent from it with the display name
-// sluice-<job>-c<chunk>-a<attempt>, which Find matches in the batch listing
+// sluice-<job>-c<chunk>-a<attempt>-d<digest>, which Find matches in the batch listing
 // after a crash. Results come back in a responses file, one {"key",
 // "response"} or {"key","status"} line per request.
 package gemini
@@ -169,10 +169,9 @@ func (c *Client) urlAt(path string, q url.Values) string {
 }
 
 // DisplayName is the display name of the batch made for ref:
-// sluice-<job>-c<chunk>-a<attempt>. Find matches it.
-func DisplayName(ref sluice.BatchRef) string {
-	return strings.TrimSuffix(provider.UploadName(ref), ".jsonl")
-}
+// sluice-<job>-c<chunk>-a<attempt>-d<digest> (provider.BaseName). Find
+// matches it.
+func DisplayName(ref sluice.BatchRef) string { return provider.BaseName(ref) }
 
 // batchName is "batches/<id>" for an id given with or without the prefix.
 func batchName(id string) string {

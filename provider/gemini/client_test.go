@@ -69,8 +69,12 @@ func writeChunk(t *testing.T, job string, chunk int64, pad int, ids ...string) s
 	if err := os.WriteFile(path, buf, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dg, err := sluice.ChunkDigest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: url, Model: "gemini-2.5-flash",
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now()}
+		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
 }
 
 // TestClientRoundTrip uploads a chunk in several upload requests, creates

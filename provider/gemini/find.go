@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
@@ -21,9 +21,12 @@ const listPage = 100
 const maxPages = 10_000
 
 // Find looks for what a previous run made for ref: the batch whose
-// displayName is DisplayName(ref) (GET /{v}/batches, paged with
-// pageToken), and else the ACTIVE file uploaded under ref's name with ref's
-// size (GET /{v}/files). Listings stop at the last page or at a page whose
+// displayName is DisplayName(ref), which carries ref's digest, made from
+// ref's file when the tracker knows it (provider.MadeFrom; GET
+// /{v}/batches, paged with pageToken), and else the ACTIVE file uploaded
+// under ref's name with ref's size (provider.MatchesFile; GET /{v}/files).
+// A chunk without a digest adopts no file, and a batch only when made from
+// ref.FileID. Listings stop at the last page or at a page whose
 // every entry is older than the find window. When several batches match
 // (a create repeated after a lost answer), a live one is preferred to a
 // failed, expired or cancelled one. When the batch is found, its input
@@ -57,7 +60,7 @@ func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*operation
 			if t := op.Metadata.CreateTime; t.IsZero() || !t.Before(cutoff) {
 				allOld = false
 			}
-			if op.Metadata.DisplayName != want {
+			if op.Metadata.DisplayName != want || !provider.MadeFrom(op.Metadata.InputConfig.FileName, ref) {
 				continue
 			}
 			switch op.toBatch().Status {
@@ -82,10 +85,8 @@ func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*operation
 }
 
 func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject, error) {
-	name := DisplayName(ref) + ".jsonl"
-	size := ref.Bytes
-	if st, err := os.Stat(ref.Path); err == nil {
-		size = st.Size() // what was uploaded
+	if ref.Digest == "" {
+		return nil, nil // no name proves a file is this chunk's (provider.MatchesFile)
 	}
 	cutoff := c.clock.Now().Add(-c.findBack)
 	var found *fileObject
@@ -96,7 +97,7 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 			if f.CreateTime.IsZero() || !f.CreateTime.Before(cutoff) {
 				allOld = false
 			}
-			if f.DisplayName == name && (size <= 0 || int64(f.SizeBytes) == size) && (f.State == "" || f.State == "ACTIVE") {
+			if provider.MatchesFile(f.DisplayName, int64(f.SizeBytes), ref) && (f.State == "" || f.State == "ACTIVE") {
 				found = f
 				return true
 			}

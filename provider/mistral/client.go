@@ -197,6 +197,15 @@ func (j *job) toBatch() sluice.Batch {
 	return b
 }
 
+// inputFile is the job's one input file, or "" when it has none or
+// several (sluice makes each job from one file).
+func (j *job) inputFile() string {
+	if len(j.InputFiles) != 1 {
+		return ""
+	}
+	return j.InputFiles[0]
+}
+
 // metadata returns the job's metadata with every value as text.
 func (j *job) metadata() map[string]string {
 	m := make(map[string]string, len(j.Metadata))
@@ -219,7 +228,7 @@ func (j *job) metadata() map[string]string {
 func MapStatus(s string) sluice.BatchStatus { return openai.MapStatus(s) }
 
 // Upload streams the chunk file to POST /v1/files as multipart/form-data
-// (purpose=batch, then file named sluice-<job>-c<chunk>-a<attempt>.jsonl).
+// (purpose=batch, then file named sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl).
 // A connection lost after the whole file was sent is settled by listing
 // files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
@@ -268,8 +277,10 @@ const listPage = 100
 const maxPages = 10_000
 
 // Find looks for what a previous run made for ref: the job whose metadata
-// names ref's job, chunk and attempt (GET /v1/batch/jobs, newest first,
-// paged), else the file uploaded under ref's name with ref's size (GET
+// names ref's job, chunk, attempt and digest, made from ref's file when the
+// tracker knows it (provider.MatchesMetadata; GET /v1/batch/jobs, newest
+// first, paged), else the file uploaded under ref's name, which carries its
+// digest, with ref's size (provider.MatchesFile; GET
 // /v1/files?purpose=batch). The list's metadata filter is not used: how the
 // API reads it is unconfirmed (docs/providers/mistral.md); jobs are matched
 // here instead. A live job is preferred to a failed, timed-out or cancelled
@@ -314,7 +325,7 @@ func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error)
 			if j.CreatedAt == 0 || j.CreatedAt >= cutoff {
 				allOld = false
 			}
-			if provider.MatchesMetadata(j.metadata(), ref) && pick.Offer(j, MapStatus(j.Status)) {
+			if provider.MatchesMetadata(j.metadata(), j.inputFile(), ref) && pick.Offer(j, MapStatus(j.Status)) {
 				return j, nil
 			}
 		}
@@ -328,8 +339,9 @@ func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error)
 
 // findFile returns the newest batch file uploaded for ref, or nil.
 func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject, error) {
-	name := provider.UploadName(ref)
-	size := provider.UploadedSize(ref)
+	if ref.Digest == "" {
+		return nil, nil // no name proves a file is this chunk's (provider.MatchesFile)
+	}
 	var best *fileObject
 	seen := 0
 	for page := 0; page < maxPages; page++ {
@@ -340,7 +352,7 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 		}
 		for i := range l.Data {
 			f := l.Data[i]
-			if f.Filename == name && (size <= 0 || f.Bytes == size) && (best == nil || f.CreatedAt > best.CreatedAt) {
+			if provider.MatchesFile(f.Filename, f.Bytes, ref) && (best == nil || f.CreatedAt > best.CreatedAt) {
 				best = &f
 			}
 		}

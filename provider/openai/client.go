@@ -4,8 +4,8 @@
 //
 // A chunk file is the batch input JSONL, byte for byte. Upload streams it
 // as multipart/form-data (purpose=batch) under the name
-// sluice-<job>-c<chunk>-a<attempt>.jsonl; Create starts a batch from it
-// with metadata sluice_job / sluice_chunk / sluice_attempt; Find lists
+// sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl; Create starts a batch from it
+// with metadata sluice_job / sluice_chunk / sluice_attempt / sluice_digest; Find lists
 // files and batches to adopt what a crashed run created.
 package openai
 

@@ -52,8 +52,12 @@ func writeChunk(t *testing.T, job string, chunk int64, attempt int, ids ...strin
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dg, err := sluice.ChunkDigest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: attempt, URL: "/v1/chat/completions", Model: "gpt-4o-mini",
-		Path: path, Requests: len(ids), Bytes: int64(b.Len()), IntentAt: time.Now()}
+		Path: path, Requests: len(ids), Bytes: int64(b.Len()), IntentAt: time.Now(), Digest: dg}
 }
 
 // cycle runs a batch to its end and returns its decoded results by
@@ -149,11 +153,11 @@ func TestUploadNameAndMetadata(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if name := f.files[0].Name; name != "sluice-job_2-c12-a3.jsonl" {
+	if name := f.files[0].Name; name != "sluice-job_2-c12-a3-d"+ref.Digest+".jsonl" {
 		t.Errorf("filename %q", name)
 	}
 	md := f.batches[0].obj["metadata"].(map[string]string)
-	if md["sluice_job"] != "job/2" || md["sluice_chunk"] != "12" || md["sluice_attempt"] != "3" {
+	if md["sluice_job"] != "job/2" || md["sluice_chunk"] != "12" || md["sluice_attempt"] != "3" || md["sluice_digest"] != ref.Digest {
 		t.Errorf("metadata %v", md)
 	}
 	if _, ok := f.batches[0].obj["output_expires_after"]; ok {

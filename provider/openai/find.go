@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"time"
 
@@ -22,9 +21,11 @@ const listPage = 100
 const maxPages = 10_000
 
 // Find looks for what a previous run made for ref: the batch whose
-// metadata names ref's job, chunk and attempt (GET /batches, newest first,
-// paged with after), and the file uploaded under ref's name with ref's
-// size (GET /files?purpose=batch). Listings stop at has_more false, or at a
+// metadata names ref's job, chunk, attempt and digest, made from ref's file
+// when the tracker knows it (provider.MatchesMetadata; GET /batches, newest
+// first, paged with after), and the file uploaded under ref's name, which
+// carries its digest, with ref's size (provider.MatchesFile; GET
+// /files?purpose=batch). Listings stop at has_more false, or at a
 // page entirely older than the find window. When several batches match
 // (a create repeated after a lost answer), a live one is preferred to a
 // failed, expired or cancelled one, then the newest. When the batch is
@@ -69,7 +70,7 @@ func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*batchObje
 			if b.CreatedAt.IsZero() || !b.CreatedAt.Before(cutoff) {
 				allOld = false
 			}
-			if provider.MatchesMetadata(b.Metadata, ref) && pick.Offer(b, MapStatus(b.Status)) {
+			if provider.MatchesMetadata(b.Metadata, b.InputFileID, ref) && pick.Offer(b, MapStatus(b.Status)) {
 				return b, nil
 			}
 		}
@@ -87,10 +88,8 @@ func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*batchObje
 
 // findFile returns the newest batch file uploaded for ref, or nil.
 func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject, error) {
-	name := provider.UploadName(ref)
-	size := ref.Bytes
-	if st, err := os.Stat(ref.Path); err == nil {
-		size = st.Size() // what was uploaded
+	if ref.Digest == "" {
+		return nil, nil // no name proves a file is this chunk's (provider.MatchesFile)
 	}
 	cutoff := c.cutoff()
 	after := ""
@@ -109,7 +108,7 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 			if f.CreatedAt.IsZero() || !f.CreatedAt.Before(cutoff) {
 				allOld = false
 			}
-			if f.Filename == name && (size <= 0 || f.Bytes == size) && f.Status != "error" && f.Status != "deleted" {
+			if provider.MatchesFile(f.Filename, f.Bytes, ref) && f.Status != "error" && f.Status != "deleted" {
 				return f, nil
 			}
 		}

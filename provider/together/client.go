@@ -10,7 +10,7 @@
 // (UploadMultipart). Create answers 201 {"job":…,"warning":…}; get and
 // cancel answer the job bare; list answers a bare array. Jobs carry no
 // metadata: a job is found again by its input file, whose name
-// (sluice-<job>-c<chunk>-a<attempt>.jsonl) names the chunk.
+// (sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl) names the chunk.
 package together
 
 import (
@@ -182,7 +182,7 @@ func (j *job) toBatch() sluice.Batch {
 }
 
 // Upload sends the chunk file by the configured flow under the name
-// sluice-<job>-c<chunk>-a<attempt>.jsonl with purpose batch-api.
+// sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl with purpose batch-api.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	if c.upload == UploadMultipart {
 		return c.uploadMultipart(ctx, ref)
@@ -334,9 +334,12 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 }
 
 // Find looks for what a previous run made for ref: the usable files
-// uploaded under ref's name with ref's size (GET /files), and a batch made
-// from one of them (GET /batches, a bare array; a live batch is preferred
-// to a failed, expired or cancelled one), else the newest of the files.
+// uploaded under ref's name, which carries its digest, with ref's size
+// (provider.MatchesFile; GET /files), and a batch made from one of them, or
+// from ref's file when the tracker knows it (GET /batches, a bare array; a
+// live batch is preferred to a failed, expired or cancelled one), else the
+// newest of the files. A chunk without a digest adopts no file, and a batch
+// only when made from ref.FileID.
 // Files under ref's name that are not usable are leftovers of uploads a
 // crash cut short (announced, never completed): no batch can be made from
 // them, and Find deletes them (best effort), as nothing else would.
@@ -352,12 +355,16 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 			c.log.Info().Strs("file_ids", leftovers).Msg("deleted the leftovers of interrupted uploads")
 		}
 	}
-	if len(usable) == 0 {
-		return "", "", nil
-	}
 	ids := map[string]bool{}
 	for _, f := range usable {
 		ids[f.ID] = true
+	}
+	if ref.FileID != "" {
+		// The tracker knows the chunk's file: only a batch made from it.
+		ids = map[string]bool{ref.FileID: true}
+	}
+	if len(ids) == 0 {
+		return "", "", nil
 	}
 	j, err := c.findJob(ctx, func(id string) bool { return ids[id] })
 	if err != nil {
@@ -365,6 +372,9 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 	}
 	if j != nil {
 		return j.InputFileID, j.ID, nil
+	}
+	if len(usable) == 0 {
+		return "", "", nil
 	}
 	return usable[0].ID, "", nil
 }
@@ -381,8 +391,10 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 // findFiles returns the usable files uploaded for ref, newest first, and
 // the ids of the files under ref's name that are not usable.
 func (c *Client) findFiles(ctx context.Context, ref sluice.BatchRef) ([]fileObject, []string, error) {
+	if ref.Digest == "" {
+		return nil, nil, nil // no name proves a file is this chunk's (provider.MatchesFile)
+	}
 	name := provider.UploadName(ref)
-	size := provider.UploadedSize(ref)
 	var l struct {
 		Data []fileObject `json:"data"`
 	}
@@ -394,7 +406,7 @@ func (c *Client) findFiles(ctx context.Context, ref sluice.BatchRef) ([]fileObje
 	for _, f := range l.Data {
 		switch {
 		case f.Filename != name:
-		case f.usable() && (size <= 0 || f.Bytes == size):
+		case f.usable() && provider.MatchesFile(f.Filename, f.Bytes, ref):
 			usable = append(usable, f)
 		case !f.usable():
 			leftovers = append(leftovers, f.ID)

@@ -87,8 +87,12 @@ func Chunk(t *testing.T, codec sluice.Codec, job string, chunk int64, attempt in
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dg, err := sluice.ChunkDigest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: attempt, URL: "/v1/chat/completions", Model: model,
-		Path: path, Requests: len(ids), Bytes: int64(len(b)), IntentAt: time.Now()}
+		Path: path, Requests: len(ids), Bytes: int64(len(b)), IntentAt: time.Now(), Digest: dg}
 }
 
 // Cycle uploads ref, creates its batch and runs it to its end (Finish).
