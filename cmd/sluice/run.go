@@ -230,6 +230,14 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return err
 	}
 	defer closeJob()
+	// The job's lock lost for good (its PostgreSQL connection dropped and
+	// another run took the job) or the worker's leases lapsed stop the
+	// run, named as its cause (lockgate.go).
+	wk.watchLock(log, cancel)
+	defer func() { err = wk.failureCause(err) }()
+	if err := wk.lock.Lost(); err != nil {
+		return err
+	}
 	job := pr.Job
 	doneBefore := job.State == sluice.JobDone
 	files, err := jobStore(ctx, &f.jobFlags, db.Dir())
@@ -254,7 +262,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			if err != nil {
 				return nil, err
 			}
-			prov, closers = pv, append(closers, closeProv)
+			prov, closers = gateProvider(pv, wk), append(closers, closeProv)
 		}
 		return prov, nil
 	}
