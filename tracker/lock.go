@@ -84,6 +84,15 @@ func (l *Lock) Dropped() string {
 	return l.watch.dropped()
 }
 
+// Drops counts the times the lock's connection dropped in this lock's
+// life; 0 for a lock that cannot be lost.
+func (l *Lock) Drops() int {
+	if l == nil || l.watch == nil {
+		return 0
+	}
+	return l.watch.dropCount()
+}
+
 // Verify checks the lock's connection now (unless a drop was seen
 // already) and returns what Dropped would: "" while it never dropped. A
 // run that fails asks, so that a failure the database's going away caused

@@ -69,6 +69,7 @@ type pgLockWatch struct {
 	lost    *LockLostError // set once lost for good
 	changed chan struct{}  // closed (and replaced) at each change
 	cause   string         // what the last drop was; "" if none
+	drops   int            // how many times the lock's connection dropped
 	notify  func(held bool, cause string, err error)
 
 	kick chan chan string // asks for a check now (verify)
@@ -158,6 +159,10 @@ func (w *pgLockWatch) retake(cause string) bool {
 	for {
 		why, final := w.retakeOnce()
 		if why == "" {
+			// The lock's connection seldom drops alone (a server restart, a
+			// failover): the pool's idle connections are likely dead too,
+			// and are replaced rather than failing their next query.
+			w.p.pool.Reset()
 			w.set(true, cause, nil)
 			return true
 		}
@@ -220,6 +225,9 @@ func (w *pgLockWatch) retakeOnce() (why string, final bool) {
 // set records a change and tells the waiters and the notify function.
 func (w *pgLockWatch) set(held bool, cause string, lost *LockLostError) {
 	w.mu.Lock()
+	if w.held && !held {
+		w.drops++
+	}
 	w.held, w.cause = held, cause
 	if lost != nil {
 		w.lost, w.conn = lost, nil
@@ -282,6 +290,12 @@ func (w *pgLockWatch) verify(ctx context.Context) string {
 	case <-ctx.Done():
 		return w.dropped()
 	}
+}
+
+func (w *pgLockWatch) dropCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.drops
 }
 
 func (w *pgLockWatch) dropped() string {

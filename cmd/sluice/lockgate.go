@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -165,6 +166,39 @@ func (w *worker) failureCause(err error) error {
 		return fmt.Errorf("the job lock's PostgreSQL connection dropped during the run (%s); the state is saved: run the same command again to continue: %w", cause, err)
 	}
 	return err
+}
+
+// maxRides bounds how many times one run starts its dispatch over after
+// the database went away and came back (ride).
+const maxRides = 5
+
+// ride calls run (the job's dispatch), and calls it again when it failed
+// while the job lock's connection dropped and the lock is this run's
+// again: the database went away (a restart, a failover) and came back,
+// and whatever the failed dispatch was doing is where the tracker says,
+// as after a crash. The next dispatch starts from the tracker's state and
+// settles intents left mid-call against the provider's listings first
+// (docs/crash-safety.md), as the same command run again would. Not when
+// the lock is lost for good, the worker's leases lapsed, or the failure
+// came with no drop.
+func (w *worker) ride(ctx context.Context, log zerolog.Logger, run func() (dispatcher.Outcome, error)) (dispatcher.Outcome, error) {
+	for n := 0; ; n++ {
+		drops := w.lock.Drops()
+		outcome, err := run()
+		if err == nil || w == nil || n >= maxRides || ctx.Err() != nil || isSilent(err) {
+			return outcome, err
+		}
+		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		w.lock.Verify(vctx) // a drop not seen yet
+		cancel()
+		if w.lock.Drops() == drops {
+			return outcome, err
+		}
+		if werr := w.lock.Wait(ctx); werr != nil || w.leasesLost() != nil {
+			return outcome, err
+		}
+		log.Warn().Err(err).Msg("the database went away mid-run and the job lock is this run's again: starting the dispatch over from the tracker's state, as a new run would")
+	}
 }
 
 // isSilent reports whether err is an exit code rather than a failure

@@ -281,11 +281,15 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		bar = newRunProgress(os.Stderr, db, job)
 		onTick = bar.tick
 	}
-	outcome, err := lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
-		Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
-		Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
-		StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
-		Claim: wk.claim}, stop)
+	// Through the database going away and coming back, the dispatch starts
+	// over from the tracker's state (lockgate.go).
+	outcome, err := wk.ride(ctx, log, func() (dispatcher.Outcome, error) {
+		return lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
+			Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
+			Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
+			StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
+			Claim: wk.claim}, stop)
+	})
 	if bar != nil {
 		bar.done()
 	}
