@@ -209,6 +209,40 @@ func isSilent(err error) bool {
 	return errors.As(err, &s) || errors.As(err, &c)
 }
 
+// leasedStore is the tracker as the run's dispatch writes it: a chunk's
+// intent or outcome is recorded only while this worker's leases live. A
+// worker that wakes from a silence longer than a lease (a pause, a cut
+// network) must not record the end of a step another worker has taken
+// over meanwhile: that worker would find the chunk moved under it.
+type leasedStore struct {
+	tracker.Backend
+	w *worker
+}
+
+// withLeases puts db's chunk writes behind w's leases.
+func withLeases(db tracker.Backend, w *worker) tracker.Backend {
+	if w == nil {
+		return db
+	}
+	return &leasedStore{Backend: db, w: w}
+}
+
+func (s *leasedStore) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
+	if err := s.w.leasesLost(); err != nil {
+		s.w.stopRun()
+		return err
+	}
+	return s.Backend.UpdateChunk(ctx, c, from)
+}
+
+func (s *leasedStore) FinishChunk(ctx context.Context, f *sluice.Finish) error {
+	if err := s.w.leasesLost(); err != nil {
+		s.w.stopRun()
+		return err
+	}
+	return s.Backend.FinishChunk(ctx, f)
+}
+
 // gatedProvider is the run's provider behind the worker's gate: every
 // call that reaches the provider asks it first. Decode only reads files
 // already fetched.

@@ -318,3 +318,55 @@ func TestPostgresRestartUnderWorkers(t *testing.T) {
 	checkBoughtOnce(t, emu, dsn)
 	t.Logf("%d workers in all, %d stopped by the restart", len(all), stoppedByRestart)
 }
+
+// TestPostgresWorkerSilentPastItsLeaseStops: a `--join` worker frozen
+// (SIGSTOP) in the middle of a step, for longer than its leases live, while
+// another worker takes its chunks over, wakes with its heartbeats never
+// landed: it must call the provider no more and exit 1 naming the cause,
+// while the other worker finishes the job alone: every custom_id once in
+// input order, nothing executed twice, one batch per chunk attempt.
+func TestPostgresWorkerSilentPastItsLeaseStops(t *testing.T) {
+	t.Parallel()
+	dsn := testsrv.Postgres(t)
+	// Every API call takes 500 ms: a worker spends its steps waiting on
+	// the emulator, not inside a database transaction.
+	emu := startEmulator(t, "--batch-time", "500ms", "--slow-rate", "1", "--slow-delay", "500ms")
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 36)
+	out := filepath.Join(dir, "o.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn, "SLUICE_JOIN=1")
+	args := pgLockRunArgs(emu, in, out, "--lease-ttl", "600ms", "--max-batch-requests", "12", "--keep-provider-files")
+	a := startWorkerProc(t, env, args...)
+	apid := a.cmd.Process.Pid
+	held := fmt.Sprintf(`SELECT COUNT(*) FROM chunk_leases WHERE worker_id LIKE '%%-%d-%%'`, apid)
+	busy := `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`
+	for try := 0; ; try++ {
+		waitUntil(t, "the first worker holding a chunk's lease", time.Minute, func() bool { return pgTry(dsn, held) >= 1 }, a)
+		a.cmd.Process.Signal(syscall.SIGSTOP)
+		if pgTry(dsn, busy) == 0 && pgTry(dsn, held) >= 1 {
+			break // frozen mid-step, outside any transaction
+		}
+		a.cmd.Process.Signal(syscall.SIGCONT)
+		if try == 50 {
+			t.Fatal("never caught the first worker mid-step outside a transaction")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) })
+	b := startWorkerProc(t, env, args...)
+	bpid := b.cmd.Process.Pid
+	waitUntil(t, "the second worker taking a chunk the first one held", 30*time.Second, func() bool {
+		return pgTry(dsn, held) == 0 && pgTry(dsn, fmt.Sprintf(`SELECT COUNT(*) FROM chunk_leases WHERE worker_id LIKE '%%-%d-%%'`, bpid)) >= 1
+	}, b)
+	a.cmd.Process.Signal(syscall.SIGCONT)
+	waitExit(t, a, time.Minute)
+	waitExit(t, b, time.Minute)
+	if a.code != 1 || !strings.Contains(a.stderr.String(), "heartbeats did not land") {
+		t.Errorf("the frozen worker: exit %d, want 1 saying its heartbeats did not land:\n%s", a.code, a.stderr.String())
+	}
+	if b.code != 0 || !strings.Contains(b.stdout.String(), " done: ") {
+		t.Fatalf("the other worker: exit %d, want 0 having merged:\n%s\n%s", b.code, b.stdout.String(), b.stderr.String())
+	}
+	checkOutput(t, out, ids)
+	checkBoughtOnce(t, emu, dsn)
+}

@@ -284,7 +284,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	// Through the database going away and coming back, the dispatch starts
 	// over from the tracker's state (lockgate.go).
 	outcome, err := wk.ride(ctx, log, func() (dispatcher.Outcome, error) {
-		return lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
+		return lifecycle.Run(ctx, withLeases(db, wk), runProv, job, lifecycle.RunOptions{Output: out,
 			Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
 			Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
 			StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
