@@ -39,21 +39,12 @@ import (
 // crash case: the new holder reconciles it, docs/crash-safety.md).
 
 // pgLockCheckEvery is how often the watcher asks the lock's connection
-// whether it still holds the lock ($SLUICE_PG_LOCK_CHECK overrides it, for
-// tests).
-var pgLockCheckEvery = envDuration("SLUICE_PG_LOCK_CHECK", 500*time.Millisecond)
+// whether it still holds the lock.
+var pgLockCheckEvery = 500 * time.Millisecond
 
 // pgRetakeWithin is how long the watcher tries to take a dropped lock
-// back (the server restarting, say) before giving up
-// ($SLUICE_PG_LOCK_RETAKE overrides it).
-var pgRetakeWithin = envDuration("SLUICE_PG_LOCK_RETAKE", 30*time.Second)
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
-		return d
-	}
-	return def
-}
+// back (the server restarting, say) before giving up.
+var pgRetakeWithin = 30 * time.Second
 
 // pgLockWatch watches one held job lock.
 type pgLockWatch struct {
