@@ -74,16 +74,6 @@ func (l *Lock) Wait(ctx context.Context) error {
 	return l.watch.wait(ctx)
 }
 
-// Dropped returns, once the lock's connection dropped at least once in
-// this lock's life (taken back since or not), what happened, and "" when
-// it never did: a run that fails names it as the cause.
-func (l *Lock) Dropped() string {
-	if l == nil || l.watch == nil {
-		return ""
-	}
-	return l.watch.dropped()
-}
-
 // Drops counts the times the lock's connection dropped in this lock's
 // life; 0 for a lock that cannot be lost.
 func (l *Lock) Drops() int {
@@ -94,7 +84,8 @@ func (l *Lock) Drops() int {
 }
 
 // Verify checks the lock's connection now (unless a drop was seen
-// already) and returns what Dropped would: "" while it never dropped. A
+// already) and returns what the last drop was (taken back since or not):
+// "" while it never dropped. A
 // run that fails asks, so that a failure the database's going away caused
 // names it even before the watcher's next look.
 func (l *Lock) Verify(ctx context.Context) string {
