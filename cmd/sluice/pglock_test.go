@@ -170,6 +170,8 @@ func TestPostgresSecondRunWhileFirstLostItsConnection(t *testing.T) {
 	waitExit(t, b, time.Minute)
 	if a.code != 1 || !strings.Contains(a.stderr.String(), "lost the job lock") {
 		t.Errorf("the first run: exit %d, want 1 saying it lost the job lock:\n%s", a.code, a.stderr.String())
+	} else {
+		t.Log(lastLine(a.stderr.String()))
 	}
 	if b.code != 0 {
 		t.Fatalf("the second run exited %d:\n%s", b.code, b.stderr.String())
@@ -253,8 +255,15 @@ func TestPostgresRestartUnderWorkers(t *testing.T) {
 		workers[i].kill()
 		start(i)
 	}
-	// A kill, the restart, a kill.
+	// A kill, the restart, a kill. The worker started in the killed one's
+	// place has registered before the server goes away (a worker still
+	// connecting when it does fails as a run does against a server that
+	// is down: "cannot connect", or a bare driver error before it holds
+	// the job's lock).
 	kill()
+	waitUntil(t, "the new worker registered", time.Minute, func() bool {
+		return pgTry(dsn, fmt.Sprintf(`SELECT COUNT(*) FROM workers WHERE pid = %d`, all[len(all)-1].cmd.Process.Pid)) == 1
+	}, all[len(all)-1])
 	srv.Stop(t)
 	srv.Start(t)
 	stoppedByRestart := 0
