@@ -36,6 +36,82 @@ func (e *LockedError) Unwrap() error { return ErrLocked }
 // drops (postgres_lock.go).
 type Lock struct {
 	release func() error
+	// watch, on PostgreSQL, watches the lock's connection and takes the
+	// lock back when it drops (postgres_lockwatch.go); nil for a lock that
+	// lives as long as its process (flock).
+	watch *pgLockWatch
+}
+
+// ErrLockLost is matched by the error of a lock lost while its process
+// lived (LockLostError).
+var ErrLockLost = errors.New("lost the job lock")
+
+// LockLostError says why a job's lock was lost for good while its process
+// ran: on PostgreSQL, the lock's connection dropped and the lock could not
+// be taken back.
+type LockLostError struct {
+	Job   string
+	Cause string // what happened to the connection
+	Why   string // why it could not be taken back
+}
+
+func (e *LockLostError) Error() string {
+	return fmt.Sprintf("lost the job lock of job %s: PostgreSQL connection dropped (%s); %s; this run stopped without calling the provider again",
+		e.Job, e.Cause, e.Why)
+}
+
+func (e *LockLostError) Unwrap() error { return ErrLockLost }
+
+// Wait returns nil while the lock is held. While it is being taken back
+// after its connection dropped, it waits until it is (nil), until it is
+// lost for good (its *LockLostError), or until ctx ends (ctx's error).
+// A lock that cannot be lost returns nil at once. Every provider call of
+// a run waits here first (cmd/sluice/lockgate.go).
+func (l *Lock) Wait(ctx context.Context) error {
+	if l == nil || l.watch == nil {
+		return nil
+	}
+	return l.watch.wait(ctx)
+}
+
+// Drops counts the times the lock's connection dropped in this lock's
+// life; 0 for a lock that cannot be lost.
+func (l *Lock) Drops() int {
+	if l == nil || l.watch == nil {
+		return 0
+	}
+	return l.watch.dropCount()
+}
+
+// Verify checks the lock's connection now (unless a drop was seen
+// already) and returns what the last drop was (taken back since or not):
+// "" while it never dropped. A
+// run that fails asks, so that a failure the database's going away caused
+// names it even before the watcher's next look.
+func (l *Lock) Verify(ctx context.Context) string {
+	if l == nil || l.watch == nil {
+		return ""
+	}
+	return l.watch.verify(ctx)
+}
+
+// Lost returns the lock's *LockLostError once it is lost for good, else
+// nil.
+func (l *Lock) Lost() error {
+	if l == nil || l.watch == nil {
+		return nil
+	}
+	return l.watch.lostErr()
+}
+
+// OnChange sets fn to be called, from the lock's watcher, when its
+// connection drops (held false, cause), when it is taken back (held true)
+// and when it is lost for good (held false, err a *LockLostError). A lock
+// that cannot be lost never calls it.
+func (l *Lock) OnChange(fn func(held bool, cause string, err error)) {
+	if l != nil && l.watch != nil {
+		l.watch.onChange(fn)
+	}
 }
 
 // LockJob takes the job's lock without waiting.
@@ -107,6 +183,9 @@ func (d *DB) LockHolder(_ context.Context, job string) int {
 func (l *Lock) Unlock() error {
 	if l == nil || l.release == nil {
 		return nil
+	}
+	if l.watch != nil {
+		l.watch.close()
 	}
 	err := l.release()
 	l.release = nil

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,12 @@ type Postgres struct {
 	desc string // the DSN with its password redacted
 	pw   string // the password, to scrub from errors
 	now  func() time.Time
+
+	// fences are the watched job locks this process holds, by job: every
+	// chunk write of such a job is fenced by its lock's epoch
+	// (postgres_lockwatch.go).
+	fenceMu sync.Mutex
+	fences  map[string]*pgLockWatch
 }
 
 // IsPostgresDSN reports whether s names a PostgreSQL database: a

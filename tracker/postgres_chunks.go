@@ -44,7 +44,12 @@ func (p *Postgres) Chunk(ctx context.Context, job string, id int64) (*sluice.Chu
 
 // UpdateChunk implements sluice.Store.
 func (p *Postgres) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
-	return p.tx(ctx, func(tx pgx.Tx) error { return pgUpdateChunk(ctx, tx, c, from, p.now()) })
+	return p.tx(ctx, func(tx pgx.Tx) error {
+		if err := pgUpdateChunk(ctx, tx, c, from, p.now()); err != nil {
+			return err
+		}
+		return p.fence(ctx, tx, c.Job) // after the row's lock: postgres_lockwatch.go
+	})
 }
 
 // pgUpdateChunk is updateChunk for PostgreSQL: c is written if the chunk
@@ -117,6 +122,9 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		job := f.Chunk.Job
+		if err := p.fence(ctx, tx, job); err != nil {
+			return err
+		}
 		var key int64
 		lock := ""
 		for _, c := range f.NewChunks {

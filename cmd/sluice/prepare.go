@@ -65,6 +65,7 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 			db.Close()
 			return nil, nil, nil, nil, err
 		}
+		wk.lock = lock
 	}
 	close = func() {
 		wk.close()
@@ -88,6 +89,7 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 	}
 	bar.done()
 	if err != nil {
+		err = wk.failureCause(err) // the database gone away while planning, say (lockgate.go)
 		close()
 		return nil, nil, nil, nil, err
 	}

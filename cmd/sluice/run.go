@@ -230,6 +230,14 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return err
 	}
 	defer closeJob()
+	// The job's lock lost for good (its PostgreSQL connection dropped and
+	// another run took the job) or the worker's leases lapsed stop the
+	// run, named as its cause (lockgate.go).
+	wk.watchLock(log, cancel)
+	defer func() { err = wk.failureCause(err) }()
+	if err := wk.lock.Lost(); err != nil {
+		return err
+	}
 	job := pr.Job
 	doneBefore := job.State == sluice.JobDone
 	files, err := jobStore(ctx, &f.jobFlags, db.Dir())
@@ -254,7 +262,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			if err != nil {
 				return nil, err
 			}
-			prov, closers = pv, append(closers, closeProv)
+			prov, closers = gateProvider(pv, wk), append(closers, closeProv)
 		}
 		return prov, nil
 	}
@@ -273,11 +281,15 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		bar = newRunProgress(os.Stderr, db, job)
 		onTick = bar.tick
 	}
-	outcome, err := lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
-		Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
-		Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
-		StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
-		Claim: wk.claim}, stop)
+	// Through the database going away and coming back, the dispatch starts
+	// over from the tracker's state (lockgate.go).
+	outcome, err := wk.ride(ctx, log, func() (dispatcher.Outcome, error) {
+		return lifecycle.Run(ctx, withLeases(db, wk), runProv, job, lifecycle.RunOptions{Output: out,
+			Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
+			Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
+			StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
+			Claim: wk.claim}, stop)
+	})
 	if bar != nil {
 		bar.done()
 	}

@@ -59,6 +59,20 @@ type worker struct {
 	host string
 	ttl  time.Duration
 	log  zerolog.Logger
+	// lock is the job's lock this worker holds (lockgate.go).
+	lock *tracker.Lock
+	// Leases held (lockgate.go): claims holds when the claim of each
+	// chunk this worker holds started, landed when the last heartbeat
+	// that landed started: a chunk's lease lives until the later of the
+	// two + ttl. lapsed is set, for good, once one did not.
+	leaseMu sync.Mutex
+	claims  map[int64]time.Time
+	landed  time.Time
+	lapsed  error
+	// stop cancels the run once the worker's leases lapsed or the job
+	// lock is lost for good (lockgate.go); nil until the run sets it.
+	stop   func()
+	stopMu sync.Mutex
 
 	cancel context.CancelFunc // stops the heartbeat
 	wg     sync.WaitGroup
@@ -76,6 +90,7 @@ func startWorker(ctx context.Context, db leaseStore, job string, ttl time.Durati
 	w := &worker{db: db, job: job, ttl: ttl, host: host,
 		id: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))}
 	w.log = log.With().Str("job", job).Str("worker", w.id).Logger()
+	w.landed, w.claims = time.Now(), map[int64]time.Time{}
 	if err := db.RegisterWorker(ctx, job, sluice.Worker{ID: w.id, Host: host, PID: os.Getpid()}); err != nil {
 		return nil, err
 	}
@@ -91,22 +106,41 @@ func (w *worker) heartbeat(ctx context.Context) {
 	defer w.wg.Done()
 	t := time.NewTicker(w.ttl / 3)
 	defer t.Stop()
+	stopped := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		err := w.db.Heartbeat(ctx, w.job, w.id, w.ttl)
-		if errors.Is(err, tracker.ErrNotFound) {
-			// Removed (by an exclusive run that took the job over): say
-			// again that this worker is alive; its lost leases are lost.
-			err = w.db.RegisterWorker(ctx, w.job, sluice.Worker{ID: w.id, Host: w.host, PID: os.Getpid()})
+		err := w.beat(ctx)
+		if lerr := w.leasesLost(); lerr != nil && ctx.Err() == nil && !stopped {
+			w.log.Error().Err(lerr).Msg("stopping: this worker's leases lapsed")
+			w.stopRun()
+			stopped = true
 		}
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("heartbeat failed; leases expire unless the next one lands")
 		}
 	}
+}
+
+// beat sends one heartbeat, given a lease's life to land, and records
+// when it started if it landed: the leases it extended live from then.
+func (w *worker) beat(ctx context.Context) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, w.ttl)
+	defer cancel()
+	err := w.db.Heartbeat(ctx, w.job, w.id, w.ttl)
+	if errors.Is(err, tracker.ErrNotFound) {
+		// Removed (by an exclusive run that took the job over): say
+		// again that this worker is alive; its lost leases are lost.
+		err = w.db.RegisterWorker(ctx, w.job, sluice.Worker{ID: w.id, Host: w.host, PID: os.Getpid()})
+	}
+	if err == nil {
+		w.landedAt(start)
+	}
+	return err
 }
 
 // close stops the heartbeat and unregisters the worker, freeing every
@@ -160,11 +194,14 @@ var errStopped = errors.New("stopped while waiting for another worker")
 // claim is the dispatcher's Options.Claim: it leases chunk c to this
 // worker and refreshes *c from the store.
 func (w *worker) claim(ctx context.Context, c *sluice.Chunk) (func(), bool, error) {
+	start := time.Now()
 	ok, err := w.db.ClaimChunk(ctx, w.job, c.ID, w.id, w.ttl)
 	if err != nil || !ok {
 		return nil, false, err
 	}
+	w.claimed(c.ID, start)
 	release := func() {
+		w.released(c.ID)
 		if err := w.db.ReleaseChunk(context.Background(), w.job, c.ID, w.id); err != nil {
 			w.log.Warn().Err(err).Int64("chunk", c.ID).Msg("could not release a chunk lease; it expires by itself")
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -91,5 +92,44 @@ func TestMergeOnceAcrossWorkers(t *testing.T) {
 	}
 	if count != 1 {
 		t.Errorf("%d workers say they merged, want 1", count)
+	}
+}
+
+// TestWorkerLeasesLapseWithoutHeartbeats: a worker holding a chunk's lease
+// (a step in flight) whose heartbeats have not landed for a lease's life
+// may call the provider no more (its gate refuses, and stops the run); a
+// heartbeat landing later does not give the leases back. Holding no
+// lease, a silence stops nothing; a claim counts as a fresh lease.
+func TestWorkerLeasesLapseWithoutHeartbeats(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	stopped := false
+	w := &worker{ttl: 100 * time.Millisecond, landed: now.Add(-time.Second), claims: map[int64]time.Time{},
+		stop: func() { stopped = true }}
+	if err := w.gate(ctx); err != nil {
+		t.Fatalf("no lease held: the gate says %v", err)
+	}
+	w.claimed(7, now)
+	if err := w.gate(ctx); err != nil {
+		t.Fatalf("a lease claimed just now: the gate says %v", err)
+	}
+	w.released(7)
+	w.claimed(8, now.Add(-time.Second))
+	err := w.gate(ctx)
+	if !errors.Is(err, errLeasesLost) || !stopped {
+		t.Fatalf("a lease a second old with no heartbeat since: gate %v, run stopped %v", err, stopped)
+	}
+	w.landedAt(time.Now())
+	w.released(8)
+	if err := w.gate(ctx); !errors.Is(err, errLeasesLost) {
+		t.Fatalf("a heartbeat landing after the lapse gave the leases back: %v", err)
+	}
+
+	// Beats landing in time keep an old claim alive.
+	w2 := &worker{ttl: 100 * time.Millisecond, landed: now, claims: map[int64]time.Time{}}
+	w2.claimed(1, now.Add(-time.Second))
+	w2.landedAt(time.Now())
+	if err := w2.leasesLost(); err != nil {
+		t.Fatalf("a claim a second old, extended by a heartbeat just now: %v", err)
 	}
 }

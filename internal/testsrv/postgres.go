@@ -170,65 +170,175 @@ func sweepStale() {
 
 // startPostgres starts the private server and returns its admin DSN.
 func startPostgres() (string, error) {
-	bin, err := pgBinDir()
+	srv, err := newPGServer()
 	if err != nil {
 		return "", err
+	}
+	return srv.admin, nil
+}
+
+// pgServer is one private server: its directory, data and process.
+type pgServer struct {
+	bin, dir, data string
+	cred           *syscall.Credential
+	port           int
+	admin          string   // DSN of its postgres database
+	extra          []string // more server options
+	proc           *os.Process
+	exited         chan error
+}
+
+// newPGServer makes a data directory (initdb) and starts a server on it
+// on a free port.
+func newPGServer(extra ...string) (*pgServer, error) {
+	bin, err := pgBinDir()
+	if err != nil {
+		return nil, err
 	}
 	sweepStale()
 	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", pgDirPrefix, os.Getpid()))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	var cred *syscall.Credential
+	s := &pgServer{bin: bin, dir: dir, data: filepath.Join(dir, "data"), extra: extra}
 	if os.Geteuid() == 0 {
 		// The server refuses to run as root: run it as postgres.
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return "", fmt.Errorf("running as root, and there is no postgres user to run the server as: %v; %s", err, pgInstallHint)
+			return nil, fmt.Errorf("running as root, and there is no postgres user to run the server as: %v; %s", err, pgInstallHint)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	var rnd [12]byte
-	rand.Read(rnd[:])
-	password := hex.EncodeToString(rnd[:])
-	pwfile := filepath.Join(dir, "pw")
-	if err := os.WriteFile(pwfile, []byte(password+"\n"), 0o600); err != nil {
-		return "", err
+	password, err := s.initdb()
+	if err != nil {
+		return nil, err
 	}
-	if cred != nil {
-		os.Chown(pwfile, int(cred.Uid), int(cred.Gid))
-	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--pwfile", pwfile,
-		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	initdb.Dir = dir
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("initdb: %v: %s", err, out)
-	}
-	os.Remove(pwfile)
-
 	var lastErr error
 	for try := 0; try < 5; try++ {
 		port, err := pgFreePort()
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		dsn := fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", password, port)
-		exited, err := runPostgres(bin, dir, data, port, cred)
-		if err != nil {
-			return "", err
-		}
-		if lastErr = pgWaitReady(dsn, exited); lastErr == nil {
-			return dsn, nil
+		s.port = port
+		s.admin = fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", password, port)
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
 		}
 	}
-	return "", fmt.Errorf("postgres did not start: %v (log: %s)", lastErr, filepath.Join(dir, "postgres.log"))
+	return nil, fmt.Errorf("postgres did not start: %v (log: %s)", lastErr, filepath.Join(dir, "postgres.log"))
+}
+
+// initdb makes the data directory, with a random password for postgres.
+func (s *pgServer) initdb() (password string, err error) {
+	var rnd [12]byte
+	rand.Read(rnd[:])
+	password = hex.EncodeToString(rnd[:])
+	pwfile := filepath.Join(s.dir, "pw")
+	if err := os.WriteFile(pwfile, []byte(password+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if s.cred != nil {
+		os.Chown(pwfile, int(s.cred.Uid), int(s.cred.Gid))
+	}
+	initdb := exec.Command(filepath.Join(s.bin, "initdb"), "-D", s.data, "-U", "postgres", "--pwfile", pwfile,
+		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--locale=C")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	initdb.Dir = s.dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	os.Remove(pwfile)
+	return password, nil
+}
+
+// start runs the server on its port and waits until it answers.
+func (s *pgServer) start() error {
+	proc, exited, err := runPostgres(s.bin, s.dir, s.data, s.port, s.cred, s.extra...)
+	if err != nil {
+		return err
+	}
+	s.proc, s.exited = proc, exited
+	return pgWaitReady(s.admin, exited)
+}
+
+// RestartablePostgres is a private server of one test's own, which the
+// test may stop as a crash or a failover would (every session cut at
+// once) and start again on the same port: the database going away under
+// a run (docs/scale-out.md, "The job lock when the database goes away").
+type RestartablePostgres struct {
+	srv *pgServer
+	DSN string // a fresh database on it
+}
+
+// NewRestartablePostgres starts a private server for t (stopped and
+// removed when t ends) with one fresh database.
+func NewRestartablePostgres(t testing.TB) *RestartablePostgres {
+	t.Helper()
+	// A commit must outlive an immediate shutdown, as sluice's crash
+	// safety assumes of its database: the shared server's
+	// synchronous_commit=off would lose the last commits' WAL with it.
+	srv, err := newPGServer("-c", "synchronous_commit=on")
+	if err != nil {
+		t.Fatalf("test PostgreSQL server: %v", err)
+	}
+	t.Cleanup(func() {
+		srv.stop(syscall.SIGQUIT)
+		os.RemoveAll(srv.dir)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := pgAdminExec(ctx, srv.admin, `CREATE DATABASE sluice`); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	return &RestartablePostgres{srv: srv, DSN: withDatabase(srv.admin, "sluice")}
+}
+
+// Stop stops the server in immediate mode (pg_ctl -m immediate: SIGQUIT
+// to the postmaster, every session cut as by a crash) and waits until it
+// is gone.
+func (r *RestartablePostgres) Stop(t testing.TB) {
+	t.Helper()
+	if err := r.srv.stop(syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Start starts the stopped server again on the same port and waits until
+// it answers.
+func (r *RestartablePostgres) Start(t testing.TB) {
+	t.Helper()
+	if err := r.srv.start(); err != nil {
+		t.Fatalf("restart postgres: %v (log: %s)", err, filepath.Join(r.srv.dir, "postgres.log"))
+	}
+}
+
+// Admin is a DSN of the server's postgres database, for what a test does
+// beside sluice (pg_terminate_backend, say).
+func (r *RestartablePostgres) Admin() string { return r.srv.admin }
+
+// stop signals the postmaster and waits for it to exit.
+func (s *pgServer) stop(sig syscall.Signal) error {
+	if s.proc == nil {
+		return nil
+	}
+	// The postmaster is a process group leader (Setpgid): its children
+	// go with it.
+	if err := syscall.Kill(s.proc.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(time.Minute):
+		syscall.Kill(-s.proc.Pid, syscall.SIGKILL)
+		<-s.exited
+	}
+	s.proc = nil
+	return nil
 }
 
 // runPostgres starts the server from a goroutine locked to its OS thread
@@ -236,10 +346,10 @@ func startPostgres() (string, error) {
 // so that thread lives as long as the test process, and the server is
 // killed when the process exits however it exits. exited is closed when
 // the server process ends.
-func runPostgres(bin, dir, data string, port int, cred *syscall.Credential) (exited chan error, err error) {
+func runPostgres(bin, dir, data string, port int, cred *syscall.Credential, extra ...string) (proc *os.Process, exited chan error, err error) {
 	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	started := make(chan error, 1)
 	exited = make(chan error, 1)
@@ -248,18 +358,21 @@ func runPostgres(bin, dir, data string, port int, cred *syscall.Credential) (exi
 		cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
 			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off", "-c", "max_connections=400", "-c", "shared_buffers=64MB")
+		cmd.Args = append(cmd.Args, extra...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			started <- fmt.Errorf("start postgres: %w", err)
 			return
 		}
+		proc = cmd.Process
 		started <- nil
 		exited <- cmd.Wait()
 		close(exited)
 		select {} // keep the thread (see above)
 	}()
-	return exited, <-started
+	err = <-started
+	return proc, exited, err
 }
 
 func pgWaitReady(dsn string, exited chan error) error {
