@@ -151,8 +151,8 @@ func USD(x float64) string {
 }
 
 // maxOutputKeys are the names of a request's max output tokens, as JSON
-// keys with their quotes.
-var maxOutputKeys = [][]byte{[]byte(`"max_tokens"`), []byte(`"max_completion_tokens"`), []byte(`"max_output_tokens"`)}
+// keys with their quotes (Gemini's generationConfig.maxOutputTokens too).
+var maxOutputKeys = [][]byte{[]byte(`"max_tokens"`), []byte(`"max_completion_tokens"`), []byte(`"max_output_tokens"`), []byte(`"maxOutputTokens"`)}
 
 // itemMaxOutput is the upper bound of the output of one wire item of a
 // chunk, for the chunks of a retry (their requests' max output tokens are

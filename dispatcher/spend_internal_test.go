@@ -16,6 +16,7 @@ func TestItemMaxOutput(t *testing.T) {
 		{`{"body":{"max_output_tokens":1e3}}`, 1000, true},
 		{`{"body":{"messages":[{"role":"user","content":"no bound \"max_tokens\":5"}]}}`, 0, false},
 		{`{"body":{"max_tokens":null}}`, 0, false},
+		{`{"key":"g","request":{"contents":[],"generationConfig":{"temperature":0.2,"maxOutputTokens":64}}}`, 64, true},
 	} {
 		n, ok := itemMaxOutput([]byte(c.item))
 		if n != c.n || ok != c.ok {

@@ -232,3 +232,19 @@ func (c chatCodec) TranslateResult(ref sluice.BatchRef, r *sluice.Result) {
 	out.Body = body
 	r.Line.Response = &out
 }
+
+// MaxOutput implements sluice.OutputBounder: a translated line's bound is
+// the one of its native body (which carries --default-max-tokens), as the
+// family's codec reads it; any other line's is the inner codec's.
+func (c chatCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	inner := it
+	if it.URL == ChatURL && c.fam != nil {
+		native := *it
+		native.URL = c.fam.nativeURL(it.Model)
+		inner, read = &native, BodyMaxOutput(it.Body)
+	}
+	if ob, ok := c.inner.(sluice.OutputBounder); ok {
+		return ob.MaxOutput(inner, read)
+	}
+	return read
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 
@@ -334,4 +335,72 @@ func (m MixedCodec) Envelope() sluice.Envelope { return m.OpenAI.Envelope() }
 func (m MixedCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
 	c, _ := m.For(it.URL)
 	return c.AppendItem(dst, it)
+}
+
+// cloudflareDefaultMaxTokens is the output bound Workers AI's text
+// generation models apply when a request sets no max_tokens.
+const cloudflareDefaultMaxTokens = 256
+
+// embeddingsBound is 0 (no output) for an embeddings or moderations url,
+// else read.
+func embeddingsBound(url string, read int64) int64 {
+	if strings.HasSuffix(url, "/embeddings") || strings.HasSuffix(url, "/moderations") {
+		return 0
+	}
+	return read
+}
+
+// MaxOutput implements sluice.OutputBounder: embeddings produce none.
+func (OpenAICodec) MaxOutput(it *sluice.Item, read int64) int64 { return embeddingsBound(it.URL, read) }
+
+// MaxOutput implements sluice.OutputBounder: embeddings produce none.
+func (BodyLineCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	return embeddingsBound(it.URL, read)
+}
+
+// MaxOutput implements sluice.OutputBounder: a text generation request
+// (messages or prompt) that sets no max_tokens gets Workers AI's default;
+// an embeddings request (text) produces none.
+func (CloudflareCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	if read >= 0 {
+		return read
+	}
+	switch r := gjson.GetManyBytes(it.Body, "messages", "prompt", "text"); {
+	case r[0].Exists() || r[1].Exists():
+		return cloudflareDefaultMaxTokens
+	case r[2].Exists():
+		return 0
+	}
+	return read
+}
+
+// MaxOutput implements sluice.OutputBounder for the family of url.
+func (m MixedCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	if ob, ok := sluice.CodecFor(m, it.URL).(sluice.OutputBounder); ok {
+		return ob.MaxOutput(it, read)
+	}
+	return read
+}
+
+// BodyMaxOutput is the largest output bound a native body sets: its
+// max_tokens, max_completion_tokens or max_output_tokens, or Gemini's
+// generationConfig.maxOutputTokens; -1 when it sets none.
+func BodyMaxOutput(body []byte) int64 {
+	n := int64(-1)
+	keep := func(v gjson.Result) {
+		if v.Type == gjson.Number && v.Num >= 0 && v.Num <= 1e15 {
+			n = max(n, int64(math.Ceil(v.Num)))
+		}
+	}
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+			keep(v)
+		case "generationConfig", "generation_config":
+			keep(v.Get("maxOutputTokens"))
+			keep(v.Get("max_output_tokens"))
+		}
+		return true
+	})
+	return n
 }

@@ -172,6 +172,9 @@ func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	r.url, r.model = it.URL, it.Model
 	r.tokens = tokens(it.Model, &s.text, s.roles)
 	r.maxOut = s.maxOut
+	if ob, ok := p.codec.(sluice.OutputBounder); ok {
+		r.maxOut = ob.MaxOutput(it, s.maxOut)
+	}
 	if p.keys != nil {
 		r.key = p.keys.key(it.Model, it.URL, it.Body, !s.fields[keyBody].spaced)
 	}

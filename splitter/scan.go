@@ -43,6 +43,7 @@ const (
 	kindOther = iota
 	kindLine
 	kindBody
+	kindGenConfig // body.generationConfig (Gemini)
 )
 
 // Keys of the line the scanner captures.
@@ -73,9 +74,10 @@ type scanner struct {
 	// spaces counts the whitespace bytes between tokens so far.
 	spaces int
 
-	// maxOut is the largest of body.max_tokens, body.max_completion_tokens
-	// and body.max_output_tokens, -1 when the body sets none (the upper
-	// bound of the request's output: docs/money.md).
+	// maxOut is the largest of body.max_tokens, body.max_completion_tokens,
+	// body.max_output_tokens and Gemini's
+	// body.generationConfig.maxOutputTokens, -1 when the body sets none
+	// (the upper bound of the request's output: docs/money.md).
 	maxOut int64
 }
 
@@ -373,14 +375,17 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 		case "model":
 			which = keyModel
 		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			start := s.i
-			if !s.value() {
-				return false
+			return s.maxOutput()
+		case "generationConfig", "generation_config":
+			if s.b[s.i] == '{' {
+				return s.object(kindGenConfig)
 			}
-			if n, ok := parseCount(s.b[start:s.i]); ok && n > s.maxOut {
-				s.maxOut = n
-			}
-			return true
+		}
+	case kindGenConfig:
+		// Gemini's JSON takes a field by its proto name or its JSON name.
+		switch string(key) {
+		case "maxOutputTokens", "max_output_tokens":
+			return s.maxOutput()
 		}
 	}
 	if which == keyNone {
@@ -419,6 +424,19 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 	}
 	f.end = s.i
 	return ok
+}
+
+// maxOutput scans a value that bounds the request's output and keeps it
+// when it is the largest such count so far.
+func (s *scanner) maxOutput() bool {
+	start := s.i
+	if !s.value() {
+		return false
+	}
+	if n, ok := parseCount(s.b[start:s.i]); ok && n > s.maxOut {
+		s.maxOut = n
+	}
+	return true
 }
 
 // unescapeKey decodes a key with escapes (rare: slow path).
