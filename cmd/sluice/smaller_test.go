@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The small items of issue 21 (item 7), through the binary.
@@ -77,6 +78,33 @@ func TestUnreadableInputIsBadInput(t *testing.T) {
 		}
 		if code != 2 || !strings.Contains(se.String(), "input: open "+in+": permission denied") {
 			t.Errorf("%s: exit %d, want 2 naming the input\n%s", args[0], code, se.String())
+		}
+	}
+}
+
+// TestHTTPMaxWaitBoundsDeadURL: against a base URL that refuses every
+// connection, --http-max-wait 3s ends the run (exit 1, the provider named
+// unreachable) about 3 s after the first failed call, not after one call's
+// retries, the dispatcher's later try and the rate limiter's queue on top
+// (19.8 s for 5 s before). Mistral's preset has a rate limit; OpenAI's
+// uploads three chunks at once. The bound (2x the flag) is generous: the
+// run takes 3.05 s on an idle machine.
+func TestHTTPMaxWaitBoundsDeadURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 30)
+	dead := "http://" + refusingAddr(t)
+	for _, prov := range []string{"openai", "mistral"} {
+		start := time.Now()
+		r := runSluice(t, append(stateEnv(dir), "OPENAI_API_KEY=x", "MISTRAL_API_KEY=x"), "run", in,
+			"--out", filepath.Join(dir, prov+".jsonl"), "--provider", prov, "--base-url", dead,
+			"--http-max-wait", "3s", "--max-batch-requests", "10")
+		took := time.Since(start)
+		if r.code != 1 || !strings.Contains(r.stderr, "provider unreachable") {
+			t.Fatalf("%s: exit %d\n%s", prov, r.code, r.stderr)
+		}
+		if took < 3*time.Second || took > 6*time.Second {
+			t.Errorf("%s: --http-max-wait 3s returned after %s", prov, took.Round(time.Millisecond))
 		}
 	}
 }
