@@ -73,6 +73,34 @@ func credential(p provider.Preset) string {
 	return ""
 }
 
+// keyEnvText names the variables a preset's key may be in: "$A or $B".
+func keyEnvText(p provider.Preset) string { return "$" + strings.Join(p.KeyEnv, " or $") }
+
+// missingKey is the usage error of a provider whose key is in none of its
+// variables: every variable it reads is named.
+func missingKey(p provider.Preset) error {
+	return usageErr("provider %s needs a key in %s (keys are read from the environment only)", p.Name, keyEnvText(p))
+}
+
+// credentialsHelp lists, for run --help, the variables each provider
+// reads its credentials from.
+func credentialsHelp() string {
+	var b strings.Builder
+	b.WriteString("Credentials come from the environment only (local needs none):\n")
+	for _, name := range provider.Names() {
+		p := provider.Presets[name]
+		if len(p.KeyEnv) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "  %-11s %s", name, strings.Join(p.KeyEnv, " or "))
+		if p.AccountEnv != "" {
+			fmt.Fprintf(&b, ", and %s", p.AccountEnv)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
 // newProvider builds the provider client of a preset. For "local" it
 // starts the emulator in this process on a loopback port, keeping its state
 // under the state directory so a killed run resumes against the same
@@ -105,7 +133,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			rl.PerSecond = -1
 		}
 	} else if key == "" {
-		return nil, nil, usageErr("provider %s needs a key in $%s (keys are read from the environment only)", p.Name, p.KeyEnv[0])
+		return nil, nil, missingKey(p)
 	}
 	var prov sluice.Provider
 	var err error

@@ -78,10 +78,7 @@ Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
 
-Credentials come from the environment only: OPENAI_API_KEY, ANTHROPIC_API_KEY,
-CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID, AZURE_OPENAI_API_KEY,
-NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
-
+` + credentialsHelp() + `
 ` + exitCodesHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd.Context(), g, &f, args[0]) },

@@ -108,3 +108,45 @@ func TestHTTPMaxWaitBoundsDeadURL(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialsAndLocalURLsNamed: a missing key names every variable the
+// provider reads (Gemini's two, DeepInfra's two); run --help lists every
+// provider's credentials; the local provider's row and its bad-url error
+// list the urls of every family it takes, not only OpenAI's.
+func TestCredentialsAndLocalURLsNamed(t *testing.T) {
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 2)
+	noKeys := append(stateEnv(dir), "GOOGLE_API_KEY=", "GEMINI_API_KEY=", "DEEPINFRA_API_KEY=", "DEEPINFRA_TOKEN=")
+	for prov, want := range map[string]string{
+		"gemini":    "needs a key in $GOOGLE_API_KEY or $GEMINI_API_KEY",
+		"deepinfra": "needs a key in $DEEPINFRA_API_KEY or $DEEPINFRA_TOKEN",
+	} {
+		r := runSluice(t, noKeys, "run", in, "--out", filepath.Join(dir, prov+".jsonl"), "--provider", prov)
+		if r.code != 2 || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s without a key: exit %d, want 2 and %q\n%s", prov, r.code, want, r.stderr)
+		}
+	}
+	help := runSluice(t, nil, "run", "--help").stdout
+	for _, want := range []string{"gemini      GOOGLE_API_KEY or GEMINI_API_KEY", "mistral     MISTRAL_API_KEY",
+		"together    TOGETHER_API_KEY", "deepinfra   DEEPINFRA_API_KEY or DEEPINFRA_TOKEN",
+		"cloudflare  CLOUDFLARE_API_TOKEN, and CLOUDFLARE_ACCOUNT_ID", "openai      OPENAI_API_KEY"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("run --help does not list %q:\n%s", want, help)
+		}
+	}
+	others := []string{"/v1/messages", "/ai/run/{model}", "/v1beta/models/{model}:generateContent"}
+	provs := runSluice(t, nil, "providers").stdout
+	_, local, _ := strings.Cut(provs, "\n  local ")
+	local, _, _ = strings.Cut(local, "\n  mistral")
+	bad := filepath.Join(dir, "bad.jsonl")
+	writeFile(t, bad, []byte(`{"custom_id":"a","method":"POST","url":"/v2/nope","body":{"model":"m"}}`+"\n"))
+	r := runSluice(t, stateEnv(dir), "run", bad, "--out", filepath.Join(dir, "bad.out"))
+	for _, u := range others {
+		if !strings.Contains(local, u) {
+			t.Errorf("providers: the local row does not list %s:\n%s", u, local)
+		}
+		if r.code != 2 || !strings.Contains(r.stderr, u) {
+			t.Errorf("bad url under local: exit %d, the accepted urls lack %s\n%s", r.code, u, r.stderr)
+		}
+	}
+}
