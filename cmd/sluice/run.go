@@ -298,6 +298,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	// One worker merges; the others exit 0 once it has.
 	var sum *merger.Summary
+	var cleanup time.Duration // deleting the job's files at the provider
 	merged, err := wk.mergeOnce(ctx, stop, doneBefore, func(fresh *sluice.Job) error {
 		job.State = fresh.State
 		var err error
@@ -306,7 +307,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		if err != nil {
 			return err
 		}
-		lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+		cleanup = lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
 		return nil
 	})
 	if errors.Is(err, errStopped) {
@@ -320,7 +321,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		log.Info().Str("job", job.ID).Msg("job done: another worker merged it")
 		return nil
 	}
-	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
+	printSummary(os.Stdout, ctx, db, job, sum, runWall{time.Since(start), cleanup})
 	if lifecycle.FailedAny(sum) {
 		return silent(exitFailures)
 	}

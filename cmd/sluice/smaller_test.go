@@ -150,3 +150,27 @@ func TestCredentialsAndLocalURLsNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderFileCleanupIsShown: deleting the job's files at the provider
+// after the merge (rate-limited calls for every batch, which took 45 s of a
+// run with nothing on screen) is logged when it starts, with the number of
+// batches, and when it ends, with how long it took.
+func TestProviderFileCleanupIsShown(t *testing.T) {
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 30)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluice(t, stateEnv(dir), "run", in, "--out", out, "--max-batch-requests", "10")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	start := strings.Index(r.stderr, `"batches":3,"concurrency":4,"time"`)
+	startMsg := strings.Index(r.stderr, `"message":"deleting the job's files at the provider (each batch's input and result files; the output is written)"`)
+	end := strings.Index(r.stderr, `"message":"deleted the job's files at the provider"`)
+	if start < 0 || startMsg < start || end < startMsg || !strings.Contains(r.stderr, `"took":`) {
+		t.Errorf("the deleting of provider files is not shown as it starts and ends:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stdout, " this run, ") {
+		t.Errorf("summary without the run's wall time:\n%s", r.stdout)
+	}
+}
