@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -172,5 +173,32 @@ func TestProviderFileCleanupIsShown(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, " this run, ") {
 		t.Errorf("summary without the run's wall time:\n%s", r.stdout)
+	}
+}
+
+// TestModelMapMissWarnedAtPlan: chat lines whose model --model-map does not
+// rename are sent as written; the plan warns once per such model, with
+// the number of lines and the first file:line, where before only "no price
+// for gpt-4.1-nano" hinted at it.
+func TestModelMapMissWarnedAtPlan(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	for i := range 9 {
+		model := "gpt-4o-mini"
+		if i%3 == 1 {
+			model = "gpt-4.1-nano"
+		}
+		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	writeLines(t, in, lines)
+	r := runSluice(t, append(stateEnv(dir), "GEMINI_API_KEY=x"), "plan", in, "--provider", "gemini",
+		"--model-map", "gpt-4o-mini=gemini-2.5-flash")
+	want := `"model":"gpt-4.1-nano","lines":3,"first":"` + in + `:2"`
+	if r.code != 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "which --model-map does not rename") {
+		t.Errorf("exit %d; want a warning with %s\n%s", r.code, want, r.stderr)
+	}
+	if strings.Contains(r.stderr, `"model":"gpt-4o-mini"`) {
+		t.Errorf("a mapped model is warned about:\n%s", r.stderr)
 	}
 }
