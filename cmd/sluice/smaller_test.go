@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -200,5 +201,39 @@ func TestModelMapMissWarnedAtPlan(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, `"model":"gpt-4o-mini"`) {
 		t.Errorf("a mapped model is warned about:\n%s", r.stderr)
+	}
+}
+
+// TestLogFlagsValidatedEverywhere: a bad --log-level or --log-format is a
+// usage error (exit 2 naming the valid values) for every command, not
+// only for those that log (status took --log-level verbose). A command
+// that took it would run on (emulate serves until killed): each is
+// killed after 15 s.
+func TestLogFlagsValidatedEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	run := func(args ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, args...)
+		cmd.Env = append(os.Environ(), stateEnv(dir)...)
+		var se strings.Builder
+		cmd.Stderr = &se
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), se.String()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, se.String()
+	}
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"providers"}, {"emulate", "--addr", "127.0.0.1:0"}} {
+		code, stderr := run(append(args, "--log-level", "verbose")...)
+		if code != 2 || !strings.Contains(stderr, `--log-level "verbose": want debug, info, warn or error`) {
+			t.Errorf("%v --log-level verbose: exit %d\n%s", args, code, stderr)
+		}
+		code, stderr = run(append(args, "--log-format", "xml")...)
+		if code != 2 || !strings.Contains(stderr, `--log-format "xml": want auto, json or console`) {
+			t.Errorf("%v --log-format xml: exit %d\n%s", args, code, stderr)
+		}
 	}
 }
