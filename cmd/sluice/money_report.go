@@ -192,14 +192,17 @@ type spendJSON struct {
 	CapUSD       *float64 `json:"cap_usd"`       // the last run's --max-cost; null: none
 	PriceSource  string   `json:"price_source"`
 	Unpriced     []string `json:"unpriced_models"`
-	// EstInputTokens is sluice's estimate of the requests whose results
-	// reported usage, InputTokens that usage, InputRatio the one over the
+	// EstInputTokens is sluice's input estimate of the job's planned
+	// requests (the job's est_input_tokens); InputTokens is the usage the
+	// provider reported, UsageEstInputTokens sluice's estimate of exactly
+	// the requests whose results reported it, InputRatio the one over the
 	// other (issue 11 item 5: estimate vs actual).
-	EstInputTokens int64            `json:"est_input_tokens"`
-	InputTokens    int64            `json:"input_tokens"`
-	InputRatio     *float64         `json:"input_ratio"`
-	Reused         int64            `json:"reused_requests"`
-	ReusedFrom     map[string]int64 `json:"reused_from"`
+	EstInputTokens      int64            `json:"est_input_tokens"`
+	InputTokens         int64            `json:"input_tokens"`
+	UsageEstInputTokens int64            `json:"usage_est_input_tokens"`
+	InputRatio          *float64         `json:"input_ratio"`
+	Reused              int64            `json:"reused_requests"`
+	ReusedFrom          map[string]int64 `json:"reused_from"`
 }
 
 func jobMoney(ctx context.Context, db tracker.Backend, job *sluice.Job, chunks []*sluice.Chunk) *spendJSON {
@@ -217,8 +220,11 @@ func jobMoney(ctx context.Context, db tracker.Backend, job *sluice.Job, chunks [
 	var l sluice.Learned
 	for _, c := range chunks {
 		l = l.Add(sluice.Learned{EstTokens: c.UsageEstTokens, InputTokens: c.InputTokens, OutputTokens: c.OutputTokens})
+		if c.Attempt == 1 {
+			m.EstInputTokens += c.EstTokens // as status's est_input_tokens
+		}
 	}
-	m.EstInputTokens, m.InputTokens = l.EstTokens, l.InputTokens
+	m.UsageEstInputTokens, m.InputTokens = l.EstTokens, l.InputTokens
 	m.InputRatio = ratioPtr(l.InputRatio())
 	m.ReusedFrom, _ = db.ReuseSources(ctx, job.ID)
 	return m
@@ -242,7 +248,7 @@ func writeMoney(w io.Writer, m *spendJSON, label func(string) string) {
 	fmt.Fprintln(w, label("spend")+line)
 	if m.InputRatio != nil {
 		fmt.Fprintf(w, "%sinput tokens ~%s estimated, %s reported by the provider (x%.3f)\n", label("estimate"),
-			commas(m.EstInputTokens), commas(m.InputTokens), *m.InputRatio)
+			commas(m.UsageEstInputTokens), commas(m.InputTokens), *m.InputRatio)
 	}
 	if m.Reused > 0 {
 		fmt.Fprintf(w, "%s%s requests answered from earlier jobs' results, not bought again (%s)\n", label("reused"), commas(m.Reused), fromJobs(m.ReusedFrom))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -235,5 +236,34 @@ func TestLogFlagsValidatedEverywhere(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, `--log-format "xml": want auto, json or console`) {
 			t.Errorf("%v --log-format xml: exit %d\n%s", args, code, stderr)
 		}
+	}
+}
+
+// TestStatusMoneyEstimateAgrees: status --json's money.est_input_tokens is
+// the job's estimate, as its est_input_tokens (it was 0 beside 5,564 for a
+// job not run yet: it held the estimate of the requests with usage, now
+// money.usage_est_input_tokens).
+func TestStatusMoneyEstimateAgrees(t *testing.T) {
+	dir := t.TempDir()
+	in, _ := writeInput(t, dir, 20)
+	if r := runSluice(t, stateEnv(dir), "plan", in); r.code != 0 {
+		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	}
+	r := runSluice(t, stateEnv(dir), "status", "--json")
+	var doc struct {
+		Jobs []struct {
+			EstTokens int64 `json:"est_input_tokens"`
+			Money     struct {
+				EstTokens      int64  `json:"est_input_tokens"`
+				UsageEstTokens *int64 `json:"usage_est_input_tokens"`
+			} `json:"money"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Jobs) != 1 {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	j := doc.Jobs[0]
+	if j.EstTokens == 0 || j.Money.EstTokens != j.EstTokens || j.Money.UsageEstTokens == nil || *j.Money.UsageEstTokens != 0 {
+		t.Errorf("est_input_tokens %d, money.est_input_tokens %d, money.usage_est_input_tokens %v", j.EstTokens, j.Money.EstTokens, j.Money.UsageEstTokens)
 	}
 }
