@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -265,5 +266,36 @@ func TestStatusMoneyEstimateAgrees(t *testing.T) {
 	j := doc.Jobs[0]
 	if j.EstTokens == 0 || j.Money.EstTokens != j.EstTokens || j.Money.UsageEstTokens == nil || *j.Money.UsageEstTokens != 0 {
 		t.Errorf("est_input_tokens %d, money.est_input_tokens %d, money.usage_est_input_tokens %v", j.EstTokens, j.Money.EstTokens, j.Money.UsageEstTokens)
+	}
+}
+
+// TestMoneyJSONIsDecimal: plan --json and status --json print amounts of
+// dollars as decimals of at most 10 places, never float noise (the
+// README's example planned at 0.0034045499999999997) nor an exponent.
+func TestMoneyJSONIsDecimal(t *testing.T) {
+	dir := t.TempDir()
+	in := "../../examples/requests.jsonl"
+	amount := regexp.MustCompile(`"(est_cost|max_cost|actual|committed|cap)(_usd)?": ([^,\n}]+)`)
+	decimal := regexp.MustCompile(`^(null|(0|[1-9][0-9]*)(\.[0-9]{0,9}[1-9])?)$`)
+	check := func(what, out string) int {
+		n := 0
+		for _, m := range amount.FindAllStringSubmatch(out, -1) {
+			n++
+			if !decimal.MatchString(m[3]) {
+				t.Errorf("%s: %s is %s, not a decimal of at most 10 places", what, m[1], m[3])
+			}
+		}
+		return n
+	}
+	r := runSluice(t, stateEnv(dir), "plan", "--json", in)
+	if r.code != 0 || check("plan --json", r.stdout) < 4 {
+		t.Fatalf("plan --json: exit %d\n%s", r.code, r.stdout)
+	}
+	r = runSluice(t, stateEnv(dir), "run", in, "--out", filepath.Join(dir, "out.jsonl"))
+	if r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	if st := runSluice(t, stateEnv(dir), "status", "--json"); check("status --json", st.stdout) < 2 {
+		t.Errorf("status --json without amounts:\n%s", st.stdout)
 	}
 }
