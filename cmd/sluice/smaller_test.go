@@ -299,3 +299,24 @@ func TestMoneyJSONIsDecimal(t *testing.T) {
 		t.Errorf("status --json without amounts:\n%s", st.stdout)
 	}
 }
+
+// TestLocalBatchTimeKeptBySubmittedBatches: --local-batch-time on a resumed
+// run applies to new batches only: batches submitted under 1s finish in
+// about 1 s although the resumed run says 10m (before, they took the new
+// 10 minutes, and the run stopped at its --deadline with exit 3).
+func TestLocalBatchTimeKeptBySubmittedBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in, ids := writeInput(t, dir, 12)
+	out := filepath.Join(dir, "out.jsonl")
+	args := []string{"run", in, "--out", out, "--max-batch-requests", "4", "--poll-interval", "50ms", "--max-poll-interval", "200ms"}
+	r := runSluice(t, stateEnv(dir), append(args, "--local-batch-time", "1s", "--once")...)
+	if r.code != 3 {
+		t.Fatalf("--once: exit %d, want 3 with the batches running\n%s", r.code, r.stderr)
+	}
+	r = runSluice(t, stateEnv(dir), append(args, "--local-batch-time", "10m", "--deadline", "30s")...)
+	if r.code != 0 {
+		t.Fatalf("resumed with --local-batch-time 10m: exit %d, want 0 (the submitted batches keep 1s)\n%s", r.code, r.stderr)
+	}
+	checkOutput(t, out, ids)
+}
