@@ -141,7 +141,7 @@ func TestExitCodesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := map[string]string{}
-	for _, m := range regexp.MustCompile("(?m)^\\| ([0-4]) \\| (.+) \\|$").FindAllStringSubmatch(string(b), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\| ([0-4]) \| (.+) \|$`).FindAllStringSubmatch(string(b), -1) {
 		rows[m[1]] = m[2]
 	}
 	for code, wants := range map[string][]string{
