@@ -382,25 +382,37 @@ func (m MixedCodec) MaxOutput(it *sluice.Item, read int64) int64 {
 	return read
 }
 
-// BodyMaxOutput is the largest output bound a native body sets: its
-// max_tokens, max_completion_tokens or max_output_tokens, or Gemini's
-// generationConfig.maxOutputTokens; -1 when it sets none.
+// BodyMaxOutput is the bound of a native body's output: the largest of its
+// max_tokens, max_completion_tokens, max_output_tokens and Gemini's
+// generationConfig.maxOutputTokens, times its answers (n, best_of,
+// generationConfig.candidateCount) when it asks for several; -1 when it
+// sets no bound.
 func BodyMaxOutput(body []byte) int64 {
-	n := int64(-1)
-	keep := func(v gjson.Result) {
+	n, choices := int64(-1), int64(1)
+	count := func(v gjson.Result, into *int64) {
 		if v.Type == gjson.Number && v.Num >= 0 && v.Num <= 1e15 {
-			n = max(n, int64(math.Ceil(v.Num)))
+			*into = max(*into, int64(math.Ceil(v.Num)))
 		}
 	}
 	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			keep(v)
+			count(v, &n)
+		case "n", "best_of":
+			count(v, &choices)
 		case "generationConfig", "generation_config":
-			keep(v.Get("maxOutputTokens"))
-			keep(v.Get("max_output_tokens"))
+			count(v.Get("maxOutputTokens"), &n)
+			count(v.Get("max_output_tokens"), &n)
+			count(v.Get("candidateCount"), &choices)
+			count(v.Get("candidate_count"), &choices)
 		}
 		return true
 	})
+	if n > 0 && choices > 1 {
+		if n > 1e15/choices {
+			return 1e15
+		}
+		n *= choices
+	}
 	return n
 }

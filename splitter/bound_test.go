@@ -23,8 +23,8 @@ const boundText = "Summarise the following in two sentences: the river rose thro
 // upper-bound cost, for every family; and each family's own output bound
 // (Gemini's generationConfig.maxOutputTokens, Anthropic's max_tokens,
 // Workers AI's default of 256, the Responses API's max_output_tokens,
-// embeddings' none) bounds the cost without a ceiling from the price
-// table.
+// embeddings' none), times the answers asked for (n, candidateCount),
+// bounds the cost without a ceiling from the price table.
 func TestEstimateNativeMatchesChat(t *testing.T) {
 	msgs := fmt.Sprintf(`[{"role":"user","content":%q}]`, boundText)
 	chat := func(model, extra string) string {
@@ -44,6 +44,8 @@ func TestEstimateNativeMatchesChat(t *testing.T) {
 	}{
 		{"openai chat", "openai", native("/v1/chat/completions", fmt.Sprintf(`{"model":"gpt-4o-mini","messages":%s,"max_completion_tokens":64}`, msgs)),
 			chat("gpt-4o-mini", `,"max_tokens":64`), 0, 64, ""},
+		{"openai chat n", "openai", native("/v1/chat/completions", fmt.Sprintf(`{"model":"gpt-4o-mini","n":3,"messages":%s,"max_completion_tokens":64}`, msgs)),
+			chat("gpt-4o-mini", `,"max_tokens":192`), 0, 192, ""},
 		{"openai responses", "openai", native("/v1/responses", fmt.Sprintf(`{"model":"gpt-4o-mini","input":%s,"max_output_tokens":64}`, msgs)),
 			chat("gpt-4o-mini", `,"max_tokens":64`), 0, 64, ""},
 		{"openai embeddings", "openai", native("/v1/embeddings", fmt.Sprintf(`{"model":"text-embedding-3-small","input":%q}`, boundText)),
@@ -54,6 +56,8 @@ func TestEstimateNativeMatchesChat(t *testing.T) {
 			chat("claude-haiku-4-5", ""), 64, 64, ""},
 		{"gemini", "gemini", native("/v1beta/models/gemini-2.5-flash:generateContent", gemContents+`,"generationConfig":{"temperature":0.2,"maxOutputTokens":64}}`),
 			chat("gemini-2.5-flash", `,"max_tokens":64`), 0, 64, ""},
+		{"gemini candidateCount", "gemini", native("/v1beta/models/gemini-2.5-flash:generateContent", gemContents+`,"generationConfig":{"candidateCount":3,"maxOutputTokens":64}}`),
+			chat("gemini-2.5-flash", `,"n":3,"max_tokens":64`), 0, 192, ""},
 		{"gemini snake_case", "gemini", native("/v1beta/models/gemini-2.5-flash:generateContent", gemContents+`,"generation_config":{"max_output_tokens":64}}`),
 			chat("gemini-2.5-flash", `,"max_completion_tokens":64`), 0, 64, ""},
 		{"gemini --default-max-tokens", "gemini", native("/v1beta/models/gemini-2.5-flash:generateContent", gemContents+`,"generationConfig":{"maxOutputTokens":64}}`),
@@ -69,6 +73,8 @@ func TestEstimateNativeMatchesChat(t *testing.T) {
 			chat("mistral-small-latest", ""), 64, 64, ""},
 		{"mistral embeddings", "mistral", native("/v1/embeddings", fmt.Sprintf(`{"model":"mistral-embed","input":[%q]}`, boundText)),
 			oaEmbed, 0, 0, "openai"},
+		{"together n", "together", native("/v1/chat/completions", fmt.Sprintf(`{"model":"meta-llama/Llama-3.3-70B-Instruct-Turbo","messages":%s,"max_tokens":128}`, msgs)),
+			chat("meta-llama/Llama-3.3-70B-Instruct-Turbo", `,"n":2,"max_tokens":64`), 0, 128, ""},
 		{"together", "together", native("/v1/chat/completions", fmt.Sprintf(`{"model":"meta-llama/Llama-3.3-70B-Instruct-Turbo","messages":%s,"max_tokens":64}`, msgs)),
 			chat("meta-llama/Llama-3.3-70B-Instruct-Turbo", `,"max_completion_tokens":64`), 0, 64, ""},
 	}

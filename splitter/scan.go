@@ -79,6 +79,27 @@ type scanner struct {
 	// body.generationConfig.maxOutputTokens, -1 when the body sets none
 	// (the upper bound of the request's output: docs/money.md).
 	maxOut int64
+	// choices is the largest of body.n, body.best_of and Gemini's
+	// body.generationConfig.candidateCount (0 when none is set): the
+	// answers the request is billed for, each up to maxOut tokens.
+	choices int64
+}
+
+// outputBound is the bound of the request's output: maxOut for each of
+// its choices, -1 when the body sets no maxOut.
+func (s *scanner) outputBound() int64 {
+	if s.maxOut < 0 || s.choices <= 1 {
+		return s.maxOut
+	}
+	return saturatedProduct(s.maxOut, s.choices)
+}
+
+// saturatedProduct is a*b for non-negative counts, at most 1e15.
+func saturatedProduct(a, b int64) int64 {
+	if b != 0 && a > 1e15/b {
+		return 1e15
+	}
+	return a * b
 }
 
 func (s *scanner) reset(b []byte) {
@@ -376,6 +397,8 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 			which = keyModel
 		case "max_tokens", "max_completion_tokens", "max_output_tokens":
 			return s.maxOutput()
+		case "n", "best_of":
+			return s.choiceCount()
 		case "generationConfig", "generation_config":
 			if s.b[s.i] == '{' {
 				return s.object(kindGenConfig)
@@ -386,6 +409,8 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 		switch string(key) {
 		case "maxOutputTokens", "max_output_tokens":
 			return s.maxOutput()
+		case "candidateCount", "candidate_count":
+			return s.choiceCount()
 		}
 	}
 	if which == keyNone {
@@ -435,6 +460,19 @@ func (s *scanner) maxOutput() bool {
 	}
 	if n, ok := parseCount(s.b[start:s.i]); ok && n > s.maxOut {
 		s.maxOut = n
+	}
+	return true
+}
+
+// choiceCount scans a value that counts the answers of the request and
+// keeps it when it is the largest such count so far.
+func (s *scanner) choiceCount() bool {
+	start := s.i
+	if !s.value() {
+		return false
+	}
+	if n, ok := parseCount(s.b[start:s.i]); ok && n > s.choices {
+		s.choices = n
 	}
 	return true
 }
