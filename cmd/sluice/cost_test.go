@@ -12,7 +12,8 @@ import (
 // output with generationConfig.maxOutputTokens are planned at the cost of
 // the same requests written as chat completions lines (within 10%), not
 // at the model's 65,536-token ceiling, and a run under --max-cost 1 sends
-// them all and ends 0.
+// them all and ends 0, at a provider gemini against sluice emulate and at
+// the local provider (which prices them as Gemini's).
 func TestNativeGeminiCostBounded(t *testing.T) {
 	t.Parallel() // its own emulator and state directory
 	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=gm-cost"}, "--batch-time", "100ms")
@@ -56,4 +57,17 @@ func TestNativeGeminiCostBounded(t *testing.T) {
 	if g := emu.familyStats(t, "gemini"); g["requests_processed"] != 60 {
 		t.Errorf("emulator gemini stats: %v", g)
 	}
+
+	// The local provider runs them too, priced as Gemini's (it was no
+	// price, so --max-cost refused them).
+	dl := planJSONOf(t, env, nativeIn, "--provider", "local")
+	if dl.EstCost == nil || dl.MaxCost == nil || math.Abs(*dl.MaxCost-*dn.MaxCost) > 1e-9 {
+		t.Errorf("local plan: est %v max %v, want gemini's $%g", dl.EstCost, dl.MaxCost, *dn.MaxCost)
+	}
+	localOut := filepath.Join(dir, "local.jsonl")
+	r = runSluice(t, env, "run", nativeIn, "--out", localOut, "--provider", "local", "--max-cost", "1", "--reuse=false")
+	if r.code != 0 {
+		t.Fatalf("run --provider local --max-cost 1: exit %d\n%s", r.code, r.stderr)
+	}
+	checkOutput(t, localOut, ids)
 }
