@@ -131,3 +131,29 @@ func TestCommentsCiteTheRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExitCodesDocumented: docs/contract.md's exit code table names every
+// cause the code gives its code: the spend cap (3) and a locked job (1)
+// among them.
+func TestExitCodesDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("docs", "contract.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\| ([0-4]) \| (.+) \|$`).FindAllStringSubmatch(string(b), -1) {
+		rows[m[1]] = m[2]
+	}
+	for code, wants := range map[string][]string{
+		"1": {"bad credentials", "`--http-max-wait`", "being driven by another sluice process", "SLUICE_DB_BUSY_TIMEOUT"},
+		"2": {"unreadable input", "`--max-cost` that cannot be kept", "a bad line"},
+		"3": {"`--deadline`", "`--once`", "a signal", "`--max-cost`"},
+		"4": {"failed for good"},
+	} {
+		for _, w := range wants {
+			if !strings.Contains(rows[code], w) {
+				t.Errorf("docs/contract.md: exit code %s's row does not name %q: %q", code, w, rows[code])
+			}
+		}
+	}
+}

@@ -132,6 +132,19 @@ func ChunkFormat(c Codec, url string, l Limits) (Codec, Limits) {
 	return c, l
 }
 
+// OutputBounder is implemented by codecs that know the bound of a
+// request's output in their family's terms better than the body's own
+// max output keys, which the splitter reads (docs/money.md): a translated
+// line's native body (with --default-max-tokens in it), a family's default
+// when the body sets none (Workers AI's 256), embeddings (no output).
+type OutputBounder interface {
+	// MaxOutput is the most output tokens the provider can bill for it as
+	// Validate left it (its body translated where it was), given read, the
+	// largest max output count the splitter found in the line's body (-1:
+	// none). It returns -1 when it knows no bound.
+	MaxOutput(it *Item, read int64) int64
+}
+
 // ResultTranslator is implemented by codecs that translate lines into the
 // provider's native form (chat completions lines sent to Anthropic, say):
 // the dispatcher passes every result it decodes through TranslateResult,

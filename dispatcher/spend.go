@@ -151,17 +151,37 @@ func USD(x float64) string {
 }
 
 // maxOutputKeys are the names of a request's max output tokens, as JSON
-// keys with their quotes.
-var maxOutputKeys = [][]byte{[]byte(`"max_tokens"`), []byte(`"max_completion_tokens"`), []byte(`"max_output_tokens"`)}
+// keys with their quotes (Gemini's generationConfig.maxOutputTokens too);
+// choiceKeys the names of how many answers it asks for, each up to that.
+var (
+	maxOutputKeys = [][]byte{[]byte(`"max_tokens"`), []byte(`"max_completion_tokens"`), []byte(`"max_output_tokens"`), []byte(`"maxOutputTokens"`)}
+	choiceKeys    = [][]byte{[]byte(`"n"`), []byte(`"best_of"`), []byte(`"candidateCount"`)}
+)
 
 // itemMaxOutput is the upper bound of the output of one wire item of a
 // chunk, for the chunks of a retry (their requests' max output tokens are
 // not stored apart): the largest number given to one of the max output
-// keys anywhere in the item. A key inside a string cannot match (its
-// quotes are escaped there), and one nested deeper only raises the bound.
-// ok is false when the item sets none.
+// keys anywhere in the item, times the largest number of answers asked
+// for. A key inside a string cannot match (its quotes are escaped there),
+// and one nested deeper only raises the bound. ok is false when the item
+// sets none.
 func itemMaxOutput(item []byte) (n int64, ok bool) {
-	for _, k := range maxOutputKeys {
+	if n, ok = largestNumber(item, maxOutputKeys); !ok {
+		return 0, false
+	}
+	if c, cok := largestNumber(item, choiceKeys); cok && c > 1 {
+		if n > 1e15/c {
+			return 1e15, true
+		}
+		n *= c
+	}
+	return n, true
+}
+
+// largestNumber is the largest non-negative number given to one of keys
+// anywhere in item; ok is false when none is.
+func largestNumber(item []byte, keys [][]byte) (n int64, ok bool) {
+	for _, k := range keys {
 		rest := item
 		for {
 			i := bytes.Index(rest, k)

@@ -16,6 +16,10 @@ func TestItemMaxOutput(t *testing.T) {
 		{`{"body":{"max_output_tokens":1e3}}`, 1000, true},
 		{`{"body":{"messages":[{"role":"user","content":"no bound \"max_tokens\":5"}]}}`, 0, false},
 		{`{"body":{"max_tokens":null}}`, 0, false},
+		{`{"key":"g","request":{"contents":[],"generationConfig":{"temperature":0.2,"maxOutputTokens":64}}}`, 64, true},
+		{`{"key":"g","request":{"contents":[],"generationConfig":{"candidateCount":3,"maxOutputTokens":64}}}`, 192, true},
+		{`{"custom_id":"a","body":{"model":"m","n":2,"max_tokens":10,"messages":[{"role":"user","content":"say \"n\": 9"}]}}`, 20, true},
+		{`{"body":{"n":4,"messages":[]}}`, 0, false},
 	} {
 		n, ok := itemMaxOutput([]byte(c.item))
 		if n != c.n || ok != c.ok {

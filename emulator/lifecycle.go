@@ -35,7 +35,16 @@ func windowOf(b *batchRec) time.Duration {
 }
 
 func (s *Server) at(b *batchRec, f float64) time.Time {
-	return b.Created.Add(time.Duration(float64(s.opts.BatchTime) * f))
+	return b.Created.Add(time.Duration(float64(s.batchTime(b)) * f))
+}
+
+// batchTime is the BatchTime b was made under (Options.BatchTime for a
+// record without one).
+func (s *Server) batchTime(b *batchRec) time.Duration {
+	if b.BatchTimeNs != nil {
+		return time.Duration(*b.BatchTimeNs)
+	}
+	return s.opts.BatchTime
 }
 
 // runStart and runEnd bound the in_progress phase of a batch.
@@ -86,7 +95,7 @@ func (s *Server) nextEvent(b *batchRec) (t time.Time, ev string, ok bool) {
 	case stFinalizing:
 		return s.at(b, 1), evComplete, true
 	case stCancelling:
-		return b.CancellingAt.Add(s.opts.BatchTime / 10), evCancelled, true
+		return b.CancellingAt.Add(s.batchTime(b) / 10), evCancelled, true
 	}
 	return time.Time{}, "", false
 }

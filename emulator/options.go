@@ -13,7 +13,9 @@ type Options struct {
 	// BatchTime is the total time from create to completed. It is split into
 	// phases: OpenAI validating 10%, in_progress 80%, finalizing 10%;
 	// Anthropic in_progress 100%; Cloudflare queued 10%, running 90%.
-	// 0 means a batch is done at the first read after create.
+	// 0 means a batch is done at the first read after create. A batch
+	// keeps the BatchTime it was created under (recorded with it in
+	// DataDir): a server restarted with another applies it to new batches.
 	BatchTime time.Duration
 	// DataDir, if set, keeps all state (files, batches, results, counters) on
 	// disk so that a new Server on the same directory loses nothing. If empty,

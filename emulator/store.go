@@ -132,6 +132,12 @@ type batchRec struct {
 	Counts       lineCounts   `json:"counts"`
 	InputTokens  int64        `json:"input_tokens"`
 	OutputTokens int64        `json:"output_tokens"`
+	// BatchTimeNs is Options.BatchTime when the batch was made: its
+	// lifecycle keeps it, so an emulator restarted on the same DataDir
+	// with another BatchTime (--local-batch-time on a resumed run) changes
+	// only the batches made after. Nil in records of older emulators: the
+	// current BatchTime.
+	BatchTimeNs *int64 `json:"batch_time_ns,omitempty"`
 }
 
 // window is how long b may run before it expires.
@@ -248,6 +254,10 @@ func (s *Server) saveFile(f *fileRec) {
 
 // saveBatch persists a batch's metadata (DataDir only). Caller holds s.mu.
 func (s *Server) saveBatch(b *batchRec) {
+	if b.BatchTimeNs == nil { // a new batch: every create saves it
+		bt := int64(s.opts.BatchTime)
+		b.BatchTimeNs = &bt
+	}
 	if !s.persist {
 		return
 	}

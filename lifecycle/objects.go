@@ -44,7 +44,8 @@ type inputInfo struct {
 	mtime time.Time
 }
 
-// statInput describes the input; a missing one is bad input.
+// statInput describes the input; a missing or unreadable one is bad
+// input.
 func statInput(ctx context.Context, objects Objects, input string) (inputInfo, error) {
 	if !objstore.IsURL(input) {
 		st, err := os.Stat(input)
@@ -54,6 +55,13 @@ func statInput(ctx context.Context, objects Objects, input string) (inputInfo, e
 		if st.IsDir() {
 			return inputInfo{}, badInputf("input %s is a directory", input)
 		}
+		// An input that cannot be read (its mode, say) is the user's to
+		// fix, named now rather than when the plan opens it.
+		f, err := os.Open(input)
+		if err != nil {
+			return inputInfo{}, BadInput(fmt.Errorf("input: %w", err))
+		}
+		f.Close()
 		return inputInfo{size: st.Size(), mtime: st.ModTime()}, nil
 	}
 	s, key, err := objects.get(ctx, input)

@@ -143,7 +143,7 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 		return nil, BadInput(err)
 	}
 	warns := &chatWarnings{}
-	codec := p.PlanCodec(provider.ChatOptions{ModelMap: modelMap, DefaultMaxTokens: s.DefaultMaxTokens, Warn: warns.add})
+	codec := p.PlanCodec(provider.ChatOptions{ModelMap: modelMap, DefaultMaxTokens: s.DefaultMaxTokens, Warn: warns.add, Unmapped: warns.addUnmapped})
 	res, err := splitter.Split(ctx, splitter.Config{
 		Input: input, Open: inputOpener(ctx, s.Objects, input), Dir: dir, Codec: codec, Limits: job.Limits, Model: s.Model,
 		SkipInvalid: s.SkipInvalid, RejectsPath: rejects, Progress: s.Progress,
@@ -207,6 +207,9 @@ type chatWarnings struct {
 	mu    sync.Mutex
 	by    map[string]*chatWarning
 	order []string
+	// unmapped counts, per model, the chat lines --model-map does not
+	// rename (sent to the provider with the model as written).
+	unmapped map[string]*chatWarning
 }
 
 type chatWarning struct {
@@ -233,6 +236,21 @@ func (c *chatWarnings) add(line int64, w translate.Warning) {
 	}
 }
 
+func (c *chatWarnings) addUnmapped(line int64, model string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unmapped == nil {
+		c.unmapped = map[string]*chatWarning{}
+	}
+	cw, ok := c.unmapped[model]
+	if !ok {
+		cw = &chatWarning{first: line}
+		c.unmapped[model] = cw
+	}
+	cw.lines++
+	cw.first = min(cw.first, line)
+}
+
 func (c *chatWarnings) log(log zerolog.Logger, input, prov string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -241,6 +259,17 @@ func (c *chatWarnings) log(log zerolog.Logger, input, prov string) {
 		cw := c.by[k]
 		log.Warn().Str("param", "body."+k).Int64("lines", cw.lines).Str("first", fmt.Sprintf("%s:%d", input, cw.first)).
 			Str("reason", cw.w.Reason).Msg("parameter left out of chat lines translated for " + prov)
+	}
+	models := make([]string, 0, len(c.unmapped))
+	for m := range c.unmapped {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		cw := c.unmapped[m]
+		log.Warn().Str("model", m).Int64("lines", cw.lines).Str("first", fmt.Sprintf("%s:%d", input, cw.first)).
+			Msgf("%d chat completions lines have model %q, which --model-map does not rename: they are sent to %s as %q (add %s=NEW to the map if %s does not serve it)",
+				cw.lines, m, prov, m, m, prov)
 	}
 }
 

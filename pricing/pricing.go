@@ -144,12 +144,22 @@ func (t *Table) overlay(f File) {
 // dated matches a model snapshot's date suffix: -2024-07-18, -20241022.
 var dated = regexp.MustCompile(`-(\d{4}-\d{2}-\d{2}|\d{8})$`)
 
+// localFamilies are the tables --provider local looks in after openai's:
+// its emulator serves every family's lines, each model at its own
+// provider's price.
+var localFamilies = []string{"anthropic", "cloudflare", "gemini", "mistral", "together"}
+
 // Lookup returns the price of model at provider (a --provider name). A
 // provider without an entry of its own is looked up as the one it is
-// priced as (local and azure as openai); a dated snapshot of a model
+// priced as (local and azure as openai); local, which runs every family's
+// lines, then as each family's provider; a dated snapshot of a model
 // (gpt-4o-mini-2024-07-18) without an entry of its own takes the model's.
 func (t *Table) Lookup(provider, model string) (Price, bool) {
-	for _, name := range []string{provider, aliases[provider]} {
+	names := []string{provider, aliases[provider]}
+	if provider == "local" {
+		names = append(names, localFamilies...)
+	}
+	for _, name := range names {
 		p, ok := t.providers[name]
 		if !ok {
 			continue
@@ -162,7 +172,9 @@ func (t *Table) Lookup(provider, model string) (Price, bool) {
 				return fill(pr, p), true
 			}
 		}
-		return Price{}, false
+		if provider != "local" {
+			return Price{}, false
+		}
 	}
 	return Price{}, false
 }

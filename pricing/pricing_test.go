@@ -18,6 +18,8 @@ func TestBuiltinPricesCoverPresetsAndEmulatorModels(t *testing.T) {
 		{"local", "gpt-4o-mini"}, {"azure", "gpt-4o"}, {"openai", "gpt-4o-mini-2024-07-18"},
 		{"anthropic", "claude-sonnet-4-5"}, {"anthropic", "claude-3-5-haiku-latest"},
 		{"cloudflare", "@cf/meta/llama-3.1-8b-instruct"}, {"cloudflare", "@cf/baai/bge-m3"},
+		// local runs every family's lines: each at its provider's price.
+		{"local", "gemini-2.5-flash"}, {"local", "claude-haiku-4-5"}, {"local", "@cf/meta/llama-3.1-8b-instruct"},
 	} {
 		p, ok := tbl.Lookup(c.provider, c.model)
 		if !ok {
@@ -32,7 +34,7 @@ func TestBuiltinPricesCoverPresetsAndEmulatorModels(t *testing.T) {
 	if p, _ := tbl.Lookup("openai", "gpt-4o-mini"); p.Input != 0.075 || p.Output != 0.30 {
 		t.Errorf("gpt-4o-mini batch price %+v", p)
 	}
-	for _, c := range []struct{ provider, model string }{{"openai", "no-such-model"}, {"groq", "gpt-4o-mini"}, {"anthropic", "gpt-4o-mini"}} {
+	for _, c := range []struct{ provider, model string }{{"openai", "no-such-model"}, {"groq", "gpt-4o-mini"}, {"anthropic", "gpt-4o-mini"}, {"local", "no-such-model"}} {
 		if p, ok := tbl.Lookup(c.provider, c.model); ok {
 			t.Errorf("%s %s: priced %+v, want unknown", c.provider, c.model, p)
 		}

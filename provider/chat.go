@@ -78,6 +78,10 @@ type ChatOptions struct {
 	// called from the splitter's workers at once: it must be safe for
 	// concurrent use. Nil: warnings are dropped.
 	Warn func(line int64, w translate.Warning)
+	// Unmapped is told of each chat completions line whose model ModelMap
+	// (when not empty) does not rename: it is sent as written. Called
+	// like Warn, at once from the splitter's workers. Nil: not told.
+	Unmapped func(line int64, model string)
 }
 
 // ParseModelMap reads --model-map: old=new pairs separated by commas.
@@ -146,6 +150,8 @@ func (c chatCodec) Validate(it *sluice.Item) error {
 	mapped := false
 	if m, ok := c.opts.ModelMap[it.Model]; ok {
 		it.Model, mapped = m, true
+	} else if len(c.opts.ModelMap) > 0 && c.opts.Unmapped != nil {
+		c.opts.Unmapped(it.Line, it.Model)
 	}
 	if c.fam == nil {
 		if err := c.inner.Validate(it); err != nil {
@@ -231,4 +237,20 @@ func (c chatCodec) TranslateResult(ref sluice.BatchRef, r *sluice.Result) {
 	out := *resp
 	out.Body = body
 	r.Line.Response = &out
+}
+
+// MaxOutput implements sluice.OutputBounder: a translated line's bound is
+// the one of its native body (which carries --default-max-tokens), as the
+// family's codec reads it; any other line's is the inner codec's.
+func (c chatCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	inner := it
+	if it.URL == ChatURL && c.fam != nil {
+		native := *it
+		native.URL = c.fam.nativeURL(it.Model)
+		inner, read = &native, BodyMaxOutput(it.Body)
+	}
+	if ob, ok := c.inner.(sluice.OutputBounder); ok {
+		return ob.MaxOutput(inner, read)
+	}
+	return read
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 
@@ -334,4 +335,84 @@ func (m MixedCodec) Envelope() sluice.Envelope { return m.OpenAI.Envelope() }
 func (m MixedCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
 	c, _ := m.For(it.URL)
 	return c.AppendItem(dst, it)
+}
+
+// cloudflareDefaultMaxTokens is the output bound Workers AI's text
+// generation models apply when a request sets no max_tokens.
+const cloudflareDefaultMaxTokens = 256
+
+// embeddingsBound is 0 (no output) for an embeddings or moderations url,
+// else read.
+func embeddingsBound(url string, read int64) int64 {
+	if strings.HasSuffix(url, "/embeddings") || strings.HasSuffix(url, "/moderations") {
+		return 0
+	}
+	return read
+}
+
+// MaxOutput implements sluice.OutputBounder: embeddings produce none.
+func (OpenAICodec) MaxOutput(it *sluice.Item, read int64) int64 { return embeddingsBound(it.URL, read) }
+
+// MaxOutput implements sluice.OutputBounder: embeddings produce none.
+func (BodyLineCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	return embeddingsBound(it.URL, read)
+}
+
+// MaxOutput implements sluice.OutputBounder: a text generation request
+// (messages or prompt) that sets no max_tokens gets Workers AI's default;
+// an embeddings request (text) produces none.
+func (CloudflareCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	if read >= 0 {
+		return read
+	}
+	switch r := gjson.GetManyBytes(it.Body, "messages", "prompt", "text"); {
+	case r[0].Exists() || r[1].Exists():
+		return cloudflareDefaultMaxTokens
+	case r[2].Exists():
+		return 0
+	}
+	return read
+}
+
+// MaxOutput implements sluice.OutputBounder for the family of url.
+func (m MixedCodec) MaxOutput(it *sluice.Item, read int64) int64 {
+	if ob, ok := sluice.CodecFor(m, it.URL).(sluice.OutputBounder); ok {
+		return ob.MaxOutput(it, read)
+	}
+	return read
+}
+
+// BodyMaxOutput is the bound of a native body's output: the largest of its
+// max_tokens, max_completion_tokens, max_output_tokens and Gemini's
+// generationConfig.maxOutputTokens, times its answers (n, best_of,
+// generationConfig.candidateCount) when it asks for several; -1 when it
+// sets no bound.
+func BodyMaxOutput(body []byte) int64 {
+	n, choices := int64(-1), int64(1)
+	count := func(v gjson.Result, into *int64) {
+		if v.Type == gjson.Number && v.Num >= 0 && v.Num <= 1e15 {
+			*into = max(*into, int64(math.Ceil(v.Num)))
+		}
+	}
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+			count(v, &n)
+		case "n", "best_of":
+			count(v, &choices)
+		case "generationConfig", "generation_config":
+			count(v.Get("maxOutputTokens"), &n)
+			count(v.Get("max_output_tokens"), &n)
+			count(v.Get("candidateCount"), &choices)
+			count(v.Get("candidate_count"), &choices)
+		}
+		return true
+	})
+	if n > 0 && choices > 1 {
+		if n > 1e15/choices {
+			return 1e15
+		}
+		n *= choices
+	}
+	return n
 }

@@ -83,10 +83,10 @@ var Presets = map[string]Preset{
 	"local": {
 		Name: "local", Family: FamilyOpenAI, BaseURL: "", AuthHeader: "Authorization",
 		Limits:            sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 50_000},
-		Endpoints:         openAIEndpoints,
+		Endpoints:         localEndpoints,
 		CompletionWindow:  "24h",
 		RequestsPerSecond: 50, Burst: 50,
-		InputFormat: openAIInput, Window: "24h",
+		InputFormat: "every family's lines, each in its own API's format (OpenAI's, Anthropic's, Workers AI's, Gemini's)", Window: "24h",
 		Notes: "the built-in emulator, in-process; no key needed",
 	},
 	"openai": {
@@ -226,6 +226,11 @@ var openAIEndpoints = []string{
 	"/v1/responses", "/v1/chat/completions", "/v1/embeddings", "/v1/completions",
 	"/v1/moderations", "/v1/images/generations", "/v1/images/edits", "/v1/videos",
 }
+
+// localEndpoints are the urls --provider local takes: its emulator serves
+// every family, and MixedCodec writes each url in its family's format.
+var localEndpoints = append(append([]string{}, openAIEndpoints...),
+	"/v1/messages", "/ai/run/{model}", "/ai/run", "/v1beta/models/{model}:generateContent", "/v1/models/{model}:generateContent")
 
 // Lookup returns the preset of a provider name.
 func Lookup(name string) (Preset, error) {

@@ -171,7 +171,10 @@ func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	s := &p.s
 	r.url, r.model = it.URL, it.Model
 	r.tokens = tokens(it.Model, &s.text, s.roles)
-	r.maxOut = s.maxOut
+	r.maxOut = s.outputBound()
+	if ob, ok := p.codec.(sluice.OutputBounder); ok {
+		r.maxOut = ob.MaxOutput(it, r.maxOut)
+	}
 	if p.keys != nil {
 		r.key = p.keys.key(it.Model, it.URL, it.Body, !s.fields[keyBody].spaced)
 	}

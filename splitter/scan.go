@@ -43,6 +43,7 @@ const (
 	kindOther = iota
 	kindLine
 	kindBody
+	kindGenConfig // body.generationConfig (Gemini)
 )
 
 // Keys of the line the scanner captures.
@@ -73,10 +74,32 @@ type scanner struct {
 	// spaces counts the whitespace bytes between tokens so far.
 	spaces int
 
-	// maxOut is the largest of body.max_tokens, body.max_completion_tokens
-	// and body.max_output_tokens, -1 when the body sets none (the upper
-	// bound of the request's output: docs/money.md).
+	// maxOut is the largest of body.max_tokens, body.max_completion_tokens,
+	// body.max_output_tokens and Gemini's
+	// body.generationConfig.maxOutputTokens, -1 when the body sets none
+	// (the upper bound of the request's output: docs/money.md).
 	maxOut int64
+	// choices is the largest of body.n, body.best_of and Gemini's
+	// body.generationConfig.candidateCount (0 when none is set): the
+	// answers the request is billed for, each up to maxOut tokens.
+	choices int64
+}
+
+// outputBound is the bound of the request's output: maxOut for each of
+// its choices, -1 when the body sets no maxOut.
+func (s *scanner) outputBound() int64 {
+	if s.maxOut < 0 || s.choices <= 1 {
+		return s.maxOut
+	}
+	return saturatedProduct(s.maxOut, s.choices)
+}
+
+// saturatedProduct is a*b for non-negative counts, at most 1e15.
+func saturatedProduct(a, b int64) int64 {
+	if b != 0 && a > 1e15/b {
+		return 1e15
+	}
+	return a * b
 }
 
 func (s *scanner) reset(b []byte) {
@@ -373,14 +396,21 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 		case "model":
 			which = keyModel
 		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			start := s.i
-			if !s.value() {
-				return false
+			return s.maxOutput()
+		case "n", "best_of":
+			return s.choiceCount()
+		case "generationConfig", "generation_config":
+			if s.b[s.i] == '{' {
+				return s.object(kindGenConfig)
 			}
-			if n, ok := parseCount(s.b[start:s.i]); ok && n > s.maxOut {
-				s.maxOut = n
-			}
-			return true
+		}
+	case kindGenConfig:
+		// Gemini's JSON takes a field by its proto name or its JSON name.
+		switch string(key) {
+		case "maxOutputTokens", "max_output_tokens":
+			return s.maxOutput()
+		case "candidateCount", "candidate_count":
+			return s.choiceCount()
 		}
 	}
 	if which == keyNone {
@@ -419,6 +449,32 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 	}
 	f.end = s.i
 	return ok
+}
+
+// maxOutput scans a value that bounds the request's output and keeps it
+// when it is the largest such count so far.
+func (s *scanner) maxOutput() bool {
+	start := s.i
+	if !s.value() {
+		return false
+	}
+	if n, ok := parseCount(s.b[start:s.i]); ok && n > s.maxOut {
+		s.maxOut = n
+	}
+	return true
+}
+
+// choiceCount scans a value that counts the answers of the request and
+// keeps it when it is the largest such count so far.
+func (s *scanner) choiceCount() bool {
+	start := s.i
+	if !s.value() {
+		return false
+	}
+	if n, ok := parseCount(s.b[start:s.i]); ok && n > s.choices {
+		s.choices = n
+	}
+	return true
 }
 
 // unescapeKey decodes a key with escapes (rare: slow path).

@@ -100,7 +100,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 			if err != nil {
 				return err
 			}
-			printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
+			printSummary(os.Stdout, ctx, db, job, sum, runWall{total: time.Since(start)})
 			if lifecycle.FailedAny(sum) {
 				return silent(exitFailures)
 			}

@@ -105,9 +105,9 @@ func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 // logger builds the process logger: a readable console on a terminal,
 // zerolog JSON lines otherwise (cron, systemd, CI).
 func (g *globalFlags) logger(w *os.File) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(strings.ToLower(g.logLevel))
-	if err != nil || g.logLevel == "" {
-		return zerolog.Logger{}, usageErr("--log-level %q: want debug, info, warn or error", g.logLevel)
+	lvl, err := g.checkLog()
+	if err != nil {
+		return zerolog.Logger{}, err
 	}
 	var out io.Writer = w
 	if a := terminalArea(w); a != nil {
@@ -121,8 +121,20 @@ func (g *globalFlags) logger(w *os.File) (zerolog.Logger, error) {
 		if isTerminal(w) {
 			out = zerolog.ConsoleWriter{Out: out, TimeFormat: "15:04:05"}
 		}
-	default:
-		return zerolog.Logger{}, usageErr("--log-format %q: want auto, json or console", g.logFormat)
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// checkLog validates --log-level and --log-format, for every command
+// (the root's PersistentPreRunE), whether it logs or not.
+func (g *globalFlags) checkLog() (zerolog.Level, error) {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(g.logLevel))
+	if err != nil || g.logLevel == "" {
+		return lvl, usageErr("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	switch g.logFormat {
+	case "json", "console", "auto", "":
+		return lvl, nil
+	}
+	return lvl, usageErr("--log-format %q: want auto, json or console", g.logFormat)
 }

@@ -147,6 +147,10 @@ original custom_ids, in input order.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			_, err := g.checkLog()
+			return err
+		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.state, "state", "", "state directory holding the database, chunks and results (default $SLUICE_STATE, else $XDG_STATE_HOME/sluice or ~/.local/state/sluice)")

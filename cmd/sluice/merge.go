@@ -42,9 +42,22 @@ func printable(s lifecycle.Summary) jobSummary {
 	return js
 }
 
+// runWall is the wall time of a run and, within it, of deleting the job's
+// files at the provider after the merge (which "since planned", plan to
+// merge, does not hold).
+type runWall struct{ total, cleanup time.Duration }
+
+func (r runWall) String() string {
+	s := shortDuration(r.total) + " this run"
+	if r.cleanup >= time.Second {
+		s += " (" + shortDuration(r.cleanup) + " of it deleting the job's files at the provider)"
+	}
+	return s
+}
+
 // printSummary is the last word of a run on stdout: counts, batches,
 // tokens, wall time, and where the output and errors are.
-func printSummary(w io.Writer, ctx context.Context, db tracker.Backend, job *sluice.Job, sum *merger.Summary, wall time.Duration) {
+func printSummary(w io.Writer, ctx context.Context, db tracker.Backend, job *sluice.Job, sum *merger.Summary, wall runWall) {
 	js := previousSummary(ctx, db, job)
 	if js.Output == "" {
 		chunks, _ := db.Chunks(ctx, job.ID)
@@ -66,8 +79,8 @@ func printSummary(w io.Writer, ctx context.Context, db tracker.Backend, job *slu
 		fmt.Fprintf(w, " (%s retried in %s)", commas(js.Retried), plural(int64(js.RetryBatches), "retry batch", "retry batches"))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s this run, %s since planned\n",
-		commas(int64(js.Batches)), commas(js.InputTokens), commas(js.OutputTokens), shortDuration(wall), js.Wall)
+	fmt.Fprintf(w, "batches: %s; tokens: %s input, %s output (provider usage); wall time %s, %s since planned\n",
+		commas(int64(js.Batches)), commas(js.InputTokens), commas(js.OutputTokens), wall, js.Wall)
 	if js.Money == nil {
 		chunks, _ := db.Chunks(ctx, job.ID)
 		js.Money = jobMoney(ctx, db, job, chunks)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -37,10 +38,10 @@ func newPlanMoney(ctx context.Context, db tracker.Backend, job *sluice.Job, tbl 
 
 // chunkMoneyJSON is a chunk's cost in plan --json.
 type chunkMoneyJSON struct {
-	MaxOutputTokens int64    `json:"max_output_tokens"`
-	NoMaxRequests   int      `json:"no_max_requests"`
-	EstCost         *float64 `json:"est_cost_usd"` // null: unknown
-	MaxCost         *float64 `json:"max_cost_usd"` // null: unknown or unbounded
+	MaxOutputTokens int64 `json:"max_output_tokens"`
+	NoMaxRequests   int   `json:"no_max_requests"`
+	EstCost         *usd  `json:"est_cost_usd"` // null: unknown
+	MaxCost         *usd  `json:"max_cost_usd"` // null: unknown or unbounded
 }
 
 // learnedJSON is what finished batches of a model taught.
@@ -52,8 +53,8 @@ type learnedJSON struct {
 
 // planMoneyJSON is the plan's cost in plan --json.
 type planMoneyJSON struct {
-	EstCost     *float64               `json:"est_cost_usd"` // null: unknown
-	MaxCost     *float64               `json:"max_cost_usd"` // null: unknown or unbounded
+	EstCost     *usd                   `json:"est_cost_usd"` // null: unknown
+	MaxCost     *usd                   `json:"max_cost_usd"` // null: unknown or unbounded
 	PriceSource string                 `json:"price_source"`
 	Prices      map[string]priceJSON   `json:"prices"`
 	Unpriced    []string               `json:"unpriced_models"`
@@ -67,11 +68,31 @@ type priceJSON struct {
 	Provider string `json:"provider"`
 }
 
-func finite(x float64) *float64 {
+// usd is an amount of dollars in JSON: a decimal number rounded to
+// usdDecimals places (a tenth of a millionth of a cent, far below one
+// token's price), never float noise such as 0.0034045499999999997 nor an
+// exponent.
+type usd float64
+
+const usdDecimals = 10
+
+func (x usd) MarshalJSON() ([]byte, error) {
+	s := strconv.FormatFloat(float64(x), 'f', usdDecimals, 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	if s == "-0" {
+		s = "0"
+	}
+	return []byte(s), nil
+}
+
+func finite(x float64) *usd {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return nil
 	}
-	return &x
+	u := usd(x)
+	return &u
 }
 
 func ratioPtr(r float64, ok bool) *float64 {
@@ -129,19 +150,19 @@ func contains(xs []string, x string) bool {
 }
 
 // costCell is a cost in a table: unknown is said, never 0.
-func costCell(x *float64) string {
+func costCell(x *usd) string {
 	if x == nil {
 		return "unknown"
 	}
-	return dispatcher.USD(*x)
+	return dispatcher.USD(float64(*x))
 }
 
 func writePlanMoney(w io.Writer, m *planMoneyJSON) {
 	switch {
 	case m.EstCost != nil:
-		fmt.Fprintf(w, "estimated cost: %s", dispatcher.USD(*m.EstCost))
+		fmt.Fprintf(w, "estimated cost: %s", dispatcher.USD(float64(*m.EstCost)))
 		if m.MaxCost != nil {
-			fmt.Fprintf(w, ", at most %s", dispatcher.USD(*m.MaxCost))
+			fmt.Fprintf(w, ", at most %s", dispatcher.USD(float64(*m.MaxCost)))
 		}
 		fmt.Fprintf(w, " (prices: %s)\n", m.PriceSource)
 	case len(m.Unpriced) > 0:
@@ -187,19 +208,22 @@ func pricesInForce() *pricing.Table {
 
 // spendJSON is a job's money in status --json and the run summary.
 type spendJSON struct {
-	ActualUSD    *float64 `json:"actual_usd"`    // priced provider usage of ended batches; null: unknown
-	CommittedUSD *float64 `json:"committed_usd"` // actual + upper bound of live batches; null: unknown
-	CapUSD       *float64 `json:"cap_usd"`       // the last run's --max-cost; null: none
+	ActualUSD    *usd     `json:"actual_usd"`    // priced provider usage of ended batches; null: unknown
+	CommittedUSD *usd     `json:"committed_usd"` // actual + upper bound of live batches; null: unknown
+	CapUSD       *usd     `json:"cap_usd"`       // the last run's --max-cost; null: none
 	PriceSource  string   `json:"price_source"`
 	Unpriced     []string `json:"unpriced_models"`
-	// EstInputTokens is sluice's estimate of the requests whose results
-	// reported usage, InputTokens that usage, InputRatio the one over the
+	// EstInputTokens is sluice's input estimate of the job's planned
+	// requests (the job's est_input_tokens); InputTokens is the usage the
+	// provider reported, UsageEstInputTokens sluice's estimate of exactly
+	// the requests whose results reported it, InputRatio the one over the
 	// other (issue 11 item 5: estimate vs actual).
-	EstInputTokens int64            `json:"est_input_tokens"`
-	InputTokens    int64            `json:"input_tokens"`
-	InputRatio     *float64         `json:"input_ratio"`
-	Reused         int64            `json:"reused_requests"`
-	ReusedFrom     map[string]int64 `json:"reused_from"`
+	EstInputTokens      int64            `json:"est_input_tokens"`
+	InputTokens         int64            `json:"input_tokens"`
+	UsageEstInputTokens int64            `json:"usage_est_input_tokens"`
+	InputRatio          *float64         `json:"input_ratio"`
+	Reused              int64            `json:"reused_requests"`
+	ReusedFrom          map[string]int64 `json:"reused_from"`
 }
 
 func jobMoney(ctx context.Context, db tracker.Backend, job *sluice.Job, chunks []*sluice.Chunk) *spendJSON {
@@ -213,12 +237,17 @@ func jobMoney(ctx context.Context, db tracker.Backend, job *sluice.Job, chunks [
 	if len(s.Unpriced) == 0 {
 		m.ActualUSD, m.CommittedUSD = finite(s.Actual), finite(s.Committed)
 	}
-	m.CapUSD, _ = db.MaxCost(ctx, job.ID)
+	if c, _ := db.MaxCost(ctx, job.ID); c != nil {
+		m.CapUSD = finite(*c)
+	}
 	var l sluice.Learned
 	for _, c := range chunks {
 		l = l.Add(sluice.Learned{EstTokens: c.UsageEstTokens, InputTokens: c.InputTokens, OutputTokens: c.OutputTokens})
+		if c.Attempt == 1 {
+			m.EstInputTokens += c.EstTokens // as status's est_input_tokens
+		}
 	}
-	m.EstInputTokens, m.InputTokens = l.EstTokens, l.InputTokens
+	m.UsageEstInputTokens, m.InputTokens = l.EstTokens, l.InputTokens
 	m.InputRatio = ratioPtr(l.InputRatio())
 	m.ReusedFrom, _ = db.ReuseSources(ctx, job.ID)
 	return m
@@ -234,7 +263,7 @@ func writeMoney(w io.Writer, m *spendJSON, label func(string) string) {
 		line += ", committed " + costCell(m.CommittedUSD) + " with live batches at their upper bound"
 	}
 	if m.CapUSD != nil {
-		line += ", cap " + dispatcher.USD(*m.CapUSD)
+		line += ", cap " + dispatcher.USD(float64(*m.CapUSD))
 	}
 	if len(m.Unpriced) > 0 {
 		line += "; no price for " + strings.Join(m.Unpriced, ", ")
@@ -242,7 +271,7 @@ func writeMoney(w io.Writer, m *spendJSON, label func(string) string) {
 	fmt.Fprintln(w, label("spend")+line)
 	if m.InputRatio != nil {
 		fmt.Fprintf(w, "%sinput tokens ~%s estimated, %s reported by the provider (x%.3f)\n", label("estimate"),
-			commas(m.EstInputTokens), commas(m.InputTokens), *m.InputRatio)
+			commas(m.UsageEstInputTokens), commas(m.InputTokens), *m.InputRatio)
 	}
 	if m.Reused > 0 {
 		fmt.Fprintf(w, "%s%s requests answered from earlier jobs' results, not bought again (%s)\n", label("reused"), commas(m.Reused), fromJobs(m.ReusedFrom))

@@ -19,7 +19,7 @@ func checkCredentials(f *jobFlags, p provider.Preset) error {
 		return nil
 	}
 	if credential(p) == "" {
-		return usageErr("provider %s needs a key in $%s (keys are read from the environment only)", p.Name, p.KeyEnv[0])
+		return missingKey(p)
 	}
 	if p.AccountEnv != "" && os.Getenv(p.AccountEnv) == "" {
 		return usageErr("provider %s needs an account id in $%s", p.Name, p.AccountEnv)

@@ -55,7 +55,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
 	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
 	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")
-	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll)")
+	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll); a batch keeps the time it was submitted under, so on a resumed run it applies to new batches only")
 	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
 	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
 	fs.StringVar(&n.gemini.mimeType, "gemini-mime-type", "", "--provider gemini: mimeType of uploaded chunk files (default application/jsonl; Google's docs pass jsonl)")
@@ -71,6 +71,34 @@ func credential(p provider.Preset) string {
 		}
 	}
 	return ""
+}
+
+// keyEnvText names the variables a preset's key may be in: "$A or $B".
+func keyEnvText(p provider.Preset) string { return "$" + strings.Join(p.KeyEnv, " or $") }
+
+// missingKey is the usage error of a provider whose key is in none of its
+// variables: every variable it reads is named.
+func missingKey(p provider.Preset) error {
+	return usageErr("provider %s needs a key in %s (keys are read from the environment only)", p.Name, keyEnvText(p))
+}
+
+// credentialsHelp lists, for run --help, the variables each provider
+// reads its credentials from.
+func credentialsHelp() string {
+	var b strings.Builder
+	b.WriteString("Credentials come from the environment only (local needs none):\n")
+	for _, name := range provider.Names() {
+		p := provider.Presets[name]
+		if len(p.KeyEnv) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "  %-11s %s", name, strings.Join(p.KeyEnv, " or "))
+		if p.AccountEnv != "" {
+			fmt.Fprintf(&b, ", and %s", p.AccountEnv)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // newProvider builds the provider client of a preset. For "local" it
@@ -105,7 +133,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			rl.PerSecond = -1
 		}
 	} else if key == "" {
-		return nil, nil, usageErr("provider %s needs a key in $%s (keys are read from the environment only)", p.Name, p.KeyEnv[0])
+		return nil, nil, missingKey(p)
 	}
 	var prov sluice.Provider
 	var err error

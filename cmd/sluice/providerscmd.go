@@ -91,7 +91,7 @@ func printProviders(w io.Writer, asJSON bool) error {
 		}
 		key := "-"
 		if len(p.KeyEnv) > 0 {
-			key = "$" + strings.Join(p.KeyEnv, " or $")
+			key = keyEnvText(provider.Presets[p.Name])
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", p.Name, p.Family, limitText(p.MaxBatchBytes),
 			limitText(int64(p.MaxBatchRequests)), limitText(int64(p.MaxLiveBatches)), p.Window, p.RequestsPerSecond, key, base)

@@ -78,10 +78,7 @@ Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
 
-Credentials come from the environment only: OPENAI_API_KEY, ANTHROPIC_API_KEY,
-CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID, AZURE_OPENAI_API_KEY,
-NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
-
+` + credentialsHelp() + `
 ` + exitCodesHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd.Context(), g, &f, args[0]) },
@@ -313,6 +310,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	// One worker merges; the others exit 0 once it has.
 	var sum *merger.Summary
+	var cleanup time.Duration // deleting the job's files at the provider
 	merged, err := wk.mergeOnce(ctx, stop, doneBefore, func(fresh *sluice.Job) error {
 		job.State = fresh.State
 		var err error
@@ -321,7 +319,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		if err != nil {
 			return err
 		}
-		lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+		cleanup = lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
 		return nil
 	})
 	if errors.Is(err, errStopped) {
@@ -335,7 +333,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		log.Info().Str("job", job.ID).Msg("job done: another worker merged it")
 		return nil
 	}
-	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
+	printSummary(os.Stdout, ctx, db, job, sum, runWall{time.Since(start), cleanup})
 	if lifecycle.FailedAny(sum) {
 		return silent(exitFailures)
 	}

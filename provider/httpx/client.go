@@ -322,8 +322,13 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		if err := ctx.Err(); err != nil {
 			return ctxErr(err, lastErr)
 		}
-		if err := c.lim.Wait(ctx); err != nil {
-			return ctxErr(err, lastErr)
+		// An endpoint that answers nothing counts no rate: while the client
+		// is down, attempts do not queue behind the limiter (a run halting
+		// on an unreachable endpoint would else wait a token per call).
+		if c.downSince.Load() == 0 {
+			if err := c.lim.Wait(ctx); err != nil {
+				return ctxErr(err, lastErr)
+			}
 		}
 		resp, sent, err := c.attempt(ctx, call)
 		var (
@@ -366,6 +371,9 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		wait, ok := time.Duration(0), false
 		if retry {
 			wait, ok = c.retry.next(attempt, hint, asked, waited, c.rand())
+			if err != nil {
+				wait, ok = c.untilDown(attempt, wait, ok)
+			}
 		}
 		if !ok {
 			if ambiguous && call.Reconcile != nil {
@@ -427,6 +435,27 @@ func (c *Client) unreachable() time.Duration {
 		return down
 	}
 	return 0
+}
+
+// untilDown shapes the wait after an attempt that got no answer, so that
+// an endpoint without any answer is reported unreachable when it has been
+// so for MaxTotalWait (--http-max-wait), not one call's retries and the
+// caller's later try after: never past that moment (at it, the call ends
+// and says so), and up to it even where the call's own waits would stop
+// sooner. MaxAttempts still ends the call.
+func (c *Client) untilDown(attempt int, wait time.Duration, ok bool) (time.Duration, bool) {
+	since := c.downSince.Load()
+	if since == 0 || attempt >= c.retry.MaxAttempts {
+		return wait, ok
+	}
+	left := c.retry.MaxTotalWait - c.clock.Now().Sub(time.Unix(0, since))
+	switch {
+	case left <= 0:
+		return 0, false
+	case !ok || wait > left:
+		return left, true
+	}
+	return wait, ok
 }
 
 func ctxErr(err, last error) error {

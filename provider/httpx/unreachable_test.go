@@ -73,3 +73,25 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// A single call against an endpoint that refuses every connection retries
+// up to MaxTotalWait since the first failure, not less (its own waits
+// would stop at 3.5 s of 5), and then says the endpoint is unreachable:
+// --http-max-wait is when an unreachable endpoint is reported.
+func TestUnreachableWithinOneCall(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String() + "/v1/files"
+	ln.Close()
+	c, clock := newClient(t, httpx.Retry{MaxTotalWait: 5 * time.Second})
+	start := clock.Now()
+	_, err = c.Do(context.Background(), "GET", dead, nil, nil)
+	if !errors.Is(err, sluice.ErrUnreachable) {
+		t.Fatalf("got %v, want ErrUnreachable", err)
+	}
+	if took := clock.Now().Sub(start); took != 5*time.Second {
+		t.Errorf("waited %s, want 5s", took)
+	}
+}
