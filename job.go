@@ -89,7 +89,8 @@ type Chunk struct {
 	FetchFailures int `json:"fetch_failures,omitempty"`
 	// QueueRefusals counts the times in a row this chunk's batch failed
 	// token_limit_exceeded while no other batch of its model in the job was
-	// live: the chunk alone is over the provider's enqueued-token limit.
+	// live: the chunk alone is over the provider's enqueued-token limit (it
+	// is split after one; a chunk of one request fails after a few).
 	QueueRefusals int `json:"queue_refusals,omitempty"`
 	// Splits counts the attempts of this chunk's requests that were splits
 	// for the provider's enqueued-token limit (a batch of them refused
