@@ -164,6 +164,9 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			// over the limit: it is split, and a chunk of one request, which
 			// cannot be, fails after a few such refusals (split.go).
 			alone, known := d.wasAlone(c.ID)
+			if !known {
+				alone, known = d.aloneInStore(ctx, c)
+			}
 			switch {
 			case alone:
 				c.QueueRefusals++

@@ -177,6 +177,31 @@ func cutLimit(k recut, lim sluice.Limits) int64 {
 	return k.tokens
 }
 
+// aloneInStore tells, from the tracker, whether chunk c's batch was the
+// only one of its model from this job live at the provider while it was,
+// for a batch this run did not submit (a resumed run, or --once runs):
+// any other chunk of the model mid-call or live now, or whose batch ended
+// after c's was submitted, may have counted beside it. known is false when
+// the tracker cannot say.
+func (d *Dispatcher) aloneInStore(ctx context.Context, c *sluice.Chunk) (alone, known bool) {
+	if c.SubmittedAt.IsZero() {
+		return false, false
+	}
+	cs, err := d.store.Chunks(ctx, d.job.ID)
+	if err != nil {
+		return false, false
+	}
+	for _, o := range cs {
+		if o.ID == c.ID || o.Model != c.Model {
+			continue
+		}
+		if inFlight(o.State) || o.State.Terminal() && o.BatchID != "" && !o.EndedAt.Before(c.SubmittedAt) {
+			return false, true
+		}
+	}
+	return true, true
+}
+
 // aloneMessage is what the request of a chunk of one request says when
 // the provider refused it for its enqueued-token limit n times while no
 // other batch of its model from this job was live (b the last refusal).

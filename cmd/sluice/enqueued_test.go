@@ -244,3 +244,47 @@ func wantAllSucceeded(t *testing.T, out string, ids []string) {
 		t.Errorf("%d of %d requests did not succeed", bad, len(ids))
 	}
 }
+
+// TestOnceRunsSplitRefusedBatches (issue 21, item 3): run from cron with
+// --once, each run polls batches an earlier run submitted. Whether a batch
+// refused for the enqueued-token limit was alone is then read from the
+// tracker (no other batch of its model live or ended since it was
+// submitted), so it is split there too, and what its refusal taught is
+// taken back from the tracker by each later run: the job ends, exit 0,
+// every request succeeded (before: the refused batches were sent again on
+// every run, for ever).
+func TestOnceRunsSplitRefusedBatches(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "200ms")
+	dir := t.TempDir()
+	in := filepath.Join(dir, "requests.jsonl")
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, in, b)
+	ids := customIDs(t, b)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	// Runs one after the other, as a tight cron would: each does what is
+	// ready and exits 3 while work is left.
+	deadline := time.Now().Add(60 * time.Second)
+	for run := 1; ; run++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not end in %d --once runs (60s); emulator %v", run-1, emu.stats(t))
+		}
+		r := runSluiceWithin(t, 60*time.Second, env, "run", in, "--out", out, "--provider", "openai",
+			"--base-url", "http://"+emu.addr+"/v1", "--max-enqueued-tokens", "2000", "--once", "--rate", "-1")
+		if r.code == 0 {
+			break
+		}
+		if r.code != 3 {
+			t.Fatalf("--once run %d: exit %d, want 0 or 3 (work left)\n%s", run, r.code, lastBytes(r.stderr, 3000))
+		}
+	}
+	wantAllSucceeded(t, out, ids)
+	st := emu.stats(t)
+	if st["batches_failed"] == 0 {
+		t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
+	}
+}
