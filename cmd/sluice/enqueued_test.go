@@ -255,7 +255,9 @@ func wantAllSucceeded(t *testing.T, out string, ids []string) {
 // every run, for ever).
 func TestOnceRunsSplitRefusedBatches(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "200ms")
+	// Batches take 1s: a --once run has ended before the provider refuses
+	// the batch it submitted.
+	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "1s")
 	dir := t.TempDir()
 	in := filepath.Join(dir, "requests.jsonl")
 	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
