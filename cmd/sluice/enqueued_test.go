@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,5 +290,58 @@ func TestOnceRunsSplitRefusedBatches(t *testing.T) {
 	st := emu.stats(t)
 	if st["batches_failed"] == 0 {
 		t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
+	}
+}
+
+// TestKilledWhileSplittingResumes (issue 21, item 3): sluice killed -9 as it
+// splits a refused batch (its new chunk files being written, or just
+// recorded) resumes with the same command and ends exit 0, every request
+// answered once, none run twice at the provider.
+func TestKilledWhileSplittingResumes(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
+	dir := t.TempDir()
+	in := filepath.Join(dir, "requests.jsonl")
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, in, b)
+	ids := customIDs(t, b)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
+		"--max-enqueued-tokens", "2000", "--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms",
+		"--reconcile-grace", "1s"}
+	cmd := sluiceCmd(env, args...)
+	var se syncBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(se.String(), "limit by itself; split") {
+		select {
+		case err := <-done:
+			t.Fatalf("the first run ended (%v) before it split a batch:\n%s", err, lastBytes(se.String(), 3000))
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no split after 60s:\n%s", lastBytes(se.String(), 3000))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+	r := runSluiceWithin(t, 90*time.Second, env, args...)
+	if r.code != 0 {
+		t.Fatalf("resumed run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	wantAllSucceeded(t, out, ids)
+	if st := emu.stats(t); st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("emulator %v: requests run more than once", st)
 	}
 }
