@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice/internal/gen/corpus"
+	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
 // runSluiceWithin is runSluice that kills sluice after limit: a run that
@@ -108,35 +109,46 @@ func TestEnqueuedTokenBudgetCutsChunks(t *testing.T) {
 // batch refused for the limit while it is alone is split and its halves
 // resubmitted, the rest of the model's chunks are cut by the ratio that
 // taught, and the job ends exit 0 with every request succeeded (before:
-// exit 4, 176 of 240 failed token_limit_exceeded).
+// exit 4, 176 of 240 failed token_limit_exceeded). On SQLite and on
+// PostgreSQL (the trackers record the splits alike).
 func TestEnqueuedTokenLimitEqualToBudgetFinishes(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
-	dir := t.TempDir()
-	in := filepath.Join(dir, "requests.jsonl")
-	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, in, b)
-	ids := customIDs(t, b)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
-	r := runSluiceWithin(t, 90*time.Second, env, "run", in, "--out", out, "--provider", "openai",
-		"--base-url", "http://"+emu.addr+"/v1", "--max-enqueued-tokens", "2000",
-		"--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms")
-	if r.code != 0 {
-		t.Fatalf("run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))
-	}
-	wantAllSucceeded(t, out, ids)
-	st := emu.stats(t)
-	if st["batches_failed"] == 0 {
-		t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
-	}
-	// One refusal per model teaches the ratio: the model's other chunks
-	// are cut by it before they are sent, not each refused in turn.
-	if st["batches_failed"] > 3 {
-		t.Errorf("%d batches refused for the token limit; want at most one per model (3)", st["batches_failed"])
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			var dbArgs []string
+			if db == "postgres" {
+				dbArgs = []string{"--db", testsrv.Postgres(t)}
+			}
+			emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
+			dir := t.TempDir()
+			in := filepath.Join(dir, "requests.jsonl")
+			b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, in, b)
+			ids := customIDs(t, b)
+			out := filepath.Join(dir, "out.jsonl")
+			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB=")
+			r := runSluiceWithin(t, 90*time.Second, env, append([]string{"run", in, "--out", out, "--provider", "openai",
+				"--base-url", "http://" + emu.addr + "/v1", "--max-enqueued-tokens", "2000",
+				"--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms"}, dbArgs...)...)
+			if r.code != 0 {
+				t.Fatalf("run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))
+			}
+			wantAllSucceeded(t, out, ids)
+			st := emu.stats(t)
+			if st["batches_failed"] == 0 {
+				t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
+			}
+			// One refusal per model teaches the ratio: the model's other
+			// chunks are cut by it before they are sent, not each refused in
+			// turn.
+			if st["batches_failed"] > 3 {
+				t.Errorf("%d batches refused for the token limit; want at most one per model (3)", st["batches_failed"])
+			}
+		})
 	}
 }
 
