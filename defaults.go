@@ -32,9 +32,10 @@ const (
 	// DefaultMaxFetchFailures is how many polls in a row may fail to get an
 	// ended batch's results before the attempt fails.
 	DefaultMaxFetchFailures = 5
-	// DefaultMaxQueueRefusals is how many times in a row a chunk submitted
-	// alone may be refused as over the enqueued-token limit before its
-	// requests fail for good.
+	// DefaultMaxQueueRefusals is how many times in a row a chunk of one
+	// request submitted alone may be refused as over the enqueued-token
+	// limit before its request fails for good (a chunk of more is split:
+	// dispatcher/split.go).
 	DefaultMaxQueueRefusals = 3
 
 	// LocalPollInterval and LocalMaxPollInterval replace the poll defaults

@@ -86,8 +86,10 @@ const (
 	// of enqueued tokens for the model was full. The chunk is submitted
 	// again once sluice's own batches of that model drain, without spending
 	// an attempt (status). A batch refused so while it was the job's only
-	// batch of its model is over the limit by itself: after
-	// dispatcher.Options.MaxQueueRefusals such refusals its requests fail
+	// batch of its model is over the limit by itself: it is split, its
+	// chunk failed with this code and its requests moved to smaller chunks
+	// (status; dispatcher/split.go). A chunk of one request cannot be: after
+	// dispatcher.Options.MaxQueueRefusals such refusals its request fails
 	// with this code (output lines).
 	CodeQueueFull ErrorCode = "token_limit_exceeded"
 	// CodeProviderOutput (status only): the batch's results were read, but

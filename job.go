@@ -99,8 +99,16 @@ type Chunk struct {
 	FetchFailures int `json:"fetch_failures,omitempty"`
 	// QueueRefusals counts the times in a row this chunk's batch failed
 	// token_limit_exceeded while no other batch of its model in the job was
-	// live: the chunk alone is over the provider's enqueued-token limit.
+	// live: the chunk alone is over the provider's enqueued-token limit (it
+	// is split after one; a chunk of one request fails after a few).
 	QueueRefusals int `json:"queue_refusals,omitempty"`
+	// Splits counts the attempts of this chunk's requests that were splits
+	// for the provider's enqueued-token limit (a batch of them refused
+	// while alone, or a chunk not yet submitted cut smaller: see
+	// dispatcher/split.go). They spend none of the job's attempts: the
+	// chunk's requests may be retried while Attempt - Splits is below
+	// Job.MaxAttempts.
+	Splits int `json:"splits,omitempty"`
 	// MaxOutputTokens is the sum of its requests' max output tokens
 	// (max_tokens, max_completion_tokens or max_output_tokens), and
 	// NoMaxRequests counts its requests that set none: together the upper

@@ -36,8 +36,11 @@ func (l Limits) Override(o Limits) Limits {
 // budget it is admitted under; the provider counts tokens its own way,
 // above the estimate by up to 12% on the issue's measurement and 6.6% on
 // average against OpenAI's tokenizer (splitter/estimate.go), so a chunk
-// cut to the full budget would be refused token_limit_exceeded and sent
-// again for ever (issue 11, item 5). 80% leaves room for that error.
+// cut to the full budget would be refused token_limit_exceeded (issue 11,
+// item 5). 80% leaves room for that error on prose; where the provider
+// counts further off (other languages, bodies that are mostly not text),
+// a chunk refused alone is split and the rest cut by the ratio learned
+// (dispatcher/split.go).
 const ChunkTokenShare = 0.8
 
 // ChunkTokens is the most estimated input tokens one chunk may hold:

@@ -59,6 +59,9 @@ type ending struct {
 	missingMsg  string
 	failed      bool
 	noRetry     bool
+	// split, when set, moves every request without a final result to new
+	// chunks cut as it says (split.go), whatever the attempts left.
+	split *recut
 	// notes are added to the chunk's last error, with notesCode
 	// (sluice.CodeProviderOutput when empty).
 	notes     []string
@@ -90,7 +93,11 @@ func (e *ending) lookup(i int) (string, bool) {
 }
 
 func (e *ending) canRetry() bool {
-	return !e.noRetry && e.d.job.State != sluice.JobCancelled && e.c.Attempt < e.d.job.MaxAttempts
+	if e.split != nil {
+		return true
+	}
+	// Splits spend no attempt (split.go).
+	return !e.noRetry && e.d.job.State != sluice.JobCancelled && e.c.Attempt-e.c.Splits < e.d.job.MaxAttempts
 }
 
 // add records one result the provider returned.
@@ -147,7 +154,7 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 	line.CustomID = e.ids[i]
 	if line.Error != nil {
 		errCopy := *line.Error
-		errCopy.Attempts = e.c.Attempt
+		errCopy.Attempts = e.c.Attempt - e.c.Splits // splits spend no attempt
 		line.Error = &errCopy
 	}
 	var err error
@@ -271,7 +278,11 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	}
 	fin := &sluice.Finish{Chunk: c, From: from, Outcomes: e.outcomes}
 	if len(e.retry) > 0 {
-		if fin.NewChunks, fin.Moved, err = d.regroup(ctx, c, e.reqs, e.retry); err != nil {
+		k := d.retryCut(c)
+		if e.split != nil {
+			k = *e.split
+		}
+		if fin.NewChunks, fin.Moved, err = d.regroup(ctx, c, e.reqs, e.retry, k); err != nil {
 			return fatal(fmt.Errorf("chunk %d: regroup retries: %w", c.ID, err))
 		}
 	}

@@ -79,12 +79,13 @@ type Options struct {
 	// before the attempt fails and its requests go to the next attempt.
 	// Default 5.
 	MaxFetchFailures int
-	// MaxQueueRefusals is how many times in a row a chunk's batch may fail
-	// token_limit_exceeded while it was submitted alone (no other batch of
-	// its model in this job live, none submitted with it) before its
-	// requests fail for good: the chunk alone is over the provider's
-	// enqueued-token limit, and sending it again cannot help. Default 3
-	// (the org's queue may hold other work for a while).
+	// MaxQueueRefusals is how many times in a row the batch of a chunk of
+	// one request may fail token_limit_exceeded while it was submitted
+	// alone (no other batch of its model in this job live, none submitted
+	// with it) before its request fails for good: the request alone is
+	// over the provider's enqueued-token limit, and sending it again cannot
+	// help. Default 3 (the org's queue may hold other work for a while).
+	// A chunk of more requests refused so is split at once (split.go).
 	MaxQueueRefusals int
 	// MaxCost, when positive, caps the job's committed spend in USD (see
 	// spend.go); Price prices a model (pricing.Table.Lookup for the job's
@@ -166,10 +167,15 @@ type Dispatcher struct {
 	// alone says, per chunk submitted by this run, whether it went with no
 	// other batch of its model live or submitted beside it.
 	alone map[int64]bool
+	// usage and refusedRatio are what the job learned about the provider's
+	// token counting, per model (split.go): from finished batches' usage,
+	// and from batches refused while alone.
+	usage        map[string]sluice.Learned
+	refusedRatio map[string]float64
 	// newChunks are the chunks of the next attempt that finished chunks
 	// made, not yet taken into the scheduler's view.
 	newChunks []*sluice.Chunk
-	mu        sync.Mutex // guards queueFull, alone and newChunks
+	mu        sync.Mutex // guards queueFull, alone, usage, refusedRatio and newChunks
 	// halted is set by the first fatal error: no new task or provider call
 	// starts; those in flight finish.
 	halted atomic.Bool
@@ -209,7 +215,7 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 		job.MaxAttempts = sluice.DefaultMaxAttempts
 	}
 	return &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
-		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{},
+		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{}, refusedRatio: map[string]float64{},
 		concluding: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 }
 

@@ -284,3 +284,34 @@ func TestGeminiExpiredBatchesRetried(t *testing.T) {
 		t.Fatal("no batch expired: the test proves nothing")
 	}
 }
+
+// TestRefusedAloneSplitsUntilItFits (issue 21, item 3): the provider counts
+// several times sluice's estimate (short prompts: the body's JSON is most
+// of what it counts), so every chunk cut to 80% of --max-enqueued-tokens
+// is over the provider's limit by itself. A chunk refused alone is split
+// (again while its pieces are), the rest are cut by what the refusals
+// taught, and every request succeeds on one attempt: splits spend none.
+func TestRefusedAloneSplitsUntilItFits(t *testing.T) {
+	var lines []string
+	for i := 0; i < 60; i++ {
+		lines = append(lines, fmt.Sprintf(`{"custom_id":"q-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"question %02d"}]}}`, i, i))
+	}
+	r := newRig(t, "openai", lines, sluice.Limits{MaxEnqueuedTokens: 200}, 1,
+		emulator.Options{Seed: 1, EnqueuedTokenLimit: 200, BatchTime: 100 * time.Millisecond})
+	r.run(r.options())
+	ok, failed := checkNothingLost(t, r, 0)
+	if ok != 60 || failed != 0 {
+		t.Errorf("succeeded %d failed %d; want every request, with one attempt", ok, failed)
+	}
+	if st := r.emu.Stats(); st.BatchesFailed == 0 {
+		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")
+	}
+	chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
+	splits := 0
+	for _, c := range chunks {
+		splits = max(splits, c.Splits)
+	}
+	if splits == 0 {
+		t.Error("no chunk was split")
+	}
+}

@@ -161,19 +161,24 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 	if b.Status == sluice.BatchFailed {
 		if b.QueueFull() {
 			// A chunk refused while it was alone at the provider is itself
-			// over the limit: resubmitting it cannot help (issue 11, item 5).
-			switch alone, known := d.wasAlone(c.ID); {
+			// over the limit: it is split, and a chunk of one request, which
+			// cannot be, fails after a few such refusals (split.go).
+			alone, known := d.wasAlone(c.ID)
+			if !known {
+				alone, known = d.aloneInStore(ctx, c)
+			}
+			switch {
 			case alone:
 				c.QueueRefusals++
 			case known:
 				c.QueueRefusals = 0
 			}
+			if alone && c.Requests > 1 && d.job.State != sluice.JobCancelled {
+				return true, d.splitRefused(ctx, c, b)
+			}
 			if c.QueueRefusals >= d.opts.MaxQueueRefusals {
-				msg := fmt.Sprintf("the provider refused this batch %d times for its enqueued-token limit while no other batch of model %s from this job was live: "+
-					"the batch alone (about %d estimated input tokens) is over the provider's limit (%s); "+
-					"set --max-enqueued-tokens to your limit and run with --job NEW_NAME, so chunks are cut to fit it",
-					c.QueueRefusals, c.Model, c.EstTokens, firstMessage(b.Errors))
-				log.Error().Str("reason", msg).Msg("batch over the provider's enqueued-token limit by itself; its requests fail")
+				msg := aloneMessage(c, c.QueueRefusals, b)
+				log.Error().Str("reason", msg).Msg("request over the provider's enqueued-token limit by itself; it fails")
 				return true, d.failForGood(ctx, c, sluice.ChunkSubmitted, sluice.CodeQueueFull, msg)
 			}
 			// The provider's enqueued-token queue is full: wait for our own

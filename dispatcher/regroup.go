@@ -10,14 +10,32 @@ import (
 	"github.com/sluice-batch/sluice"
 )
 
+// recut says how regroup cuts: the attempt of the new chunks, and at most
+// how many estimated input tokens and requests each may hold (0: the
+// job's limits alone).
+type recut struct {
+	attempt  int
+	tokens   int64
+	requests int  // at most this many requests each (0: the job's limits alone)
+	split    bool // a split (split.go): spends no attempt; files named -s
+}
+
+// retryCut is the cut of chunk c's next attempt: the job's limits, and
+// what the provider's token counting taught (split.go).
+func (d *Dispatcher) retryCut(c *sluice.Chunk) recut {
+	return recut{attempt: c.Attempt + 1, tokens: d.cutTokens(c.Model)}
+}
+
 // regroup builds the chunks of the next attempt from requests of chunk c
-// (indexes into reqs): their wire items are copied byte for byte from c's
-// file and cut under the job's limits by the splitter's rule
-// (sluice.Limits.Bound). The new chunks have no id yet: the store gives
-// them theirs when the chunk's end is recorded (sluice.Finish), and the
-// moved requests name them by sluice.NewChunkRef. Their files are named
-// after c and its attempt, which only this end of c writes.
-func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice.Request, idx []int) ([]*sluice.Chunk, []sluice.Request, error) {
+// (indexes into reqs), a retry or a split (split.go) as k says. Their
+// wire items are copied byte for byte from c's file and cut under the
+// job's limits by the splitter's rule (sluice.Limits.Bound), with k.tokens
+// as a further bound on estimated tokens. The new chunks have no id yet:
+// the store gives them theirs when the chunk's end is recorded
+// (sluice.Finish), and the moved requests name them by
+// sluice.NewChunkRef. Their files are named after c and the attempt, which
+// only this end of c writes.
+func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice.Request, idx []int, k recut) ([]*sluice.Chunk, []sluice.Request, error) {
 	if err := d.fetch(ctx, c.Path); err != nil {
 		return nil, nil, err
 	}
@@ -27,8 +45,18 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 	}
 	defer src.Close()
 	codec, lim := sluice.ChunkFormat(d.prov.Codec(), c.URL, d.job.Limits)
+	if k.tokens > 0 && (lim.MaxBatchTokens <= 0 || k.tokens < lim.MaxBatchTokens) {
+		lim.MaxBatchTokens = k.tokens
+	}
+	if k.requests > 0 && (lim.MaxBatchRequests <= 0 || k.requests < lim.MaxBatchRequests) {
+		lim.MaxBatchRequests = k.requests
+	}
 	env := codec.Envelope()
 	ext := filepath.Ext(c.Path)
+	kind, splits := "r", c.Splits
+	if k.split {
+		kind, splits = "s", splits+1
+	}
 	var (
 		chunks []*sluice.Chunk
 		moved  []sluice.Request
@@ -77,8 +105,8 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 			}
 		}
 		if cur == nil {
-			cur = &sluice.Chunk{Job: c.Job, Attempt: c.Attempt + 1, URL: c.URL, Model: c.Model,
-				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d-r%d%s", c.ID, c.Attempt+1, len(chunks), ext)), State: sluice.ChunkPending}
+			cur = &sluice.Chunk{Job: c.Job, Attempt: k.attempt, Splits: splits, URL: c.URL, Model: c.Model,
+				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d-%s%d%s", c.ID, k.attempt, kind, len(chunks), ext)), State: sluice.ChunkPending}
 			if f, err = os.Create(filepath.Join(d.job.Dir, cur.Path)); err != nil {
 				return nil, nil, err
 			}
@@ -95,7 +123,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		if _, err := w.Write(item); err != nil {
 			return nil, nil, err
 		}
-		r.Chunk, r.Index, r.Offset, r.Attempt = sluice.NewChunkRef(len(chunks)), cur.Requests, off, c.Attempt+1
+		r.Chunk, r.Index, r.Offset, r.Attempt = sluice.NewChunkRef(len(chunks)), cur.Requests, off, k.attempt
 		moved = append(moved, r)
 		cur.Requests++
 		cur.EstTokens += r.Tokens

@@ -103,7 +103,7 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 				cut := planJob(t, db, prov, fmt.Sprintf("%s-%d-cut", name, n), input, lim)
 				job.Limits = lim
 				d := New(db, prov, job, Options{})
-				got, moved, err := d.regroup(ctx, c, reqs, idx)
+				got, moved, err := d.regroup(ctx, c, reqs, idx, d.retryCut(c))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -49,6 +49,7 @@ const (
 	stepPoll
 	stepReconcile
 	stepAbandon
+	stepRecut
 )
 
 // onceRounds bounds how often Once goes over the chunks again after a
@@ -266,6 +267,10 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 				k = stepAbandon
 				break
 			}
+			if s.lessons(ctx); d.tooBig(c) {
+				k = stepRecut // over the budget as the provider counts: cut smaller first
+				break
+			}
 			if c.NextPollAt.After(now) && !d.opts.Once {
 				wake = earlier(wake, c.NextPollAt) // backing off after a refused submission
 				continue
@@ -343,11 +348,17 @@ type admission struct {
 	leftover bool
 }
 
+// lessons reads again what finished batches taught, when batches ended
+// since it last did.
+func (s *sched) lessons(ctx context.Context) {
+	if s.learnedStale {
+		s.learned, s.learnedStale = s.d.lessons(ctx), false
+	}
+}
+
 func (s *sched) admission(ctx context.Context) *admission {
 	d := s.d
-	if s.learnedStale {
-		s.learned, s.learnedStale = d.lessons(ctx), false
-	}
+	s.lessons(ctx)
 	a := &admission{s: s, lim: d.job.Limits, learned: s.learned, liveTokens: map[string]int64{}, liveByModel: map[string]int{}}
 	// A chunk whose submission is in flight counts as live: its batch may
 	// exist at the provider at any moment.
@@ -369,7 +380,7 @@ func (s *sched) admission(ctx context.Context) *admission {
 	for _, c := range a.view {
 		if c.State.Live() {
 			a.live++
-			a.liveTokens[c.Model] += queueTokens(c, a.learned)
+			a.liveTokens[c.Model] += d.queueTokens(c)
 			a.liveByModel[c.Model]++
 		}
 		if inFlight(c.State) {
@@ -398,7 +409,8 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 		}
 		d.setQueueFull(c.Model, false)
 	}
-	if lim.MaxEnqueuedTokens > 0 && a.liveByModel[c.Model] > 0 && a.liveTokens[c.Model]+queueTokens(c, a.learned) > lim.MaxEnqueuedTokens {
+	q := d.queueTokens(c)
+	if lim.MaxEnqueuedTokens > 0 && a.liveByModel[c.Model] > 0 && a.liveTokens[c.Model]+q > lim.MaxEnqueuedTokens {
 		return false
 	}
 	if !a.spend.admit(c) {
@@ -406,7 +418,7 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 	}
 	a.live++
 	a.flying++
-	a.liveTokens[c.Model] += queueTokens(c, a.learned)
+	a.liveTokens[c.Model] += q
 	a.liveByModel[c.Model]++
 	a.s.markAlone(c, a.view, a.liveByModel[c.Model] == 1)
 	return true
@@ -497,6 +509,8 @@ func (d *Dispatcher) task(ctx context.Context, k step, c *sluice.Chunk) (e taskE
 		e.moved, e.err = d.reconcileOne(ctx, c)
 	case stepAbandon:
 		e.moved, e.err = true, d.abandon(ctx, c)
+	case stepRecut:
+		e.moved, e.err = true, d.recut(ctx, c)
 	}
 	e.c = c
 	return e
@@ -601,6 +615,7 @@ func (s *sched) refresh(ctx context.Context) error {
 	}
 	s.chunks = cs
 	s.reindex()
+	s.d.restoreRefused(cs)
 	s.lastRefresh = s.d.now()
 	s.learnedStale, s.changed = true, true
 	return nil

@@ -23,8 +23,9 @@ import (
 // is live, Run returns CapReached.
 //
 // With Options.Learned the input estimate of every chunk is corrected by
-// what finished batches of its model taught (provider usage / estimate)
-// before it counts against MaxEnqueuedTokens.
+// what finished batches of its model taught (provider usage / estimate),
+// or what refusals taught if more, before it counts against
+// MaxEnqueuedTokens (split.go).
 
 // CapReached: the spend cap leaves no room for any chunk still to submit,
 // and nothing is live. Running again with a higher cap carries on.
@@ -83,16 +84,8 @@ func (d *Dispatcher) lessons(ctx context.Context) map[string]sluice.Learned {
 		d.log.Warn().Err(err).Msg("could not read what finished batches taught; using the plain estimate")
 		return nil
 	}
+	d.setUsage(l)
 	return l
-}
-
-// queueTokens is the chunk's input estimate as it counts against
-// MaxEnqueuedTokens: corrected by what finished batches taught.
-func queueTokens(c *sluice.Chunk, learned map[string]sluice.Learned) int64 {
-	if r, ok := learned[c.Model].InputRatio(); ok {
-		return int64(float64(c.EstTokens)*r + 0.5)
-	}
-	return c.EstTokens
 }
 
 // capCheck is the spend cap's state during one scheduling pass.

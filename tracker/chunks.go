@@ -18,7 +18,7 @@ var _ sluice.Store = (*DB)(nil)
 const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
 	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
 	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck, max_output_tokens, no_max_requests,
-	usage_est_tokens, queue_refusals, digest`
+	usage_est_tokens, queue_refusals, digest, splits`
 
 func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 	var c sluice.Chunk
@@ -26,7 +26,7 @@ func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
 		&c.EstTokens, &c.Bound, &c.State, &c.FileID, &c.BatchID, &c.BatchStatus, &intent, &next, &c.Polls,
 		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures,
-		&c.ErrorCode, &c.Stuck, &c.MaxOutputTokens, &c.NoMaxRequests, &c.UsageEstTokens, &c.QueueRefusals, &c.Digest); err != nil {
+		&c.ErrorCode, &c.Stuck, &c.MaxOutputTokens, &c.NoMaxRequests, &c.UsageEstTokens, &c.QueueRefusals, &c.Digest, &c.Splits); err != nil {
 		return nil, err
 	}
 	c.IntentAt, c.NextPollAt, c.SubmittedAt, c.EndedAt = fromNS(intent), fromNS(next), fromNS(sub), fromNS(ended)
@@ -206,9 +206,9 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		for _, c := range f.NewChunks {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
+				c.MaxOutputTokens, c.NoMaxRequests, c.Splits); err != nil {
 				return fmt.Errorf("record chunk %d: %w", c.ID, err)
 			}
 		}

@@ -10,7 +10,8 @@ import (
 // testFinishChunkGivesNewChunkIDs: new chunks without an id get theirs in
 // FinishChunk's transaction, one above the job's largest, and the requests
 // moved to them by sluice.NewChunkRef land there: several workers can
-// regroup at once without an id counter of their own.
+// regroup at once without an id counter of their own. A new chunk's splits
+// are recorded with it.
 func testFinishChunkGivesNewChunkIDs(t *testing.T, db *testDB) {
 	ctx := context.Background()
 	planJob(t, db, "j", 3)
@@ -18,7 +19,7 @@ func testFinishChunkGivesNewChunkIDs(t *testing.T, db *testDB) {
 	c := cs[0]
 	c.State = sluice.ChunkDone
 	a := &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "a", State: sluice.ChunkPending, Requests: 1}
-	b := &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "b", State: sluice.ChunkPending, Requests: 1}
+	b := &sluice.Chunk{Job: "j", Attempt: 2, Splits: 1, URL: "u", Model: "m", Path: "b", State: sluice.ChunkPending, Requests: 1}
 	fin := &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
 		Outcomes:  []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}},
 		Moved:     []sluice.Request{{Ordinal: 1, Chunk: sluice.NewChunkRef(0), Length: 5, Attempt: 2}, {Ordinal: 2, Chunk: sluice.NewChunkRef(1), Length: 5, Attempt: 2}},
@@ -35,6 +36,10 @@ func testFinishChunkGivesNewChunkIDs(t *testing.T, db *testDB) {
 		if len(got) != 1 || got[0] != want {
 			t.Errorf("chunk %d holds %v, want [%s]", id, got, want)
 		}
+	}
+	// A split (dispatcher/split.go) is recorded with the new chunk.
+	if got, err := db.Chunk(ctx, "j", b.ID); err != nil || got.Splits != 1 || got.Attempt != 2 {
+		t.Errorf("chunk %d read back as %+v (%v); want attempt 2, 1 split", b.ID, got, err)
 	}
 	// The next end takes ids above those, whichever chunk it ends.
 	a.State = sluice.ChunkFailed

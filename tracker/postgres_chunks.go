@@ -157,10 +157,10 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			}
 			ids[i] = id
 			if _, err := tx.Exec(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 				job, id, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-				c.MaxOutputTokens, c.NoMaxRequests); err != nil {
+				c.MaxOutputTokens, c.NoMaxRequests, c.Splits); err != nil {
 				return fmt.Errorf("record chunk %d: %w", id, err)
 			}
 		}

@@ -5,11 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-batch/sluice/internal/gen/corpus"
+	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
 // runSluiceWithin is runSluice that kills sluice after limit: a run that
@@ -96,29 +102,258 @@ func TestEnqueuedTokenBudgetCutsChunks(t *testing.T) {
 	}
 }
 
-// TestChunkAloneOverProviderLimitEnds (issue 11, item 5): a chunk the
-// provider refuses for its enqueued-token limit while it is the job's only
-// batch of its model is not resubmitted for ever: after a few refusals
-// its requests fail with token_limit_exceeded and a message saying what
-// to do, and the run ends (exit 4).
-func TestChunkAloneOverProviderLimitEnds(t *testing.T) {
+// TestEnqueuedTokenLimitEqualToBudgetFinishes (issue 21, item 3): the
+// README's --max-enqueued-tokens 2000 on examples/requests.jsonl against
+// a provider whose limit is 2,000 and which counts tokens its own way (the
+// emulator: body bytes / 4, about 2.3 times sluice's estimate here). A
+// batch refused for the limit while it is alone is split and its halves
+// resubmitted, the rest of the model's chunks are cut by the ratio that
+// taught, and the job ends exit 0 with every request succeeded (before:
+// exit 4, 176 of 240 failed token_limit_exceeded). On SQLite and on
+// PostgreSQL (the trackers record the splits alike).
+func TestEnqueuedTokenLimitEqualToBudgetFinishes(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			var dbArgs []string
+			if db == "postgres" {
+				dbArgs = []string{"--db", testsrv.Postgres(t)}
+			}
+			emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
+			dir := t.TempDir()
+			in := filepath.Join(dir, "requests.jsonl")
+			b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, in, b)
+			ids := customIDs(t, b)
+			out := filepath.Join(dir, "out.jsonl")
+			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB=")
+			r := runSluiceWithin(t, 90*time.Second, env, append([]string{"run", in, "--out", out, "--provider", "openai",
+				"--base-url", "http://" + emu.addr + "/v1", "--max-enqueued-tokens", "2000",
+				"--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms"}, dbArgs...)...)
+			if r.code != 0 {
+				t.Fatalf("run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))
+			}
+			wantAllSucceeded(t, out, ids)
+			st := emu.stats(t)
+			if st["batches_failed"] == 0 {
+				t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
+			}
+			// One refusal per model teaches the ratio: the model's other
+			// chunks are cut by it before they are sent, not each refused in
+			// turn.
+			if st["batches_failed"] > 3 {
+				t.Errorf("%d batches refused for the token limit; want at most one per model (3)", st["batches_failed"])
+			}
+		})
+	}
+}
+
+// TestEnqueuedTokenBudgetMultilingualFinishes (issue 21, item 3): the
+// generator's multilingual lines (English, accents, CJK, emoji, escapes),
+// on which the emulator counts about 1.3 times sluice's estimate, under a
+// budget equal to the provider's limit: exit 0, every request succeeded
+// (before: exit 4, 444 of 600 failed).
+func TestEnqueuedTokenBudgetMultilingualFinishes(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--enqueued-token-limit", "10000", "--batch-time", "300ms")
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	g := corpus.New(corpus.Options{Seed: 1, Models: 1, MaxLine: 1200})
+	for i := 0; i < 600; i++ {
+		buf.Write(g.Next())
+	}
+	in := filepath.Join(dir, "multilingual.jsonl")
+	writeFile(t, in, buf.Bytes())
+	ids := customIDs(t, buf.Bytes())
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	r := runSluiceWithin(t, 90*time.Second, env, "run", in, "--out", out, "--provider", "openai",
+		"--base-url", "http://"+emu.addr+"/v1", "--max-enqueued-tokens", "10000",
+		"--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	wantAllSucceeded(t, out, ids)
+	if st := emu.stats(t); st["batches_failed"] == 0 {
+		t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
+	}
+}
+
+// TestRequestAloneOverProviderLimitFails (issue 21, item 3; issue 11,
+// item 5): a request the provider counts over its enqueued-token limit by
+// itself is not resubmitted for ever, and only it fails: its batch is
+// split until it is alone, sent a few times, then it fails with
+// token_limit_exceeded and a message saying that this request alone is
+// over the provider's limit (not to set the flag that was set), while the
+// requests batched with it succeed. Exit 4.
+func TestRequestAloneOverProviderLimitFails(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--enqueued-token-limit", "500")
 	dir := t.TempDir()
 	in, ids := writeProseInput(t, dir, 20)
+	// The big one: ~1,000 tokens as the emulator counts (bytes / 4), over
+	// its 500 by itself.
+	big := `{"custom_id":"big","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` +
+		strings.Repeat("summarise the quarterly figures ", 125) + `"}]}}` + "\n"
+	b, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	writeFile(t, in, []byte(strings.Join(lines[:7], "")+big+strings.Join(lines[7:], "")))
+	ids = append(ids[:7], append([]string{"big"}, ids[7:]...)...)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
-	r := runSluiceWithin(t, 90*time.Second, env, "run", in, "--out", out, "--provider", "openai",
+	r := runSluiceWithin(t, 90*time.Second, env, "run", in, "--out", out, "--provider", "openai", "--max-enqueued-tokens", "500",
 		"--rate", "-1", "--poll-interval", "20ms", "--max-poll-interval", "50ms")
 	if r.code != exitFailures {
 		t.Fatalf("run: exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 3000))
 	}
 	for _, l := range checkOutput(t, out, ids) {
-		if l.Error == nil || l.Error.Code != "token_limit_exceeded" || !strings.Contains(l.Error.Message, "--max-enqueued-tokens") {
-			t.Fatalf("%s: %+v, want a token_limit_exceeded error saying what to do", l.CustomID, l.Error)
+		switch {
+		case l.CustomID == "big":
+			if l.Error == nil || l.Error.Code != "token_limit_exceeded" || !strings.Contains(l.Error.Message, "this request alone") ||
+				strings.Contains(l.Error.Message, "--max-enqueued-tokens") {
+				t.Errorf("big: %+v, want token_limit_exceeded saying this request alone is over the limit, not to set the flag", l.Error)
+			}
+		case l.Error != nil || l.Response == nil || l.Response.StatusCode != 200:
+			t.Errorf("%s: %+v, want a 200 answer", l.CustomID, l.Error)
 		}
 	}
-	if st := emu.stats(t); st["batches_created"] != 3 {
-		t.Errorf("%d batches created, want 3 (refused 3 times, then given up)", st["batches_created"])
+}
+
+// customIDs returns the custom_id of every line of an input.
+func customIDs(t *testing.T, b []byte) []string {
+	t.Helper()
+	var ids []string
+	for _, l := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+		var v struct {
+			CustomID string `json:"custom_id"`
+		}
+		if err := json.Unmarshal(l, &v); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, v.CustomID)
+	}
+	return ids
+}
+
+// wantAllSucceeded checks the output has every custom_id once, in order,
+// each answered 200.
+func wantAllSucceeded(t *testing.T, out string, ids []string) {
+	t.Helper()
+	bad := 0
+	for _, l := range checkOutput(t, out, ids) {
+		if l.Error != nil || l.Response == nil || l.Response.StatusCode != 200 {
+			if bad++; bad <= 3 {
+				t.Errorf("%s: %+v, want a 200 answer", l.CustomID, l.Error)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d requests did not succeed", bad, len(ids))
+	}
+}
+
+// TestOnceRunsSplitRefusedBatches (issue 21, item 3): run from cron with
+// --once, each run polls batches an earlier run submitted. Whether a batch
+// refused for the enqueued-token limit was alone is then read from the
+// tracker (no other batch of its model live or ended since it was
+// submitted), so it is split there too, and what its refusal taught is
+// taken back from the tracker by each later run: the job ends, exit 0,
+// every request succeeded (before: the refused batches were sent again on
+// every run, for ever).
+func TestOnceRunsSplitRefusedBatches(t *testing.T) {
+	t.Parallel()
+	// Batches take 1s: a --once run has ended before the provider refuses
+	// the batch it submitted.
+	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "1s")
+	dir := t.TempDir()
+	in := filepath.Join(dir, "requests.jsonl")
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, in, b)
+	ids := customIDs(t, b)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	// Runs one after the other, as a tight cron would: each does what is
+	// ready and exits 3 while work is left.
+	deadline := time.Now().Add(60 * time.Second)
+	for run := 1; ; run++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not end in %d --once runs (60s); emulator %v", run-1, emu.stats(t))
+		}
+		r := runSluiceWithin(t, 60*time.Second, env, "run", in, "--out", out, "--provider", "openai",
+			"--base-url", "http://"+emu.addr+"/v1", "--max-enqueued-tokens", "2000", "--once", "--rate", "-1")
+		if r.code == 0 {
+			break
+		}
+		if r.code != 3 {
+			t.Fatalf("--once run %d: exit %d, want 0 or 3 (work left)\n%s", run, r.code, lastBytes(r.stderr, 3000))
+		}
+	}
+	wantAllSucceeded(t, out, ids)
+	st := emu.stats(t)
+	if st["batches_failed"] == 0 {
+		t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
+	}
+}
+
+// TestKilledWhileSplittingResumes (issue 21, item 3): sluice killed -9 as it
+// splits a refused batch (its new chunk files being written, or just
+// recorded) resumes with the same command and ends exit 0, every request
+// answered once, none run twice at the provider.
+func TestKilledWhileSplittingResumes(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
+	dir := t.TempDir()
+	in := filepath.Join(dir, "requests.jsonl")
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, in, b)
+	ids := customIDs(t, b)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
+		"--max-enqueued-tokens", "2000", "--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms",
+		"--reconcile-grace", "1s"}
+	cmd := sluiceCmd(env, args...)
+	var se syncBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(se.String(), "limit by itself; split") {
+		select {
+		case err := <-done:
+			t.Fatalf("the first run ended (%v) before it split a batch:\n%s", err, lastBytes(se.String(), 3000))
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no split after 60s:\n%s", lastBytes(se.String(), 3000))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+	r := runSluiceWithin(t, 90*time.Second, env, args...)
+	if r.code != 0 {
+		t.Fatalf("resumed run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	wantAllSucceeded(t, out, ids)
+	if st := emu.stats(t); st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("emulator %v: requests run more than once", st)
 	}
 }

@@ -278,6 +278,9 @@ func countChunks(chunks []*sluice.Chunk) chunkCounts {
 		switch {
 		case c.State == sluice.ChunkDone:
 			n.done++
+		case c.State == sluice.ChunkFailed && c.BatchID == "" && c.ErrorCode == sluice.CodeQueueFull:
+			// Re-cut before it was submitted (dispatcher/split.go): no
+			// batch, its requests in its pieces.
 		case c.State == sluice.ChunkFailed:
 			n.failed++
 		case c.State.Live():
