@@ -77,10 +77,19 @@ type scanner struct {
 	// and body.max_output_tokens, -1 when the body sets none (the upper
 	// bound of the request's output: docs/money.md).
 	maxOut int64
+
+	// cn, when set (ledger keys wanted), records the body for its
+	// canonical form (canon.go) while rec: inside the body.
+	cn  *canonRec
+	rec bool
 }
 
 func (s *scanner) reset(b []byte) {
-	*s = scanner{b: b, maxOut: -1}
+	cn := s.cn
+	*s = scanner{b: b, maxOut: -1, cn: cn}
+	if cn != nil {
+		cn.reset()
+	}
 }
 
 func (s *scanner) fail(format string, args ...any) bool {
@@ -205,6 +214,7 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func (s *scanner) number() bool {
 	b, i := s.b, s.i
+	var frac, exp bool
 	if b[i] == '-' {
 		i++
 	}
@@ -223,6 +233,7 @@ func (s *scanner) number() bool {
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
+		frac = true
 		if i >= len(b) {
 			return s.truncated()
 		}
@@ -235,6 +246,7 @@ func (s *scanner) number() bool {
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
+		exp = true
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
@@ -247,6 +259,9 @@ func (s *scanner) number() bool {
 		for i < len(b) && isDigit(b[i]) {
 			i++
 		}
+	}
+	if s.rec && !canonicalNumber(b[s.i:i], frac, exp) {
+		s.cn.fix(s.i, i, true)
 	}
 	s.i = i
 	return true
@@ -297,11 +312,25 @@ func (s *scanner) object(kind int) bool {
 	if !s.enter() {
 		return false
 	}
+	// Recorded for the canonical form of the body (canon.go).
+	cn := s.cn
+	if !s.rec {
+		cn = nil
+	}
+	var oi, base int
+	var keep bool
+	if cn != nil {
+		oi, base, keep = cn.open(s.i), len(cn.stack), cn.keep
+		cn.keep = false
+	}
 	s.i++ // {
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
 		s.i++
 		s.depth--
+		if cn != nil {
+			cn.close(oi, base, s.i)
+		}
 		return true
 	}
 	for {
@@ -312,11 +341,21 @@ func (s *scanner) object(kind int) bool {
 			return s.unexpected(s.i)
 		}
 		ks := s.i
+		var f0 int
+		if cn != nil {
+			f0 = len(cn.fixes)
+		}
 		esc, ok := s.str(false)
 		if !ok {
 			return false
 		}
 		key := s.b[ks+1 : s.i-1]
+		if esc {
+			key = unescapeKey(key)
+		}
+		if cn != nil {
+			cn.member(oi, base, key, ks, f0, keep)
+		}
 		s.ws()
 		if s.i >= len(s.b) {
 			return s.truncated()
@@ -329,8 +368,14 @@ func (s *scanner) object(kind int) bool {
 		if s.i >= len(s.b) {
 			return s.truncated()
 		}
-		if !s.member(kind, key, esc) {
+		if cn != nil && s.b[s.i] == '{' && string(key) == "properties" {
+			cn.keep = true // a JSON schema's properties keep their order
+		}
+		if !s.member(kind, key) {
 			return false
+		}
+		if cn != nil {
+			cn.valueEnd(s.i)
 		}
 		s.ws()
 		if s.i >= len(s.b) {
@@ -343,6 +388,9 @@ func (s *scanner) object(kind int) bool {
 		case '}':
 			s.i++
 			s.depth--
+			if cn != nil {
+				cn.close(oi, base, s.i)
+			}
 			return true
 		default:
 			return s.unexpected(s.i)
@@ -350,11 +398,8 @@ func (s *scanner) object(kind int) bool {
 	}
 }
 
-// member scans the value of key in an object of the given kind.
-func (s *scanner) member(kind int, key []byte, esc bool) bool {
-	if esc {
-		key = unescapeKey(key)
-	}
+// member scans the value of key (decoded) in an object of the given kind.
+func (s *scanner) member(kind int, key []byte) bool {
 	which := keyNone
 	switch kind {
 	case kindLine:
@@ -407,11 +452,11 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 	var ok bool
 	switch {
 	case which == keyBody && f.typ == '{':
-		s.count = true
+		s.count, s.rec = true, s.cn != nil
 		sp := s.spaces
 		ok = s.object(kindBody)
 		f.spaced = s.spaces != sp
-		s.count = false
+		s.count, s.rec = false, false
 	case f.typ == '"':
 		f.esc, ok = s.str(false)
 	default:
@@ -455,6 +500,7 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 	start := i
 	var t textCounts // counted text, when count
 	var nonASCIIBytes, escExtra int
+	fix := false // an escape not written as the canonical form writes it
 	for {
 		if count {
 			for i+8 <= len(b) {
@@ -489,12 +535,18 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 				t.other += int64(i-start-nonASCIIBytes-escExtra) - t.letters - t.spaces
 				s.text.add(&t)
 			}
+			if fix && s.rec {
+				s.cn.fix(s.i, i+1, false)
+			}
 			s.i = i + 1
 			return esc, true
 		case c == '\\':
 			esc = true
 			if i+1 >= len(b) {
 				return esc, s.truncated()
+			}
+			if !fix && s.rec && (i+6 > len(b) || !canonicalEscape(b[i+1:i+6])) {
+				fix = true // (a short escape at the line's end fails below)
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
