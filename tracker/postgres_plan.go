@@ -28,10 +28,10 @@ type pgPlan struct {
 	ctx context.Context
 	job *sluice.Job
 	key int64
+	tx  pgx.Tx
 	// legacy: a job planned before ledger keys were canonical is in the
 	// database (LegacyKeys).
 	legacy bool
-	tx     pgx.Tx
 	// part is the job's partition; uniq tells whether its custom_id index
 	// exists yet (FindCustomID builds it early, Commit at the latest).
 	part string
