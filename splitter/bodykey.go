@@ -43,14 +43,14 @@ func (b *bodyHasher) key(model, url string, l []byte, f field, cn *canonRec, leg
 		k = b.sum128(body, false)
 		return k, k
 	}
-	canon, ok := cn.emit(l, f.spaced)
-	if !ok {
+	b.h.Reset()
+	if !cn.emit(b.h, b.pre, l, f.spaced) {
 		// No canonical form (a lone surrogate, a number out of range): the
 		// legacy key, which no canonical form can have.
 		k = b.sum128(body, f.spaced)
 		return k, k
 	}
-	k = b.sum128(canon, false)
+	k = b.digest()
 	if !legacy {
 		return k, k
 	}
@@ -74,7 +74,12 @@ func (b *bodyHasher) sum128(v []byte, spaced bool) (k [16]byte) {
 	} else {
 		h.Write(v)
 	}
-	b.sum = h.Sum(b.sum[:0])
+	return b.digest()
+}
+
+// digest is the key of what b.h was given.
+func (b *bodyHasher) digest() (k [16]byte) {
+	b.sum = b.h.Sum(b.sum[:0])
 	copy(k[:], b.sum)
 	return k
 }

@@ -1,6 +1,8 @@
 package splitter
 
 import (
+	"bytes"
+	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -50,12 +52,14 @@ type canonObj struct {
 	sorted     bool  // members in canonical order (or kept in theirs)
 }
 
-// canonMem is a member: its name (decoded when it has escapes) and where
-// the member's text is, with the first object and fix at or after it.
+// canonMem is a member: its name (in the line, or decoded in
+// canonRec.names when dec) and where the member's text is, with the first
+// object and fix at or after it. No pointers: moved and copied cheaply.
 type canonMem struct {
-	name   []byte
+	n0, n1 int32
 	ks, ve int32 // the name's opening quote; one past the value
 	o0, f0 int32
+	dec    bool
 }
 
 // canonFix is a string or number token whose canonical text differs from
@@ -71,18 +75,27 @@ type canonRec struct {
 	mems  []canonMem
 	stack []canonMem // members of the objects still open
 	fixes []canonFix
+	names []byte // decoded names (of members with escapes)
 	keep  bool // the next object keeps its members' order
 	dirty bool // an object out of order or a fix: the body is not canonical
 
 	l      []byte
 	spaced bool
+	w      io.Writer // where emit writes, through out
 	out    []byte
 	order  []int32
 }
 
-func (c *canonRec) reset() {
-	c.objs, c.mems, c.stack, c.fixes = c.objs[:0], c.mems[:0], c.stack[:0], c.fixes[:0]
-	c.keep, c.dirty = false, false
+func (c *canonRec) reset(l []byte) {
+	c.objs, c.mems, c.stack, c.fixes, c.names = c.objs[:0], c.mems[:0], c.stack[:0], c.fixes[:0], c.names[:0]
+	c.keep, c.dirty, c.l = false, false, l
+}
+
+func (c *canonRec) name(m *canonMem) []byte {
+	if m.dec {
+		return c.names[m.n0:m.n1]
+	}
+	return c.l[m.n0:m.n1]
 }
 
 // open records an object starting at i; it returns its index.
@@ -91,14 +104,21 @@ func (c *canonRec) open(i int) int {
 	return len(c.objs) - 1
 }
 
-// member records a member whose name (decoded) starts at ks; base is the
-// object's first member on the stack, f0 the fixes before its name.
-func (c *canonRec) member(oi, base int, name []byte, ks, f0 int, keep bool) {
-	if !keep && len(c.stack) > base && compareUTF16(c.stack[len(c.stack)-1].name, name) > 0 {
+// member records a member whose name starts at ks (its quote; name is the
+// name decoded when dec); base is the object's first member on the stack,
+// f0 the fixes before its name.
+func (c *canonRec) member(oi, base int, name []byte, dec bool, ks, f0 int, keep bool) {
+	m := canonMem{n0: int32(ks + 1), n1: int32(ks + 1 + len(name)), ks: int32(ks), o0: int32(len(c.objs)), f0: int32(f0)}
+	if dec {
+		m.n0, m.dec = int32(len(c.names)), true
+		c.names = append(c.names, name...)
+		m.n1 = int32(len(c.names))
+	}
+	if !keep && len(c.stack) > base && compareUTF16(c.name(&c.stack[len(c.stack)-1]), name) > 0 {
 		c.objs[oi].sorted = false
 		c.dirty = true
 	}
-	c.stack = append(c.stack, canonMem{name: name, ks: int32(ks), o0: int32(len(c.objs)), f0: int32(f0)})
+	c.stack = append(c.stack, m)
 }
 
 // valueEnd records where the last member's value ends.
@@ -120,15 +140,40 @@ func (c *canonRec) fix(start, end int, num bool) {
 	c.dirty = true
 }
 
-// emit returns the canonical form of the body recorded from line l (the
-// first object recorded); spaced tells that there is whitespace between
-// its tokens. ok is false when the body has no canonical form. The result
-// is valid until the next call.
-func (c *canonRec) emit(l []byte, spaced bool) (out []byte, ok bool) {
-	c.l, c.spaced, c.out = l, spaced, c.out[:0]
-	ok = c.object(0)
-	c.l = nil
-	return c.out, ok
+// emit writes to w prefix, then the canonical form of the body recorded
+// from line l (the first object recorded); spaced tells that there is
+// whitespace between its tokens. It returns false, having written part of
+// it, when the body has no canonical form. Short pieces are gathered in
+// c.out, long ones written as they are (a hash takes them without another
+// copy), in whole blocks of a hash (SHA-256: 64 bytes) until the last
+// write: each write is then hashed in one go.
+func (c *canonRec) emit(w io.Writer, prefix, l []byte, spaced bool) bool {
+	c.l, c.spaced, c.w, c.out = l, spaced, w, append(c.out[:0], prefix...)
+	ok := c.object(0)
+	if ok && len(c.out) > 0 {
+		w.Write(c.out)
+	}
+	c.w = nil
+	return ok
+}
+
+// directWrite is the length from which a piece is written as it is.
+const directWrite = 128
+
+const hashBlock = 64
+
+func (c *canonRec) write(p []byte) {
+	if len(p) < directWrite {
+		c.out = append(c.out, p...)
+		return
+	}
+	fill := (hashBlock - len(c.out)%hashBlock) % hashBlock
+	c.out = append(c.out, p[:fill]...)
+	p = p[fill:]
+	c.w.Write(c.out)
+	n := len(p) &^ (hashBlock - 1)
+	c.w.Write(p[:n])
+	c.out = append(c.out[:0], p[n:]...)
 }
 
 func (c *canonRec) object(oi int) bool {
@@ -141,7 +186,7 @@ func (c *canonRec) object(oi int) bool {
 		c.order = append(c.order, m)
 	}
 	ord := c.order[base:]
-	slices.SortStableFunc(ord, func(a, b int32) int { return compareUTF16(c.mems[a].name, c.mems[b].name) })
+	c.sortMembers(ord)
 	c.out = append(c.out, '{')
 	for k, mi := range ord {
 		if k > 0 {
@@ -155,6 +200,21 @@ func (c *canonRec) object(oi int) bool {
 	c.out = append(c.out, '}')
 	c.order = c.order[:base]
 	return true
+}
+
+// sortMembers sorts members by name, stably: by insertion when there are
+// few (the usual object), else by merging.
+func (c *canonRec) sortMembers(ord []int32) {
+	cmp := func(a, b int32) int { return compareUTF16(c.name(&c.mems[a]), c.name(&c.mems[b])) }
+	if len(ord) > 12 {
+		slices.SortStableFunc(ord, cmp)
+		return
+	}
+	for i := 1; i < len(ord); i++ {
+		for j := i; j > 0 && cmp(ord[j], ord[j-1]) < 0; j-- {
+			ord[j], ord[j-1] = ord[j-1], ord[j]
+		}
+	}
 }
 
 // span writes l[a:b] in canonical form; oi and fi are the first object and
@@ -193,11 +253,13 @@ func (c *canonRec) span(a, b, oi, fi int) bool {
 // between tokens.
 func (c *canonRec) raw(a, b int) {
 	if !c.spaced {
-		c.out = append(c.out, c.l[a:b]...)
+		c.write(c.l[a:b])
 		return
 	}
 	inStr, esc := false, false
-	for _, ch := range c.l[a:b] {
+	run := a
+	for i := a; i < b; i++ {
+		ch := c.l[i]
 		switch {
 		case inStr:
 			switch {
@@ -211,20 +273,39 @@ func (c *canonRec) raw(a, b int) {
 		case ch == '"':
 			inStr = true
 		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r':
-			continue
+			c.write(c.l[run:i])
+			run = i + 1
 		}
-		c.out = append(c.out, ch)
 	}
+	c.write(c.l[run:b])
 }
 
 func (c *canonRec) rewrite(tok []byte, num bool) bool {
 	var ok bool
 	if num {
 		c.out, ok = appendCanonicalNumber(c.out, tok)
-	} else {
-		c.out, ok = appendCanonicalString(c.out, tok)
+		return ok
 	}
-	return ok
+	// The runs between escapes as they are, the escapes resolved.
+	s := tok[1 : len(tok)-1]
+	c.out = append(c.out, '"')
+	for len(s) > 0 {
+		k := bytes.IndexByte(s, '\\')
+		if k < 0 {
+			k = len(s)
+		}
+		c.write(s[:k])
+		if s = s[k:]; len(s) == 0 {
+			break
+		}
+		var n int
+		if c.out, n = appendCanonicalEscape(c.out, s); n == 0 {
+			return false
+		}
+		s = s[n:]
+	}
+	c.out = append(c.out, '"')
+	return true
 }
 
 // appendCanonicalNumber appends the canonical text of the JSON number tok
@@ -247,44 +328,28 @@ func appendCanonicalNumber(dst, tok []byte) ([]byte, bool) {
 	return append(dst, s...), true
 }
 
-// appendCanonicalString appends the canonical text of the valid JSON
-// string tok (quotes included); ok is false for a lone surrogate.
-func appendCanonicalString(dst, tok []byte) ([]byte, bool) {
-	dst = append(dst, '"')
-	s := tok[1 : len(tok)-1]
-	for i := 0; i < len(s); {
-		ch := s[i]
-		if ch != '\\' {
-			dst = append(dst, ch)
-			i++
-			continue
-		}
-		var r rune
-		switch s[i+1] {
-		case 'u':
-			r = hex4(s[i+2:])
-			i += 6
-			if r >= 0xDC00 && r < 0xE000 {
-				return dst, false
-			}
-			if r >= 0xD800 && r < 0xDC00 {
-				if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
-					return dst, false
-				}
-				lo := hex4(s[i+2:])
-				if lo < 0xDC00 || lo >= 0xE000 {
-					return dst, false
-				}
-				r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
-				i += 6
-			}
-		default:
-			r = rune(unescapeByte(s[i+1]))
-			i += 2
-		}
-		dst = appendCanonicalRune(dst, r)
+// appendCanonicalEscape appends the canonical text of the escape that
+// starts e (valid JSON), a surrogate pair's two escapes together; n is how
+// many bytes of e it took, 0 for a lone surrogate.
+func appendCanonicalEscape(dst, e []byte) (out []byte, n int) {
+	if e[1] != 'u' {
+		return appendCanonicalRune(dst, rune(unescapeByte(e[1]))), 2
 	}
-	return append(dst, '"'), true
+	r := hex4(e[2:])
+	switch {
+	case r >= 0xDC00 && r < 0xE000:
+		return dst, 0
+	case r >= 0xD800 && r < 0xDC00:
+		if len(e) < 12 || e[6] != '\\' || e[7] != 'u' {
+			return dst, 0
+		}
+		lo := hex4(e[8:])
+		if lo < 0xDC00 || lo >= 0xE000 {
+			return dst, 0
+		}
+		return appendCanonicalRune(dst, 0x10000+(r-0xD800)<<10+(lo-0xDC00)), 12
+	}
+	return appendCanonicalRune(dst, r), 6
 }
 
 func hex4(b []byte) rune {
@@ -335,22 +400,15 @@ func appendCanonicalRune(dst []byte, r rune) []byte {
 	return utf8.AppendRune(dst, r)
 }
 
-// canonicalEscape reports whether the escape at e (after the backslash:
-// e[0] is its letter, a \u escape's four digits follow) is written so in
-// canonical form.
-func canonicalEscape(e []byte) bool {
-	switch e[0] {
-	case '"', '\\', 'b', 'f', 'n', 'r', 't':
-		return true
-	case 'u':
-		v := hex4(e[1:])
-		switch {
-		case v >= 0x20, v == '\b', v == '\f', v == '\n', v == '\r', v == '\t':
-			return false
-		}
-		return !upperHex(e[3]) && !upperHex(e[4]) // lowercase, as JCS writes \u001f
+// canonicalControl reports whether \u00XY, the escape of the control
+// character v < 0x20, is written so in canonical form: not one of those
+// with a name (\n...), in lowercase (\u001f).
+func canonicalControl(v rune, x, y byte) bool {
+	switch v {
+	case '\b', '\f', '\n', '\r', '\t':
+		return false
 	}
-	return false // '/'
+	return !upperHex(x) && !upperHex(y)
 }
 
 func upperHex(ch byte) bool { return ch >= 'A' && ch <= 'F' }

@@ -88,7 +88,7 @@ func (s *scanner) reset(b []byte) {
 	cn := s.cn
 	*s = scanner{b: b, maxOut: -1, cn: cn}
 	if cn != nil {
-		cn.reset()
+		cn.reset(b)
 	}
 }
 
@@ -354,7 +354,7 @@ func (s *scanner) object(kind int) bool {
 			key = unescapeKey(key)
 		}
 		if cn != nil {
-			cn.member(oi, base, key, ks, f0, keep)
+			cn.member(oi, base, key, esc, ks, f0, keep)
 		}
 		s.ws()
 		if s.i >= len(s.b) {
@@ -500,7 +500,7 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 	start := i
 	var t textCounts // counted text, when count
 	var nonASCIIBytes, escExtra int
-	fix := false // an escape not written as the canonical form writes it
+	fix := false // an escape the canonical form writes otherwise
 	for {
 		if count {
 			for i+8 <= len(b) {
@@ -545,13 +545,14 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 			if i+1 >= len(b) {
 				return esc, s.truncated()
 			}
-			if !fix && s.rec && (i+6 > len(b) || !canonicalEscape(b[i+1:i+6])) {
-				fix = true // (a short escape at the line's end fails below)
-			}
 			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case '"', '\\', 'b', 'f', 'n', 'r', 't':
 				i += 2
 				escExtra++
+			case '/':
+				i += 2
+				escExtra++
+				fix = true
 			case 'u':
 				var v rune
 				for k := 2; k < 6; k++ {
@@ -563,6 +564,9 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 						return esc, s.fail("invalid JSON at column %d: invalid escape sequence in a string", i+1)
 					}
 					v = v<<4 | rune(h)
+				}
+				if v >= 0x20 || !canonicalControl(v, b[i+4], b[i+5]) {
+					fix = true
 				}
 				i += 6
 				if v < utf8.RuneSelf {
