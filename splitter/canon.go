@@ -76,8 +76,8 @@ type canonRec struct {
 	stack []canonMem // members of the objects still open
 	fixes []canonFix
 	names []byte // decoded names (of members with escapes)
-	keep  bool // the next object keeps its members' order
-	dirty bool // an object out of order or a fix: the body is not canonical
+	keep  bool   // the next object keeps its members' order
+	dirty bool   // an object out of order or a fix: the body is not canonical
 
 	l      []byte
 	spaced bool
