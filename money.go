@@ -1,5 +1,14 @@
 package sluice
 
+import "os"
+
+// PlanLegacyKeys reports SLUICE_PLAN_LEGACY_KEYS=1: jobs are planned as
+// sluice planned them before ledger keys were canonical (docs/money.md),
+// their requests keyed on the body's bytes without whitespace and the job
+// recorded as one of the old keys. It exists for tests of state
+// directories made by an older sluice; nobody else has a reason to set it.
+func PlanLegacyKeys() bool { return os.Getenv("SLUICE_PLAN_LEGACY_KEYS") == "1" }
+
 // Learned is what finished batches of one model taught about sluice's
 // estimates (docs/money.md): the provider's usage of the requests whose
 // results reported usage, against sluice's input estimate of exactly those

@@ -7,14 +7,19 @@ import (
 
 // The ledger key of a request (docs/money.md): SHA-256 of the key scope
 // (provider and base URL), the model, the url and the body in canonical
-// form, cut to 128 bits. The canonical form drops the whitespace between
-// JSON tokens, so that a file written with ", " and ": " separators and
-// the same file compacted have the same keys; members in another order, or
-// numbers spelled otherwise (1.0 for 1), make another key: such a request
-// is bought again, never answered wrongly. SHA-256 rather than a fast
+// form (canon.go: RFC 8785 with integers kept to their digits), cut to 128
+// bits. A body already in that form (compact, in order, nothing to
+// rewrite) is hashed as it is, without another walk; its key is the one
+// it had before keys were canonical. SHA-256 rather than a fast
 // non-cryptographic hash because a key collision would hand one request
 // another's answer; with the CPU's SHA extensions it costs about a second
 // per GB of bodies spread over the workers.
+//
+// Until canonical keys, the key hashed the body's bytes without the
+// whitespace between tokens (the legacy key). Ledgers hold answers under
+// those keys; a plan that may find some (LegacyKeys) also computes the
+// legacy key of each body whose canonical form differs, and looks it up
+// when the canonical key has no answer (reuse.go).
 
 // bodyHasher computes ledger keys; one per worker.
 type bodyHasher struct {
@@ -28,20 +33,53 @@ func newBodyHasher(scope string) *bodyHasher {
 	return &bodyHasher{h: sha256.New(), scope: append([]byte(scope), 0)}
 }
 
-// key is the ledger key of a body; compact tells that the scanner saw no
-// whitespace between its tokens (the common case: it is hashed as it is,
-// without another walk).
-func (b *bodyHasher) key(model, url string, body []byte, compact bool) (k [16]byte) {
+// key is the ledger key of the body at f in line l, whose canonical form
+// cn recorded while scanning it. With legacy, old is the legacy key (k
+// itself when the two are equal: the body was in canonical form).
+func (b *bodyHasher) key(model, url string, l []byte, f field, cn *canonRec, legacy bool) (k, old [16]byte) {
+	b.pre = append(append(append(append(append(b.pre[:0], b.scope...), model...), 0), url...), 0)
+	body := l[f.start:f.end]
+	if !cn.dirty && !f.spaced {
+		k = b.sum128(body, false)
+		return k, k
+	}
+	b.h.Reset()
+	if !cn.emit(b.h, b.pre, l, f.spaced) {
+		// No canonical form (a lone surrogate, a number out of range): the
+		// legacy key, which no canonical form can have.
+		k = b.sum128(body, f.spaced)
+		return k, k
+	}
+	k = b.digest()
+	if !legacy {
+		return k, k
+	}
+	return k, b.sum128(body, f.spaced)
+}
+
+// legacyKey is the legacy key of body (spaced: with whitespace between
+// its tokens).
+func (b *bodyHasher) legacyKey(model, url string, body []byte, spaced bool) [16]byte {
+	b.pre = append(append(append(append(append(b.pre[:0], b.scope...), model...), 0), url...), 0)
+	return b.sum128(body, spaced)
+}
+
+// sum128 hashes the prefix and v (compacted first when spaced).
+func (b *bodyHasher) sum128(v []byte, spaced bool) (k [16]byte) {
 	h := b.h
 	h.Reset()
-	b.pre = append(append(append(append(append(b.pre[:0], b.scope...), model...), 0), url...), 0)
 	h.Write(b.pre)
-	if compact {
-		h.Write(body)
+	if spaced {
+		writeCompact(h, v)
 	} else {
-		writeCompact(h, body)
+		h.Write(v)
 	}
-	b.sum = h.Sum(b.sum[:0])
+	return b.digest()
+}
+
+// digest is the key of what b.h was given.
+func (b *bodyHasher) digest() (k [16]byte) {
+	b.sum = b.h.Sum(b.sum[:0])
 	copy(k[:], b.sum)
 	return k
 }

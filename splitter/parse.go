@@ -22,6 +22,7 @@ type rec struct {
 	tokens   int64
 	maxOut   int64    // max output tokens; -1 when the body sets none
 	key      [16]byte // ledger key (docs/money.md); zero without Config.KeyScope
+	old      [16]byte // legacy key (bodykey.go) when it differs from key and may be found; else zero
 	item     int      // the item's bytes are block.items[item:item+itemLen]
 	itemLen  int
 	raw      int // the raw line is block.data[raw:raw+rawLen]
@@ -38,6 +39,8 @@ type parser struct {
 	s        scanner
 	interned map[string]string
 	keys     *bodyHasher // nil without Config.KeyScope
+	legacy   bool        // compute legacy keys too (Config.legacy)
+	oldOnly  bool        // key as before canonical keys (sluice.PlanLegacyKeys)
 }
 
 func newParser(cfg *Config) *parser {
@@ -45,6 +48,7 @@ func newParser(cfg *Config) *parser {
 		interned: make(map[string]string)}
 	if cfg.KeyScope != "" {
 		p.keys = newBodyHasher(cfg.KeyScope)
+		p.s.cn, p.legacy, p.oldOnly = new(canonRec), cfg.legacy, sluice.PlanLegacyKeys()
 	}
 	return p
 }
@@ -175,8 +179,15 @@ func (p *parser) encode(b *block, r *rec, it *sluice.Item) string {
 	if ob, ok := p.codec.(sluice.OutputBounder); ok {
 		r.maxOut = ob.MaxOutput(it, r.maxOut)
 	}
-	if p.keys != nil {
-		r.key = p.keys.key(it.Model, it.URL, it.Body, !s.fields[keyBody].spaced)
+	switch {
+	case p.keys == nil:
+	case p.oldOnly:
+		r.key = p.keys.legacyKey(it.Model, it.URL, it.Body, s.fields[keyBody].spaced)
+	default:
+		r.key, r.old = p.keys.key(it.Model, it.URL, s.b, s.fields[keyBody], s.cn, p.legacy)
+		if r.old == r.key {
+			r.old = [16]byte{}
+		}
 	}
 	start := len(b.items)
 	items, err := p.codec.AppendItem(b.items, it)

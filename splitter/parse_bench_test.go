@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/sluice-batch/sluice/internal/cputime"
 	"github.com/sluice-batch/sluice/internal/gen/corpus"
 	"github.com/sluice-batch/sluice/provider"
 )
@@ -29,6 +30,7 @@ func BenchmarkParseCorpus(b *testing.B) {
 	p := newParser(&Config{Codec: provider.Presets["openai"].Codec(), Limits: provider.Presets["openai"].Limits,
 		KeyScope: "openai\x00https://api.openai.com/v1"})
 	b.SetBytes(int64(buf.Len()))
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		for _, blk := range blocks {
 			p.block(blk)
@@ -37,4 +39,6 @@ func BenchmarkParseCorpus(b *testing.B) {
 			}
 		}
 	}
+	// CPU time is steadier than wall time on a shared machine.
+	b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N), "cpu-ns/op")
 }

@@ -46,17 +46,34 @@ func newCopySet() *copySet { return &copySet{seen: new(idSet), counts: map[[16]b
 // a repeat: that request is bought, never answered wrongly).
 func (c *copySet) number(b *block) {
 	for i := range b.recs {
-		r := &b.recs[i]
-		if r.reason != "" {
-			continue
+		if r := &b.recs[i]; r.reason == "" {
+			r.key = c.copyOf(r.key)
 		}
-		if !c.seen.add(binary.LittleEndian.Uint64(r.key[:8])) {
-			continue
-		}
-		n := c.counts[r.key] + 1
-		c.counts[r.key] = n
-		r.key = copyKey(r.key, n)
 	}
+}
+
+// numberLegacy does for legacy keys what number does for keys, among the
+// requests that have one (their body not in canonical form): the legacy
+// key of the n-th copy of the same bytes, as it was numbered before keys
+// were canonical. A request whose legacy key equals its key has none (it
+// is looked up by its key), so no ledger answer is found for two requests
+// of a job: a canonical form is never the bytes of a body not in that
+// form.
+func (c *copySet) numberLegacy(b *block) {
+	for i := range b.recs {
+		if r := &b.recs[i]; r.reason == "" && r.old != ([16]byte{}) {
+			r.old = c.copyOf(r.old)
+		}
+	}
+}
+
+func (c *copySet) copyOf(k [16]byte) [16]byte {
+	if !c.seen.add(binary.LittleEndian.Uint64(k[:8])) {
+		return k
+	}
+	n := c.counts[k] + 1
+	c.counts[k] = n
+	return copyKey(k, n)
 }
 
 // copyKey is the key of the n-th repeat of a body whose key is k.
@@ -73,6 +90,13 @@ func copyKey(k [16]byte, n uint32) (out [16]byte) {
 // ReuseSink is a plan sink that can look keys up in the ledger.
 type ReuseSink interface {
 	LookupReuse(keys [][]byte, fn func(i int, a sluice.Answer) error) error
+}
+
+// LegacyKeySink is a ReuseSink that tells whether its ledger may hold
+// answers under legacy keys (bodykey.go): a job planned before keys were
+// canonical is in the state directory.
+type LegacyKeySink interface {
+	LegacyKeys() bool
 }
 
 const (
@@ -100,28 +124,38 @@ type reuser struct {
 }
 
 // lookup returns the ledger answers for the valid requests of b, by their
-// index in b.recs.
+// index in b.recs: by key, then, for those without one, by legacy key.
 func (u *reuser) lookup(b *block) (map[int]sluice.Answer, error) {
-	u.keys, u.pos = u.keys[:0], u.pos[:0]
-	for i := range b.recs {
-		if b.recs[i].reason == "" {
-			u.keys = append(u.keys, b.recs[i].key[:])
-			u.pos = append(u.pos, i)
-		}
-	}
-	if len(u.keys) == 0 {
-		return nil, nil
-	}
 	var hits map[int]sluice.Answer
-	err := u.sink.LookupReuse(u.keys, func(i int, a sluice.Answer) error {
-		if hits == nil {
-			hits = map[int]sluice.Answer{}
+	for _, legacy := range []bool{false, true} {
+		u.keys, u.pos = u.keys[:0], u.pos[:0]
+		for i := range b.recs {
+			r := &b.recs[i]
+			switch {
+			case r.reason != "":
+			case !legacy:
+				u.keys = append(u.keys, r.key[:])
+				u.pos = append(u.pos, i)
+			case r.old != [16]byte{}:
+				if _, hit := hits[i]; !hit {
+					u.keys = append(u.keys, r.old[:])
+					u.pos = append(u.pos, i)
+				}
+			}
 		}
-		hits[u.pos[i]] = a
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("look up earlier answers: %w", err)
+		if len(u.keys) == 0 {
+			continue
+		}
+		err := u.sink.LookupReuse(u.keys, func(i int, a sluice.Answer) error {
+			if hits == nil {
+				hits = map[int]sluice.Answer{}
+			}
+			hits[u.pos[i]] = a
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("look up earlier answers: %w", err)
+		}
 	}
 	return hits, nil
 }

@@ -83,6 +83,11 @@ type scanner struct {
 	// body.generationConfig.candidateCount (0 when none is set): the
 	// answers the request is billed for, each up to maxOut tokens.
 	choices int64
+
+	// cn, when set (ledger keys wanted), records the body for its
+	// canonical form (canon.go) while rec: inside the body.
+	cn  *canonRec
+	rec bool
 }
 
 // outputBound is the bound of the request's output: maxOut for each of
@@ -103,7 +108,11 @@ func saturatedProduct(a, b int64) int64 {
 }
 
 func (s *scanner) reset(b []byte) {
-	*s = scanner{b: b, maxOut: -1}
+	cn := s.cn
+	*s = scanner{b: b, maxOut: -1, cn: cn}
+	if cn != nil {
+		cn.reset(b)
+	}
 }
 
 func (s *scanner) fail(format string, args ...any) bool {
@@ -228,6 +237,7 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func (s *scanner) number() bool {
 	b, i := s.b, s.i
+	var frac, exp bool
 	if b[i] == '-' {
 		i++
 	}
@@ -246,6 +256,7 @@ func (s *scanner) number() bool {
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
+		frac = true
 		if i >= len(b) {
 			return s.truncated()
 		}
@@ -258,6 +269,7 @@ func (s *scanner) number() bool {
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
+		exp = true
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
@@ -270,6 +282,9 @@ func (s *scanner) number() bool {
 		for i < len(b) && isDigit(b[i]) {
 			i++
 		}
+	}
+	if s.rec && !canonicalNumber(b[s.i:i], frac, exp) {
+		s.cn.fix(s.i, i, true)
 	}
 	s.i = i
 	return true
@@ -320,11 +335,25 @@ func (s *scanner) object(kind int) bool {
 	if !s.enter() {
 		return false
 	}
+	// Recorded for the canonical form of the body (canon.go).
+	cn := s.cn
+	if !s.rec {
+		cn = nil
+	}
+	var oi, base int
+	var keep bool
+	if cn != nil {
+		oi, base, keep = cn.open(s.i), len(cn.stack), cn.keep
+		cn.keep = false
+	}
 	s.i++ // {
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
 		s.i++
 		s.depth--
+		if cn != nil {
+			cn.close(oi, base, s.i)
+		}
 		return true
 	}
 	for {
@@ -335,11 +364,21 @@ func (s *scanner) object(kind int) bool {
 			return s.unexpected(s.i)
 		}
 		ks := s.i
+		var f0 int
+		if cn != nil {
+			f0 = len(cn.fixes)
+		}
 		esc, ok := s.str(false)
 		if !ok {
 			return false
 		}
 		key := s.b[ks+1 : s.i-1]
+		if esc {
+			key = unescapeKey(key)
+		}
+		if cn != nil {
+			cn.member(oi, base, key, esc, ks, f0, keep)
+		}
 		s.ws()
 		if s.i >= len(s.b) {
 			return s.truncated()
@@ -352,8 +391,14 @@ func (s *scanner) object(kind int) bool {
 		if s.i >= len(s.b) {
 			return s.truncated()
 		}
-		if !s.member(kind, key, esc) {
+		if cn != nil && s.b[s.i] == '{' && string(key) == "properties" {
+			cn.keep = true // a JSON schema's properties keep their order
+		}
+		if !s.member(kind, key) {
 			return false
+		}
+		if cn != nil {
+			cn.valueEnd(s.i)
 		}
 		s.ws()
 		if s.i >= len(s.b) {
@@ -366,6 +411,9 @@ func (s *scanner) object(kind int) bool {
 		case '}':
 			s.i++
 			s.depth--
+			if cn != nil {
+				cn.close(oi, base, s.i)
+			}
 			return true
 		default:
 			return s.unexpected(s.i)
@@ -373,11 +421,8 @@ func (s *scanner) object(kind int) bool {
 	}
 }
 
-// member scans the value of key in an object of the given kind.
-func (s *scanner) member(kind int, key []byte, esc bool) bool {
-	if esc {
-		key = unescapeKey(key)
-	}
+// member scans the value of key (decoded) in an object of the given kind.
+func (s *scanner) member(kind int, key []byte) bool {
 	which := keyNone
 	switch kind {
 	case kindLine:
@@ -437,11 +482,11 @@ func (s *scanner) member(kind int, key []byte, esc bool) bool {
 	var ok bool
 	switch {
 	case which == keyBody && f.typ == '{':
-		s.count = true
+		s.count, s.rec = true, s.cn != nil
 		sp := s.spaces
 		ok = s.object(kindBody)
 		f.spaced = s.spaces != sp
-		s.count = false
+		s.count, s.rec = false, false
 	case f.typ == '"':
 		f.esc, ok = s.str(false)
 	default:
@@ -511,6 +556,7 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 	start := i
 	var t textCounts // counted text, when count
 	var nonASCIIBytes, escExtra int
+	fix := false // an escape the canonical form writes otherwise
 	for {
 		if count {
 			for i+8 <= len(b) {
@@ -545,6 +591,9 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 				t.other += int64(i-start-nonASCIIBytes-escExtra) - t.letters - t.spaces
 				s.text.add(&t)
 			}
+			if fix && s.rec {
+				s.cn.fix(s.i, i+1, false)
+			}
 			s.i = i + 1
 			return esc, true
 		case c == '\\':
@@ -553,9 +602,13 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 				return esc, s.truncated()
 			}
 			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case '"', '\\', 'b', 'f', 'n', 'r', 't':
 				i += 2
 				escExtra++
+			case '/':
+				i += 2
+				escExtra++
+				fix = true
 			case 'u':
 				var v rune
 				for k := 2; k < 6; k++ {
@@ -567,6 +620,9 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 						return esc, s.fail("invalid JSON at column %d: invalid escape sequence in a string", i+1)
 					}
 					v = v<<4 | rune(h)
+				}
+				if v >= 0x20 || !canonicalControl(v, b[i+4], b[i+5]) {
+					fix = true
 				}
 				i += 6
 				if v < utf8.RuneSelf {

@@ -48,6 +48,9 @@ type Config struct {
 	// LookupReuse). Within the job, only the first request of a body is
 	// answered so; repeats are bought.
 	Reuse bool
+	// legacy: the sink's ledger may hold answers under legacy keys
+	// (bodykey.go), which are computed and looked up too.
+	legacy bool
 	// Progress, if set, is called at most ten times a second, and once at
 	// the end, from the goroutine that writes chunks.
 	Progress func(Progress)
@@ -142,6 +145,9 @@ func Split(ctx context.Context, cfg Config, sink sluice.PlanSink) (*Result, erro
 	}
 	defer in.Close()
 	defer limitMemory()()
+	if ls, ok := sink.(LegacyKeySink); ok && cfg.Reuse && cfg.KeyScope != "" {
+		cfg.legacy = ls.LegacyKeys()
+	}
 	workers := max(1, runtime.GOMAXPROCS(0))
 	nblocks := 2*workers + 4
 	sp := &run{ctx: ctx, cfg: cfg, sink: sink, in: in, start: time.Now(),

@@ -85,6 +85,7 @@ type writer struct {
 
 	reuser *reuser  // nil without Config.Reuse
 	copies *copySet // nil without Config.KeyScope
+	legacy *copySet // numbers legacy keys; nil without Config.legacy
 	slab   []byte   // where request keys are copied to (bodyKey)
 }
 
@@ -96,6 +97,9 @@ func newWriter(sp *run) (*writer, error) {
 	w.rows = w.rec.batch()
 	if sp.cfg.KeyScope != "" {
 		w.copies = newCopySet()
+	}
+	if sp.cfg.legacy {
+		w.legacy = newCopySet()
 	}
 	if rs, ok := sp.sink.(ReuseSink); ok && sp.cfg.Reuse && sp.cfg.KeyScope != "" {
 		w.reuser = &reuser{sink: rs, sources: map[string]int64{}, open: map[string]*os.File{}}
@@ -193,6 +197,9 @@ func (w *writer) consume() error {
 }
 
 func (w *writer) block(b *block) error {
+	if w.legacy != nil {
+		w.legacy.numberLegacy(b)
+	}
 	if w.copies != nil {
 		w.copies.number(b)
 	}

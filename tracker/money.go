@@ -65,6 +65,19 @@ func (d *DB) foldLedger(ctx context.Context) error {
 	})
 }
 
+// canonicalKeys is jobs.canonical_keys of a job planned now (migration
+// 0010): 1 unless sluice.PlanLegacyKeys.
+func canonicalKeys() int {
+	if sluice.PlanLegacyKeys() {
+		return 0
+	}
+	return 1
+}
+
+// LegacyKeys implements splitter.LegacyKeySink: the ledger may hold
+// answers under the keys of jobs planned before keys were canonical.
+func (p *Plan) LegacyKeys() bool { return p.legacy && !p.ledgerEmpty }
+
 // reuseBatch is how many keys one ledger query looks up.
 const reuseBatch = 256
 

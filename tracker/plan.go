@@ -50,6 +50,9 @@ type Plan struct {
 	// ledgerEmpty: no answer was in the ledger when the plan began (a
 	// first job in the state directory): LookupReuse has nothing to find.
 	ledgerEmpty bool
+	// legacy: a job planned before ledger keys were canonical is in the
+	// state directory (LegacyKeys).
+	legacy bool
 }
 
 // BeginPlan records job in state planning and returns the sink for its plan.
@@ -63,8 +66,8 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 	if err := d.foldLedger(ctx); err != nil {
 		return nil, err
 	}
-	var answers bool
-	if err := d.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ledger)`).Scan(&answers); err != nil {
+	var answers, legacy bool
+	if err := d.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ledger), EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0)`).Scan(&answers, &legacy); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	now := d.now()
@@ -82,20 +85,20 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 	}
 	job.PlanFlagsKnown = true
 	if err := d.db.QueryRowContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, paged, key)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
+		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys, paged, key)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
 		MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests),
 		(SELECT COALESCE(MAX(id), 0) >> 40 FROM request_pages)) + 1) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
-		job.ModelMap, job.DefaultMaxTokens).Scan(&key); err != nil {
+		job.ModelMap, job.DefaultMaxTokens, canonicalKeys()).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	if key > maxJobKey {
 		d.DeleteJob(ctx, job.ID)
 		return nil, fmt.Errorf("record job %s: the state database holds too many jobs (key %d); start a new state directory", job.ID, key)
 	}
-	p := &Plan{d: d, ctx: ctx, job: job, key: key, ledgerEmpty: !answers, spans: map[int64]*span{}, lastOrd: -1}
+	p := &Plan{d: d, ctx: ctx, job: job, key: key, ledgerEmpty: !answers, legacy: legacy, spans: map[int64]*span{}, lastOrd: -1}
 	conn, err := d.db.Conn(ctx)
 	if err == nil {
 		p.conn = conn

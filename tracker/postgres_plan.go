@@ -29,6 +29,9 @@ type pgPlan struct {
 	job *sluice.Job
 	key int64
 	tx  pgx.Tx
+	// legacy: a job planned before ledger keys were canonical is in the
+	// database (LegacyKeys).
+	legacy bool
 	// part is the job's partition; uniq tells whether its custom_id index
 	// exists yet (FindCustomID builds it early, Commit at the latest).
 	part string
@@ -71,21 +74,25 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 	if job.ProviderFiles == "" {
 		job.ProviderFiles = sluice.ProviderFilesLive
 	}
+	var legacy bool
+	if err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0)`).Scan(&legacy); err != nil {
+		return nil, p.wrap(fmt.Errorf("ledger: %w", err))
+	}
 	var key int64
 	job.PlanFlagsKnown = true
 	if err := p.pool.QueryRow(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING key`,
+		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING key`,
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
-		job.ModelMap, job.DefaultMaxTokens).Scan(&key); err != nil {
+		job.ModelMap, job.DefaultMaxTokens, canonicalKeys()).Scan(&key); err != nil {
 		return nil, p.wrap(fmt.Errorf("record job %s: %w", job.ID, err))
 	}
 	if key > maxJobKey {
 		p.DeleteJob(ctx, job.ID)
 		return nil, fmt.Errorf("record job %s: the database holds too many jobs (key %d)", job.ID, key)
 	}
-	pl := &pgPlan{d: p, ctx: ctx, job: job, key: key, part: pgPartition(key)}
+	pl := &pgPlan{d: p, ctx: ctx, job: job, key: key, part: pgPartition(key), legacy: legacy}
 	// The partition is made apart and attached (SHARE UPDATE EXCLUSIVE on
 	// requests, which reads and writes of other jobs pass), with a CHECK
 	// of its bounds so that attaching it scans nothing; it is committed
@@ -439,6 +446,10 @@ func (pl *pgPlan) uniqueIndex() error {
 	}
 	return pl.fail(err)
 }
+
+// LegacyKeys implements splitter.LegacyKeySink: a job planned before
+// ledger keys were canonical is in the database.
+func (pl *pgPlan) LegacyKeys() bool { return pl.legacy }
 
 // LookupReuse implements splitter.ReuseSink: on the pool, not the plan's
 // transaction (the answers are in other jobs' committed rows), reuseBatch

@@ -96,7 +96,8 @@ func run(in, prov, state string, skip bool, cpuprof string) error {
 	} else {
 		// Planned as `sluice plan` plans (lifecycle.Prepare).
 		var pr *lifecycle.Prepared
-		pr, err = lifecycle.Prepare(ctx, db, lifecycle.Spec{ID: "bench", Input: abs, Preset: p, SkipInvalid: skip})
+		pr, err = lifecycle.Prepare(ctx, db, lifecycle.Spec{ID: "bench", Input: abs, Preset: p, SkipInvalid: skip,
+			KeyScope: p.Name + "\x00" + p.BaseURL, Reuse: true}) // ledger keys, as sluice plan makes them
 		if pr != nil {
 			res = pr.Result
 		}
