@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -38,6 +39,10 @@ type runFlags struct {
 	// heartbeat (cmd/sluice/worker.go, docs/scale-out.md).
 	join     bool
 	leaseTTL time.Duration
+	// notify and metrics: events POSTed when the run ends (notify.go) and
+	// Prometheus metrics while it lives (metrics.go).
+	notify  notifyFlags
+	metrics metricsFlags
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -90,6 +95,8 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	f.registerRun(cmd)
 	f.net.register(cmd)
 	f.money.registerRun(cmd)
+	f.notify.register(cmd)
+	f.metrics.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVarP(&f.out, "out", "o", "", "output file or s3://BUCKET/KEY (required); .gz or .zst compresses")
 	fs.StringVar(&f.errorsOut, "errors", "", "errors file (or s3://BUCKET/KEY) for requests that failed for good (default: OUTPUT with .errors before the extension)")
@@ -164,6 +171,12 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if f.join && p.Name == "local" {
 		return usageErr("--join: --provider local runs its emulator inside each process, so workers would not see each other's batches; run 'sluice emulate' and use --provider openai with OPENAI_BASE_URL pointing at it")
 	}
+	if _, err := f.notify.dests(); err != nil {
+		return err
+	}
+	if _, err := webhookSigner(); err != nil {
+		return err
+	}
 	if f.leaseTTL < 30*time.Millisecond {
 		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
 	}
@@ -231,6 +244,21 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	defer closeJob()
 	job := pr.Job
+	mt, err := startMetrics(&f.metrics, db, job, log)
+	if err != nil {
+		return err
+	}
+	defer func() { mt.close(runExitCode(err, cancelled.Load()), log) }()
+	nt, err := newNotifier(&f.notify, db, job, log)
+	if err != nil {
+		return err
+	}
+	var end runEnd // the event this run ends with (notify.go)
+	nt.start()
+	defer func() {
+		job.Output = out
+		notifyEnd(nt, db, job, end, err, cancelled.Load())
+	}()
 	doneBefore := job.State == sluice.JobDone
 	files, err := jobStore(ctx, &f.jobFlags, db.Dir())
 	if err != nil {
@@ -271,7 +299,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			return err
 		}
 		bar = newRunProgress(os.Stderr, db, job)
-		onTick = bar.tick
+		onTick = func(c []*sluice.Chunk) { bar.tick(c); nt.onTick(c) }
 	}
 	outcome, err := lifecycle.Run(ctx, db, runProv, job, lifecycle.RunOptions{Output: out,
 		Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
@@ -286,14 +314,18 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	switch outcome {
 	case dispatcher.CapReached:
+		end = runEnd{evStopped, stableID(job.ID, evStopped, "spend_cap", fmt.Sprint(f.money.maxCost)), "spend_cap"}
 		return capReached(ctx, db, job, p, prices, f.money.maxCost)
 	case dispatcher.Stopped:
 		why := "stopped"
+		end = runEnd{evStopped, randomID("evt_"), "signal"}
 		switch {
 		case f.once:
 			why = "--once: batches still running at the provider"
+			end.reason = "once"
 		case !deadline.IsZero() && !time.Now().Before(deadline):
 			why = "--deadline reached: batches left running at the provider"
+			end = runEnd{evStopped, stableID(job.ID, evStopped, "deadline", deadline.UTC().Format(time.RFC3339)), "deadline"}
 		}
 		log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
 		printProgressSummary(ctx, db, job)
@@ -313,6 +345,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return nil
 	})
 	if errors.Is(err, errStopped) {
+		end = runEnd{evStopped, randomID("evt_"), "signal"}
 		log.Info().Msg("stopped while another worker merges; run the same command again to continue")
 		return silent(exitStopped)
 	}
@@ -325,8 +358,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	printSummary(os.Stdout, ctx, db, job, sum, time.Since(start))
 	if lifecycle.FailedAny(sum) {
+		end = runEnd{evFailures, stableID(job.ID, evFailures), ""}
 		return silent(exitFailures)
 	}
+	end = runEnd{evDone, stableID(job.ID, evDone), ""}
 	return nil
 }
 
