@@ -103,7 +103,9 @@ func (m *runMetrics) APICall(endpoint, method string, code int, d time.Duration)
 }
 
 // APIRetry implements telemetry.Sink.
-func (m *runMetrics) APIRetry(endpoint, method string) { m.retries.WithLabelValues(endpoint, method).Inc() }
+func (m *runMetrics) APIRetry(endpoint, method string) {
+	m.retries.WithLabelValues(endpoint, method).Inc()
+}
 
 // Reconcile implements telemetry.Sink.
 func (m *runMetrics) Reconcile(kind string) { m.reconciles.WithLabelValues(kind).Inc() }
