@@ -83,6 +83,13 @@ Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
 
+Monitoring (docs/monitoring.md): --notify URL POSTs an event (Standard
+Webhooks, signed with $SLUICE_WEBHOOK_SECRET) when the job is done, finishes
+with failures, stops, fails or has a batch stuck, recorded first in the
+tracker so that each is sent once across re-runs, crashes and workers;
+--metrics-addr serves Prometheus metrics while the run lives and
+--metrics-file writes them when it ends (node_exporter's textfile collector).
+
 Credentials come from the environment only: OPENAI_API_KEY, ANTHROPIC_API_KEY,
 CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID, AZURE_OPENAI_API_KEY,
 NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
@@ -107,7 +114,7 @@ NEBIUS_API_KEY, GROQ_API_KEY, DEEPINFRA_API_KEY.
 	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", sluice.DefaultReconcileGrace, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
-	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
+	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch (and --notify sends batch.stuck)")
 	fs.BoolVar(&f.keepProviderFiles, "keep-provider-files", false, "once the output is written, keep the job's files at the provider (uploaded inputs, result files) instead of deleting them")
 	fs.BoolVar(&f.join, "join", false, "join the job as one more worker beside the runs of it already going (started with --join too) on this state directory, instead of refusing while one runs: one worker plans, each batch's next step is leased to one worker at a time, one merges, the others exit 0 (also $SLUICE_JOIN=1)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long a worker's leases on its batches last past its last heartbeat (it beats every third of this): a worker killed mid-step leaves its batches to the others this long after")
