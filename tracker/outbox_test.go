@@ -2,6 +2,7 @@ package tracker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -93,6 +94,55 @@ func TestOutbox(t *testing.T) {
 			now = now.Add(5 * time.Second)
 			if late, _ := ob.ClaimNotification(ctx, []string{"d1"}, "e", time.Minute); late == nil || late.LastError != "503" {
 				t.Fatalf("not claimed after its backoff: %+v", late)
+			}
+		})
+	}
+}
+
+// TestOutboxClaimsRace: six senders on two handles (two processes) drain
+// forty events at once; each event is claimed exactly once.
+func TestOutboxClaimsRace(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := b.open(t)
+			handles := []tracker.Outbox{db.Backend.(tracker.Outbox), db.reopen(t).(tracker.Outbox)}
+			for i := range 40 {
+				n := tracker.Notification{ID: fmt.Sprintf("evt_%02d", i), Dest: "d", Job: "j", Type: "job.done", Body: []byte("{}")}
+				if _, err := handles[0].RecordNotification(ctx, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			claims := map[string]int{}
+			var wg sync.WaitGroup
+			for s := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						c, err := handles[s%2].ClaimNotification(ctx, []string{"d"}, fmt.Sprint("s", s), time.Minute)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if c == nil {
+							return
+						}
+						mu.Lock()
+						claims[c.ID]++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if len(claims) != 40 {
+				t.Errorf("%d events claimed, want 40", len(claims))
+			}
+			for id, k := range claims {
+				if k != 1 {
+					t.Errorf("%s claimed %d times", id, k)
+				}
 			}
 		})
 	}

@@ -57,6 +57,7 @@ type receiver struct {
 	wh     *standardwebhooks.Webhook
 	hold   atomic.Int32
 	answer func(n int) (int, http.Header)
+	delay  time.Duration // before each answer (a slow receiver)
 
 	mu  sync.Mutex
 	got []delivery
@@ -87,6 +88,10 @@ func startReceiver(t *testing.T, secret string) *receiver {
 		if r.hold.Add(-1) >= 0 {
 			<-req.Context().Done() // the sender is gone (killed)
 			return
+		}
+		select {
+		case <-time.After(r.delay):
+		case <-req.Context().Done():
 		}
 		code, h := http.StatusOK, http.Header(nil)
 		if r.answer != nil {
@@ -323,27 +328,57 @@ func TestNotifyStoppedAndStuck(t *testing.T) {
 	}
 }
 
-// TestNotifyWorkersSendOnce: two --join workers with the same --notify
-// drive one job; the receiver gets job.done exactly once.
+// TestNotifyWorkersSendOnce: a --once run leaves its job.stopped event
+// undelivered (the receiver answered 503, and --notify-wait 0 let it go);
+// then two --join workers with the same --notify drive the job to the
+// end, both looking for due events at once while the receiver takes a
+// second to answer. The receiver gets the stopped event once more (one
+// worker's claim excludes the other's) and job.done exactly once.
 func TestNotifyWorkersSendOnce(t *testing.T) {
-	emu := startEmulator(t, "--batch-time", "200ms")
+	emu := startEmulator(t, "--batch-time", "2s")
 	dir := t.TempDir()
 	secret := newSecret(t)
 	rec := startReceiver(t, secret)
+	rec.answer = func(n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusServiceUnavailable, nil
+		}
+		return http.StatusOK, nil
+	}
+	rec.delay = time.Second // a slow receiver: a second claim would overlap the first's send
 	in, ids := writeInput(t, dir, 2000)
 	out := filepath.Join(dir, "o.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_WEBHOOK_SECRET="+secret)
-	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "500", "--join",
-		"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--lease-ttl", "900ms", "--log-format", "json", "--notify", rec.url()}
-	a := startWorkerProc(t, env, args...)
-	b := startWorkerProc(t, env, args...)
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "500",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--log-format", "json", "--notify", rec.url()}
+	if r := runSluice(t, env, append(args, "--once", "--notify-wait", "0s")...); r.code != exitStopped {
+		t.Fatalf("--once: exit %d\n%s", r.code, r.stderr)
+	}
+	if rows := outbox(t, dir); len(rows) != 1 || rows[0].State != tracker.NotePending || rows[0].Type != "job.stopped" {
+		t.Fatalf("after --once the outbox holds %+v, want job.stopped pending", rows)
+	}
+	workers := append(args, "--join", "--lease-ttl", "900ms")
+	a := startWorkerProc(t, env, workers...)
+	b := startWorkerProc(t, env, workers...)
 	if _, merged := waitWorkers(t, []*workerProc{a, b}, 90*time.Second); merged != 1 {
 		t.Fatalf("%d workers merged, want 1", merged)
 	}
 	checkOutput(t, out, ids)
-	got := rec.deliveries()
-	if len(got) != 1 || got[0].verified != nil || got[0].event(t).Type != "job.done" {
-		t.Fatalf("deliveries: %+v", got)
+	types := map[string]int{}
+	for _, d := range rec.deliveries() {
+		if d.verified != nil {
+			t.Errorf("delivery %s: %v", d.id, d.verified)
+		}
+		types[d.event(t).Type]++
+	}
+	if types["job.stopped"] != 2 || types["job.done"] != 1 || len(types) != 2 {
+		t.Fatalf("deliveries by type %v, want job.stopped twice (a 503, then delivered once) and job.done once\nA:\n%s\nB:\n%s",
+			types, a.stderr.String(), b.stderr.String())
+	}
+	for _, r := range outbox(t, dir) {
+		if r.State != tracker.NoteDelivered {
+			t.Errorf("outbox row %s %s: %s", r.ID, r.Type, r.State)
+		}
 	}
 }
 
