@@ -59,6 +59,7 @@ func startMetrics(f *metricsFlags, db tracker.Backend, job *sluice.Job, log zero
 	if f.addr == "" && f.file == "" {
 		return nil, nil
 	}
+	pricesInForce() // set now: scrapes only read it
 	m := &runMetrics{reg: prometheus.NewRegistry(), file: f.file}
 	m.wrap = prometheus.WrapRegistererWith(prometheus.Labels{"job_id": job.ID}, m.reg)
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_requests_total",

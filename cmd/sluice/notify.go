@@ -150,7 +150,7 @@ type notifier struct {
 	mu      sync.Mutex
 	seen    map[string]bool // stuck batches already handed over
 	wake    chan struct{}
-	cancel  context.CancelFunc
+	quit    chan struct{}
 	stopped chan struct{}
 }
 
@@ -208,16 +208,18 @@ func (n *notifier) start() {
 	if n == nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+	// A delivery in flight when the run ends is let finish (it takes at
+	// most --notify-timeout): cut off, it would cost an attempt.
+	ctx := context.Background()
+	n.quit = make(chan struct{})
 	go func() {
 		defer close(n.stopped)
 		t := time.NewTicker(5 * time.Second)
 		defer t.Stop()
 		for {
-			n.deliverDue(ctx)
+			n.deliverDue(ctx, n.quit)
 			select {
-			case <-ctx.Done():
+			case <-n.quit:
 				return
 			case s := <-n.stuck:
 				n.recordStuck(ctx, s)
@@ -287,9 +289,14 @@ func (n *notifier) record(ctx context.Context, id, typ string, data map[string]a
 	}
 }
 
-// deliverDue sends every event due now.
-func (n *notifier) deliverDue(ctx context.Context) {
+// deliverDue sends every event due now, until quit is closed (nil: never).
+func (n *notifier) deliverDue(ctx context.Context, quit <-chan struct{}) {
 	for ctx.Err() == nil {
+		select {
+		case <-quit:
+			return
+		default:
+		}
 		row, err := n.ob.ClaimNotification(ctx, n.keys, n.owner, n.timeout+2*time.Second)
 		if err != nil {
 			n.log.Warn().Err(err).Msg("notifications: outbox not readable")
@@ -373,7 +380,7 @@ func (n *notifier) finish(typ, id string, data map[string]any, text string) {
 	if n == nil {
 		return
 	}
-	n.cancel()
+	close(n.quit)
 	<-n.stopped
 	ctx, cancel := context.WithTimeout(context.Background(), n.wait+n.timeout+5*time.Second)
 	defer cancel()
@@ -391,7 +398,7 @@ func (n *notifier) finish(typ, id string, data map[string]any, text string) {
 	}
 	end := time.Now().Add(n.wait)
 	for {
-		n.deliverDue(ctx)
+		n.deliverDue(ctx, nil)
 		left, at, err := n.ob.NotificationsDue(ctx, n.keys)
 		if err != nil || left == 0 {
 			return
