@@ -22,6 +22,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/sluice-batch/sluice/internal/testsrv"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -125,10 +126,20 @@ func checkNoSecrets(t *testing.T, log, secret string) {
 	}
 }
 
-// outbox reads the notification rows of the state directory's tracker.
-func outbox(t *testing.T, dir string) []tracker.Notification {
+// outbox reads the notification rows of the tracker: PostgreSQL's at dsn,
+// else the state directory's SQLite.
+func outbox(t *testing.T, dir string, dsn ...string) []tracker.Notification {
 	t.Helper()
-	db, err := tracker.Open(context.Background(), filepath.Join(dir, "state"))
+	var db interface {
+		tracker.Outbox
+		Close() error
+	}
+	var err error
+	if len(dsn) > 0 && dsn[0] != "" {
+		db, err = tracker.OpenPostgres(context.Background(), dsn[0], filepath.Join(dir, "state"))
+	} else {
+		db, err = tracker.Open(context.Background(), filepath.Join(dir, "state"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,18 +203,24 @@ func TestNotifyDoneSignedOnceAndSlack(t *testing.T) {
 // first delivery of job.done and sluice is SIGKILLed meanwhile; the next
 // run sends the event again with the same webhook-id and body (the
 // receiver dedupes on it), signed; the outbox records it delivered after
-// two attempts, and a third run sends nothing.
+// two attempts, and a third run sends nothing. On SQLite and on
+// PostgreSQL (--db).
 func TestNotifyKilledMidDeliveryResentWithTheSameID(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testKilledMidDelivery(t, "") })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); testKilledMidDelivery(t, testsrv.Postgres(t)) })
+}
+
+func testKilledMidDelivery(t *testing.T, dsn string) {
 	dir := t.TempDir()
 	secret := newSecret(t)
 	rec := startReceiver(t, secret)
 	rec.hold.Store(1)
 	in, ids := writeInput(t, dir, 30)
 	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "SLUICE_WEBHOOK_SECRET="+secret)
+	env := append(stateEnv(dir), "SLUICE_WEBHOOK_SECRET="+secret, "SLUICE_DB="+dsn)
 	args := []string{"run", in, "--out", out, "--provider", "local", "--notify", rec.url(), "--notify-timeout", "2s"}
 	killWhen(t, sluiceCmd(env, args...), "delivery held", func() bool { return len(rec.deliveries()) > 0 })
-	if rows := outbox(t, dir); len(rows) != 1 || rows[0].State != tracker.NoteSending {
+	if rows := outbox(t, dir, dsn); len(rows) != 1 || rows[0].State != tracker.NoteSending {
 		t.Fatalf("after the kill the outbox holds %+v, want one event in sending", rows)
 	}
 
@@ -224,7 +241,7 @@ func TestNotifyKilledMidDeliveryResentWithTheSameID(t *testing.T) {
 	if got[0].id != got[1].id || string(got[0].body) != string(got[1].body) || got[0].event(t).Type != "job.done" {
 		t.Fatalf("the resend is another event: %s %s / %s %s", got[0].id, got[0].body, got[1].id, got[1].body)
 	}
-	rows := outbox(t, dir)
+	rows := outbox(t, dir, dsn)
 	if len(rows) != 1 || rows[0].State != tracker.NoteDelivered || rows[0].Attempts != 2 || rows[0].ID != got[0].id {
 		t.Fatalf("outbox: %+v", rows)
 	}
