@@ -399,6 +399,31 @@ func TestNotifyWorkersSendOnce(t *testing.T) {
 	}
 }
 
+// TestNotifyFailed: a run whose provider endpoint refuses every
+// connection fails (exit 1) and says job.failed with the error; the
+// event still reaches the receiver, which is up.
+func TestNotifyFailed(t *testing.T) {
+	dir := t.TempDir()
+	secret := newSecret(t)
+	rec := startReceiver(t, secret)
+	in, _ := writeInput(t, dir, 6)
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_WEBHOOK_SECRET="+secret)
+	r := runSluiceFor(t, 90e9, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai", "--rate", "-1",
+		"--http-max-wait", "1s", "--base-url", "http://"+refusingAddr(t)+"/v1", "--notify", rec.url())
+	if r.code != exitError {
+		t.Fatalf("run against a dead endpoint: exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	got := rec.deliveries()
+	if len(got) != 1 || got[0].verified != nil {
+		t.Fatalf("deliveries: %+v", got)
+	}
+	e := got[0].event(t)
+	if errText, _ := e.Data["error"].(string); e.Type != "job.failed" || e.Data["exit_code"] != float64(exitError) || errText == "" {
+		t.Fatalf("event %s", got[0].body)
+	}
+	checkNoSecrets(t, r.stderr, secret)
+}
+
 // TestNotifyBadFlags: a --notify that is not an http(s) URL and a secret
 // not in the whsec_ form are bad usage (exit 2), named without the value.
 func TestNotifyBadFlags(t *testing.T) {
