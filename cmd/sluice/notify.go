@@ -371,7 +371,7 @@ func (n *notifier) post(ctx context.Context, d notifyDest, row *tracker.Notifica
 	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
 		return hint, false, err
 	}
-	return hint, resp.StatusCode >= 400 && resp.StatusCode < 500, err
+	return hint, resp.StatusCode < 500, err // a redirect (not followed) or another 4xx: the same again
 }
 
 // finish records the run's end event (typ "" for none), then delivers
