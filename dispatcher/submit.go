@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/telemetry"
 )
 
 // submit takes a pending or uploaded chunk to submitted: upload (when the
@@ -179,6 +180,9 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 	}
 	log := d.chunkLog(c)
 	from := c.State
+	if s := telemetry.Get(); s != nil {
+		s.Reconcile("chunk")
+	}
 	fileID, batchID, err := d.prov.Find(ctx, c.Ref(d.job.Dir))
 	switch {
 	case errors.Is(err, sluice.ErrNoListing):

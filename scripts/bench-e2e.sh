@@ -16,6 +16,10 @@
 #             tree (to compare two versions on the same machine and day)
 #   CPUPROFILE=1  write sluice.pprof (and emulator.pprof) per mode into BENCH_DIR
 #             (through SLUICE_CPUPROFILE); read with go tool pprof BIN FILE
+#   WITH_MONITORING=1  run each mode twice side by side, the second time
+#             with --metrics-addr 127.0.0.1:0, --metrics-file and --notify to a
+#             receiver on 127.0.0.1 (python3) answering 204 (issue 23: at most
+#             5% more sluice CPU); the second is reported as MODE+monitoring
 #
 # Prints, per mode: wall time, requests/s, sluice CPU and peak RSS (rusage of
 # the child), the emulator's CPU when separate, and the phases from sluice's
@@ -69,7 +73,30 @@ cat_in=$(best_cat "$input")
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "input: $n requests, $bytes bytes; cat input: ${cat_in}s ($(awk -v b="$bytes" -v s="$cat_in" 'BEGIN{printf "%.0f", b/s/1e6}') MB/s)" >&2
 
-for mode in $modes; do
+receiver=""
+if [ "${WITH_MONITORING:-0}" = 1 ]; then
+  port_file=$(mktemp)
+  python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(204); self.end_headers()
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+open(sys.argv[1], "w").write(str(s.server_address[1])); s.serve_forever()' "$port_file" &
+  receiver=$!
+  trap 'kill $receiver 2>/dev/null; cleanup' EXIT
+  while [ ! -s "$port_file" ]; do sleep 0.1; done
+  hook="http://127.0.0.1:$(cat "$port_file")/hook"
+  rm -f "$port_file"
+  m=""
+  for mode in $modes; do m="$m $mode $mode+monitoring"; done
+  modes=$m
+fi
+
+for variant in $modes; do
+  mode=${variant%+monitoring}
   [ -n "$work" ] && rm -rf "$work"
   work=$(mktemp -d "$bench/run-$mode.XXXXXX")
   prof=()
@@ -79,7 +106,10 @@ for mode in $modes; do
     # The local preset's pacing for the openai preset: no client rate limit, 200ms first poll.
     args="--rate -1 --poll-interval 200ms --max-poll-interval 2s"
   fi
-  echo "== $mode" >&2
+  if [ "$variant" != "$mode" ]; then
+    args="$args --metrics-addr 127.0.0.1:0 --metrics-file $work/sluice.prom --notify $hook"
+  fi
+  echo "== $variant" >&2
   sync
   "$bench/benche2e" -mode e2e -sluice "$bench/sluice" -input "$input" -work "$work" \
     -emulator "$mode" -run-args "$args" "${prof[@]}" >"$work/report.json"
@@ -123,6 +153,6 @@ for mode in $modes; do
     echo "the emulator processed $twice request(s) more than once" >&2
     exit 1
   fi
-  cp "$work/report.json" "$bench/report-$mode.json"
+  cp "$work/report.json" "$bench/report-$variant.json"
 done
 echo "reports: $bench/report-*.json" >&2

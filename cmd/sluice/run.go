@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -38,6 +39,10 @@ type runFlags struct {
 	// heartbeat (cmd/sluice/worker.go, docs/scale-out.md).
 	join     bool
 	leaseTTL time.Duration
+	// notify and metrics: events POSTed when the run ends (notify.go) and
+	// Prometheus metrics while it lives (metrics.go).
+	notify  notifyFlags
+	metrics metricsFlags
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -78,6 +83,13 @@ Stopping: the first SIGINT/SIGTERM stops new submissions and lets calls in
 flight record their outcome; a second one cancels them (the next run
 reconciles). Batches keep running at the provider either way.
 
+Monitoring (docs/monitoring.md): --notify URL POSTs an event (Standard
+Webhooks, signed with $SLUICE_WEBHOOK_SECRET) when the job is done, finishes
+with failures, stops, fails or has a batch stuck, recorded first in the
+tracker so that each is sent once across re-runs, crashes and workers;
+--metrics-addr serves Prometheus metrics while the run lives and
+--metrics-file writes them when it ends (node_exporter's textfile collector).
+
 ` + credentialsHelp() + `
 ` + exitCodesHelp,
 		Args: cobra.ExactArgs(1),
@@ -87,6 +99,8 @@ reconciles). Batches keep running at the provider either way.
 	f.registerRun(cmd)
 	f.net.register(cmd)
 	f.money.registerRun(cmd)
+	f.notify.register(cmd)
+	f.metrics.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVarP(&f.out, "out", "o", "", "output file or s3://BUCKET/KEY (required); .gz or .zst compresses")
 	fs.StringVar(&f.errorsOut, "errors", "", "errors file (or s3://BUCKET/KEY) for requests that failed for good (default: OUTPUT with .errors before the extension)")
@@ -97,7 +111,7 @@ reconciles). Batches keep running at the provider either way.
 	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", sluice.DefaultReconcileGrace, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
-	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch")
+	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch (and --notify sends batch.stuck)")
 	fs.BoolVar(&f.keepProviderFiles, "keep-provider-files", false, "once the output is written, keep the job's files at the provider (uploaded inputs, result files) instead of deleting them")
 	fs.BoolVar(&f.join, "join", false, "join the job as one more worker beside the runs of it already going (started with --join too) on this state directory, instead of refusing while one runs: one worker plans, each batch's next step is leased to one worker at a time, one merges, the others exit 0 (also $SLUICE_JOIN=1)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long a worker's leases on its batches last past its last heartbeat (it beats every third of this): a worker killed mid-step leaves its batches to the others this long after")
@@ -160,6 +174,12 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	if f.join && p.Name == "local" {
 		return usageErr("--join: --provider local runs its emulator inside each process, so workers would not see each other's batches; run 'sluice emulate' and use --provider openai with OPENAI_BASE_URL pointing at it")
+	}
+	if _, err := f.notify.dests(); err != nil {
+		return err
+	}
+	if _, err := webhookSigner(); err != nil {
+		return err
 	}
 	if f.leaseTTL < 30*time.Millisecond {
 		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
@@ -236,6 +256,21 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return err
 	}
 	job := pr.Job
+	mt, err := startMetrics(&f.metrics, db, job, log)
+	if err != nil {
+		return err
+	}
+	defer func() { mt.close(runExitCode(err, cancelled.Load()), log) }()
+	nt, err := newNotifier(&f.notify, db, job, log)
+	if err != nil {
+		return err
+	}
+	var end runEnd // the event this run ends with (notify.go)
+	nt.start()
+	defer func() {
+		job.Output = out
+		notifyEnd(nt, db, job, end, err, cancelled.Load())
+	}()
 	doneBefore := job.State == sluice.JobDone
 	files, err := jobStore(ctx, &f.jobFlags, db.Dir())
 	if err != nil {
@@ -276,7 +311,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			return err
 		}
 		bar = newRunProgress(os.Stderr, db, job)
-		onTick = bar.tick
+		onTick = func(c []*sluice.Chunk) { bar.tick(c); nt.onTick(c) }
 	}
 	// Through the database going away and coming back, the dispatch starts
 	// over from the tracker's state (lockgate.go).
@@ -295,14 +330,18 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	switch outcome {
 	case dispatcher.CapReached:
+		end = runEnd{evStopped, stableID(job.ID, evStopped, "spend_cap", fmt.Sprint(f.money.maxCost)), "spend_cap"}
 		return capReached(ctx, db, job, p, prices, f.money.maxCost)
 	case dispatcher.Stopped:
 		why := "stopped"
+		end = runEnd{evStopped, randomID("evt_"), "signal"}
 		switch {
 		case f.once:
 			why = "--once: batches still running at the provider"
+			end.reason = "once"
 		case !deadline.IsZero() && !time.Now().Before(deadline):
 			why = "--deadline reached: batches left running at the provider"
+			end = runEnd{evStopped, stableID(job.ID, evStopped, "deadline", deadline.UTC().Format(time.RFC3339)), "deadline"}
 		}
 		log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
 		printProgressSummary(ctx, db, job)
@@ -323,6 +362,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		return nil
 	})
 	if errors.Is(err, errStopped) {
+		end = runEnd{evStopped, randomID("evt_"), "signal"}
 		log.Info().Msg("stopped while another worker merges; run the same command again to continue")
 		return silent(exitStopped)
 	}
@@ -335,8 +375,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	printSummary(os.Stdout, ctx, db, job, sum, runWall{time.Since(start), cleanup})
 	if lifecycle.FailedAny(sum) {
+		end = runEnd{evFailures, stableID(job.ID, evFailures), ""}
 		return silent(exitFailures)
 	}
+	end = runEnd{evDone, stableID(job.ID, evDone), ""}
 	return nil
 }
 

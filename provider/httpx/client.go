@@ -15,6 +15,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/internal/atomicfile"
+	"github.com/sluice-batch/sluice/internal/telemetry"
 )
 
 // Config configures a Client. Only the credential fields are required to
@@ -377,6 +379,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		}
 		if !ok {
 			if ambiguous && call.Reconcile != nil {
+				observeReconcile()
 				if done, rerr := call.Reconcile(ctx); rerr != nil {
 					return fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
 				} else if done {
@@ -399,6 +402,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		if is429 && asked {
 			c.lim.PauseUntil(c.clock.Now().Add(wait))
 		}
+		observeRetry(call)
 		c.log.Debug().Str("method", call.Method).Str("url", call.URL).Int("attempt", attempt).
 			Dur("wait", wait).Str("error", c.red.String(lastErr.Error())).Msg("retrying")
 		if err := sleep(ctx, c.clock, wait); err != nil {
@@ -406,6 +410,7 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		}
 		waited += wait
 		if ambiguous && call.Reconcile != nil {
+			observeReconcile()
 			done, rerr := call.Reconcile(ctx)
 			if rerr != nil {
 				// The attempt may have landed and the lookup failed: the
@@ -418,6 +423,22 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 			}
 			ambiguous = false // not there: the repeat is no duplicate
 		}
+	}
+}
+
+// observeRetry and observeReconcile tell the run's metrics, if any
+// (internal/telemetry).
+func observeRetry(call Call) {
+	if s := telemetry.Get(); s != nil {
+		if u, err := url.Parse(call.URL); err == nil {
+			s.APIRetry(telemetry.Endpoint(u), call.Method)
+		}
+	}
+}
+
+func observeReconcile() {
+	if s := telemetry.Get(); s != nil {
+		s.Reconcile("call")
 	}
 }
 
@@ -513,7 +534,15 @@ func (c *Client) attempt(ctx context.Context, call Call) (*http.Response, bool, 
 	if c.auth != "" {
 		req.Header.Set(c.authHdr, c.auth)
 	}
+	t0 := time.Now()
 	resp, err := c.http.Do(req)
+	if s := telemetry.Get(); s != nil {
+		code := 0
+		if err == nil {
+			code = resp.StatusCode
+		}
+		s.APICall(telemetry.Endpoint(req.URL), req.Method, code, time.Since(t0))
+	}
 	sent := tb == nil || tb.done.Load()
 	if err != nil {
 		return nil, sent, c.redactErr(err)
