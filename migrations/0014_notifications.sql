@@ -5,8 +5,7 @@
 -- once, and a row a killed run left in 'sending' is taken again once its
 -- lease expires. dest is the SHA-256 of the destination as given (--notify
 -- or $SLUICE_NOTIFY), never the URL itself, which may hold a token.
--- Times are unix nanoseconds. Numbered 0022 after the issue's highest
--- (0021): migrations apply in any order (migrations.go).
+-- Times are unix nanoseconds.
 CREATE TABLE notifications (
     id           TEXT NOT NULL,   -- the event id, sent as webhook-id
     dest         TEXT NOT NULL,

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The notification outbox (migrations/0022_notifications.sql,
+// The notification outbox (migrations/0014_notifications.sql,
 // docs/monitoring.md): an event is recorded once per destination before
 // any delivery is tried; a sender claims one row at a time by a guarded
 // update (state pending and due, or sending with an expired lease), so two

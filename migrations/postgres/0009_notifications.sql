@@ -1,4 +1,4 @@
--- Mirrors SQLite's 0022_notifications.sql: the notification outbox, one
+-- Mirrors SQLite's 0014_notifications.sql: the notification outbox, one
 -- row an event and destination (dest: SHA-256 of the destination, never
 -- the URL), claimed by a guarded update of state and lease.
 CREATE TABLE notifications (
