@@ -52,6 +52,12 @@ const (
 	// downloaded (an output file that 404s, a download cut short) on every
 	// poll up to the fetch-failure bound.
 	CodeResultsUnavailable ErrorCode = "results_unavailable"
+	// CodeResultsExpired: the batch ended but its results were gone when
+	// fetched (404) past the time the provider's retention lets them go
+	// (docs/providers.md, "Results expire"): its requests go to the next
+	// attempt like any batch without results, and fail with this code when
+	// attempts are spent.
+	CodeResultsExpired ErrorCode = "results_expired"
 	// CodeResultsUnreadable: the batch's results were downloaded but could
 	// not be read, on every poll up to the fetch-failure bound.
 	CodeResultsUnreadable ErrorCode = "results_unreadable"

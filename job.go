@@ -109,6 +109,13 @@ type Chunk struct {
 	// chunk's requests may be retried while Attempt - Splits is below
 	// Job.MaxAttempts.
 	Splits int `json:"splits,omitempty"`
+	// ResultsExpireAt is the earliest time the provider may delete the
+	// results of the chunk's batch (docs/providers.md, "Results expire"):
+	// its submission plus the provider's retention, refined when a poll
+	// finds it ended. Zero when the retention is unknown. `sluice status`
+	// warns of results not yet fetched that expire within a day; `sluice
+	// run` fetches the soonest-expiring first.
+	ResultsExpireAt time.Time `json:"results_expire_at,omitzero"`
 	// MaxOutputTokens is the sum of its requests' max output tokens
 	// (max_tokens, max_completion_tokens or max_output_tokens), and
 	// NoMaxRequests counts its requests that set none: together the upper

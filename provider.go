@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // Batch is what a provider says about one batch.
@@ -19,6 +20,9 @@ type Batch struct {
 	Total          int
 	Completed      int
 	Failed         int
+	// ResultsExpireAt is when the provider says the ended batch's results
+	// expire (OpenAI: its output file's expires_at); zero when it did not.
+	ResultsExpireAt time.Time
 }
 
 // BatchError is one batch-level error as the provider reports it.

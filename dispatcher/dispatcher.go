@@ -79,6 +79,12 @@ type Options struct {
 	// before the attempt fails and its requests go to the next attempt.
 	// Default 5.
 	MaxFetchFailures int
+	// ResultsRetention is how long the provider keeps an ended batch's
+	// results, counted from its creation (provider.Preset.ResultsRetention,
+	// --output-expires-after, --results-retention): a submitted chunk's
+	// ResultsExpireAt is its submission plus this, the earliest its
+	// results may go, until a poll of the ended batch says when. 0: unknown.
+	ResultsRetention time.Duration
 	// MaxQueueRefusals is how many times in a row the batch of a chunk of
 	// one request may fail token_limit_exceeded while it was submitted
 	// alone (no other batch of its model in this job live, none submitted

@@ -157,6 +157,9 @@ func (d *Dispatcher) unstick(ctx context.Context, c *sluice.Chunk, b sluice.Batc
 // ended reads the results of an ended batch and concludes its chunk.
 func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch) (bool, error) {
 	log := d.chunkLog(c)
+	if !b.ResultsExpireAt.IsZero() {
+		c.ResultsExpireAt = b.ResultsExpireAt // the provider's word
+	}
 	ref := c.Ref(d.job.Dir)
 	if b.Status == sluice.BatchFailed {
 		if b.QueueFull() {
@@ -346,7 +349,30 @@ func (d *Dispatcher) unfetched(ctx context.Context, c *sluice.Chunk, err error) 
 	if local(err) || errors.Is(err, sluice.ErrUnreachable) {
 		return false, fatal(fmt.Errorf("chunk %d: download results of batch %s: %w", c.ID, c.BatchID, err))
 	}
+	if errors.Is(err, sluice.ErrNotFound) && !c.ResultsExpireAt.IsZero() && !d.now().Before(c.ResultsExpireAt) {
+		// Gone past the provider's retention: asking again cannot bring
+		// them back.
+		msg := fmt.Sprintf("results of batch %s expired at the provider (%s) before they were fetched: %v",
+			c.BatchID, c.ResultsExpireAt.UTC().Format(time.RFC3339), err)
+		d.chunkLog(c).Error().Str("reason", msg).Msg("results expired; its requests go to the next attempt")
+		return true, d.failAttempt(ctx, c, sluice.ChunkSubmitted, sluice.CodeResultsExpired, msg)
+	}
 	return d.fetchFailed(ctx, c, sluice.CodeResultsUnavailable, fmt.Sprintf("download results: %v", err))
+}
+
+// estimateExpiry sets a just-submitted chunk's ResultsExpireAt to the
+// earliest its batch's results may expire: its creation (the intent
+// before the create call, when recorded, else the submission) plus the
+// provider's retention.
+func (d *Dispatcher) estimateExpiry(c *sluice.Chunk) {
+	if d.opts.ResultsRetention <= 0 {
+		return
+	}
+	from := c.SubmittedAt
+	if !c.IntentAt.IsZero() && c.IntentAt.Before(from) {
+		from = c.IntentAt
+	}
+	c.ResultsExpireAt = from.Add(d.opts.ResultsRetention)
 }
 
 // keepRaw downloads, once the chunk is recorded, the raw result files of a

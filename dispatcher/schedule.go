@@ -310,6 +310,9 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 		slots--
 		started = true
 	}
+	// Results that expire soonest are fetched first (docs/providers.md,
+	// "Results expire"); chunks without a known expiry come last.
+	slices.SortStableFunc(polls, byExpiry)
 	for _, c := range polls {
 		if slots <= 0 {
 			break
@@ -320,6 +323,19 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 	}
 	capped = adm != nil && adm.spend != nil && adm.spend.blocked > 0 && adm.flying == 0
 	return started, capped, earlier(wake, time.Unix(0, wakeNS))
+}
+
+// byExpiry orders chunks by ResultsExpireAt, soonest first, unknown last.
+func byExpiry(a, b *sluice.Chunk) int {
+	switch ea, eb := a.ResultsExpireAt, b.ResultsExpireAt; {
+	case ea.Equal(eb):
+		return 0
+	case ea.IsZero():
+		return 1
+	case eb.IsZero():
+		return -1
+	}
+	return a.ResultsExpireAt.Compare(b.ResultsExpireAt)
 }
 
 func earlier(a, b time.Time) time.Time {

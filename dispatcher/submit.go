@@ -81,6 +81,7 @@ func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Ba
 	c.ClearError()
 	c.SubmittedAt, c.Polls = d.now(), 0
 	c.NextPollAt = d.nextPoll(0)
+	d.estimateExpiry(c)
 	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkCreating); err != nil {
 		return fatal(err)
 	}
@@ -220,6 +221,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 	case batchID != "":
 		c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, batchID, "adopted"
 		c.SubmittedAt, c.NextPollAt = now, now
+		d.estimateExpiry(c)
 		log.Info().Str("batch_id", batchID).Msg("reconciled: adopted the batch a previous run created")
 	case from == sluice.ChunkUploading && c.FileID != "":
 		c.State, c.NextPollAt = sluice.ChunkUploaded, time.Time{}

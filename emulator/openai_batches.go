@@ -111,6 +111,7 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.addBatch(b)
+	s.bump(func(st *Stats) { st.noteOutputExpiry(b.OutputExpiresSec) })
 	answer := s.oaiBatchJSON(b, now)
 	if s.forgets(b) {
 		s.forget(b)

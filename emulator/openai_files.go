@@ -218,8 +218,11 @@ type fileAPI struct {
 func (s *Server) fileRoutes(mux *http.ServeMux, p string, a fileAPI) {
 	lookup := func(w http.ResponseWriter, r *http.Request) *fileRec {
 		id := r.PathValue("id")
-		if f := s.files[id]; f != nil && fileFamily(f) == a.fam {
+		if f := s.files[id]; f != nil && fileFamily(f) == a.fam && !s.expired(f) {
 			return f
+		}
+		if f := s.files[id]; f != nil && s.expired(f) {
+			s.bump(func(st *Stats) { st.ResultsExpired++ })
 		}
 		a.missing(w, id)
 		return nil
@@ -267,8 +270,15 @@ func (s *Server) oaiFiles() fileAPI {
 func (s *Server) serveContent(w http.ResponseWriter, id, fam string, missing func(id string)) {
 	s.mu.Lock()
 	f := s.files[id]
+	if f != nil && s.expired(f) {
+		s.bump(func(st *Stats) { st.ResultsExpired++ })
+		f = nil
+	}
 	if f != nil && (fileFamily(f) != fam || f.Lost || f.Pending) {
 		f = nil
+	}
+	if f != nil && f.Result {
+		s.bump(func(st *Stats) { st.noteDownload(f.BatchID) })
 	}
 	var in *os.File
 	var err error

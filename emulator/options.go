@@ -165,6 +165,13 @@ type Options struct {
 	// Cloudflare, Mistral and Together "Authorization: Bearer". If empty, anything is accepted.
 	APIKey string
 
+	// ResultRetentionScale multiplies how long the result (output and
+	// error) files of OpenAI, Mistral and Together batches are kept:
+	// output_expires_after.seconds when the create sent it, else 30 days.
+	// A result file past its expires_at is gone: its metadata and content
+	// answer 404, as the live API's deleted files do. 0 means 1; a test
+	// sets 0.001 to see one hour's retention end after 3.6 seconds.
+	ResultRetentionScale float64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logf, if set, receives one line per lifecycle event.

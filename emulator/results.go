@@ -191,10 +191,7 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 		}
 	}
 	if filesFamily(b.Family) {
-		exp := t.Add(30 * 24 * time.Hour).Unix()
-		if b.OutputExpiresSec > 0 {
-			exp = t.Unix() + b.OutputExpiresSec
-		}
+		exp := s.resultExpiry(b, t)
 		if b.OutputFileID, err = s.commitOutputFile(b, outW, false, t, exp); err != nil {
 			return err
 		}
@@ -295,6 +292,25 @@ func (r *resultFile) discard() {
 // family (OpenAI: purpose batch_output; Mistral: purpose batch, sample_type
 // batch_result or batch_error; Together: purpose batch-api); an empty one
 // is dropped and "" returned.
+// resultExpiry is when the result files of b, made at t, expire:
+// output_expires_after.seconds (else 30 days) later, scaled by
+// ResultRetentionScale, in whole seconds rounded up.
+func (s *Server) resultExpiry(b *batchRec, t time.Time) int64 {
+	keep := 30 * 24 * time.Hour
+	if b.OutputExpiresSec > 0 {
+		keep = time.Duration(b.OutputExpiresSec) * time.Second
+	}
+	if sc := s.opts.ResultRetentionScale; sc > 0 {
+		keep = time.Duration(float64(keep) * sc)
+	}
+	return t.Add(keep + time.Second - 1).Unix()
+}
+
+// expired reports whether f is a result file past its expires_at: gone.
+func (s *Server) expired(f *fileRec) bool {
+	return f.Result && f.ExpiresAt != nil && s.now().Unix() >= *f.ExpiresAt
+}
+
 func (s *Server) commitOutputFile(b *batchRec, r *resultFile, errs bool, t time.Time, exp int64) (string, error) {
 	if r.err != nil {
 		return "", r.err
@@ -305,7 +321,8 @@ func (s *Server) commitOutputFile(b *batchRec, r *resultFile, errs bool, t time.
 	}
 	seq := s.nextSeq()
 	f := &fileRec{ID: s.fileID(seq), Seq: seq, Bytes: r.bytes, Lines: r.lines,
-		CreatedAt: t.Unix(), ExpiresAt: &exp, Filename: b.ID + "_output.jsonl", Purpose: "batch_output", Result: true}
+		CreatedAt: t.Unix(), ExpiresAt: &exp, Filename: b.ID + "_output.jsonl", Purpose: "batch_output", Result: true,
+		BatchID: b.ID}
 	if errs {
 		f.Filename = b.ID + "_error.jsonl"
 	}

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"hash/fnv"
 	"io"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -53,6 +56,16 @@ type Stats struct {
 	BatchesStuck       int64 `json:"batches_stuck"`
 	BatchesForgotten   int64 `json:"batches_forgotten"`
 
+	// ResultDownloads are the batch ids of result file downloads started
+	// (OpenAI, Mistral, Together), in the order they came, the last
+	// maxResultDownloads of them. ResultsExpired counts requests for a
+	// result file past its expires_at (answered 404).
+	ResultDownloads []string `json:"result_downloads"`
+	ResultsExpired  int64    `json:"results_expired"`
+	// OutputExpiresAfter counts OpenAI batch creates by the
+	// output_expires_after.seconds they sent ("none": absent).
+	OutputExpiresAfter map[string]int64 `json:"output_expires_after"`
+
 	// ByFamily holds per API family ("openai", "anthropic", "cloudflare",
 	// "gemini", "mistral", "together") counters.
 	ByFamily map[string]FamilyStats `json:"by_family"`
@@ -78,7 +91,30 @@ func (st Stats) clone() Stats {
 	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare, famGemini, famMistral, famTogether} {
 		c.ByFamily[f] = st.ByFamily[f]
 	}
+	c.ResultDownloads = slices.Clone(st.ResultDownloads)
+	c.OutputExpiresAfter = maps.Clone(st.OutputExpiresAfter)
 	return c
+}
+
+// maxResultDownloads bounds Stats.ResultDownloads.
+const maxResultDownloads = 1000
+
+func (st *Stats) noteDownload(batch string) {
+	if len(st.ResultDownloads) >= maxResultDownloads {
+		st.ResultDownloads = slices.Delete(st.ResultDownloads, 0, 1)
+	}
+	st.ResultDownloads = append(st.ResultDownloads, batch)
+}
+
+func (st *Stats) noteOutputExpiry(secs int64) {
+	if st.OutputExpiresAfter == nil {
+		st.OutputExpiresAfter = map[string]int64{}
+	}
+	k := "none"
+	if secs > 0 {
+		k = strconv.FormatInt(secs, 10)
+	}
+	st.OutputExpiresAfter[k]++
 }
 
 // Stats returns a snapshot of the counters.

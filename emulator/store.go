@@ -29,8 +29,10 @@ type fileRec struct {
 	SHA256   string    `json:"sha256,omitempty"` // base64
 	Source   string    `json:"source,omitempty"` // UPLOADED or GENERATED
 	Created  time.Time `json:"created,omitempty"`
-	// Result: a batch's output or error file (downloads may be cut).
-	Result bool `json:"result,omitempty"`
+	// Result: a batch's output or error file (downloads may be cut), of
+	// batch BatchID.
+	Result  bool   `json:"result,omitempty"`
+	BatchID string `json:"batch_id,omitempty"`
 	// SampleType is Mistral's sample_type.
 	SampleType string `json:"sample_type,omitempty"`
 	// Pending: a Together file announced by POST /files whose bytes were

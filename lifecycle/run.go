@@ -37,6 +37,9 @@ type RunOptions struct {
 	// StuckAfter: a batch not ended this long after its submission is
 	// cancelled and its requests retried.
 	StuckAfter time.Duration
+	// ResultsRetention: how long the provider keeps an ended batch's
+	// results, from its creation (dispatcher.Options.ResultsRetention).
+	ResultsRetention time.Duration
 	// MaxCost caps the job's committed spend in USD (docs/money.md); Price
 	// prices a model. A cap is refused (ErrBadInput) before anything is
 	// submitted when a model of a chunk still to run has no price or no
@@ -104,6 +107,7 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, Once: o.Once,
 		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Clock: o.Clock,
 		MaxCost: o.MaxCost, Price: o.Price, Learned: db.Learned, Claim: o.Claim,
+		ResultsRetention: o.ResultsRetention,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -69,6 +70,16 @@ type Preset struct {
 	// RequestsPerSecond: unlimited.
 	RequestsPerSecond float64
 	Burst             int
+	// ResultsRetention is how long the provider keeps an ended batch's
+	// results (docs/providers.md, "Results expire"), counted from the
+	// batch's creation: its results files are made when it ends, later, so
+	// creation plus retention is the earliest they may go. 0: unknown
+	// (--results-retention sets it). For presets with OutputExpiresAfter it
+	// is --output-expires-after's default, the provider's maximum.
+	ResultsRetention time.Duration
+	// OutputExpiresAfter says creates accept output_expires_after (anchor
+	// created_at, 1h to 30d): --output-expires-after is sent.
+	OutputExpiresAfter bool
 	// Notes is one line for --help and the README.
 	Notes string
 	// Quirks are the ways its API departs from OpenAI's, for `sluice
@@ -87,7 +98,8 @@ var Presets = map[string]Preset{
 		CompletionWindow:  "24h",
 		RequestsPerSecond: 50, Burst: 50,
 		InputFormat: "every family's lines, each in its own API's format (OpenAI's, Anthropic's, Workers AI's, Gemini's)", Window: "24h",
-		Notes: "the built-in emulator, in-process; no key needed",
+		Notes:            "the built-in emulator, in-process; no key needed",
+		ResultsRetention: outputMax, OutputExpiresAfter: true,
 	},
 	"openai": {
 		Name: "openai", Family: FamilyOpenAI, BaseURL: "https://api.openai.com/v1", BaseURLEnv: "OPENAI_BASE_URL",
@@ -98,7 +110,8 @@ var Presets = map[string]Preset{
 		// Uploads are limited to 1,000/min per user; the rest depends on the tier.
 		RequestsPerSecond: 5, Burst: 10,
 		InputFormat: openAIInput, Window: "24h",
-		Notes: "200 MB / 50,000 requests per batch; enqueued-token limit per model",
+		Notes:            "200 MB / 50,000 requests per batch; enqueued-token limit per model",
+		ResultsRetention: outputMax, OutputExpiresAfter: true,
 	},
 	"azure": {
 		Name: "azure", Family: FamilyOpenAI, BaseURL: "", BaseURLEnv: "AZURE_OPENAI_BASE_URL",
@@ -112,6 +125,8 @@ var Presets = map[string]Preset{
 		InputFormat: openAIInput, Window: "24h (not enforced: runs until cancelled)",
 		Notes:  "base URL https://RESOURCE.openai.azure.com/openai/v1; body.model is the Global-Batch deployment name",
 		Quirks: []string{"api-key header", "body.model is the Global-Batch deployment name, the same on every line", "endpoints with or without /v1"},
+		// Whether Global Batch takes output_expires_after is unconfirmed:
+		// none is sent, and retention is unknown (--results-retention).
 	},
 	"nebius": {
 		Name: "nebius", Family: FamilyOpenAI, BaseURL: "https://api.studio.nebius.com/v1", BaseURLEnv: "NEBIUS_BASE_URL",
@@ -144,6 +159,9 @@ var Presets = map[string]Preset{
 		RequestsPerSecond: 2, Burst: 5,
 		InputFormat: openAIInput, Window: "24h",
 		Notes: "limits unconfirmed: OpenAI's assumed",
+		// Output files are kept 30 days by default; whether creates take
+		// output_expires_after is unconfirmed, so none is sent.
+		ResultsRetention: outputMax,
 	},
 	"anthropic": {
 		Name: "anthropic", Family: FamilyAnthropic, BaseURL: "https://api.anthropic.com", BaseURLEnv: "ANTHROPIC_BASE_URL",
@@ -155,6 +173,8 @@ var Presets = map[string]Preset{
 		InputFormat: "Anthropic Messages body (model, max_tokens, messages)", MaxCustomID: 64, Window: "24h, then expired",
 		Notes:  "256 MB / 100,000 requests per batch; custom_id ^[a-zA-Z0-9_-]{1,64}$",
 		Quirks: []string{"no file upload: the batch is the create body", "no metadata: a lost create is adopted by time and size, one create at a time"},
+		// Results are available for 29 days after the batch was created.
+		ResultsRetention: 29 * 24 * time.Hour,
 	},
 	"cloudflare": {
 		Name: "cloudflare", Family: FamilyCloudflare, BaseURL: "https://api.cloudflare.com/client/v4", BaseURLEnv: "CLOUDFLARE_BASE_URL",
@@ -186,6 +206,8 @@ var Presets = map[string]Preset{
 		Quirks: []string{"base URL without /v1 (paths carry it)", "POST /v1/batch/jobs with input_files[] and job-level model",
 			"statuses QUEUED, RUNNING, SUCCESS, FAILED, TIMEOUT_EXCEEDED, CANCELLATION_REQUESTED, CANCELLED",
 			"422 {detail:[...]} on validation errors", "results kept 24h after completion (unconfirmed)"},
+		// Results kept 24h after completion (unconfirmed; --results-retention).
+		ResultsRetention: 24 * time.Hour,
 	},
 	"together": {
 		Name: "together", Family: FamilyTogether, BaseURL: "https://api.together.xyz/v1", BaseURLEnv: "TOGETHER_BASE_URL",
@@ -216,8 +238,13 @@ var Presets = map[string]Preset{
 		RequestsPerSecond: 2, Burst: 5,
 		Notes:  "2 GB per input file, 100 concurrent batches, batches expire after 48h; model from the url",
 		Window: "48h, then BATCH_STATE_EXPIRED",
+		// Retention of results is undocumented: unknown (--results-retention).
 	},
 }
+
+// outputMax is the longest output_expires_after OpenAI accepts, and its
+// default retention of batch output files: 30 days.
+const outputMax = 30 * 24 * time.Hour
 
 // openAIInput is the input format of the OpenAI family.
 const openAIInput = "OpenAI batch input: the endpoint's request body, sent as the line itself"

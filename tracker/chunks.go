@@ -18,18 +18,19 @@ var _ sluice.Store = (*DB)(nil)
 const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
 	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
 	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck, max_output_tokens, no_max_requests,
-	usage_est_tokens, queue_refusals, digest, splits`
+	usage_est_tokens, queue_refusals, digest, splits, results_expire_at`
 
 func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 	var c sluice.Chunk
-	var intent, next, sub, ended int64
+	var intent, next, sub, ended, expire int64
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
 		&c.EstTokens, &c.Bound, &c.State, &c.FileID, &c.BatchID, &c.BatchStatus, &intent, &next, &c.Polls,
 		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures,
-		&c.ErrorCode, &c.Stuck, &c.MaxOutputTokens, &c.NoMaxRequests, &c.UsageEstTokens, &c.QueueRefusals, &c.Digest, &c.Splits); err != nil {
+		&c.ErrorCode, &c.Stuck, &c.MaxOutputTokens, &c.NoMaxRequests, &c.UsageEstTokens, &c.QueueRefusals, &c.Digest, &c.Splits, &expire); err != nil {
 		return nil, err
 	}
 	c.IntentAt, c.NextPollAt, c.SubmittedAt, c.EndedAt = fromNS(intent), fromNS(next), fromNS(sub), fromNS(ended)
+	c.ResultsExpireAt = fromNS(expire)
 	return &c, nil
 }
 
@@ -82,10 +83,10 @@ func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.C
 	res, err := tx.ExecContext(ctx, `UPDATE chunks SET state = ?, file_id = ?, batch_id = ?, batch_status = ?,
 		intent_at = ?, next_poll_at = ?, polls = ?, submitted_at = ?, ended_at = ?, last_error = ?,
 		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ?, error_code = ?, stuck = ?,
-		usage_est_tokens = ?, queue_refusals = ?, digest = ? WHERE job_id = ? AND id = ? AND state = ?`,
+		usage_est_tokens = ?, queue_refusals = ?, digest = ?, results_expire_at = ? WHERE job_id = ? AND id = ? AND state = ?`,
 		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
 		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Digest, c.Job, c.ID, from)
+		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Digest, ns(c.ResultsExpireAt), c.Job, c.ID, from)
 	if err != nil {
 		return fmt.Errorf("chunk %d: %w", c.ID, err)
 	}

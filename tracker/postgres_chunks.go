@@ -67,10 +67,10 @@ func pgUpdateChunk(ctx context.Context, tx pgx.Tx, c *sluice.Chunk, from sluice.
 	tag, err := tx.Exec(ctx, `UPDATE chunks SET state = $1, file_id = $2, batch_id = $3, batch_status = $4,
 		intent_at = $5, next_poll_at = $6, polls = $7, submitted_at = $8, ended_at = $9, last_error = $10,
 		input_tokens = $11, output_tokens = $12, results_path = $13, fetch_failures = $14, error_code = $15, stuck = $16,
-		usage_est_tokens = $17, queue_refusals = $18, digest = $22 WHERE job_id = $19 AND id = $20 AND state = $21`,
+		usage_est_tokens = $17, queue_refusals = $18, digest = $22, results_expire_at = $23 WHERE job_id = $19 AND id = $20 AND state = $21`,
 		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
 		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Job, c.ID, from, c.Digest)
+		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Job, c.ID, from, c.Digest, ns(c.ResultsExpireAt))
 	if err != nil {
 		return fmt.Errorf("chunk %d: %w", c.ID, err)
 	}

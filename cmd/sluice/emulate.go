@@ -64,6 +64,7 @@ custom_id of one job executed twice: money spent twice), also per family.`,
 	fs.Float64Var(&o.StuckRate, "stuck-rate", 0, "share of batches stuck in --stuck-phase forever (until cancelled)")
 	fs.StringVar(&o.StuckPhase, "stuck-phase", "finalizing", "phase stuck batches stay in: finalizing or validating")
 	fs.Float64Var(&o.ForgetBatchRate, "forget-batch-rate", 0, "share of batches forgotten right after create (polls answer 404)")
+	fs.Float64Var(&o.ResultRetentionScale, "result-retention-scale", 0, "multiply how long batch result files are kept (output_expires_after, else 30 days; 0 = 1): 0.001 makes 1h last 3.6s, for tests of expiry")
 	fs.DurationVar(&o.RetryAfter, "retry-after", time.Second, "Retry-After sent with injected 429s")
 	fs.Float64Var(&o.SlowRate, "slow-rate", 0, "share of API calls delayed by --slow-delay")
 	fs.DurationVar(&o.SlowDelay, "slow-delay", time.Second, "delay of slow calls")

@@ -36,9 +36,14 @@ type netFlags struct {
 	maxRetryWait     time.Duration
 	completionWindow string
 	localBatchTime   time.Duration
-	togetherUpload   string
-	mistralTimeout   int
-	gemini           struct {
+	// outputExpiresAfter is --output-expires-after (0: the preset's
+	// maximum, for presets that accept it); resultsRetention is
+	// --results-retention (0: the preset's).
+	outputExpiresAfter time.Duration
+	resultsRetention   time.Duration
+	togetherUpload     string
+	mistralTimeout     int
+	gemini             struct {
 		apiVersion   string
 		chunkBytes   int64
 		downloadPath string
@@ -53,6 +58,8 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default "+strconv.Itoa(httpx.DefaultMaxAttempts)+")")
 	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default "+helpDuration(httpx.DefaultMaxTotalWait)+")")
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
+	fs.DurationVar(&n.outputExpiresAfter, "output-expires-after", 0, "OpenAI family: output_expires_after sent on batch create, how long the provider keeps a batch's output and error files after they are made, 1h to 720h (default 720h, the maximum, for the presets that take it: openai and local; given, it is sent for any OpenAI-family preset)")
+	fs.DurationVar(&n.resultsRetention, "results-retention", 0, "how long the provider keeps an ended batch's results, counted from its creation, for status's expiry warning and the order run fetches them in (default: the preset's, `sluice providers`; needed where it is unknown, as for Gemini)")
 	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
 	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")
 	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll); a batch keeps the time it was submitted under, so on a resumed run it applies to new batches only")
@@ -60,6 +67,53 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
 	fs.StringVar(&n.gemini.mimeType, "gemini-mime-type", "", "--provider gemini: mimeType of uploaded chunk files (default application/jsonl; Google's docs pass jsonl)")
 	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
+}
+
+// Bounds of output_expires_after.seconds (the OpenAI spec's
+// BatchFileExpirationAfter: 3600 to 2592000).
+const (
+	minOutputExpiry = time.Hour
+	maxOutputExpiry = 30 * 24 * time.Hour
+)
+
+// resultsExpiry checks --output-expires-after and --results-retention
+// against the preset p and returns how long p keeps an ended batch's
+// results, counted from its creation (0: unknown): what
+// --output-expires-after sends, else --results-retention, else the
+// preset's (docs/providers.md, "Results expire").
+func (n *netFlags) resultsExpiry(p provider.Preset) (time.Duration, error) {
+	if o := n.outputExpiresAfter; o != 0 {
+		if p.Family != provider.FamilyOpenAI {
+			return 0, usageErr("--output-expires-after: provider %s (family %s) has no output_expires_after; --results-retention says how long it keeps results", p.Name, p.Family)
+		}
+		if o < minOutputExpiry || o > maxOutputExpiry || o%time.Second != 0 {
+			return 0, usageErr("--output-expires-after %s: want whole seconds from 1h to 720h (30 days), as output_expires_after.seconds takes 3600 to 2592000", o)
+		}
+	}
+	if n.resultsRetention < 0 {
+		return 0, usageErr("--results-retention %s must be positive", n.resultsRetention)
+	}
+	if d := n.sentExpiry(p); d > 0 {
+		return d, nil
+	}
+	if n.resultsRetention > 0 {
+		return n.resultsRetention, nil
+	}
+	return p.ResultsRetention, nil
+}
+
+// sentExpiry is the output_expires_after creates of preset p send (0:
+// none): --output-expires-after, else the maximum for presets that take it.
+func (n *netFlags) sentExpiry(p provider.Preset) time.Duration {
+	switch {
+	case p.Family != provider.FamilyOpenAI:
+		return 0
+	case n.outputExpiresAfter != 0:
+		return n.outputExpiresAfter
+	case p.OutputExpiresAfter:
+		return maxOutputExpiry
+	}
+	return 0
 }
 
 // credential returns the first of the preset's key variables that is set.
@@ -140,7 +194,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	switch p.Family {
 	case provider.FamilyOpenAI:
 		prov, err = openai.New(openai.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
-			CompletionWindow: n.completionWindow, Limits: f.limits, Logger: plog})
+			CompletionWindow: n.completionWindow, Limits: f.limits, Logger: plog, OutputExpiresAfter: n.sentExpiry(p)})
 	case provider.FamilyAnthropic:
 		prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
 			Limits: f.limits, Logger: plog,

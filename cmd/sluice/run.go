@@ -181,6 +181,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if _, err := webhookSigner(); err != nil {
 		return err
 	}
+	retention, err := f.net.resultsExpiry(p)
+	if err != nil {
+		return err
+	}
 	if f.leaseTTL < 30*time.Millisecond {
 		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
 	}
@@ -320,7 +324,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 			Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
 			Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
 			StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
-			Claim: wk.claim}, stop)
+			Claim: wk.claim, ResultsRetention: retention}, stop)
 	})
 	if bar != nil {
 		bar.done()

@@ -62,7 +62,22 @@ type statusJob struct {
 	// "Many workers"), oldest first; one whose heartbeat is older than
 	// its lease time to live was killed and left its row behind.
 	Workers []statusWorker `json:"workers"`
+	// Expiring counts the live batches whose results, not yet fetched, may
+	// expire at the provider within expiryWarning (docs/providers.md,
+	// "Results expire"); absent when none.
+	Expiring *statusExpiring `json:"results_expiring,omitempty"`
 }
+
+// statusExpiring is status's warning of results about to expire.
+type statusExpiring struct {
+	Batches  int       `json:"batches"`
+	Requests int64     `json:"requests"`
+	FirstAt  time.Time `json:"first_at"`
+	Chunks   []int64   `json:"chunks"`
+}
+
+// expiryWarning is how far ahead status warns of results expiring.
+const expiryWarning = 24 * time.Hour
 
 type statusWorker struct {
 	ID        string    `json:"id"`
@@ -86,6 +101,9 @@ type statusBatch struct {
 	Status   string    `json:"status"`
 	Since    time.Time `json:"submitted_at"`
 	NextPoll time.Time `json:"next_poll_at"`
+	// ResultsExpireAt is the earliest the provider may delete the batch's
+	// results (Chunk.ResultsExpireAt); absent when unknown.
+	ResultsExpireAt time.Time `json:"results_expire_at,omitzero"`
 }
 
 func newStatusCmd(g *globalFlags) *cobra.Command {
@@ -207,7 +225,9 @@ func jobStatus(cmd *cobra.Command, db tracker.Backend, j *sluice.Job, withChunks
 		}
 		if c.State == sluice.ChunkSubmitted {
 			s.Live = append(s.Live, statusBatch{Chunk: c.ID, Attempt: c.Attempt, Model: c.Model, Requests: c.Requests,
-				FileID: c.FileID, BatchID: c.BatchID, Status: c.BatchStatus, Since: c.SubmittedAt, NextPoll: c.NextPollAt})
+				FileID: c.FileID, BatchID: c.BatchID, Status: c.BatchStatus, Since: c.SubmittedAt, NextPoll: c.NextPollAt,
+				ResultsExpireAt: c.ResultsExpireAt})
+			s.noteExpiry(c)
 		}
 	}
 	if withChunks {
@@ -252,6 +272,40 @@ func jobStatus(cmd *cobra.Command, db tracker.Backend, j *sluice.Job, withChunks
 		s.Next += fmt.Sprintf(" (sluice pid %d is on it now)", s.RunningPID)
 	}
 	return s, nil
+}
+
+// noteExpiry counts the live chunk c in s.Expiring when its results may
+// expire within expiryWarning.
+func (s *statusJob) noteExpiry(c *sluice.Chunk) {
+	at := c.ResultsExpireAt
+	if at.IsZero() || time.Until(at) > expiryWarning {
+		return
+	}
+	if s.Expiring == nil {
+		s.Expiring = &statusExpiring{FirstAt: at}
+	}
+	e := s.Expiring
+	e.Batches++
+	e.Requests += int64(c.Requests)
+	e.Chunks = append(e.Chunks, c.ID)
+	if at.Before(e.FirstAt) {
+		e.FirstAt = at
+	}
+}
+
+// writeExpiring prints the warning of results about to expire.
+func writeExpiring(w io.Writer, j statusJob) {
+	e := j.Expiring
+	if e == nil {
+		return
+	}
+	when := "by now"
+	if d := time.Until(e.FirstAt); d > 0 {
+		when = "in " + shortDuration(d)
+	}
+	fmt.Fprintf(w, "  expiry:   WARNING: results of %s (%s) not fetched yet may expire at the provider within a day, the first %s (%s): run `sluice run` on this job now to fetch them, soonest-expiring first\n",
+		plural(int64(e.Batches), "batch", "batches"), plural(e.Requests, "request", "requests"), when,
+		e.FirstAt.Local().Format("2006-01-02 15:04:05"))
 }
 
 // maxLiveLines bounds the live batches listed per job without --chunks.
@@ -310,6 +364,7 @@ func writeStatus(w io.Writer, doc statusDoc, withChunks bool) {
 			fmt.Fprintf(w, "  live:     chunk %d (attempt %d, %s, %s) batch %s status %s, submitted %s ago\n",
 				b.Chunk, b.Attempt, b.Model, plural(int64(b.Requests), "request", "requests"), b.BatchID, orDash(b.Status), shortDuration(time.Since(b.Since)))
 		}
+		writeExpiring(w, j)
 		for _, wk := range j.Workers {
 			fmt.Fprintf(w, "  worker:   %s pid %d, last heartbeat %s ago, %s held (up %s)\n", wk.Host, wk.PID,
 				shortDuration(time.Since(wk.Heartbeat)), plural(int64(wk.Leases), "lease", "leases"), shortDuration(time.Since(wk.Started)))

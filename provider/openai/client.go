@@ -277,8 +277,36 @@ func CreateBatch[T any](ctx context.Context, hc *httpx.Client, url string, req a
 }
 
 // Poll reads GET /batches/{id}.
+// An ended batch's results expiry is read from its output (else error)
+// file's expires_at (ResultsExpiry).
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
-	return BatchCall(ctx, c.hc, http.MethodGet, c.url("/batches/"+url.PathEscape(batchID), nil), "poll batch "+batchID, (*batchObject).toBatch)
+	b, err := BatchCall(ctx, c.hc, http.MethodGet, c.url("/batches/"+url.PathEscape(batchID), nil), "poll batch "+batchID, (*batchObject).toBatch)
+	if err == nil && b.Status.Ended() {
+		b.ResultsExpireAt = c.ResultsExpiry(ctx, b)
+	}
+	return b, err
+}
+
+// ResultsExpiry asks GET /files/{id} of an ended batch's output file (else
+// its error file) when it expires: the provider's own answer, with
+// output_expires_after or without. Zero when it cannot tell (no file, a
+// failed call, no expires_at): the caller keeps its own estimate.
+func (c *Client) ResultsExpiry(ctx context.Context, b sluice.Batch) time.Time {
+	id := b.OutputFileID
+	if id == "" {
+		id = b.ErrorFileID
+	}
+	if id == "" {
+		return time.Time{}
+	}
+	var f struct {
+		ExpiresAt flexTime `json:"expires_at"`
+	}
+	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files/"+url.PathEscape(id), nil)}, &f); err != nil {
+		c.log.Debug().Err(err).Str("file", id).Msg("results expiry unknown")
+		return time.Time{}
+	}
+	return f.ExpiresAt.Time
 }
 
 // Cancel asks POST /batches/{id}/cancel (see CancelBatch).
