@@ -294,7 +294,7 @@ func (r *resultFile) discard() {
 // is dropped and "" returned.
 // resultExpiry is when the result files of b, made at t, expire:
 // output_expires_after.seconds (else 30 days) later, scaled by
-// ResultRetentionScale, in whole seconds rounded up.
+// ResultRetentionScale, in whole seconds (rounded up) after its created_at.
 func (s *Server) resultExpiry(b *batchRec, t time.Time) int64 {
 	keep := 30 * 24 * time.Hour
 	if b.OutputExpiresSec > 0 {
@@ -303,7 +303,7 @@ func (s *Server) resultExpiry(b *batchRec, t time.Time) int64 {
 	if sc := s.opts.ResultRetentionScale; sc > 0 {
 		keep = time.Duration(float64(keep) * sc)
 	}
-	return t.Add(keep + time.Second - 1).Unix()
+	return t.Unix() + int64((keep+time.Second-1)/time.Second)
 }
 
 // expired reports whether f is a result file past its expires_at: gone.
