@@ -48,6 +48,7 @@ var conformance = []struct {
 	{"PruneWorkers", testPruneWorkers},
 	{"FinishChunkGivesNewChunkIDs", testFinishChunkGivesNewChunkIDs},
 	{"DigestRecordedWithTheIntent", testDigestRecordedWithTheIntent},
+	{"ResultsExpiryRoundTrips", testResultsExpiryRoundTrips},
 }
 
 // testDB is a backend under test, with what the tests need beyond the

@@ -58,8 +58,6 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&n.retries, "http-attempts", 0, "attempts per API call on connection errors, 408, 409, 429 and 5xx, with exponential backoff and jitter, honouring Retry-After (default "+strconv.Itoa(httpx.DefaultMaxAttempts)+")")
 	fs.DurationVar(&n.maxRetryWait, "http-max-wait", 0, "longest total wait in retries of one API call (default "+helpDuration(httpx.DefaultMaxTotalWait)+")")
 	fs.StringVar(&n.completionWindow, "completion-window", "", "completion_window sent on batch create (OpenAI family; default 24h; Groq takes 24h to 7d)")
-	fs.DurationVar(&n.outputExpiresAfter, "output-expires-after", 0, "OpenAI family: output_expires_after sent on batch create, how long the provider keeps a batch's output and error files after they are made, 1h to 720h (default 720h, the maximum, for the presets that take it: openai and local; given, it is sent for any OpenAI-family preset)")
-	fs.DurationVar(&n.resultsRetention, "results-retention", 0, "how long the provider keeps an ended batch's results, counted from its creation, for status's expiry warning and the order run fetches them in (default: the preset's, `sluice providers`; needed where it is unknown, as for Gemini)")
 	fs.StringVar(&n.togetherUpload, "together-upload", "redirect", "--provider together: upload flow, redirect (POST /files, PUT to the signed URL, preprocess; as the Python and JS SDKs) or multipart (POST /files/upload; as the Go SDK)")
 	fs.IntVar(&n.mistralTimeout, "mistral-timeout-hours", 24, "--provider mistral: timeout_hours sent on job create (1-168); a job past it ends TIMEOUT_EXCEEDED and its unfinished requests are retried")
 	fs.DurationVar(&n.localBatchTime, "local-batch-time", 0, "--provider local: how long each emulated batch takes from create to completed (default 0: done at the first poll); a batch keeps the time it was submitted under, so on a resumed run it applies to new batches only")
@@ -114,6 +112,14 @@ func (n *netFlags) sentExpiry(p provider.Preset) time.Duration {
 		return maxOutputExpiry
 	}
 	return 0
+}
+
+// registerExpiry adds run's flags of results expiry (docs/providers.md,
+// "Results expire"): only run creates batches and orders their fetches.
+func (n *netFlags) registerExpiry(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.DurationVar(&n.outputExpiresAfter, "output-expires-after", 0, "OpenAI family: output_expires_after sent on batch create, how long the provider keeps a batch's output and error files after they are made, 1h to 720h (default 720h, the maximum, for the presets that take it: openai and local; given, it is sent for any OpenAI-family preset)")
+	fs.DurationVar(&n.resultsRetention, "results-retention", 0, "how long the provider keeps an ended batch's results, counted from its creation, for status's expiry warning and the order run fetches them in (default: the preset's, as docs/providers.md lists it; needed where it is unknown, as for Gemini)")
 }
 
 // credential returns the first of the preset's key variables that is set.

@@ -98,6 +98,7 @@ tracker so that each is sent once across re-runs, crashes and workers;
 	f.register(cmd)
 	f.registerRun(cmd)
 	f.net.register(cmd)
+	f.net.registerExpiry(cmd)
 	f.money.registerRun(cmd)
 	f.notify.register(cmd)
 	f.metrics.register(cmd)
