@@ -28,6 +28,9 @@ type reportJob struct {
 	Requests map[string]int64 `json:"requests"`
 	Total    int64            `json:"total_requests"`
 	Chunks   map[string]int   `json:"chunks"`
+	Summary  *struct {
+		RetryBatches int `json:"retry_batches"`
+	} `json:"summary"`
 }
 
 func reportStatus(t *testing.T, env []string) reportJob {
@@ -72,13 +75,13 @@ func TestReportFinishedJobWithFailures(t *testing.T) {
 		env := []string{"SLUICE_STATE=" + filepath.Join(dir, "state"), "OPENAI_API_KEY=k", "SLUICE_DB="}
 		r := runSluice(t, env, append([]string{"run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai",
 			"--base-url", "http://" + emu.addr + "/v1", "--max-batch-requests", "15", "--rate", "-1",
-			"--max-attempts", "1", "--max-cost", "5"}, db...)...)
+			"--max-cost", "5"}, db...)...)
 		if r.code != exitFailures {
 			t.Fatalf("run: exit %d, want %d (finished with failed requests)\n%s", r.code, exitFailures, r.stderr)
 		}
 		st := reportStatus(t, append(env, dbEnv(db)...))
-		if st.State != "done" || st.Requests["failed"] == 0 {
-			t.Fatalf("status: %+v, want a done job with failures", st)
+		if st.State != "done" || st.Requests["failed"] == 0 || st.Summary == nil || st.Summary.RetryBatches == 0 {
+			t.Fatalf("status: %+v, want a done job with failures and retries", st)
 		}
 		page := filepath.Join(dir, "report.html")
 		rr := runSluice(t, env, append([]string{"report", st.ID, "--html", page}, db...)...)
@@ -89,6 +92,9 @@ func TestReportFinishedJobWithFailures(t *testing.T) {
 		dom := openInChromium(t, page)
 		rows := st.Chunks["done"] + st.Chunks["failed"]
 		checkReportDOM(t, dom, st, rows)
+		if n := strings.Count(dom, " b-retry\""); n != st.Summary.RetryBatches {
+			t.Errorf("%d retry rows on the time line, status says %d retry batches", n, st.Summary.RetryBatches)
+		}
 		// Every final failure is counted under its code, with examples.
 		var failed int64
 		for _, m := range regexp.MustCompile(`<tr class="code-row" data-code="[^"]*" data-count="(\d+)"`).FindAllStringSubmatch(section(dom, `id="req-errors"`, "</table>"), -1) {
