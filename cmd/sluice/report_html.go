@@ -32,8 +32,9 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 	"barEnd":     func(w float64) float64 { return labelW + w + 6 },
 	"textY":      func(y float64) float64 { return y + 10 },
 	"trimS":      func(c string) string { return strings.TrimPrefix(c, "s-") },
-	"plotBottom": func(v lineView) float64 { return 10 + v.PlotH },
-	"axisY":      func(v lineView) float64 { return 10 + v.PlotH + 16 },
+	"plotBottom": func(v lineView) float64 { return lineTop + v.PlotH },
+	"plotTop":    func() float64 { return lineTop },
+	"axisY":      func(v lineView) float64 { return lineTop + v.PlotH + 16 },
 	"plotRight":  func(v lineView) float64 { return v.PlotX + v.PlotW },
 	"yLabelX":    func(v lineView) float64 { return v.PlotX - 6 },
 	"guideX":     func(v lineView) float64 { return v.PlotX + v.PlotW + 6 },
@@ -45,7 +46,8 @@ const (
 	plotPadR = 20.0
 	rowH     = 16.0
 	axisH    = 28.0
-	lineH    = 260.0 // the line charts' height
+	lineH    = 260.0 // the line charts' plot height
+	lineTop  = 20.0  // and the room above it
 	// reportRows is the most batch rows drawn; more are counted.
 	reportRows = 1500
 )
@@ -112,6 +114,9 @@ type lineView struct {
 type series struct {
 	Class, Name, Points string
 	Dots                []dot
+	// End labels the series at its last point.
+	End        string
+	EndX, EndY float64
 }
 
 type dot struct {
@@ -286,6 +291,11 @@ func layoutProgress(rd *reportData) lineView {
 	end := ax.x(rd.End)
 	ok.Points = okPts + fmt.Sprintf(" %.1f,%.1f", end, y(float64(s)))
 	bad.Points = badPts + fmt.Sprintf(" %.1f,%.1f", end, y(float64(f)))
+	ok.End, ok.EndX, ok.EndY = commas(s)+" succeeded", end+6, y(float64(s))
+	bad.End, bad.EndX, bad.EndY = commas(f)+" failed", end+6, y(float64(f))
+	if bad.EndY-ok.EndY < 12 { // keep the two labels apart
+		bad.EndY = ok.EndY + 12
+	}
 	v.Series = []series{ok, bad}
 	if len(evs) == 0 {
 		v.Empty = "no batch has ended yet"
@@ -297,8 +307,8 @@ func layoutProgress(rd *reportData) lineView {
 // scale from 0 to top.
 func lineFrame(rd *reportData, top float64) (lineView, axis, func(float64) float64) {
 	ax := axis{rd.Start, rd.End, 80, chartW - 80 - plotPadR - 120}
-	v := lineView{Height: lineH + axisH + 10, PlotX: ax.x0, PlotW: ax.w, PlotH: lineH, Ticks: ax.ticks()}
-	y := func(val float64) float64 { return 10 + lineH - lineH*val/top }
+	v := lineView{Height: lineTop + lineH + axisH, PlotX: ax.x0, PlotW: ax.w, PlotH: lineH, Ticks: ax.ticks()}
+	y := func(val float64) float64 { return lineTop + lineH - lineH*val/top }
 	return v, ax, y
 }
 
@@ -346,6 +356,7 @@ func layoutSpend(rd *reportData) lineView {
 		sp.Dots = append(sp.Dots, dot{X: x, Y: y(total), Title: reportTime(p.At) + ": " + dispatcher.USD(total) + " spent"})
 	}
 	sp.Points = pts + fmt.Sprintf(" %.1f,%.1f", ax.x(rd.End), y(total))
+	sp.End, sp.EndX, sp.EndY = dispatcher.USD(total)+" spent", ax.x(rd.End)+6, y(total)-8
 	v.Series = []series{sp}
 	if capUSD != nil {
 		v.Guides = append(v.Guides, guide{Class: "g-cap", Label: "cap " + dispatcher.USD(*capUSD), Y: y(*capUSD)})
