@@ -289,7 +289,7 @@ func chromiumPath(t *testing.T) string {
 }
 
 // openInChromium loads the page in headless Chromium with no network,
-// returns the DOM after its script ran, and keeps a screenshot beside it
+// fails on any console message, returns the DOM after its script ran, and keeps a screenshot beside it
 // (and in $SLUICE_TEST_ARTIFACTS when set).
 func openInChromium(t *testing.T, page string) string {
 	t.Helper()
@@ -297,19 +297,38 @@ func openInChromium(t *testing.T, page string) string {
 	tmp := t.TempDir()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-dev-shm-usage", "--proxy-server=127.0.0.1:9", "--user-data-dir=" + filepath.Join(tmp, "profile")}
-	run := func(args ...string) []byte {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, append(append(base, args...), "file://"+page)...)
-		var so, se bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &so, &se
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("chromium %v: %v\n%s", args, err, se.String())
+		"--disable-dev-shm-usage", "--proxy-server=127.0.0.1:9"}
+	runs := 0
+	// run starts Chromium with a fresh profile; a browser that crashes
+	// (headless Chromium sometimes dies on a signal as it shuts down, on
+	// a loaded machine) is started again, twice at most, and logged.
+	run := func(args ...string) ([]byte, string) {
+		for try := 1; ; try++ {
+			runs++
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			profile := "--user-data-dir=" + filepath.Join(tmp, fmt.Sprintf("profile%d", runs))
+			cmd := exec.CommandContext(ctx, bin, append(append(append(base, profile), args...), "file://"+page)...)
+			var so, se bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &so, &se
+			err := cmd.Run()
+			cancel()
+			if err == nil {
+				return so.Bytes(), se.String()
+			}
+			if try == 3 {
+				t.Fatalf("chromium %v: %v\n%s", args, err, se.String())
+			}
+			t.Logf("chromium %v: %v; starting it again", args, err)
 		}
-		return so.Bytes()
 	}
-	dom := string(run("--dump-dom"))
+	// The console, on stderr: any message (an error, a refused fetch) fails.
+	out, console := run("--enable-logging=stderr", "--v=0", "--dump-dom")
+	for _, l := range strings.Split(console, "\n") {
+		if strings.Contains(l, ":CONSOLE") {
+			t.Errorf("console message from the page: %s", l)
+		}
+	}
+	dom := string(out)
 	shot := filepath.Join(tmp, "report.png")
 	run("--screenshot="+shot, "--window-size=1280,2000", "--hide-scrollbars")
 	png, err := os.ReadFile(shot)
