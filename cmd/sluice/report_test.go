@@ -330,7 +330,7 @@ func openInChromium(t *testing.T, page string) string {
 	}
 	dom := string(out)
 	shot := filepath.Join(tmp, "report.png")
-	run("--screenshot="+shot, "--window-size=1280,2000", "--hide-scrollbars")
+	run("--screenshot="+shot, "--window-size=1280,2600", "--hide-scrollbars")
 	png, err := os.ReadFile(shot)
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
 		t.Fatalf("no screenshot at %s: %v", shot, err)
