@@ -13,6 +13,9 @@
 #   $SLUICE_TEST_S3 when set; else versitygw, pinned, go-installed into
 #   GOPATH/bin, with its posix backend on 127.0.0.1, stopped at exit.
 # - gcc and make for cgo (SQLite), installed when missing.
+# - Headless Chromium, for cmd/sluice's TestReport* (the HTML report opened
+#   in a real browser): Debian's `chromium` package when /usr/bin/chromium
+#   is missing (apt-get, as root or through sudo).
 #
 # .ci/run calls exactly this.
 set -euo pipefail
@@ -42,6 +45,10 @@ apt_install() {
 
 if ! command -v gcc >/dev/null 2>&1; then
   apt_install gcc libc6-dev
+fi
+
+if [ ! -x /usr/bin/chromium ] && ! command -v chromium >/dev/null 2>&1; then
+  apt_install chromium
 fi
 
 cleanup=()

@@ -157,7 +157,7 @@ original custom_ids, in input order.
 	root.PersistentFlags().StringVar(&g.db, "db", "", "tracker database: postgres://USER:PASSWORD@HOST:PORT/DBNAME (default $SLUICE_DB; without either, SQLite in the state directory); docs/scale-out.md")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON lines otherwise), json, console")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newPlanCmd(g), newRunCmd(g), newStatusCmd(g), newCancelCmd(g), newEmulateCmd(g), newProvidersCmd())
+	root.AddCommand(newPlanCmd(g), newRunCmd(g), newStatusCmd(g), newReportCmd(g), newCancelCmd(g), newEmulateCmd(g), newProvidersCmd())
 	markRunErrors(root)
 	return root
 }
