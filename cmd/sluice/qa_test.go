@@ -64,3 +64,40 @@ func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
 		t.Errorf("the same --default-max-tokens again reused nothing:\n%s", r.stdout)
 	}
 }
+
+// TestSplitsAreNotRetries: chunks the provider refuses for its
+// enqueued-token limit while alone are split, which spends no attempt
+// (docs/contract.md); the summary and status then report no request
+// retried, where they said "60 retried in N retry batches" of a job in
+// which nothing failed.
+func TestSplitsAreNotRetries(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--enqueued-token-limit", "1500", "--batch-time", "1s")
+	dir := t.TempDir()
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < 60; i++ {
+		ids = append(ids, fmt.Sprintf("c-%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"c-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"L-%05d %s"}]}}`+"\n",
+			i, i, strings.Repeat("lorem ipsum dolor sit amet ", 7))
+	}
+	in, out, state := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl"), filepath.Join(dir, "state")
+	writeFile(t, in, []byte(b.String()))
+	r := runSluice(t, []string{"OPENAI_API_KEY=x"}, "run", in, "--out", out, "--state", state,
+		"--provider", "openai", "--base-url", "http://"+emu.addr+"/v1",
+		"--poll-interval", "200ms", "--max-poll-interval", "1s", "--deadline", "50s")
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	if emu.stats(t)["batches_failed"] == 0 {
+		t.Fatal("the emulator refused no batch: nothing was split, the test proves nothing")
+	}
+	if strings.Contains(r.stdout, "retried") {
+		t.Errorf("a job whose batches were only split reports retries:\n%s", r.stdout)
+	}
+	st := runSluice(t, nil, "status", "--state", state)
+	if strings.Contains(st.stdout, "retried in") {
+		t.Errorf("status reports retries of a job whose batches were only split:\n%s", st.stdout)
+	}
+}
