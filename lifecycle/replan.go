@@ -85,7 +85,7 @@ func (f Footprint) String() string {
 		parts = append(parts, plural(int64(f.Files), "uploaded file", "uploaded files"))
 	}
 	if f.Intents > 0 {
-		parts = append(parts, plural(int64(f.Intents), "chunk", "chunks")+" whose upload or create may have reached the provider")
+		parts = append(parts, plural(int64(f.Intents), "chunk", "chunks")+" whose upload or create may have landed")
 	}
 	if f.Settled+f.Retries > 0 {
 		parts = append(parts, plural(int64(f.Settled+f.Retries), "chunk", "chunks")+" submitted before")

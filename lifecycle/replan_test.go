@@ -36,7 +36,7 @@ func TestFootprint(t *testing.T) {
 		}
 	}
 	f := Footprint{Batches: 5, BatchIDs: []string{"b1", "b2", "b3"}, Intents: 1}
-	if got, want := f.String(), "5 batches (b1, b2, b3, ...), 1 chunk whose upload or create may have reached the provider"; got != want {
+	if got, want := f.String(), "5 batches (b1, b2, b3, ...), 1 chunk whose upload or create may have landed"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }

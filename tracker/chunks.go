@@ -564,10 +564,12 @@ func (d *DB) BatchKnown(ctx context.Context, batchID string) bool {
 	return err == nil
 }
 
-// RetriedRequests counts a job's requests that needed more than one attempt.
+// RetriedRequests counts a job's requests that needed more than one
+// attempt (a split spends none: its chunk's splits are not counted).
 func (d *DB) RetriedRequests(ctx context.Context, job string) (int64, error) {
 	var n int64
-	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests WHERE `+jobRows+` AND attempt > 1`, job, job).Scan(&n)
+	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests JOIN chunks ON chunks.job_id = ? AND chunks.id = requests.chunk_id
+		WHERE `+jobRows+` AND requests.attempt - chunks.splits > 1`, job, job, job).Scan(&n)
 	return n, err
 }
 

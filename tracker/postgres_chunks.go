@@ -366,7 +366,9 @@ func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, erro
 	if err != nil || !ok {
 		return 0, p.wrap(err)
 	}
-	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgPartition(key)+` WHERE attempt > 1`).Scan(&n)
+	// A split spends no attempt: its chunk's splits are not counted.
+	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgPartition(key)+` r JOIN chunks c ON c.job_id = $1 AND c.id = r.chunk_id
+		WHERE r.attempt - c.splits > 1`, job).Scan(&n)
 	return n, p.wrap(err)
 }
 

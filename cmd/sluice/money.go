@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -27,7 +28,7 @@ type moneyFlags struct {
 
 func (m *moneyFlags) register(cmd *cobra.Command, f *jobFlags) {
 	fs := cmd.Flags()
-	fs.BoolVar(&f.reuse, "reuse", true, "answer a request whose body an earlier job in this state directory already bought (same provider, base URL, model, url and body) from that job's result instead of buying it again; --reuse=false buys everything (docs/money.md)")
+	fs.BoolVar(&f.reuse, "reuse", true, "answer a request whose body an earlier job in this state directory already bought (same provider, base URL, model, url and body, and --default-max-tokens when set) from that job's result instead of buying it again; --reuse=false buys everything (docs/money.md)")
 	fs.StringVar(&m.prices, "prices", "", "JSON or YAML file of batch prices (USD per million tokens) that overrides or extends the built-in table (docs/money.md)")
 }
 
@@ -42,7 +43,8 @@ func (m *moneyFlags) table() (*pricing.Table, error) {
 }
 
 // keyScope is what, besides model, url and body, makes a request's answer
-// the same: the provider and the base URL it resolves to.
+// the same: the provider, the base URL it resolves to, and
+// --default-max-tokens when set.
 func keyScope(f *jobFlags, p provider.Preset) string {
 	base := f.baseURL
 	if base == "" && p.BaseURLEnv != "" {
@@ -51,7 +53,13 @@ func keyScope(f *jobFlags, p provider.Preset) string {
 	if base == "" {
 		base = p.BaseURL
 	}
-	return p.Name + "\x00" + base
+	scope := p.Name + "\x00" + base
+	if f.maxTokens > 0 {
+		// What is sent for a translated line without max_tokens depends on
+		// it: answers bought under one value are not another's.
+		scope += "\x00default_max_tokens=" + strconv.FormatInt(f.maxTokens, 10)
+	}
+	return scope
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -288,7 +288,7 @@ func countChunks(chunks []*sluice.Chunk) chunkCounts {
 		default:
 			n.waiting++
 		}
-		if c.Attempt > 1 {
+		if c.Attempt-c.Splits > 1 { // a split spends no attempt
 			n.retryBatches++
 			n.retried += int64(c.Requests)
 		}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Where features of issue 21 meet (found by the QA pass over the merged
+// result), through the real binary against `sluice emulate`.
+
+// TestReuseHonoursDefaultMaxTokens: --default-max-tokens changes what is
+// sent for a translated chat line that sets no max_tokens, so an answer
+// bought under one value is not reused for a job under another (it would
+// be an answer to another request: cut at 5 tokens where 64 were asked);
+// under the same value it is.
+func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	env := []string{"ANTHROPIC_API_KEY=sk-ant-test"}
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, fmt.Sprintf("q%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
+			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
+	}
+	run := func(name, maxTokens string) (result, []int) {
+		t.Helper()
+		in := filepath.Join(dir, name+".jsonl")
+		writeFile(t, in, []byte(b.String()))
+		out := filepath.Join(dir, name+".out.jsonl")
+		r := runSluice(t, env, "run", in, "--out", out, "--state", filepath.Join(dir, "state"), "--provider", "anthropic",
+			"--base-url", "http://"+emu.addr, "--model-map", "gpt-4o-mini=claude-haiku-4-5", "--default-max-tokens", maxTokens)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", name, r.code, r.stderr)
+		}
+		var got []int
+		for _, l := range checkOutput(t, out, ids) {
+			var body struct {
+				Usage struct {
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			if err := json.Unmarshal(l.Response.Body, &body); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, body.Usage.CompletionTokens)
+		}
+		return r, got
+	}
+	run("five", "5")
+	r, got := run("sixtyfour", "64")
+	for i, n := range got {
+		if n <= 5 {
+			t.Errorf("--default-max-tokens 64: line %d answered with %d completion tokens: the answer bought under --default-max-tokens 5 was reused\n%s", i, n, r.stdout)
+		}
+	}
+	r, _ = run("fiveagain", "5")
+	if !strings.Contains(r.stdout, "reused: 6 requests") {
+		t.Errorf("the same --default-max-tokens again reused nothing:\n%s", r.stdout)
+	}
+}
+
+// TestSplitsAreNotRetries: chunks the provider refuses for its
+// enqueued-token limit while alone are split, which spends no attempt
+// (docs/contract.md); the summary and status then report no request
+// retried, where they said "60 retried in N retry batches" of a job in
+// which nothing failed.
+func TestSplitsAreNotRetries(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--enqueued-token-limit", "1500", "--batch-time", "1s")
+	dir := t.TempDir()
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < 60; i++ {
+		ids = append(ids, fmt.Sprintf("c-%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"c-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"L-%05d %s"}]}}`+"\n",
+			i, i, strings.Repeat("lorem ipsum dolor sit amet ", 7))
+	}
+	in, out, state := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl"), filepath.Join(dir, "state")
+	writeFile(t, in, []byte(b.String()))
+	r := runSluice(t, []string{"OPENAI_API_KEY=x"}, "run", in, "--out", out, "--state", state,
+		"--provider", "openai", "--base-url", "http://"+emu.addr+"/v1",
+		"--poll-interval", "200ms", "--max-poll-interval", "1s", "--deadline", "50s")
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	if emu.stats(t)["batches_failed"] == 0 {
+		t.Fatal("the emulator refused no batch: nothing was split, the test proves nothing")
+	}
+	if strings.Contains(r.stdout, "retried") {
+		t.Errorf("a job whose batches were only split reports retries:\n%s", r.stdout)
+	}
+	st := runSluice(t, nil, "status", "--state", state)
+	if strings.Contains(st.stdout, "retried in") {
+		t.Errorf("status reports retries of a job whose batches were only split:\n%s", st.stdout)
+	}
+}
