@@ -169,7 +169,10 @@ type Dispatcher struct {
 	// readers per core do not speed up.
 	concluding chan struct{}
 	createMu   sync.Mutex      // serialises creates for Untagged providers
-	queueFull  map[string]bool // models whose provider queue reported full
+	// queueFull holds the models whose provider queue reported full, with
+	// when it last did: only a batch submitted after that, taken into the
+	// queue, shows that the queue has room again.
+	queueFull map[string]time.Time
 	// alone says, per chunk submitted by this run, whether it went with no
 	// other batch of its model live or submitted beside it.
 	alone map[int64]bool
@@ -221,7 +224,7 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 		job.MaxAttempts = sluice.DefaultMaxAttempts
 	}
 	return &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
-		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]bool{}, alone: map[int64]bool{}, refusedRatio: map[string]float64{},
+		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]time.Time{}, alone: map[int64]bool{}, refusedRatio: map[string]float64{},
 		concluding: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 }
 
@@ -261,13 +264,25 @@ func (d *Dispatcher) nextPoll(n int) time.Time {
 func (d *Dispatcher) isQueueFull(model string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.queueFull[model]
+	_, full := d.queueFull[model]
+	return full
 }
 
-func (d *Dispatcher) setQueueFull(model string, full bool) {
+// setQueueFull marks model's provider queue full as of now.
+func (d *Dispatcher) setQueueFull(model string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.queueFull[model] = full
+	d.queueFull[model] = d.now()
+}
+
+// queueTook clears model's queue-full mark when a batch of it submitted at
+// submitted, after the mark, was taken into the provider's queue.
+func (d *Dispatcher) queueTook(model string, submitted time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if at, full := d.queueFull[model]; full && !submitted.Before(at) {
+		delete(d.queueFull, model)
+	}
 }
 
 // wasAlone reports whether this run submitted chunk id alone of its model,

@@ -315,3 +315,36 @@ func TestRefusedAloneSplitsUntilItFits(t *testing.T) {
 		t.Error("no chunk was split")
 	}
 }
+
+// TestRefusedTogetherDoesNotLivelock: two chunks of one model, each over
+// the provider's enqueued-token limit by itself, submitted together (no
+// --max-enqueued-tokens to hold them apart) are both refused while not
+// alone. After the drain the dispatcher must not send them together again
+// for ever (found by QA: 22 refusals in 5 minutes, nothing done): one goes
+// alone as a probe until the provider accepts a batch of the model, so the
+// probe is split and the job finishes.
+func TestRefusedTogetherDoesNotLivelock(t *testing.T) {
+	var lines []string
+	for i := 0; i < 40; i++ {
+		lines = append(lines, fmt.Sprintf(`{"custom_id":"q-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"question number %02d, asked at some length"}]}}`, i, i))
+	}
+	r := newRig(t, "openai", lines, sluice.Limits{MaxBatchRequests: 20}, 1,
+		emulator.Options{Seed: 1, EnqueuedTokenLimit: 150, BatchTime: 50 * time.Millisecond})
+	opts := r.options()
+	opts.Concurrency = 2
+	r.run(opts)
+	ok, failed := checkNothingLost(t, r, 0)
+	if ok != 40 || failed != 0 {
+		t.Errorf("succeeded %d failed %d; want every request", ok, failed)
+	}
+	st := r.emu.Stats()
+	if st.BatchesFailed == 0 {
+		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")
+	}
+	// Each piece is refused about once, alone, on its way down to a size
+	// that fits (2 chunks of 20 halved to 3 or fewer: a few dozen at most);
+	// chunks sent together again and again are refused hundreds of times.
+	if st.BatchesFailed > 60 {
+		t.Errorf("%d batches refused for the queue: chunks went together again after each drain", st.BatchesFailed)
+	}
+}

@@ -79,6 +79,13 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	}
 	c.Polls++
 	c.BatchStatus = b.ProviderStatus
+	switch b.Status {
+	case sluice.BatchInProgress, sluice.BatchFinalizing, sluice.BatchCompleted:
+		// The provider took a batch of this model into its queue: if it
+		// was submitted after the queue was last full, the queue has room
+		// again (schedule.go, admit).
+		d.queueTook(c.Model, c.SubmittedAt)
+	}
 	if !b.Status.Ended() {
 		if d.age(c) > d.opts.StuckAfter {
 			return d.unstick(ctx, c, b)
@@ -187,7 +194,7 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 			// The provider's enqueued-token queue is full: wait for our own
 			// batches of this model to drain, then submit again, without
 			// spending an attempt.
-			d.setQueueFull(c.Model, true)
+			d.setQueueFull(c.Model)
 			c.State, c.BatchID, c.Stuck = sluice.ChunkPending, "", ""
 			if c.FileID != "" && d.caps.Files {
 				c.State = sluice.ChunkUploaded

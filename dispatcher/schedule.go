@@ -419,11 +419,14 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 	if lim.MaxLiveBatches > 0 && a.live >= lim.MaxLiveBatches {
 		return false
 	}
-	if d.isQueueFull(c.Model) {
-		if a.liveByModel[c.Model] > 0 {
-			return false // wait for our own batches of this model to drain
-		}
-		d.setQueueFull(c.Model, false)
+	if d.isQueueFull(c.Model) && a.liveByModel[c.Model] > 0 {
+		// The provider's queue was full for this model: wait for our own
+		// batches of it to drain, then send one chunk alone, a probe, and
+		// the next only once the provider accepts a batch of the model
+		// (poll.go clears the mark). Chunks sent together after each drain
+		// are refused together, none of them alone, so none is ever split:
+		// a livelock (TestRefusedTogetherDoesNotLivelock).
+		return false
 	}
 	q := d.queueTokens(c)
 	if lim.MaxEnqueuedTokens > 0 && a.liveByModel[c.Model] > 0 && a.liveTokens[c.Model]+q > lim.MaxEnqueuedTokens {

@@ -27,6 +27,11 @@ type chatFamily struct {
 	// construction, which would read the body a second time. Nil: the
 	// codec's Validate runs on the native line.
 	check func(it *sluice.Item) error
+	// serves, when set, tells whether a model name is one of the family's
+	// own: a chat line whose model is not and that no --model-map entry
+	// renames is told to ChatOptions.Unmapped even when no map is given
+	// (a gpt-4o-mini line sent to Anthropic as written would fail there).
+	serves func(model string) bool
 }
 
 // chatFamilies are the families whose chat completions lines are
@@ -40,10 +45,11 @@ var chatFamilies = map[Family]chatFamily{
 			return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
 		}
 		return nil
-	}},
+	}, func(m string) bool { return strings.HasPrefix(m, "claude") }},
 	// CloudflareCodec.Validate takes the model from the url and checks the
 	// body has no external_reference, which the translation never writes.
-	FamilyCloudflare: {translate.Cloudflare, func(m string) string { return "/ai/run/" + m }, func(*sluice.Item) error { return nil }},
+	FamilyCloudflare: {translate.Cloudflare, func(m string) string { return "/ai/run/" + m }, func(*sluice.Item) error { return nil },
+		func(m string) bool { return strings.HasPrefix(m, "@cf/") || strings.HasPrefix(m, "@hf/") }},
 	// GeminiCodec.Validate runs on the native line: it takes the model
 	// from the url and checks body.contents.
 	FamilyGemini: {translate.Gemini, func(m string) string {
@@ -51,12 +57,16 @@ var chatFamilies = map[Family]chatFamily{
 			return "/v1beta/" + m + ":generateContent"
 		}
 		return "/v1beta/models/" + strings.TrimPrefix(m, "models/") + ":generateContent"
-	}, nil},
+	}, nil, func(m string) bool {
+		m = strings.TrimPrefix(m, "models/")
+		return strings.HasPrefix(m, "gemini") || strings.HasPrefix(m, "gemma") || strings.HasPrefix(m, "tunedModels/")
+	}},
 	// Mistral and Together take chat lines at the same url; their codec
 	// (BodyLineCodec) checks the url and the custom_id on the translated
 	// line.
-	FamilyMistral:  {translate.Mistral, func(string) string { return ChatURL }, nil},
-	FamilyTogether: {translate.Together, func(string) string { return ChatURL }, nil},
+	// Their model names follow no one pattern: only a map's misses are told.
+	FamilyMistral:  {translate.Mistral, func(string) string { return ChatURL }, nil, nil},
+	FamilyTogether: {translate.Together, func(string) string { return ChatURL }, nil, nil},
 }
 
 // bufs are the buffers of translated bodies, from Validate to AppendItem
@@ -150,7 +160,8 @@ func (c chatCodec) Validate(it *sluice.Item) error {
 	mapped := false
 	if m, ok := c.opts.ModelMap[it.Model]; ok {
 		it.Model, mapped = m, true
-	} else if len(c.opts.ModelMap) > 0 && c.opts.Unmapped != nil {
+	} else if c.opts.Unmapped != nil && (len(c.opts.ModelMap) > 0 ||
+		c.fam != nil && c.fam.serves != nil && it.Model != "" && !c.fam.serves(it.Model)) {
 		c.opts.Unmapped(it.Line, it.Model)
 	}
 	if c.fam == nil {

@@ -320,3 +320,30 @@ func TestLocalBatchTimeKeptBySubmittedBatches(t *testing.T) {
 	}
 	checkOutput(t, out, ids)
 }
+
+// TestForeignModelWarnedWithoutMap: chat lines translated for another
+// family, whose model is not one of that family's and no --model-map is
+// given at all, are warned of at plan time with a count (they went out as
+// written with only "no price for ..." as a hint); lines that name the
+// family's own models are not.
+func TestForeignModelWarnedWithoutMap(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	for i := range 6 {
+		model := "gpt-4o-mini"
+		if i%2 == 1 {
+			model = "claude-haiku-4-5"
+		}
+		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	writeLines(t, in, lines)
+	r := runSluice(t, append(stateEnv(dir), "ANTHROPIC_API_KEY=x"), "plan", in, "--provider", "anthropic")
+	want := `"model":"gpt-4o-mini","lines":3,"first":"` + in + `:1"`
+	if r.code != 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d; want a warning with %s\n%s", r.code, want, r.stderr)
+	}
+	if strings.Contains(r.stderr, `"model":"claude-haiku-4-5"`) {
+		t.Errorf("a model of the family's own is warned about:\n%s", r.stderr)
+	}
+}
