@@ -80,6 +80,9 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	c.Polls++
 	c.BatchStatus = b.ProviderStatus
 	if !b.Status.Ended() {
+		if d.fallbackOn() {
+			return d.fallbackCancel(ctx, c, b)
+		}
 		if d.age(c) > d.opts.StuckAfter {
 			return d.unstick(ctx, c, b)
 		}

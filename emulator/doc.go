@@ -13,7 +13,8 @@
 //
 //	POST /files  GET /files  GET /files/{id}  GET /files/{id}/content  DELETE /files/{id}
 //	POST /batches  GET /batches  GET /batches/{id}  POST /batches/{id}/cancel
-//	POST /chat/completions /completions /embeddings /responses /moderations (direct calls)
+//	POST /chat/completions /completions /embeddings /responses /moderations (direct calls;
+//	  Options.SyncDelay each; X-Sluice-Job and X-Sluice-Custom-Id count them as processed)
 //
 // Anthropic (base URL without /v1):
 //

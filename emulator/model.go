@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -471,6 +472,16 @@ func (s *Server) oaiSync(endpoint string) http.HandlerFunc {
 			return
 		}
 		m := s.runOpenAI(endpoint, body, s.now().Unix())
+		s.countSync(famOpenAI, r, m.status)
+		if s.opts.SyncDelay > 0 {
+			// The model ran (and charged) before the answer leaves: a
+			// client gone meanwhile loses an answer it paid for.
+			select {
+			case <-time.After(s.opts.SyncDelay):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(m.status)
 		w.Write(m.body)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"hash/fnv"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -16,6 +18,10 @@ type Stats struct {
 	APICalls       int64 `json:"api_calls"`
 	FilesUploaded  int64 `json:"files_uploaded"`
 	BatchesCreated int64 `json:"batches_created"`
+	// SyncRequests counts the synchronous calls the model answered (the
+	// direct endpoints: POST /v1/chat/completions, ...); the 2xx among
+	// them count in RequestsProcessed too.
+	SyncRequests int64 `json:"sync_requests"`
 	// RequestsProcessed counts executed lines (succeeded, per-line error or
 	// omitted); expired or cancelled lines that were never run do not count.
 	RequestsProcessed int64 `json:"requests_processed"`
@@ -192,4 +198,40 @@ func jobKeyOpenAI(metadata map[string]string, filename string) string {
 		return j
 	}
 	return jobKeyFromFilename(filename)
+}
+
+// The headers a client names a synchronous call's job and custom_id with,
+// so a request answered by a batch line and again by a direct call (or by
+// two direct calls) counts in RequestsProcessedMoreThanOnce. sluice's
+// realtime fallback sends them; the custom_id is percent-encoded.
+const (
+	HeaderSyncJob      = "X-Sluice-Job"
+	HeaderSyncCustomID = "X-Sluice-Custom-Id"
+)
+
+// countSync counts a direct call the model answered with status: a 2xx is
+// a processed request, marked under its job and custom_id when the call
+// names them (HeaderSyncJob, HeaderSyncCustomID).
+func (s *Server) countSync(family string, r *http.Request, status int) {
+	ok := status >= 200 && status < 300
+	dup := false
+	if cid, err := url.PathUnescape(r.Header.Get(HeaderSyncCustomID)); ok && err == nil && cid != "" {
+		s.mu.Lock()
+		dup = s.processed.mark(family, r.Header.Get(HeaderSyncJob), cid)
+		s.mu.Unlock()
+	}
+	s.bump(func(st *Stats) {
+		st.SyncRequests++
+		if !ok {
+			return
+		}
+		st.RequestsProcessed++
+		fs := st.family(family)
+		fs.RequestsProcessed++
+		if dup {
+			st.RequestsProcessedMoreThanOnce++
+			fs.RequestsProcessedMoreThanOnce++
+		}
+		st.ByFamily[family] = fs
+	})
 }

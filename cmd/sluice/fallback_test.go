@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-batch/sluice"
+)
+
+// The realtime fallback (--fallback realtime, --fallback-at): issue 23,
+// part 4. docs/crash-safety.md, "The realtime fallback"; docs/money.md.
+
+// writeFallbackInput writes n chat requests of one model and returns the path
+// and the custom_ids.
+// The first small of them set max_tokens 50; the others none.
+func writeFallbackInput(t *testing.T, dir string, n, small int) (string, []string) {
+	t.Helper()
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("q%04d", i)
+		ids = append(ids, id)
+		max := ""
+		if i < small {
+			max = `,"max_tokens":50`
+		}
+		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"%s,"messages":[{"role":"user","content":"question %d"}]}}`+"\n", id, max, i)
+	}
+	p := filepath.Join(dir, "in.jsonl")
+	writeFile(t, p, []byte(b.String()))
+	return p, ids
+}
+
+// fallbackArgs is a run against emu whose batches take far longer than
+// the deadline allows: the fallback begins after ~fallbackIn, while the
+// three batches are mid-run (the emulator's in_progress is 10% to 90% of
+// --batch-time), so each has finished some lines and not the rest.
+func fallbackArgs(emu *emulatorProc, in, out string, start time.Time, fallbackIn time.Duration, extra ...string) []string {
+	return append([]string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
+		"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
+		"--deadline", start.Add(3 * time.Minute).UTC().Format(time.RFC3339),
+		"--fallback", "realtime", "--fallback-at", start.Add(fallbackIn).UTC().Format(time.RFC3339)}, extra...)
+}
+
+// TestFallbackRealtimeAnswersStuckBatches: three batches still running at
+// --fallback-at are cancelled, every line they finished is kept, and only
+// the requests without a result are sent to POST /v1/chat/completions:
+// the output is complete and in order, and the emulator executed no
+// request twice.
+func TestFallbackRealtimeAnswersStuckBatches(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--batch-time", "40s")
+	dir := t.TempDir()
+	in, ids := writeFallbackInput(t, dir, 30, 0)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), 12*time.Second)...)
+	if r.code != exitOK {
+		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
+	}
+	for i, l := range checkOutput(t, out, ids) {
+		if l.Error != nil || l.Response == nil || l.Response.StatusCode != 200 {
+			t.Errorf("output line %d (%s) is not a success: %+v", i+1, l.CustomID, l.Error)
+		}
+	}
+	st := emu.stats(t)
+	batchLines := st["requests_processed"] - st["sync_requests"]
+	t.Logf("batches created %d, cancelled %d; lines answered by the batches %d, by the synchronous API %d",
+		st["batches_created"], st["batches_cancelled"], batchLines, st["sync_requests"])
+	if st["batches_created"] != 3 || st["batches_cancelled"] != 3 {
+		t.Errorf("%d batches created, %d cancelled; want 3 and 3", st["batches_created"], st["batches_cancelled"])
+	}
+	if st["requests_processed_more_than_once"] != 0 || st["requests_processed"] != 30 {
+		t.Errorf("%d requests executed, %d of them again; want 30 and 0", st["requests_processed"], st["requests_processed_more_than_once"])
+	}
+	if batchLines <= 0 || st["sync_requests"] <= 0 {
+		t.Errorf("%d lines kept from the cancelled batches and %d synchronous calls: want both > 0", batchLines, st["sync_requests"])
+	}
+	job := onlyJob(t, statusOf(t, env))
+	if job.State != sluice.JobDone {
+		t.Errorf("job %s, want done", job.State)
+	}
+}
+
+// TestFallbackKilledMidFallbackNoSecondPurchase: a run SIGKILLed while
+// its synchronous calls are in flight, run again with the same command,
+// finishes the job without buying any request twice: the calls whose
+// answer the kill lost fail with realtime_unknown, every other request
+// succeeds, the output is complete and in order.
+func TestFallbackKilledMidFallbackNoSecondPurchase(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--batch-time", "40s", "--sync-delay", "300ms")
+	dir := t.TempDir()
+	in, ids := writeFallbackInput(t, dir, 30, 0)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	args := fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--concurrency", "3")
+	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 4 })
+	before := emu.stats(t)["sync_requests"]
+	r := runSluice(t, env, args...)
+	if r.code != exitOK && r.code != exitFailures {
+		t.Fatalf("run after the kill: exit %d, want 0 or 4\n%s", r.code, tail(r.stderr, 3000))
+	}
+	st := emu.stats(t)
+	if st["sync_requests"] <= before {
+		t.Errorf("the run after the kill made no synchronous call (%d before, %d after)", before, st["sync_requests"])
+	}
+	if st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d requests executed twice: the resumed fallback bought again", st["requests_processed_more_than_once"])
+	}
+	ok, unknown := 0, 0
+	for i, l := range checkOutput(t, out, ids) {
+		switch {
+		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
+			ok++
+		case l.Error != nil && l.Error.Code == sluice.CodeRealtimeUnknown:
+			unknown++
+		default:
+			t.Errorf("output line %d (%s): neither a success nor realtime_unknown: %+v", i+1, l.CustomID, l.Error)
+		}
+	}
+	t.Logf("%d succeeded, %d realtime_unknown; emulator executed %d (sync %d)", ok, unknown, st["requests_processed"], st["sync_requests"])
+	if int64(ok+unknown) != 30 || int64(ok) > st["requests_processed"] {
+		t.Errorf("%d succeeded + %d unknown, emulator executed %d", ok, unknown, st["requests_processed"])
+	}
+	if (unknown == 0) != (r.code == exitOK) {
+		t.Errorf("exit %d with %d realtime_unknown", r.code, unknown)
+	}
+	if errs, err := os.ReadFile(strings.TrimSuffix(out, ".jsonl") + ".errors.jsonl"); err == nil && unknown > 0 && !strings.Contains(string(errs), "realtime_unknown") {
+		t.Errorf("errors file does not name realtime_unknown:\n%s", errs)
+	}
+}
+
+// TestFallbackSpendCapStops: the synchronous calls are priced at the full
+// rate (twice the batch price) under --max-cost, and a chunk is sent only
+// when its upper bound fits: the unanswered requests of the two cheap
+// batches are sent, those of the dear one would pass the cap at the full
+// rate (not at the batch price), so the run stops with exit 3, and
+// nothing is bought twice.
+func TestFallbackSpendCapStops(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--batch-time", "40s")
+	dir := t.TempDir()
+	in, _ := writeFallbackInput(t, dir, 30, 20)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	// gpt-4o-mini at the batch price: $0.075 and $0.30 per million input
+	// and output tokens. Ten requests with max_tokens 50 are bounded by
+	// under $0.0002; ten without, by 16,384 output tokens each: $0.049.
+	// The third batch's ~8 unanswered requests at the full rate: $0.079,
+	// past $0.06 (at the batch price, $0.039, they would fit).
+	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--max-cost", "0.06")...)
+	if r.code != exitStopped || !strings.Contains(r.stderr, "spend cap") {
+		t.Fatalf("exit %d, want 3 with the spend cap named\n%s", r.code, tail(r.stderr, 3000))
+	}
+	st := emu.stats(t)
+	t.Logf("batches cancelled %d, executed %d (sync %d)", st["batches_cancelled"], st["requests_processed"], st["sync_requests"])
+	if st["batches_cancelled"] != 3 || st["sync_requests"] == 0 || st["requests_processed"] >= 30 {
+		t.Errorf("%d batches cancelled, %d synchronous calls, %d requests executed: want 3, > 0 and fewer than 30",
+			st["batches_cancelled"], st["sync_requests"], st["requests_processed"])
+	}
+	if st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d requests executed twice", st["requests_processed_more_than_once"])
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("an output was written although the cap stopped the run")
+	}
+}
