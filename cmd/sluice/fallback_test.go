@@ -170,3 +170,29 @@ func TestFallbackSpendCapStops(t *testing.T) {
 		t.Error("an output was written although the cap stopped the run")
 	}
 }
+
+// TestFallbackStuckBatchGoesRealtime: with --fallback realtime, a batch
+// cancelled as stuck (--stuck-after) sends what it did not finish through
+// the synchronous API, before --fallback-at, instead of to a new batch.
+func TestFallbackStuckBatchGoesRealtime(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
+	dir := t.TempDir()
+	in, ids := writeFallbackInput(t, dir, 30, 0)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	start := time.Now()
+	r := runSluice(t, env, fallbackArgs(emu, in, out, start, 2*time.Minute, "--stuck-after", "2s")...)
+	if r.code != exitOK {
+		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
+	}
+	if d := time.Since(start); d > 90*time.Second {
+		t.Errorf("took %v: it waited for --fallback-at", d)
+	}
+	checkOutput(t, out, ids)
+	st := emu.stats(t)
+	if st["batches_created"] != 3 || st["sync_requests"] != 30 || st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d batches created, %d synchronous calls, %d executed twice; want 3, 30, 0",
+			st["batches_created"], st["sync_requests"], st["requests_processed_more_than_once"])
+	}
+}
