@@ -196,3 +196,36 @@ func TestFallbackStuckBatchGoesRealtime(t *testing.T) {
 			st["batches_created"], st["sync_requests"], st["requests_processed_more_than_once"])
 	}
 }
+
+// TestParseFallback: --fallback-at as a clock time, RFC 3339 or a
+// duration before --deadline, and the usage errors (exit 2).
+func TestParseFallback(t *testing.T) {
+	now := time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
+	deadline := now.Add(6 * time.Hour) // 07:00
+	for _, c := range []struct {
+		mode, at string
+		deadline time.Time
+		want     time.Time // zero with err
+		err      string
+	}{
+		{"", "", deadline, time.Time{}, ""},
+		{"realtime", "30m", deadline, deadline.Add(-30 * time.Minute), ""},
+		{"realtime", "06:30", deadline, now.Add(5*time.Hour + 30*time.Minute), ""},
+		{"realtime", "06:30", time.Time{}, now.Add(5*time.Hour + 30*time.Minute), ""},
+		{"realtime", now.Add(time.Hour).Format(time.RFC3339), deadline, now.Add(time.Hour), ""},
+		{"", "30m", deadline, time.Time{}, "needs --fallback realtime"},
+		{"batch", "30m", deadline, time.Time{}, "want realtime"},
+		{"realtime", "", deadline, time.Time{}, "needs --fallback-at"},
+		{"realtime", "30m", time.Time{}, time.Time{}, "no --deadline"},
+		{"realtime", "07:30", deadline, time.Time{}, "not before --deadline"},
+		{"realtime", "soon", deadline, time.Time{}, "want a clock time"},
+	} {
+		got, err := parseFallback(c.mode, c.at, c.deadline, now)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || codeOf(err) != exitUsage):
+			t.Errorf("%q %q: %v (exit %d), want a usage error with %q", c.mode, c.at, err, codeOf(err), c.err)
+		case c.err == "" && (err != nil || !got.Equal(c.want)):
+			t.Errorf("%q %q: %v %v, want %v", c.mode, c.at, got, err, c.want)
+		}
+	}
+}
