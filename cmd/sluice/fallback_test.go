@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
 // The realtime fallback (--fallback realtime, --fallback-at): issue 23,
@@ -91,13 +92,18 @@ func TestFallbackRealtimeAnswersStuckBatches(t *testing.T) {
 // finishes the job without buying any request twice: the calls whose
 // answer the kill lost fail with realtime_unknown, every other request
 // succeeds, the output is complete and in order.
+// On SQLite and on PostgreSQL (SLUICE_DB).
 func TestFallbackKilledMidFallbackNoSecondPurchase(t *testing.T) {
-	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testFallbackKilled(t, "") })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); testFallbackKilled(t, testsrv.Postgres(t)) })
+}
+
+func testFallbackKilled(t *testing.T, dsn string) {
 	emu := startEmulator(t, "--batch-time", "40s", "--sync-delay", "300ms")
 	dir := t.TempDir()
 	in, ids := writeFallbackInput(t, dir, 30, 0)
 	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn)
 	args := fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--concurrency", "3")
 	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 4 })
 	before := emu.stats(t)["sync_requests"]
