@@ -471,6 +471,9 @@ func (s *Server) oaiSync(endpoint string) http.HandlerFunc {
 			oaiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", err.Error(), "", "")
 			return
 		}
+		if !s.syncAdmit(w) {
+			return
+		}
 		m := s.runOpenAI(endpoint, body, s.now().Unix())
 		s.countSync(famOpenAI, r, m.status)
 		if s.opts.SyncDelay > 0 {

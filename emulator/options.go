@@ -46,6 +46,14 @@ type Options struct {
 	// counted it processed): the latency a realtime fallback meets, and a
 	// window in which a client killed mid-call loses an answer it paid for.
 	SyncDelay time.Duration
+	// SyncLimit, when positive, is how many synchronous calls each
+	// SyncWindow (default 1m) admits. Every answer then carries OpenAI's
+	// x-ratelimit-limit-requests, x-ratelimit-remaining-requests and
+	// x-ratelimit-reset-requests headers; a call past the limit gets a 429
+	// rate_limit_exceeded with Retry-After, counted in
+	// Stats.SyncRateLimited.
+	SyncLimit  int
+	SyncWindow time.Duration
 	// RetryAfter is sent on injected 429s as Retry-After (whole seconds,
 	// rounded up) and retry-after-ms. Default 1s.
 	RetryAfter time.Duration

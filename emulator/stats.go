@@ -6,11 +6,15 @@ import (
 	"errors"
 	"hash/fnv"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Stats are the emulator's counters, served as JSON at GET /_emulator/stats.
@@ -22,6 +26,8 @@ type Stats struct {
 	// direct endpoints: POST /v1/chat/completions, ...); the 2xx among
 	// them count in RequestsProcessed too.
 	SyncRequests int64 `json:"sync_requests"`
+	// SyncRateLimited counts synchronous calls refused past SyncLimit.
+	SyncRateLimited int64 `json:"sync_rate_limited"`
 	// RequestsProcessed counts executed lines (succeeded, per-line error or
 	// omitted); expired or cancelled lines that were never run do not count.
 	RequestsProcessed int64 `json:"requests_processed"`
@@ -234,4 +240,46 @@ func (s *Server) countSync(family string, r *http.Request, status int) {
 		}
 		st.ByFamily[family] = fs
 	})
+}
+
+// syncWindow is the SyncLimit window of synchronous calls.
+type syncWindow struct {
+	mu    sync.Mutex
+	start time.Time
+	n     int
+}
+
+// syncAdmit counts a synchronous call against SyncLimit and writes the
+// rate-limit headers; false: it answered 429 and the call must stop.
+func (s *Server) syncAdmit(w http.ResponseWriter) bool {
+	if s.opts.SyncLimit <= 0 {
+		return true
+	}
+	win := s.opts.SyncWindow
+	if win <= 0 {
+		win = time.Minute
+	}
+	now := s.now()
+	sw := &s.syncWin
+	sw.mu.Lock()
+	if now.Sub(sw.start) >= win {
+		sw.start, sw.n = now, 0
+	}
+	ok := sw.n < s.opts.SyncLimit
+	if ok {
+		sw.n++
+	}
+	remaining, reset := s.opts.SyncLimit-sw.n, sw.start.Add(win).Sub(now)
+	sw.mu.Unlock()
+	h := w.Header()
+	h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.opts.SyncLimit))
+	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(remaining))
+	h.Set("x-ratelimit-reset-requests", reset.Round(time.Millisecond).String())
+	if ok {
+		return true
+	}
+	s.bump(func(st *Stats) { st.SyncRateLimited++ })
+	h.Set("Retry-After", strconv.Itoa(int(math.Ceil(reset.Seconds()))))
+	oaiError(w, http.StatusTooManyRequests, "requests", "Rate limit reached for requests", "", "rate_limit_exceeded")
+	return false
 }
