@@ -257,6 +257,8 @@ func (d *Dispatcher) concludeRealtime(ctx context.Context, c *sluice.Chunk, from
 		return ctx.Err()
 	}
 	defer func() { <-d.concluding }()
+	ref := c.Ref(d.job.Dir)
+	tr, _ := d.prov.Codec().(sluice.ResultTranslator)
 	return d.conclude(ctx, c, from, func(e *ending) error {
 		for i, id := range e.ids {
 			rc, ok := calls[e.reqs[i].Index]
@@ -272,6 +274,9 @@ func (d *Dispatcher) concludeRealtime(ctx context.Context, c *sluice.Chunk, from
 				res.Kind, res.Usage = rc.Kind, rc.Usage
 			}
 			res.CustomID, res.Line.CustomID = id, id
+			if tr != nil && rc.State == sluice.RealtimeAnswered {
+				tr.TranslateResult(ref, &res) // the answer in the input's shape, as a batch's
+			}
 			if err := e.add(res); err != nil {
 				return err
 			}

@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -475,15 +474,9 @@ func (s *Server) oaiSync(endpoint string) http.HandlerFunc {
 			return
 		}
 		m := s.runOpenAI(endpoint, body, s.now().Unix())
-		s.countSync(famOpenAI, r, m.status)
-		if s.opts.SyncDelay > 0 {
-			// The model ran (and charged) before the answer leaves: a
-			// client gone meanwhile loses an answer it paid for.
-			select {
-			case <-time.After(s.opts.SyncDelay):
-			case <-r.Context().Done():
-				return
-			}
+		s.countSync(famOpenAI, r.Header.Get(HeaderSyncJob), r, m.status)
+		if s.syncWait(r) != nil {
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(m.status)

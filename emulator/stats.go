@@ -216,14 +216,15 @@ const (
 )
 
 // countSync counts a direct call the model answered with status: a 2xx is
-// a processed request, marked under its job and custom_id when the call
-// names them (HeaderSyncJob, HeaderSyncCustomID).
-func (s *Server) countSync(family string, r *http.Request, status int) {
+// a processed request, marked under job (the family's duplicate key: the
+// call's HeaderSyncJob for OpenAI, "" for Anthropic) and its custom_id
+// when the call names one (HeaderSyncCustomID).
+func (s *Server) countSync(family, job string, r *http.Request, status int) {
 	ok := status >= 200 && status < 300
 	dup := false
 	if cid, err := url.PathUnescape(r.Header.Get(HeaderSyncCustomID)); ok && err == nil && cid != "" {
 		s.mu.Lock()
-		dup = s.processed.mark(family, r.Header.Get(HeaderSyncJob), cid)
+		dup = s.processed.mark(family, job, cid)
 		s.mu.Unlock()
 	}
 	s.bump(func(st *Stats) {
@@ -240,6 +241,22 @@ func (s *Server) countSync(family string, r *http.Request, status int) {
 		}
 		st.ByFamily[family] = fs
 	})
+}
+
+// syncWait waits SyncDelay after the model ran (and charged) before the
+// answer leaves: a client gone meanwhile loses an answer it paid for.
+func (s *Server) syncWait(r *http.Request) error {
+	if s.opts.SyncDelay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(s.opts.SyncDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
 }
 
 // syncWindow is the SyncLimit window of synchronous calls.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -256,5 +257,42 @@ func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
 	if st["sync_requests"] != 30 || st["sync_rate_limited"] != 0 || st["requests_processed_more_than_once"] != 0 {
 		t.Errorf("%d synchronous calls answered, %d refused 429, %d executed twice; want 30, 0, 0",
 			st["sync_requests"], st["sync_rate_limited"], st["requests_processed_more_than_once"])
+	}
+}
+
+// TestFallbackAnthropic: the Anthropic family falls back to POST
+// /v1/messages: OpenAI chat lines translated to Message Batches, three
+// batches cancelled at --fallback-at, the rest answered synchronously and
+// translated back: every line a chat.completion, in order, none executed
+// twice.
+func TestFallbackAnthropic(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--batch-time", "40s")
+	dir := t.TempDir()
+	in, ids, _ := writeChatInput(t, dir, 30, true)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://"+emu.addr)
+	start := time.Now()
+	r := runSluice(t, env, "run", in, "--out", out, "--provider", "anthropic", "--model-map", "gpt-4o-mini=claude-haiku-4-5",
+		"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
+		"--deadline", start.Add(3*time.Minute).UTC().Format(time.RFC3339),
+		"--fallback", "realtime", "--fallback-at", start.Add(12*time.Second).UTC().Format(time.RFC3339))
+	if r.code != exitOK {
+		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
+	}
+	for _, o := range checkOutput(t, out, ids) {
+		var cc struct {
+			Object string `json:"object"`
+		}
+		if o.Response == nil || o.Response.StatusCode != 200 || json.Unmarshal(o.Response.Body, &cc) != nil || cc.Object != "chat.completion" {
+			t.Errorf("%s: %+v, want a chat.completion", o.CustomID, o)
+		}
+	}
+	st := emu.stats(t)
+	t.Logf("batches created %d, cancelled %d; executed %d, synchronously %d", st["batches_created"], st["batches_cancelled"], st["requests_processed"], st["sync_requests"])
+	if st["batches_cancelled"] != 3 || st["requests_processed"] != 30 || st["sync_requests"] == 0 || st["sync_requests"] == 30 ||
+		st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d batches cancelled, %d executed (%d synchronously), %d twice: want 3, 30 (some, not all), 0",
+			st["batches_cancelled"], st["requests_processed"], st["sync_requests"], st["requests_processed_more_than_once"])
 	}
 }
