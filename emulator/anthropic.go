@@ -404,7 +404,7 @@ func (s *Server) antMessages(w http.ResponseWriter, r *http.Request) {
 		antError(w, http.StatusRequestEntityTooLarge, "request_too_large", err.Error())
 		return
 	}
-	if !s.syncAdmit(w) {
+	if !s.syncAdmit(w, famAnthropic) {
 		return
 	}
 	m := s.runAnthropic(body, "standard")

@@ -470,7 +470,7 @@ func (s *Server) oaiSync(endpoint string) http.HandlerFunc {
 			oaiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", err.Error(), "", "")
 			return
 		}
-		if !s.syncAdmit(w) {
+		if !s.syncAdmit(w, famOpenAI) {
 			return
 		}
 		m := s.runOpenAI(endpoint, body, s.now().Unix())

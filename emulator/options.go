@@ -47,10 +47,11 @@ type Options struct {
 	// window in which a client killed mid-call loses an answer it paid for.
 	SyncDelay time.Duration
 	// SyncLimit, when positive, is how many synchronous calls each
-	// SyncWindow (default 1m) admits. Every answer then carries OpenAI's
-	// x-ratelimit-limit-requests, x-ratelimit-remaining-requests and
-	// x-ratelimit-reset-requests headers; a call past the limit gets a 429
-	// rate_limit_exceeded with Retry-After, counted in
+	// SyncWindow (default 1m) admits. Every answer then carries the
+	// family's rate-limit headers (OpenAI: x-ratelimit-limit-requests,
+	// -remaining-requests, -reset-requests as a duration; Anthropic:
+	// anthropic-ratelimit-requests-limit, -remaining, -reset as RFC 3339);
+	// a call past the limit gets a 429 with Retry-After, counted in
 	// Stats.SyncRateLimited.
 	SyncLimit  int
 	SyncWindow time.Duration

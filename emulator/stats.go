@@ -268,7 +268,7 @@ type syncWindow struct {
 
 // syncAdmit counts a synchronous call against SyncLimit and writes the
 // rate-limit headers; false: it answered 429 and the call must stop.
-func (s *Server) syncAdmit(w http.ResponseWriter) bool {
+func (s *Server) syncAdmit(w http.ResponseWriter, family string) bool {
 	if s.opts.SyncLimit <= 0 {
 		return true
 	}
@@ -289,14 +289,25 @@ func (s *Server) syncAdmit(w http.ResponseWriter) bool {
 	remaining, reset := s.opts.SyncLimit-sw.n, sw.start.Add(win).Sub(now)
 	sw.mu.Unlock()
 	h := w.Header()
-	h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.opts.SyncLimit))
-	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(remaining))
-	h.Set("x-ratelimit-reset-requests", reset.Round(time.Millisecond).String())
+	if family == famAnthropic {
+		// RFC 3339 at whole seconds: the next whole second after the reset.
+		h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(s.opts.SyncLimit))
+		h.Set("anthropic-ratelimit-requests-remaining", strconv.Itoa(remaining))
+		h.Set("anthropic-ratelimit-requests-reset", now.Add(reset).Truncate(time.Second).Add(time.Second).UTC().Format(time.RFC3339))
+	} else {
+		h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.opts.SyncLimit))
+		h.Set("x-ratelimit-remaining-requests", strconv.Itoa(remaining))
+		h.Set("x-ratelimit-reset-requests", reset.Round(time.Millisecond).String())
+	}
 	if ok {
 		return true
 	}
 	s.bump(func(st *Stats) { st.SyncRateLimited++ })
 	h.Set("Retry-After", strconv.Itoa(int(math.Ceil(reset.Seconds()))))
-	oaiError(w, http.StatusTooManyRequests, "requests", "Rate limit reached for requests", "", "rate_limit_exceeded")
+	if family == famAnthropic {
+		antError(w, http.StatusTooManyRequests, "rate_limit_error", "Number of requests has exceeded your rate limit")
+	} else {
+		oaiError(w, http.StatusTooManyRequests, "requests", "Rate limit reached for requests", "", "rate_limit_exceeded")
+	}
 	return false
 }

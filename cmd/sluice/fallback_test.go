@@ -238,25 +238,34 @@ func TestParseFallback(t *testing.T) {
 }
 
 // TestFallbackHonoursRateLimitHeaders: the synchronous calls follow the
-// provider's x-ratelimit-remaining-requests and -reset-requests headers:
-// with 5 calls admitted every 2 seconds and 3 in flight at once, all 30
-// are answered and none is refused with a 429.
+// provider's rate-limit headers (OpenAI: x-ratelimit-remaining-requests
+// and -reset-requests; Anthropic: anthropic-ratelimit-requests-remaining
+// and -reset): with 5 calls admitted every 2 seconds and 3 in flight at
+// once, all 30 are answered and none is refused with a 429.
 func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
-	t.Parallel()
-	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating", "--sync-limit", "5", "--sync-window", "2s")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
-	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), 2*time.Minute, "--stuck-after", "1s", "--concurrency", "3")...)
-	if r.code != exitOK {
-		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
-	}
-	checkOutput(t, out, ids)
-	st := emu.stats(t)
-	if st["sync_requests"] != 30 || st["sync_rate_limited"] != 0 || st["requests_processed_more_than_once"] != 0 {
-		t.Errorf("%d synchronous calls answered, %d refused 429, %d executed twice; want 30, 0, 0",
-			st["sync_requests"], st["sync_rate_limited"], st["requests_processed_more_than_once"])
+	for _, fam := range []string{"openai", "anthropic"} {
+		t.Run(fam, func(t *testing.T) {
+			t.Parallel()
+			emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating", "--sync-limit", "5", "--sync-window", "2s")
+			dir := t.TempDir()
+			in, ids := writeFallbackInput(t, dir, 30, 30) // max_tokens: Anthropic requires it
+			out := filepath.Join(dir, "out.jsonl")
+			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://"+emu.addr)
+			args := fallbackArgs(emu, in, out, time.Now(), 2*time.Minute, "--stuck-after", "1s", "--concurrency", "3")
+			if fam == "anthropic" {
+				args = append(args, "--provider", "anthropic", "--base-url", "http://"+emu.addr, "--model-map", "gpt-4o-mini=claude-haiku-4-5")
+			}
+			r := runSluice(t, env, args...)
+			if r.code != exitOK {
+				t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
+			}
+			checkOutput(t, out, ids)
+			st := emu.stats(t)
+			if st["sync_requests"] != 30 || st["sync_rate_limited"] != 0 || st["requests_processed_more_than_once"] != 0 {
+				t.Errorf("%d synchronous calls answered, %d refused 429, %d executed twice; want 30, 0, 0\n%s",
+					st["sync_requests"], st["sync_rate_limited"], st["requests_processed_more_than_once"], tail(r.stderr, 2000))
+			}
+		})
 	}
 }
 

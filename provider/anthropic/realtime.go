@@ -43,8 +43,14 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []b
 	call := httpx.Call{Method: http.MethodPost, URL: c.url("/v1/messages", nil), Header: hdr, Body: httpx.BytesBody(it.Params),
 		Reconcile: func(context.Context) (bool, error) { return false, errors.New("no listing of synchronous calls") }}
 	res := sluice.Result{CustomID: it.CustomID, Line: sluice.OutputLine{CustomID: it.CustomID}}
-	err := c.hc.Send(ctx, call, func(resp *http.Response) error {
+	seq, err := c.rt.Start(ctx)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	defer c.rt.Done()
+	err = c.hc.Send(ctx, call, func(resp *http.Response) error {
 		defer resp.Body.Close()
+		c.rt.Observe(resp.Header, seq, c.hc.Limiter(), provider.AnthropicRateHeaders)
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxRealtimeAnswer+1))
 		if err != nil {
 			return fmt.Errorf("%w: read answer: %v", sluice.ErrUnsettled, err)

@@ -9,11 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
@@ -58,14 +54,14 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []b
 		// repeat one that may have been (docs/crash-safety.md).
 		Reconcile: func(context.Context) (bool, error) { return false, errors.New("no listing of synchronous calls") }}
 	res := sluice.Result{CustomID: line.CustomID, Line: sluice.OutputLine{CustomID: line.CustomID}}
-	if err := c.rt.wait(ctx); err != nil {
+	seq, err := c.rt.Start(ctx)
+	if err != nil {
 		return sluice.Result{}, err
 	}
-	c.rt.inFlight.Add(1)
-	defer c.rt.inFlight.Add(-1)
-	err := c.hc.Send(ctx, call, func(resp *http.Response) error {
+	defer c.rt.Done()
+	err = c.hc.Send(ctx, call, func(resp *http.Response) error {
 		defer resp.Body.Close()
-		c.rt.observe(resp.Header, c.clock.Now(), c.hc.Limiter())
+		c.rt.Observe(resp.Header, seq, c.hc.Limiter(), provider.OpenAIRateHeaders)
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxRealtimeAnswer+1))
 		if err != nil {
 			return fmt.Errorf("%w: read answer: %v", sluice.ErrUnsettled, err)
@@ -100,57 +96,4 @@ func compactJSON(b []byte) json.RawMessage {
 		return b
 	}
 	return buf.Bytes()
-}
-
-// rtLimits follows the rate-limit headers of the synchronous API's
-// answers (x-ratelimit-remaining-requests and -tokens, with their
-// x-ratelimit-reset-*): when an answer shows fewer requests left than
-// calls in flight, or no tokens left, no realtime call starts until the
-// reset it names. A 429 past them is still retried by the HTTP layer,
-// honouring Retry-After.
-type rtLimits struct {
-	mu       sync.Mutex
-	until    time.Time
-	inFlight atomic.Int64
-}
-
-func (l *rtLimits) wait(ctx context.Context) error {
-	l.mu.Lock()
-	until := l.until
-	l.mu.Unlock()
-	d := time.Until(until)
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// observe reads one answer's rate-limit headers.
-func (l *rtLimits) observe(h http.Header, now time.Time, lim *httpx.Limiter) {
-	pause := func(remaining, reset string, low int64) {
-		n, err := strconv.ParseInt(strings.TrimSpace(h.Get(remaining)), 10, 64)
-		if err != nil || n >= low {
-			return
-		}
-		d, err := time.ParseDuration(strings.TrimSpace(h.Get(reset)))
-		if err != nil || d <= 0 || d > 24*time.Hour {
-			return
-		}
-		until := now.Add(d)
-		l.mu.Lock()
-		if until.After(l.until) {
-			l.until = until
-		}
-		l.mu.Unlock()
-		lim.PauseUntil(until)
-	}
-	pause("X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests", l.inFlight.Load())
-	pause("X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", 1)
 }
