@@ -243,6 +243,16 @@ func (s *Server) countSync(family, job string, r *http.Request, status int) {
 	})
 }
 
+// syncJobKey is the duplicate-count job of a direct call naming job: the
+// key the family's batches count under (OpenAI and Mistral: the
+// sluice_job metadata; Together: its upload name's prefix, "sluice-<job>").
+func syncJobKey(family, job string) string {
+	if family == famTogether && job != "" {
+		return "sluice-" + job
+	}
+	return job
+}
+
 // syncWait waits SyncDelay after the model ran (and charged) before the
 // answer leaves: a client gone meanwhile loses an answer it paid for.
 func (s *Server) syncWait(r *http.Request) error {

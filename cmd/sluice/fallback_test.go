@@ -305,3 +305,43 @@ func TestFallbackAnthropic(t *testing.T) {
 			st["batches_cancelled"], st["requests_processed"], st["sync_requests"], st["requests_processed_more_than_once"])
 	}
 }
+
+// TestFallbackMistralTogether: Mistral and Together fall back to their
+// OpenAI-shaped POST /v1/chat/completions with each line's body: three
+// batches cancelled at --fallback-at, what they finished kept, the rest
+// answered synchronously, none executed twice.
+func TestFallbackMistralTogether(t *testing.T) {
+	for _, c := range []struct{ family, model string }{
+		{"mistral", "mistral-small-latest"},
+		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo"},
+	} {
+		t.Run(c.family, func(t *testing.T) {
+			t.Parallel()
+			emu := startEmulator(t, "--batch-time", "40s")
+			dir := t.TempDir()
+			in, ids := writeFallbackInput(t, dir, 30, 30)
+			out := filepath.Join(dir, "out.jsonl")
+			env := append(stateEnv(dir), familyEnv(c.family, "k", emu.addr)...)
+			start := time.Now()
+			r := runSluice(t, env, "run", in, "--out", out, "--provider", c.family, "--model-map", "gpt-4o-mini="+c.model,
+				"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
+				"--deadline", start.Add(3*time.Minute).UTC().Format(time.RFC3339),
+				"--fallback", "realtime", "--fallback-at", start.Add(12*time.Second).UTC().Format(time.RFC3339))
+			if r.code != exitOK {
+				t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
+			}
+			for _, o := range checkOutput(t, out, ids) {
+				if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 {
+					t.Errorf("%s: %+v, want a 200", o.CustomID, o.Error)
+				}
+			}
+			st := emu.stats(t)
+			t.Logf("batches created %d, cancelled %d; executed %d, synchronously %d", st["batches_created"], st["batches_cancelled"], st["requests_processed"], st["sync_requests"])
+			if st["batches_cancelled"] != 3 || st["requests_processed"] != 30 || st["sync_requests"] == 0 || st["sync_requests"] == 30 ||
+				st["requests_processed_more_than_once"] != 0 {
+				t.Errorf("%d batches cancelled, %d executed (%d synchronously), %d twice: want 3, 30 (some, not all), 0",
+					st["batches_cancelled"], st["requests_processed"], st["sync_requests"], st["requests_processed_more_than_once"])
+			}
+		})
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
+	neturl "net/url"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -46,28 +46,36 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []b
 	if p := strings.TrimSuffix(c.base.Path, "/"); strings.HasSuffix(p, "/v1") && strings.HasPrefix(path, "/v1/") {
 		path = strings.TrimPrefix(path, "/v1") // the base URL already ends in /v1
 	}
+	return SyncCall(ctx, c.hc, &c.rt, c.url(path, nil), ref.Job, line.CustomID, line.Body)
+}
+
+// SyncCall POSTs body, as written, to the OpenAI-shaped synchronous
+// endpoint url (OpenAI, Mistral, Together) for request customID of job,
+// under rt's rate-limit budget, and returns its answer as a batch line
+// would have given it (see CallRealtime).
+func SyncCall(ctx context.Context, hc *httpx.Client, rt *provider.RealtimeLimits, url, job, customID string, body []byte) (sluice.Result, error) {
 	hdr := http.Header{"Content-Type": {"application/json"}}
-	hdr.Set(HeaderJob, ref.Job)
-	hdr.Set(HeaderCustomID, url.PathEscape(line.CustomID))
-	call := httpx.Call{Method: http.MethodPost, URL: c.url(path, nil), Header: hdr, Body: httpx.BytesBody(line.Body),
+	hdr.Set(HeaderJob, job)
+	hdr.Set(HeaderCustomID, neturl.PathEscape(customID))
+	call := httpx.Call{Method: http.MethodPost, URL: url, Header: hdr, Body: httpx.BytesBody(body),
 		// No listing tells whether a synchronous call was answered: never
 		// repeat one that may have been (docs/crash-safety.md).
 		Reconcile: func(context.Context) (bool, error) { return false, errors.New("no listing of synchronous calls") }}
-	res := sluice.Result{CustomID: line.CustomID, Line: sluice.OutputLine{CustomID: line.CustomID}}
-	seq, err := c.rt.Start(ctx)
+	res := sluice.Result{CustomID: customID, Line: sluice.OutputLine{CustomID: customID}}
+	seq, err := rt.Start(ctx)
 	if err != nil {
 		return sluice.Result{}, err
 	}
-	defer c.rt.Done()
-	err = c.hc.Send(ctx, call, func(resp *http.Response) error {
+	defer rt.Done()
+	err = hc.Send(ctx, call, func(resp *http.Response) error {
 		defer resp.Body.Close()
-		c.rt.Observe(resp.Header, seq, c.hc.Limiter(), provider.OpenAIRateHeaders)
+		rt.Observe(resp.Header, seq, hc.Limiter(), provider.OpenAIRateHeaders)
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxRealtimeAnswer+1))
 		if err != nil {
 			return fmt.Errorf("%w: read answer: %v", sluice.ErrUnsettled, err)
 		}
 		if len(b) > maxRealtimeAnswer || !json.Valid(b) {
-			return fmt.Errorf("%w: the answer to %q is not JSON of at most %d bytes", sluice.ErrUnsettled, line.CustomID, maxRealtimeAnswer)
+			return fmt.Errorf("%w: the answer to %q is not JSON of at most %d bytes", sluice.ErrUnsettled, customID, maxRealtimeAnswer)
 		}
 		r := &sluice.Response{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), Body: compactJSON(b)}
 		res.Line.Response, res.Kind, res.Usage = r, provider.StatusKind(resp.StatusCode), usage(r.Body)
@@ -88,6 +96,21 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []b
 		return res, nil
 	}
 	return sluice.Result{}, err
+}
+
+// BodyLine is a Mistral or Together chunk item: the url is the batch's.
+type BodyLine struct {
+	CustomID string          `json:"custom_id"`
+	Body     json.RawMessage `json:"body"`
+}
+
+// ParseBodyLine reads a {"custom_id","body"} chunk item.
+func ParseBodyLine(ref sluice.BatchRef, item []byte) (BodyLine, error) {
+	var l BodyLine
+	if err := json.Unmarshal(item, &l); err != nil || l.CustomID == "" || len(l.Body) == 0 {
+		return l, fmt.Errorf("chunk %d: an item is not a batch request line (%v)", ref.Chunk, err)
+	}
+	return l, nil
 }
 
 func compactJSON(b []byte) json.RawMessage {
