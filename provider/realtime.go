@@ -118,7 +118,14 @@ func (l *RealtimeLimits) Observe(h http.Header, seq int64, lim *httpx.Limiter, r
 		if at, ok := reset(rh.RequestsReset); ok {
 			// Calls started since this one, and those still in flight that
 			// started before it, may have been admitted after it.
-			l.budget, l.resetAt = n-(l.started-seq)-(l.flying-1), at
+			est := n - (l.started - seq) - (l.flying - 1)
+			if !l.resetAt.IsZero() && !at.After(l.resetAt.Add(time.Second)) {
+				// The same window: what is left only shrinks, and an answer
+				// read late may not count calls admitted after it.
+				l.budget = min(l.budget, est)
+			} else {
+				l.budget, l.resetAt = est, at
+			}
 		}
 	}
 	if n, ok := left(rh.TokensLeft); ok && n <= 0 {
