@@ -13,8 +13,7 @@
 //
 //	POST /files  GET /files  GET /files/{id}  GET /files/{id}/content  DELETE /files/{id}
 //	POST /batches  GET /batches  GET /batches/{id}  POST /batches/{id}/cancel
-//	POST /chat/completions /completions /embeddings /responses /moderations (direct calls;
-//	  Options.SyncDelay each; X-Sluice-Job and X-Sluice-Custom-Id count them as processed)
+//	POST /chat/completions /completions /embeddings /responses /moderations (direct calls)
 //
 // Anthropic (base URL without /v1):
 //
@@ -63,6 +62,16 @@
 //	POST /gemini/{v}/models/{model}:batchGenerateContent  (file or inlined requests)
 //	POST /gemini/{v}/models/{model}:generateContent  (direct call)
 //	GET /gemini/{v}/batches  GET|DELETE /gemini/{v}/batches/{id}  POST /gemini/{v}/batches/{id}:cancel
+//
+// Direct (synchronous) calls: OpenAI's above, Anthropic's POST /v1/messages,
+// Mistral's POST /mistral/v1/chat/completions and /embeddings, Together's
+// POST /together/v1/chat/completions and /completions answer with the same
+// model. Options.SyncDelay delays each answer after the model ran;
+// Options.SyncLimit and SyncWindow limit them, announced in the family's
+// rate-limit headers. A call naming its request (X-Sluice-Job,
+// X-Sluice-Custom-Id) counts in RequestsProcessed and, when that request
+// was already executed, in RequestsProcessedMoreThanOnce; every answered
+// call counts in SyncRequests.
 //
 // Emulator: GET /_emulator/stats (JSON Stats; never faulted, no auth) and
 // GET /_emulator/info ({"base_urls": {family: URL}}, from Families, the
