@@ -245,9 +245,10 @@ func (s *Server) countSync(family, job string, r *http.Request, status int) {
 
 // syncJobKey is the duplicate-count job of a direct call naming job: the
 // key the family's batches count under (OpenAI and Mistral: the
-// sluice_job metadata; Together: its upload name's prefix, "sluice-<job>").
+// sluice_job metadata; Together and Gemini: the prefix of its upload or
+// display name, "sluice-<job>").
 func syncJobKey(family, job string) string {
-	if family == famTogether && job != "" {
+	if (family == famTogether || family == famGemini) && job != "" {
 		return "sluice-" + job
 	}
 	return job

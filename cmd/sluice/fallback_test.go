@@ -306,14 +306,17 @@ func TestFallbackAnthropic(t *testing.T) {
 	}
 }
 
-// TestFallbackMistralTogether: Mistral and Together fall back to their
-// OpenAI-shaped POST /v1/chat/completions with each line's body: three
-// batches cancelled at --fallback-at, what they finished kept, the rest
-// answered synchronously, none executed twice.
-func TestFallbackMistralTogether(t *testing.T) {
+// TestFallbackFamilies: Mistral and Together fall back to their
+// OpenAI-shaped POST /v1/chat/completions with each line's body, Gemini to
+// models/{model}:generateContent with each line's request (its answer
+// translated back to a chat.completion): three batches cancelled at
+// --fallback-at, what they finished kept, the rest answered
+// synchronously, none executed twice.
+func TestFallbackFamilies(t *testing.T) {
 	for _, c := range []struct{ family, model string }{
 		{"mistral", "mistral-small-latest"},
 		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo"},
+		{"gemini", "gemini-2.5-flash"},
 	} {
 		t.Run(c.family, func(t *testing.T) {
 			t.Parallel()
@@ -321,7 +324,12 @@ func TestFallbackMistralTogether(t *testing.T) {
 			dir := t.TempDir()
 			in, ids := writeFallbackInput(t, dir, 30, 30)
 			out := filepath.Join(dir, "out.jsonl")
-			env := append(stateEnv(dir), familyEnv(c.family, "k", emu.addr)...)
+			env := stateEnv(dir)
+			if c.family == "gemini" {
+				env = append(env, geminiEnv(emu.addr, "gm-test")...)
+			} else {
+				env = append(env, familyEnv(c.family, "k", emu.addr)...)
+			}
 			start := time.Now()
 			r := runSluice(t, env, "run", in, "--out", out, "--provider", c.family, "--model-map", "gpt-4o-mini="+c.model,
 				"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
@@ -331,8 +339,12 @@ func TestFallbackMistralTogether(t *testing.T) {
 				t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
 			}
 			for _, o := range checkOutput(t, out, ids) {
-				if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 {
-					t.Errorf("%s: %+v, want a 200", o.CustomID, o.Error)
+				var cc struct {
+					Object string `json:"object"`
+				}
+				if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 ||
+					json.Unmarshal(o.Response.Body, &cc) != nil || cc.Object != "chat.completion" {
+					t.Errorf("%s: %+v, want a 200 chat.completion", o.CustomID, o.Error)
 				}
 			}
 			st := emu.stats(t)

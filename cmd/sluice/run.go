@@ -214,8 +214,8 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if !fallbackAt.IsZero() && (f.join || os.Getenv("SLUICE_JOIN") == "1") {
 		return usageErr("--fallback realtime runs on a single worker: it cannot be used with --join")
 	}
-	if !fallbackAt.IsZero() && (p.Family == provider.FamilyCloudflare || p.Family == provider.FamilyGemini) {
-		return usageErr("--fallback realtime: provider %s (family %s) has no synchronous API sluice can fall back to yet (the OpenAI family, Anthropic, Mistral and Together have)", p.Name, p.Family)
+	if !fallbackAt.IsZero() && p.Family == provider.FamilyCloudflare {
+		return usageErr("--fallback realtime: provider %s (family %s) has no synchronous API sluice can fall back to yet (every other family has)", p.Name, p.Family)
 	}
 	if os.Getenv("SLUICE_JOIN") == "1" {
 		f.join = true
