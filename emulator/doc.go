@@ -65,8 +65,8 @@
 //
 // Direct (synchronous) calls: OpenAI's above, Anthropic's POST /v1/messages,
 // Mistral's POST /mistral/v1/chat/completions and /embeddings, Together's
-// POST /together/v1/chat/completions and /completions answer with the same
-// model. Options.SyncDelay delays each answer after the model ran;
+// POST /together/v1/chat/completions and /completions, Gemini's
+// :generateContent answer with the same model. Options.SyncDelay delays each answer after the model ran;
 // Options.SyncLimit and SyncWindow limit them, announced in the family's
 // rate-limit headers. A call naming its request (X-Sluice-Job,
 // X-Sluice-Custom-Id) counts in RequestsProcessed and, when that request
