@@ -67,8 +67,8 @@
 // Mistral's POST /mistral/v1/chat/completions and /embeddings, Together's
 // POST /together/v1/chat/completions and /completions, Gemini's
 // :generateContent answer with the same model. Options.SyncDelay delays each answer after the model ran;
-// Options.SyncLimit and SyncWindow limit them, announced in the family's
-// rate-limit headers. A call naming its request (X-Sluice-Job,
+// Options.SyncLimit and SyncWindow limit them (not Gemini's), announced in
+// the family's rate-limit headers. A call naming its request (X-Sluice-Job,
 // X-Sluice-Custom-Id) counts in RequestsProcessed and, when that request
 // was already executed, in RequestsProcessedMoreThanOnce; every answered
 // call counts in SyncRequests.
