@@ -135,6 +135,10 @@ func (d *Dispatcher) realtime(ctx context.Context, c *sluice.Chunk) (bool, error
 	}); err != nil {
 		return false, fatal(err)
 	}
+	if d.job.State == sluice.JobCancelled {
+		// sluice cancel: nothing more is sent; what was answered is kept.
+		return true, d.concludeRealtime(ctx, c, from, calls)
+	}
 	complete, err := d.sendRealtime(ctx, c, reqs, calls)
 	if err != nil || !complete {
 		return false, err
@@ -260,10 +264,11 @@ func (d *Dispatcher) concludeRealtime(ctx context.Context, c *sluice.Chunk, from
 	ref := c.Ref(d.job.Dir)
 	tr, _ := d.prov.Codec().(sluice.ResultTranslator)
 	return d.conclude(ctx, c, from, func(e *ending) error {
+		e.missingCode, e.missingMsg = sluice.CodeCancelled, "the job was cancelled before this request was sent"
 		for i, id := range e.ids {
 			rc, ok := calls[e.reqs[i].Index]
 			if !ok {
-				continue // cannot be: sendRealtime was complete
+				continue // not sent: the job was cancelled (sendRealtime was complete otherwise)
 			}
 			var res sluice.Result
 			if rc.State != sluice.RealtimeAnswered {

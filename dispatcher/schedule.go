@@ -278,8 +278,8 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 				if adm == nil {
 					adm = s.admission(ctx)
 				}
-				if !adm.admitRealtime(c) {
-					continue
+				if !cancelled && !adm.admitRealtime(c) {
+					continue // a cancelled job's realtime chunk sends nothing more
 				}
 				k = stepRealtime
 				break
@@ -396,7 +396,9 @@ func (s *sched) admission(ctx context.Context) *admission {
 		c := *a.view[i]
 		c.State = sluice.ChunkCreating
 		if k == stepRealtime {
-			c.BatchID = sluice.RealtimeBatch // committed at the full rate
+			// In flight (its bound committed, at the full rate), but no
+			// batch: not live for the batch limits.
+			c.State, c.BatchID = sluice.ChunkUploading, sluice.RealtimeBatch
 		}
 		a.view[i] = &c
 	}
