@@ -357,3 +357,46 @@ func TestFallbackFamilies(t *testing.T) {
 		})
 	}
 }
+
+// TestFallbackCancelledMidFallback: `sluice cancel` of a job killed during
+// its fallback sends nothing more: what the synchronous API answered is
+// kept, the call the kill lost is realtime_unknown, the rest is cancelled
+// (or batch_cancelled, in retries not yet started), and no request is
+// executed twice.
+func TestFallbackCancelledMidFallback(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--batch-time", "40s", "--sync-delay", "400ms")
+	dir := t.TempDir()
+	in, ids := writeFallbackInput(t, dir, 30, 0)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
+	args := fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--concurrency", "1")
+	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 3 })
+	job := onlyJob(t, statusOf(t, env))
+	before := emu.stats(t)["sync_requests"]
+	r := runSluiceFor(t, 60*time.Second, env, "cancel", job.ID, "--base-url", "http://"+emu.addr+"/v1",
+		"--poll-interval", "50ms", "--max-poll-interval", "100ms")
+	if r.code != exitFailures {
+		t.Fatalf("cancel: exit %d, want 4\n%s", r.code, tail(r.stderr, 3000))
+	}
+	st := emu.stats(t)
+	if st["sync_requests"] != before || st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d synchronous calls after the cancel (%d before), %d executed twice; want none more, 0",
+			st["sync_requests"], before, st["requests_processed_more_than_once"])
+	}
+	codes := map[string]int{}
+	for _, l := range checkOutput(t, out, ids) {
+		switch {
+		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
+			codes["ok"]++
+		case l.Error != nil:
+			codes[string(l.Error.Code)]++
+		}
+	}
+	t.Logf("outcomes %v; emulator executed %d", codes, st["requests_processed"])
+	// The realtime chunk's unsent requests are cancelled; chunks of retries
+	// not yet started keep their last attempt's batch_cancelled.
+	if codes["ok"] == 0 || codes["cancelled"] == 0 || codes["ok"]+codes["cancelled"]+codes["batch_cancelled"]+codes["realtime_unknown"] != 30 {
+		t.Errorf("outcomes %v: want successes, cancelled, and nothing else but batch_cancelled and realtime_unknown", codes)
+	}
+}
