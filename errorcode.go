@@ -38,6 +38,12 @@ const (
 	// polled); sluice cancelled it, kept what it finished, and this request
 	// got no result on its last attempt.
 	CodeBatchStuck ErrorCode = "batch_stuck"
+	// CodeRealtimeUnknown: the realtime fallback sent this request through
+	// the provider's synchronous API and its answer was lost (the run was
+	// killed mid-call, or the connection broke after the request was
+	// sent). The provider may have answered, and charged, it; sluice never
+	// sends it again, so it fails instead of being bought twice.
+	CodeRealtimeUnknown ErrorCode = "realtime_unknown"
 	// CodeBatchNotFound: the provider no longer knew the batch when polled:
 	// its requests were never answered.
 	CodeBatchNotFound ErrorCode = "batch_not_found"

@@ -204,6 +204,19 @@ func (c *Chunk) Ref(dir string) BatchRef {
 		Digest: c.Digest, FileID: c.FileID}
 }
 
+// RealtimeBatch is the BatchID of a chunk answered through the provider's
+// synchronous API by the realtime fallback (docs/money.md): its usage is
+// priced at the full rate.
+const RealtimeBatch = "realtime"
+
+// FallbackReason is Chunk.Stuck for a batch sluice cancelled for the
+// realtime fallback (--fallback-at), not because it was stuck.
+const FallbackReason = "cancelled for the realtime fallback at --fallback-at"
+
+// Realtime reports whether the chunk was answered through the synchronous
+// API (RealtimeBatch).
+func (c *Chunk) Realtime() bool { return c.BatchID == RealtimeBatch }
+
 // JobSummary is what the last merge of a job produced: counts, paths and
 // times, kept by the tracker so that `sluice status` can show a finished
 // job's outcome without reading its output.

@@ -255,3 +255,17 @@ type Capabilities struct {
 	// answered (docs/money.md).
 	UsagePerBatch bool
 }
+
+// RealtimeCaller is a provider that can answer one request of a chunk
+// through its synchronous API: the realtime fallback (--fallback realtime,
+// docs/money.md). item is the request's item as the chunk file holds it
+// (the wire line of a batch). The answer is the request's Result, as a
+// batch line would have given it: a 2xx succeeded, a 408, 429 or 5xx after
+// the HTTP layer's retries retryable, any other status failed. An error
+// means there is no answer: ErrUnsettled when the call may have been
+// answered at the provider (a connection lost after the body was sent),
+// which is never repeated; any other error (the context, bad credentials,
+// an item that is not a request) stops the fallback.
+type RealtimeCaller interface {
+	CallRealtime(ctx context.Context, ref BatchRef, item []byte) (Result, error)
+}

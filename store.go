@@ -68,3 +68,38 @@ type Store interface {
 	// Expected calls fn for every request of a job in ordinal order.
 	Expected(ctx context.Context, job string, fn func(ordinal int64, customID string) bool) error
 }
+
+// RealtimeCall is the tracker's record of one request of a chunk sent
+// through the provider's synchronous API by the realtime fallback
+// (docs/crash-safety.md, "The realtime fallback"): written as
+// RealtimeSending before the call, and with its answer after it.
+type RealtimeCall struct {
+	Chunk int64
+	Index int // the request's position in the chunk
+	State string
+	Kind  ResultKind // the answer's (RealtimeAnswered)
+	Line  []byte     // the answer's OutputLine, as JSON (RealtimeAnswered)
+	Usage Usage
+}
+
+// RealtimeCall states.
+const (
+	RealtimeSending  = "realtime_sending"
+	RealtimeAnswered = "answered"
+)
+
+// RealtimeStore is the tracker's log of realtime calls; tracker.DB and
+// tracker.Postgres implement it.
+type RealtimeStore interface {
+	// RealtimeChunks returns the job's chunks that have realtime calls
+	// recorded: chunks committed to the synchronous API.
+	RealtimeChunks(ctx context.Context, job string) ([]int64, error)
+	// RealtimeCalls returns the calls recorded for a chunk, by index.
+	RealtimeCalls(ctx context.Context, job string, chunk int64) ([]RealtimeCall, error)
+	// RealtimeIntent records, before the call, that request index of chunk
+	// is being sent (RealtimeSending); false when a call is already
+	// recorded for it, which must then not be sent.
+	RealtimeIntent(ctx context.Context, job string, chunk int64, index int) (bool, error)
+	// RealtimeAnswer records the call's answer.
+	RealtimeAnswer(ctx context.Context, job string, c RealtimeCall) error
+}

@@ -326,6 +326,11 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		return fatal(err)
 	}
 	d.born(fin.NewChunks)
+	if d.rt != nil && d.opts.StuckFallback && c.Stuck != "" && c.Stuck != sluice.FallbackReason {
+		for _, nc := range fin.NewChunks {
+			d.markRealtime(nc.ID) // a stuck batch's rest goes through the synchronous API
+		}
+	}
 	ev := d.chunkLog(c).Info()
 	if c.ErrorCode == sluice.CodeProviderOutput {
 		ev = d.chunkLog(c).Warn().Str("provider_output", c.LastError)

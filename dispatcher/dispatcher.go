@@ -35,6 +35,15 @@ type Options struct {
 	PollInterval, MaxPollInterval time.Duration
 	// Deadline, when set, stops submitting and polling at that time.
 	Deadline time.Time
+	// FallbackAt, when set, begins the realtime fallback at that time
+	// (realtime.go): live batches are cancelled, what they finished kept,
+	// and every request still unanswered is sent through the provider's
+	// synchronous API (sluice.RealtimeCaller), Concurrency calls at once.
+	FallbackAt time.Time
+	// StuckFallback sends the requests a batch cancelled as stuck
+	// (StuckAfter) did not finish through the synchronous API instead of a
+	// new batch.
+	StuckFallback bool
 	// Once does every step that is ready now and returns without sleeping.
 	Once bool
 	Log  zerolog.Logger
@@ -168,7 +177,7 @@ type Dispatcher struct {
 	// requests), and reading them is CPU work, which more than a few
 	// readers per core do not speed up.
 	concluding chan struct{}
-	createMu   sync.Mutex      // serialises creates for Untagged providers
+	createMu   sync.Mutex // serialises creates for Untagged providers
 	// queueFull holds the models whose provider queue reported full, with
 	// when it last did: only a batch submitted after that, taken into the
 	// queue, shows that the queue has room again.
@@ -188,6 +197,15 @@ type Dispatcher struct {
 	// halted is set by the first fatal error: no new task or provider call
 	// starts; those in flight finish.
 	halted atomic.Bool
+
+	// The realtime fallback (realtime.go): the provider's synchronous API
+	// and the tracker's log of its calls (nil when either lacks it), the
+	// chunks committed to it (guarded by mu), and the slots of calls in
+	// flight across the job.
+	rt       sluice.RealtimeCaller
+	rtStore  sluice.RealtimeStore
+	rtChunks map[int64]bool
+	rtSem    chan struct{}
 }
 
 // New returns a dispatcher for job.
@@ -223,10 +241,20 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 	if job.MaxAttempts <= 0 {
 		job.MaxAttempts = sluice.DefaultMaxAttempts
 	}
-	return &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
+	d := &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
 		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]time.Time{}, alone: map[int64]bool{}, refusedRatio: map[string]float64{},
-		concluding: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
+		concluding: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
+		rtChunks:   map[int64]bool{}, rtSem: make(chan struct{}, opts.Concurrency)}
+	d.rtStore, _ = store.(sluice.RealtimeStore)
+	if rt, ok := prov.(sluice.RealtimeCaller); ok && d.rtStore != nil {
+		d.rt = rt
+	}
+	return d
 }
+
+// Realtime reports whether the dispatcher can fall back to the provider's
+// synchronous API (its provider and its store support it).
+func (d *Dispatcher) Realtime() bool { return d.rt != nil }
 
 func (d *Dispatcher) now() time.Time { return d.opts.Clock.Now() }
 
@@ -236,6 +264,10 @@ func (d *Dispatcher) stopping(stop <-chan struct{}) bool {
 		return true
 	default:
 	}
+	return d.pastDeadline()
+}
+
+func (d *Dispatcher) pastDeadline() bool {
 	return !d.opts.Deadline.IsZero() && !d.now().Before(d.opts.Deadline)
 }
 

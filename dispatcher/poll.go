@@ -87,6 +87,9 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 		d.queueTook(c.Model, c.SubmittedAt)
 	}
 	if !b.Status.Ended() {
+		if d.fallbackOn() {
+			return d.fallbackCancel(ctx, c, b)
+		}
 		if d.age(c) > d.opts.StuckAfter {
 			return d.unstick(ctx, c, b)
 		}

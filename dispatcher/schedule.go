@@ -50,6 +50,7 @@ const (
 	stepReconcile
 	stepAbandon
 	stepRecut
+	stepRealtime // send through the synchronous API (realtime.go)
 )
 
 // onceRounds bounds how often Once goes over the chunks again after a
@@ -124,6 +125,9 @@ func (d *Dispatcher) Run(ctx context.Context, stop <-chan struct{}) (Outcome, er
 		if err := d.reconcile(ctx, chunks); err != nil {
 			return Stopped, err
 		}
+	}
+	if err := d.loadRealtime(ctx); err != nil {
+		return Stopped, err
 	}
 	s := &sched{d: d, busy: map[int64]step{}, notBefore: map[int64]time.Time{}, visited: map[int64]int{},
 		gen: 1, learnedStale: true, ends: make(chan taskEnd, d.opts.Concurrency)}
@@ -229,13 +233,17 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 	if !d.opts.Deadline.IsZero() && d.opts.Deadline.Before(wake) {
 		wake = d.opts.Deadline
 	}
+	fallback := d.fallbackOn()
+	if fa := d.opts.FallbackAt; d.rt != nil && !fallback && !fa.IsZero() && fa.Before(wake) {
+		wake = fa
+	}
 	var adm *admission
 	var polls []*sluice.Chunk // due polls, started once the rest had their slots
 	cancelled := d.job.State == sluice.JobCancelled
 	slots := d.opts.Concurrency - len(s.busy)
 	nowNS, wakeNS := now.UnixNano(), wake.UnixNano()
 	for i := range s.slim {
-		if e := &s.slim[i]; e.idle || e.live && e.due > nowNS && !d.opts.Once && len(s.notBefore) == 0 {
+		if e := &s.slim[i]; e.idle || e.live && e.due > nowNS && !d.opts.Once && len(s.notBefore) == 0 && !fallback {
 			if !e.idle {
 				wakeNS = min(wakeNS, e.due)
 			}
@@ -263,6 +271,19 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 		var k step
 		switch c.State {
 		case sluice.ChunkPending, sluice.ChunkUploaded:
+			if d.realtimeChunk(c.ID) || fallback && !cancelled {
+				if slots <= 0 {
+					continue
+				}
+				if adm == nil {
+					adm = s.admission(ctx)
+				}
+				if !cancelled && !adm.admitRealtime(c) {
+					continue // a cancelled job's realtime chunk sends nothing more
+				}
+				k = stepRealtime
+				break
+			}
 			if cancelled {
 				k = stepAbandon
 				break
@@ -286,7 +307,7 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 			}
 			k = stepSubmit
 		case sluice.ChunkSubmitted:
-			if !d.opts.Once && c.NextPollAt.After(now) {
+			if !d.opts.Once && c.NextPollAt.After(now) && !(fallback && c.Stuck == "") {
 				wake = earlier(wake, c.NextPollAt)
 				continue
 			}
@@ -381,7 +402,7 @@ func (s *sched) admission(ctx context.Context) *admission {
 	a.view = s.chunks
 	copied := false
 	for id, k := range s.busy {
-		if k != stepSubmit {
+		if k != stepSubmit && k != stepRealtime {
 			continue
 		}
 		if !copied {
@@ -390,6 +411,11 @@ func (s *sched) admission(ctx context.Context) *admission {
 		i := s.index[id]
 		c := *a.view[i]
 		c.State = sluice.ChunkCreating
+		if k == stepRealtime {
+			// In flight (its bound committed, at the full rate), but no
+			// batch: not live for the batch limits.
+			c.State, c.BatchID = sluice.ChunkUploading, sluice.RealtimeBatch
+		}
 		a.view[i] = &c
 	}
 	a.spend = d.newCapCheck(a.view, a.learned)
@@ -440,6 +466,18 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 	a.liveTokens[c.Model] += q
 	a.liveByModel[c.Model]++
 	a.s.markAlone(c, a.view, a.liveByModel[c.Model] == 1)
+	return true
+}
+
+// admitRealtime reports whether chunk c may be sent through the
+// synchronous API now: only the spend cap applies, at the full rate.
+func (a *admission) admitRealtime(c *sluice.Chunk) bool {
+	rc := *c
+	rc.BatchID = sluice.RealtimeBatch
+	if !a.spend.admit(&rc) {
+		return false
+	}
+	a.flying++
 	return true
 }
 
@@ -530,6 +568,8 @@ func (d *Dispatcher) task(ctx context.Context, k step, c *sluice.Chunk) (e taskE
 		e.moved, e.err = true, d.abandon(ctx, c)
 	case stepRecut:
 		e.moved, e.err = true, d.recut(ctx, c)
+	case stepRealtime:
+		e.moved, e.err = d.realtime(ctx, c)
 	}
 	e.c = c
 	return e

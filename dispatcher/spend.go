@@ -53,6 +53,9 @@ func SpendOf(chunks []*sluice.Chunk, price func(model string) (pricing.Price, bo
 	seen := map[string]bool{}
 	for _, c := range chunks {
 		p, ok := price(c.Model)
+		if c.Realtime() {
+			p = p.Standard() // the synchronous API's full rate
+		}
 		switch {
 		case c.State.Terminal() || c.InputTokens > 0 || c.OutputTokens > 0:
 			if !ok {
@@ -118,6 +121,9 @@ func (k *capCheck) admit(c *sluice.Chunk) bool {
 		return true
 	}
 	p, ok := k.d.price(c.Model)
+	if c.Realtime() {
+		p = p.Standard()
+	}
 	e := pricing.Of(p, ok, k.learned[c.Model], pricing.WorkOf(c))
 	if !e.Bounded() || k.committed+e.MaxCost > k.d.opts.MaxCost {
 		k.blocked++

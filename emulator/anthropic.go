@@ -404,7 +404,15 @@ func (s *Server) antMessages(w http.ResponseWriter, r *http.Request) {
 		antError(w, http.StatusRequestEntityTooLarge, "request_too_large", err.Error())
 		return
 	}
+	if !s.syncAdmit(w, famAnthropic) {
+		return
+	}
 	m := s.runAnthropic(body, "standard")
+	// Anthropic's custom_ids are job-wide in the emulator's count ("").
+	s.countSync(famAnthropic, "", r, m.status)
+	if s.syncWait(r) != nil {
+		return
+	}
 	if m.status != 200 {
 		var e struct{ Type, Message string }
 		json.Unmarshal(m.body, &e)

@@ -63,6 +63,16 @@
 //	POST /gemini/{v}/models/{model}:generateContent  (direct call)
 //	GET /gemini/{v}/batches  GET|DELETE /gemini/{v}/batches/{id}  POST /gemini/{v}/batches/{id}:cancel
 //
+// Direct (synchronous) calls: OpenAI's above, Anthropic's POST /v1/messages,
+// Mistral's POST /mistral/v1/chat/completions and /embeddings, Together's
+// POST /together/v1/chat/completions and /completions, Gemini's
+// :generateContent answer with the same model. Options.SyncDelay delays each answer after the model ran;
+// Options.SyncLimit and SyncWindow limit them (not Gemini's), announced in
+// the family's rate-limit headers. A call naming its request (X-Sluice-Job,
+// X-Sluice-Custom-Id) counts in RequestsProcessed and, when that request
+// was already executed, in RequestsProcessedMoreThanOnce; every answered
+// call counts in SyncRequests.
+//
 // Emulator: GET /_emulator/stats (JSON Stats; never faulted, no auth) and
 // GET /_emulator/info ({"base_urls": {family: URL}}, from Families, the
 // table the banner of `sluice emulate` prints too).

@@ -635,6 +635,10 @@ func (s *Server) gemModelCall(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		m, status := s.runGemini(coll+model, body)
+		s.countSync(famGemini, syncJobKey(famGemini, r.Header.Get(HeaderSyncJob)), r, m.status)
+		if s.syncWait(r) != nil {
+			return
+		}
 		if m.status != 200 {
 			var st struct{ Message string }
 			json.Unmarshal(m.body, &st)

@@ -27,6 +27,9 @@ var (
 
 func (s *Server) mistralRoutes(mux *http.ServeMux) {
 	const p = "/mistral/v1"
+	for _, ep := range []string{"/chat/completions", "/embeddings"} {
+		mux.HandleFunc("POST "+p+ep, s.syncOpenAIShape(famMistral, "/v1"+ep))
+	}
 	mux.HandleFunc("POST "+p+"/files", s.mistralUpload)
 	mux.HandleFunc("GET "+p+"/files", s.mistralListFiles)
 	s.fileRoutes(mux, p, fileAPI{fam: famMistral, render: func(f *fileRec) any { return s.mistralFileJSON(f) },

@@ -464,13 +464,28 @@ func (s *Server) moderations(body []byte, model string) modelOut {
 
 // oaiSync serves a model endpoint directly (not in a batch).
 func (s *Server) oaiSync(endpoint string) http.HandlerFunc {
+	return s.syncOpenAIShape(famOpenAI, endpoint)
+}
+
+// syncOpenAIShape answers a direct call of an OpenAI-shaped synchronous
+// endpoint for family (OpenAI, Mistral, Together): the same model as the
+// family's batches, counted by countSync under the job its batches count
+// under (syncJobKey).
+func (s *Server) syncOpenAIShape(family, endpoint string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := readLimited(r, 32<<20)
 		if err != nil {
 			oaiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", err.Error(), "", "")
 			return
 		}
+		if !s.syncAdmit(w, family) {
+			return
+		}
 		m := s.runOpenAI(endpoint, body, s.now().Unix())
+		s.countSync(family, syncJobKey(family, r.Header.Get(HeaderSyncJob)), r, m.status)
+		if s.syncWait(r) != nil {
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(m.status)
 		w.Write(m.body)

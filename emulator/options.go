@@ -41,6 +41,20 @@ type Options struct {
 	// SlowRate is the share of API calls delayed by SlowDelay.
 	SlowRate  float64
 	SlowDelay time.Duration
+	// SyncDelay is how long each synchronous (direct) call, such as POST
+	// /v1/chat/completions, takes to answer after the model ran (and
+	// counted it processed): the latency a realtime fallback meets, and a
+	// window in which a client killed mid-call loses an answer it paid for.
+	SyncDelay time.Duration
+	// SyncLimit, when positive, is how many synchronous calls each
+	// SyncWindow (default 1m) admits. Every answer then carries the
+	// family's rate-limit headers (OpenAI: x-ratelimit-limit-requests,
+	// -remaining-requests, -reset-requests as a duration; Anthropic:
+	// anthropic-ratelimit-requests-limit, -remaining, -reset as RFC 3339);
+	// a call past the limit gets a 429 with Retry-After, counted in
+	// Stats.SyncRateLimited.
+	SyncLimit  int
+	SyncWindow time.Duration
 	// RetryAfter is sent on injected 429s as Retry-After (whole seconds,
 	// rounded up) and retry-after-ms. Default 1s.
 	RetryAfter time.Duration

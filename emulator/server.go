@@ -39,6 +39,8 @@ type Server struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	syncWin syncWindow // SyncLimit's window
 }
 
 // New creates a Server. With opts.DataDir it loads the state left there by an

@@ -7,11 +7,16 @@ import (
 	"hash/fnv"
 	"io"
 	"maps"
+	"math"
+	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Stats are the emulator's counters, served as JSON at GET /_emulator/stats.
@@ -19,6 +24,12 @@ type Stats struct {
 	APICalls       int64 `json:"api_calls"`
 	FilesUploaded  int64 `json:"files_uploaded"`
 	BatchesCreated int64 `json:"batches_created"`
+	// SyncRequests counts the synchronous calls the model answered (the
+	// direct endpoints: POST /v1/chat/completions, ...); the 2xx among
+	// them count in RequestsProcessed too.
+	SyncRequests int64 `json:"sync_requests"`
+	// SyncRateLimited counts synchronous calls refused past SyncLimit.
+	SyncRateLimited int64 `json:"sync_rate_limited"`
 	// RequestsProcessed counts executed lines (succeeded, per-line error or
 	// omitted); expired or cancelled lines that were never run do not count.
 	RequestsProcessed int64 `json:"requests_processed"`
@@ -228,4 +239,121 @@ func jobKeyOpenAI(metadata map[string]string, filename string) string {
 		return j
 	}
 	return jobKeyFromFilename(filename)
+}
+
+// The headers a client names a synchronous call's job and custom_id with,
+// so a request answered by a batch line and again by a direct call (or by
+// two direct calls) counts in RequestsProcessedMoreThanOnce. sluice's
+// realtime fallback sends them; the custom_id is percent-encoded.
+const (
+	HeaderSyncJob      = "X-Sluice-Job"
+	HeaderSyncCustomID = "X-Sluice-Custom-Id"
+)
+
+// countSync counts a direct call the model answered with status: a 2xx is
+// a processed request, marked under job (the family's duplicate key: the
+// call's HeaderSyncJob for OpenAI, "" for Anthropic) and its custom_id
+// when the call names one (HeaderSyncCustomID).
+func (s *Server) countSync(family, job string, r *http.Request, status int) {
+	ok := status >= 200 && status < 300
+	dup := false
+	if cid, err := url.PathUnescape(r.Header.Get(HeaderSyncCustomID)); ok && err == nil && cid != "" {
+		s.mu.Lock()
+		dup = s.processed.mark(family, job, cid)
+		s.mu.Unlock()
+	}
+	s.bump(func(st *Stats) {
+		st.SyncRequests++
+		if !ok {
+			return
+		}
+		st.RequestsProcessed++
+		fs := st.family(family)
+		fs.RequestsProcessed++
+		if dup {
+			st.RequestsProcessedMoreThanOnce++
+			fs.RequestsProcessedMoreThanOnce++
+		}
+		st.ByFamily[family] = fs
+	})
+}
+
+// syncJobKey is the duplicate-count job of a direct call naming job: the
+// key the family's batches count under (OpenAI and Mistral: the
+// sluice_job metadata; Together and Gemini: the prefix of its upload or
+// display name, "sluice-<job>").
+func syncJobKey(family, job string) string {
+	if (family == famTogether || family == famGemini) && job != "" {
+		return "sluice-" + job
+	}
+	return job
+}
+
+// syncWait waits SyncDelay after the model ran (and charged) before the
+// answer leaves: a client gone meanwhile loses an answer it paid for.
+func (s *Server) syncWait(r *http.Request) error {
+	if s.opts.SyncDelay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(s.opts.SyncDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
+}
+
+// syncWindow is the SyncLimit window of synchronous calls.
+type syncWindow struct {
+	mu    sync.Mutex
+	start time.Time
+	n     int
+}
+
+// syncAdmit counts a synchronous call against SyncLimit and writes the
+// rate-limit headers; false: it answered 429 and the call must stop.
+func (s *Server) syncAdmit(w http.ResponseWriter, family string) bool {
+	if s.opts.SyncLimit <= 0 {
+		return true
+	}
+	win := s.opts.SyncWindow
+	if win <= 0 {
+		win = time.Minute
+	}
+	now := s.now()
+	sw := &s.syncWin
+	sw.mu.Lock()
+	if now.Sub(sw.start) >= win {
+		sw.start, sw.n = now, 0
+	}
+	ok := sw.n < s.opts.SyncLimit
+	if ok {
+		sw.n++
+	}
+	remaining, reset := s.opts.SyncLimit-sw.n, sw.start.Add(win).Sub(now)
+	sw.mu.Unlock()
+	h := w.Header()
+	if family == famAnthropic {
+		// RFC 3339 at whole seconds: the next whole second after the reset.
+		h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(s.opts.SyncLimit))
+		h.Set("anthropic-ratelimit-requests-remaining", strconv.Itoa(remaining))
+		h.Set("anthropic-ratelimit-requests-reset", now.Add(reset).Truncate(time.Second).Add(time.Second).UTC().Format(time.RFC3339))
+	} else {
+		h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.opts.SyncLimit))
+		h.Set("x-ratelimit-remaining-requests", strconv.Itoa(remaining))
+		h.Set("x-ratelimit-reset-requests", reset.Round(time.Millisecond).String())
+	}
+	if ok {
+		return true
+	}
+	s.bump(func(st *Stats) { st.SyncRateLimited++ })
+	h.Set("Retry-After", strconv.Itoa(int(math.Ceil(reset.Seconds()))))
+	if family == famAnthropic {
+		antError(w, http.StatusTooManyRequests, "rate_limit_error", "Number of requests has exceeded your rate limit")
+	} else {
+		oaiError(w, http.StatusTooManyRequests, "requests", "Rate limit reached for requests", "", "rate_limit_exceeded")
+	}
+	return false
 }

@@ -36,6 +36,9 @@ var (
 
 func (s *Server) togetherRoutes(mux *http.ServeMux) {
 	const p = "/together/v1"
+	for _, ep := range []string{"/chat/completions", "/completions"} {
+		mux.HandleFunc("POST "+p+ep, s.syncOpenAIShape(famTogether, "/v1"+ep))
+	}
 	mux.HandleFunc("POST "+p+"/files/upload", s.togetherUploadMultipart)
 	mux.HandleFunc("POST "+p+"/files", s.togetherFiles)
 	mux.HandleFunc("PUT "+togetherUploadPath+"{id}", s.togetherPut)

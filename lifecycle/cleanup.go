@@ -103,7 +103,7 @@ func deleteProviderFiles(ctx context.Context, db Store, job *sluice.Job, concurr
 			if c.FileID != "" {
 				ids = append(ids, c.FileID)
 			}
-			if c.BatchID != "" && prov.Capabilities().Files {
+			if c.BatchID != "" && !c.Realtime() && prov.Capabilities().Files { // a realtime chunk has no batch
 				// The batch names its result files; a batch the provider no
 				// longer knows has none left to delete.
 				b, err := prov.Poll(gctx, ref, c.BatchID)

@@ -28,6 +28,12 @@ type RunOptions struct {
 	PollInterval, MaxPollInterval time.Duration
 	// Deadline, when set, stops submitting and polling at that time.
 	Deadline time.Time
+	// FallbackAt, when set, begins the realtime fallback then
+	// (dispatcher.Options.FallbackAt).
+	FallbackAt time.Time
+	// StuckFallback sends the requests of batches cancelled as stuck
+	// through the synchronous API too (dispatcher.Options.StuckFallback).
+	StuckFallback bool
 	// Once does every step that is ready now and returns without sleeping.
 	Once bool
 	// ReconcileGrace: how long after a crash to keep looking at the
@@ -104,7 +110,7 @@ func (o RunOptions) dispatcherOptions(db Store, job *sluice.Job) dispatcher.Opti
 	return dispatcher.Options{
 		Files:       filesOf(o.Files, job),
 		Concurrency: o.Concurrency, PollInterval: orDefault(o.PollInterval, poll),
-		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, Once: o.Once,
+		MaxPollInterval: orDefault(o.MaxPollInterval, maxPoll), Deadline: o.Deadline, FallbackAt: o.FallbackAt, StuckFallback: o.StuckFallback, Once: o.Once,
 		Log: o.Log, OnTick: o.OnTick, ReconcileGrace: grace, StuckAfter: o.StuckAfter, Clock: o.Clock,
 		MaxCost: o.MaxCost, Price: o.Price, Learned: db.Learned, Claim: o.Claim,
 		ResultsRetention: o.ResultsRetention,

@@ -40,6 +40,35 @@ type Price struct {
 	// without them inherits its provider's.
 	Source string `json:"source,omitempty" yaml:"source,omitempty"`
 	Taken  string `json:"taken,omitempty" yaml:"taken,omitempty"`
+	// RealtimeInput and RealtimeOutput are the full (synchronous API)
+	// rates, USD per million tokens, when the table knows them; without
+	// them the full rate is StandardFactor times the batch price.
+	RealtimeInput  *float64 `json:"realtime_input,omitempty" yaml:"realtime_input,omitempty"`
+	RealtimeOutput *float64 `json:"realtime_output,omitempty" yaml:"realtime_output,omitempty"`
+}
+
+// StandardFactor is the full rate over the batch price where the table
+// gives no realtime price: every provider in prices.json sells batches at
+// 50% of its standard rate (each entry's source).
+const StandardFactor = 2.0
+
+// Standard is the price of the same model through the provider's
+// synchronous API (the realtime fallback): RealtimeInput and
+// RealtimeOutput where set, else StandardFactor times the batch price.
+func (p Price) Standard() Price {
+	s := p
+	s.Input, s.Output = p.Input*StandardFactor, p.Output*StandardFactor
+	if p.CachedInput != nil {
+		c := *p.CachedInput * StandardFactor
+		s.CachedInput = &c
+	}
+	if p.RealtimeInput != nil {
+		s.Input = *p.RealtimeInput
+	}
+	if p.RealtimeOutput != nil {
+		s.Output = *p.RealtimeOutput
+	}
+	return s
 }
 
 // Provider is one provider's prices.

@@ -17,6 +17,8 @@ import (
 // commands need around it.
 type Backend interface {
 	sluice.Store
+	// The realtime fallback's log of synchronous calls (realtime.go).
+	sluice.RealtimeStore
 
 	// Dir is the local state directory: job directories (chunk and
 	// results files) live there whichever database tracks them.

@@ -138,7 +138,8 @@ func (d *DB) DeleteJob(ctx context.Context, id string) error {
 			return err
 		}
 		for _, q := range []string{`DELETE FROM attempt_errors WHERE job_id = ?`, `DELETE FROM job_summaries WHERE job_id = ?`,
-			`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM chunk_leases WHERE job_id = ?`, `DELETE FROM jobs WHERE id = ?`} {
+			`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM chunk_leases WHERE job_id = ?`, `DELETE FROM realtime_calls WHERE job_id = ?`,
+			`DELETE FROM jobs WHERE id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}

@@ -68,6 +68,9 @@ custom_id of one job executed twice: money spent twice), also per family.`,
 	fs.DurationVar(&o.RetryAfter, "retry-after", time.Second, "Retry-After sent with injected 429s")
 	fs.Float64Var(&o.SlowRate, "slow-rate", 0, "share of API calls delayed by --slow-delay")
 	fs.DurationVar(&o.SlowDelay, "slow-delay", time.Second, "delay of slow calls")
+	fs.IntVar(&o.SyncLimit, "sync-limit", 0, "synchronous calls admitted each --sync-window, announced in x-ratelimit-* headers; past it a 429 (0: no limit)")
+	fs.DurationVar(&o.SyncWindow, "sync-window", time.Minute, "the window of --sync-limit")
+	fs.DurationVar(&o.SyncDelay, "sync-delay", 0, "how long each synchronous call (POST /v1/chat/completions, ...) takes to answer")
 	fs.BoolVar(&o.CloudflareAnyModel, "cloudflare-any-model", false, "queue Workers AI batches for any model (default: only the async-capable models docs/providers.md names; the live API refuses the others with 400 code 5007)")
 	o.APIKey = os.Getenv("SLUICE_EMULATOR_API_KEY")
 	return cmd

@@ -312,6 +312,18 @@ func (g *gatedProvider) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs
 	return g.Provider.Forget(ctx, ref, fileIDs...)
 }
 
+// CallRealtime is the realtime fallback's synchronous call, behind the gate.
+func (g *gatedProvider) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []byte) (sluice.Result, error) {
+	rt, ok := g.Provider.(sluice.RealtimeCaller)
+	if !ok {
+		return sluice.Result{}, fmt.Errorf("provider %s has no synchronous API for the realtime fallback", g.Provider.Name())
+	}
+	if err := g.w.gate(ctx); err != nil {
+		return sluice.Result{}, err
+	}
+	return rt.CallRealtime(ctx, ref, item)
+}
+
 // gatedStreamer is a gatedProvider whose provider streams results.
 type gatedStreamer struct {
 	*gatedProvider

@@ -237,7 +237,7 @@ func (n *notifier) onTick(chunks []*sluice.Chunk) {
 		return
 	}
 	for _, c := range chunks {
-		if c.Stuck == "" || c.BatchID == "" {
+		if c.Stuck == "" || c.BatchID == "" || c.Stuck == sluice.FallbackReason {
 			continue
 		}
 		key := strconv.FormatInt(c.ID, 10) + "/" + c.BatchID

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/merger"
+	"github.com/sluice-batch/sluice/provider"
 )
 
 type runFlags struct {
@@ -27,6 +28,8 @@ type runFlags struct {
 	pollInterval    time.Duration
 	maxPollInterval time.Duration
 	deadline        string
+	fallback        string
+	fallbackAt      string
 	once            bool
 	reconcileGrace  time.Duration
 	stuckAfter      time.Duration
@@ -110,6 +113,8 @@ tracker so that each is sent once across re-runs, crashes and workers;
 	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default "+sluice.DefaultPollInterval.String()+"; "+sluice.LocalPollInterval.String()+" for --provider local)")
 	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", 0, "longest wait between polls of one batch (default "+helpDuration(sluice.DefaultMaxPollInterval)+"; "+sluice.LocalMaxPollInterval.String()+" for --provider local)")
 	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
+	fs.StringVar(&f.fallback, "fallback", "", "realtime: at --fallback-at, cancel the live batches (keeping every line they finished) and send every request still unanswered through the provider's synchronous API, at the full (non-batch) rate under --max-cost, --concurrency calls at once; batches cancelled as stuck (--stuck-after) fall back the same way (every family but Cloudflare; docs/crash-safety.md)")
+	fs.StringVar(&f.fallbackAt, "fallback-at", "", "when --fallback begins: a clock time (06:30, the next one to come), RFC 3339, or a duration meaning that long before --deadline (30m)")
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", sluice.DefaultReconcileGrace, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
 	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch (and --notify sends batch.stuck)")
@@ -146,6 +151,39 @@ func parseDeadline(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, usageErr("--deadline %q: want a clock time like 07:00, a duration like 8h, or RFC 3339", s)
 }
 
+// parseFallback reads --fallback and --fallback-at: the time the realtime
+// fallback begins (zero without --fallback). A duration counts back from
+// the deadline; a clock time is the next one to come, before the deadline.
+func parseFallback(mode, at string, deadline, now time.Time) (time.Time, error) {
+	switch {
+	case mode == "" && at == "":
+		return time.Time{}, nil
+	case mode == "":
+		return time.Time{}, usageErr("--fallback-at needs --fallback realtime")
+	case mode != "realtime":
+		return time.Time{}, usageErr("--fallback %q: want realtime", mode)
+	case at == "":
+		return time.Time{}, usageErr("--fallback realtime needs --fallback-at (a clock time like 06:30, or a duration before --deadline like 30m)")
+	}
+	if d, err := time.ParseDuration(at); err == nil {
+		if deadline.IsZero() {
+			return time.Time{}, usageErr("--fallback-at %q is a duration before --deadline, and no --deadline is set", at)
+		}
+		if d < 0 {
+			return time.Time{}, usageErr("--fallback-at %q must not be negative", at)
+		}
+		return deadline.Add(-d), nil
+	}
+	t, err := parseDeadline(at, now)
+	if err != nil {
+		return time.Time{}, usageErr("--fallback-at %q: want a clock time like 06:30, a duration before --deadline like 30m, or RFC 3339", at)
+	}
+	if !deadline.IsZero() && !t.Before(deadline) {
+		return time.Time{}, usageErr("--fallback-at %s is not before --deadline %s", t.Format(time.RFC3339), deadline.Format(time.RFC3339))
+	}
+	return t, nil
+}
+
 func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) (err error) {
 	var cancelled atomic.Bool // by a second signal
 	defer func() { err = stoppedBySignal(err, cancelled.Load()) }()
@@ -162,6 +200,10 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if err != nil {
 		return err
 	}
+	fallbackAt, err := parseFallback(f.fallback, f.fallbackAt, deadline, time.Now())
+	if err != nil {
+		return err
+	}
 	prices, err := f.money.checkRun()
 	if err != nil {
 		return err
@@ -169,6 +211,12 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	p, err := f.preset()
 	if err != nil {
 		return err
+	}
+	if !fallbackAt.IsZero() && (f.join || os.Getenv("SLUICE_JOIN") == "1") {
+		return usageErr("--fallback realtime runs on a single worker: it cannot be used with --join")
+	}
+	if !fallbackAt.IsZero() && p.Family == provider.FamilyCloudflare {
+		return usageErr("--fallback realtime: provider %s (family %s) has no synchronous API sluice can fall back to yet (every other family has)", p.Name, p.Family)
 	}
 	if os.Getenv("SLUICE_JOIN") == "1" {
 		f.join = true
@@ -323,7 +371,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	outcome, err := wk.ride(ctx, log, func() (dispatcher.Outcome, error) {
 		return lifecycle.Run(ctx, withLeases(db, wk), runProv, job, lifecycle.RunOptions{Output: out,
 			Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
-			Deadline: deadline, Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
+			Deadline: deadline, FallbackAt: fallbackAt, StuckFallback: f.fallback != "", Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
 			StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
 			Claim: wk.claim, ResultsRetention: retention}, stop)
 	})

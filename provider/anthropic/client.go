@@ -82,7 +82,8 @@ type Client struct {
 	skew    time.Duration
 	window  time.Duration
 	claimed func(string) bool
-	own     sync.Map // batch ids this process created or adopted
+	own     sync.Map                // batch ids this process created or adopted
+	rt      provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
 }
 
 var _ sluice.Provider = (*Client)(nil)

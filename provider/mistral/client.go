@@ -60,6 +60,7 @@ type Client struct {
 	findBack     time.Duration
 	clock        httpx.Clock
 	log          zerolog.Logger
+	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
 }
 
 var (

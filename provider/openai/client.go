@@ -79,6 +79,7 @@ type Client struct {
 	maxLine  int
 	clock    httpx.Clock
 	log      zerolog.Logger
+	rt       provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
 }
 
 var (

@@ -71,6 +71,7 @@ type Client struct {
 	window       string
 	limits       sluice.Limits
 	log          zerolog.Logger
+	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
 }
 
 var (
