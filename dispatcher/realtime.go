@@ -162,11 +162,16 @@ func (d *Dispatcher) sendRealtime(ctx context.Context, c *sluice.Chunk, reqs []s
 		wg    sync.WaitGroup
 		first error
 	)
-	stopped := false
+	// The requests to send are chosen before any call starts: the calls
+	// write their answers into calls as they end.
+	todo := make([]sluice.Request, 0, len(reqs))
 	for _, r := range reqs {
-		if _, ok := calls[r.Index]; ok {
-			continue
+		if _, ok := calls[r.Index]; !ok {
+			todo = append(todo, r)
 		}
+	}
+	stopped := false
+	for _, r := range todo {
 		if d.halted.Load() || ctx.Err() != nil || d.pastDeadline() {
 			stopped = true
 			break
@@ -209,14 +214,17 @@ func (d *Dispatcher) sendRealtime(ctx context.Context, c *sluice.Chunk, reqs []s
 }
 
 // callOne records the intent of one synchronous call, makes it, and
-// records its answer. nil, nil: another run recorded it first.
+// records its answer. When another run recorded a call for the request
+// first, nothing is sent and the request is taken as sent with its answer
+// unknown (RealtimeSending): it may have been charged, so it is never
+// sent again, nor concluded as never sent.
 func (d *Dispatcher) callOne(ctx context.Context, ref sluice.BatchRef, c *sluice.Chunk, r sluice.Request, item []byte) (*sluice.RealtimeCall, error) {
 	ok, err := d.rtStore.RealtimeIntent(ctx, d.job.ID, c.ID, r.Index)
 	if err != nil {
 		return nil, fatal(err)
 	}
 	if !ok {
-		return nil, nil
+		return &sluice.RealtimeCall{Chunk: c.ID, Index: r.Index, State: sluice.RealtimeSending}, nil
 	}
 	rc := sluice.RealtimeCall{Chunk: c.ID, Index: r.Index, State: sluice.RealtimeAnswered}
 	res, err := d.rt.CallRealtime(ctx, ref, item)

@@ -498,3 +498,28 @@ func TestRunRefusesAJobStillPlanning(t *testing.T) {
 		t.Fatalf("run of a planning job: %v", err)
 	}
 }
+
+// TestFootprintCountsRealtimeCalls: a job whose requests went through the
+// realtime fallback has them bought (or maybe bought) though its chunks
+// still look pending: it is not replaceable, so a changed flag never
+// deletes those answers to buy them again.
+func TestFootprintCountsRealtimeCalls(t *testing.T) {
+	w := newWorld(t, 4, emulator.Options{})
+	pr := w.prepare()
+	ctx := context.Background()
+	f, err := lifecycle.JobFootprint(ctx, w.db, pr.Job.ID)
+	if err != nil || !f.Empty() {
+		t.Fatalf("fresh plan: footprint %+v, %v; want empty", f, err)
+	}
+	cs, err := w.db.Chunks(ctx, pr.Job.ID)
+	if err != nil || len(cs) == 0 {
+		t.Fatalf("chunks: %v", err)
+	}
+	if ok, err := w.db.RealtimeIntent(ctx, pr.Job.ID, cs[0].ID, 0); err != nil || !ok {
+		t.Fatalf("realtime intent: %v %v", ok, err)
+	}
+	f, err = lifecycle.JobFootprint(ctx, w.db, pr.Job.ID)
+	if err != nil || f.Empty() || lifecycle.Replaceable(pr.Job, f) {
+		t.Errorf("after a realtime call: footprint %+v (%v): want it not empty, the job not replaceable", f, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +51,8 @@ type Spec struct {
 	// Endpoint names where the job's batches live ("" for local).
 	Endpoint string
 	// KeyScope and Reuse: answers bought by earlier jobs with the same
-	// scope are reused (docs/money.md).
+	// scope are reused (docs/money.md). Prepare adds DefaultMaxTokens to
+	// the scope, as the plan uses it.
 	KeyScope string
 	Reuse    bool
 	// SkipInvalid rejects bad lines into Rejects (default rejects.jsonl in
@@ -147,7 +149,7 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 	res, err := splitter.Split(ctx, splitter.Config{
 		Input: input, Open: inputOpener(ctx, s.Objects, input), Dir: dir, Codec: codec, Limits: job.Limits, Model: s.Model,
 		SkipInvalid: s.SkipInvalid, RejectsPath: rejects, Progress: s.Progress,
-		KeyScope: s.KeyScope, Reuse: s.Reuse,
+		KeyScope: keyScope(s), Reuse: s.Reuse,
 	}, plan)
 	if err == nil {
 		err = recordReuse(plan, res, log)
@@ -330,4 +332,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// keyScope is the ledger scope of a plan of s: what is sent for a
+// translated line without max_tokens depends on --default-max-tokens, so
+// answers bought under one value are not another's. It is taken from the
+// Spec as planned (after a Replan's Keep), not from the command's flags.
+func keyScope(s Spec) string {
+	if s.KeyScope == "" || s.DefaultMaxTokens <= 0 {
+		return s.KeyScope
+	}
+	return s.KeyScope + "\x00default_max_tokens=" + strconv.FormatInt(s.DefaultMaxTokens, 10)
 }

@@ -33,6 +33,10 @@ type Footprint struct {
 	// id or file id, and Retries the chunks of later attempts: either
 	// means a batch of the job ran or was refused.
 	Settled, Retries int
+	// Realtime counts the chunks with calls of the realtime fallback
+	// recorded (answered, or sent with their answer unknown): bought, or
+	// maybe bought, though their chunk still looks pending.
+	Realtime int
 }
 
 // footprintIDs is how many batch ids a Footprint keeps.
@@ -62,12 +66,19 @@ func JobFootprint(ctx context.Context, db Store, job string) (Footprint, error) 
 			f.Retries++
 		}
 	}
+	if rs, ok := db.(sluice.RealtimeStore); ok {
+		ids, err := rs.RealtimeChunks(ctx, job)
+		if err != nil {
+			return Footprint{}, err
+		}
+		f.Realtime = len(ids)
+	}
 	return f, nil
 }
 
 // Empty reports whether nothing of the job ever reached the provider.
 func (f Footprint) Empty() bool {
-	return f.Batches == 0 && f.Files == 0 && f.Intents == 0 && f.Settled == 0 && f.Retries == 0
+	return f.Batches == 0 && f.Files == 0 && f.Intents == 0 && f.Settled == 0 && f.Retries == 0 && f.Realtime == 0
 }
 
 // String says what is at the provider, for messages: "3 batches (b1, b2,
@@ -86,6 +97,9 @@ func (f Footprint) String() string {
 	}
 	if f.Intents > 0 {
 		parts = append(parts, plural(int64(f.Intents), "chunk", "chunks")+" whose upload or create may have landed")
+	}
+	if f.Realtime > 0 {
+		parts = append(parts, plural(int64(f.Realtime), "chunk", "chunks")+" sent through the synchronous API")
 	}
 	if f.Settled+f.Retries > 0 {
 		parts = append(parts, plural(int64(f.Settled+f.Retries), "chunk", "chunks")+" submitted before")

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"sort"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -53,13 +52,9 @@ func keyScope(f *jobFlags, p provider.Preset) string {
 	if base == "" {
 		base = p.BaseURL
 	}
-	scope := p.Name + "\x00" + base
-	if f.maxTokens > 0 {
-		// What is sent for a translated line without max_tokens depends on
-		// it: answers bought under one value are not another's.
-		scope += "\x00default_max_tokens=" + strconv.FormatInt(f.maxTokens, 10)
-	}
-	return scope
+	// lifecycle.Prepare adds the job's --default-max-tokens, as planned
+	// (a re-plan keeps the job's own when the command gives none).
+	return p.Name + "\x00" + base
 }
 
 func sortedKeys[V any](m map[string]V) []string {

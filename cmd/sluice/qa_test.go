@@ -101,3 +101,60 @@ func TestSplitsAreNotRetries(t *testing.T) {
 		t.Errorf("status reports retries of a job whose batches were only split:\n%s", st.stdout)
 	}
 }
+
+// TestReplanKeepsDefaultMaxTokensInReuseKey: a job planned with
+// --default-max-tokens 5 and nothing submitted, run again with only its
+// --model-map changed, is planned again keeping its 5; its ledger keys
+// must be those of 5 too. They were taken from the command's flags (no
+// --default-max-tokens), so the job reused answers bought without the
+// flag while it would have sent max_tokens 5 (found in review).
+func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	env := []string{"GEMINI_API_KEY=test"}
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, fmt.Sprintf("q%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
+			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
+	}
+	state := filepath.Join(dir, "state")
+	common := []string{"--state", state, "--provider", "gemini", "--base-url", "http://" + emu.addr + "/gemini"}
+	// An earlier job, without --default-max-tokens, buys long answers.
+	y := filepath.Join(dir, "y.jsonl")
+	writeFile(t, y, []byte(b.String()))
+	if r := runSluice(t, env, append([]string{"run", y, "--out", filepath.Join(dir, "y.out.jsonl"), "--model-map", "gpt-4o-mini=gemini-2.5-flash"}, common...)...); r.code != 0 {
+		t.Fatalf("first job: exit %d\n%s", r.code, r.stderr)
+	}
+	// Job x planned with --default-max-tokens 5 under another map.
+	x := filepath.Join(dir, "x.jsonl")
+	writeFile(t, x, []byte(b.String()))
+	if r := runSluice(t, env, append([]string{"plan", x, "--job", "x", "--model-map", "gpt-4o-mini=gemini-2.5-pro", "--default-max-tokens", "5"}, common...)...); r.code != 0 {
+		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	}
+	// Run with the first job's map: x is planned again, keeping its 5.
+	out := filepath.Join(dir, "x.out.jsonl")
+	r := runSluice(t, env, append([]string{"run", x, "--job", "x", "--out", out, "--model-map", "gpt-4o-mini=gemini-2.5-flash"}, common...)...)
+	if r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "--model-map") {
+		t.Errorf("the run did not say it planned the job again for its --model-map:\n%s", r.stderr)
+	}
+	for i, l := range checkOutput(t, out, ids) {
+		var body struct {
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(l.Response.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if body.Usage.CompletionTokens > 5 {
+			t.Errorf("line %d: %d completion tokens: an answer bought without --default-max-tokens was reused for a job planned with 5\n%s",
+				i, body.Usage.CompletionTokens, r.stdout)
+		}
+	}
+}
