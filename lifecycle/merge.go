@@ -139,7 +139,7 @@ func Summarize(ctx context.Context, db Store, job *sluice.Job, chunks []*sluice.
 		if c.BatchID != "" {
 			batches++
 		}
-		if c.Attempt > 1 {
+		if c.Attempt-c.Splits > 1 { // a split spends no attempt
 			retryBatches++
 		}
 	}

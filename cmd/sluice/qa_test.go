@@ -100,6 +100,15 @@ func TestSplitsAreNotRetries(t *testing.T) {
 	if strings.Contains(st.stdout, "retried in") {
 		t.Errorf("status reports retries of a job whose batches were only split:\n%s", st.stdout)
 	}
+	// The job's recorded summary counts no retry batch either.
+	js := runSluice(t, nil, "status", "--state", state, "--json")
+	var doc statusDoc
+	if err := json.Unmarshal([]byte(js.stdout), &doc); err != nil || len(doc.Jobs) != 1 || doc.Jobs[0].Summary == nil {
+		t.Fatalf("status --json: %v\n%s", err, js.stdout)
+	}
+	if n := doc.Jobs[0].Summary.RetryBatches; n != 0 {
+		t.Errorf("the job's summary counts %d retry batches; its batches were only split", n)
+	}
 }
 
 // TestReplanKeepsDefaultMaxTokensInReuseKey: a job planned with

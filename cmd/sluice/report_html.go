@@ -230,7 +230,7 @@ func batchClass(c *sluice.Chunk) string {
 	case c.State == sluice.ChunkUploading || c.State == sluice.ChunkUploaded || c.State == sluice.ChunkCreating:
 		cls = "b-submitting"
 	}
-	if c.Attempt > 1 {
+	if c.Attempt-c.Splits > 1 { // a split spends no attempt
 		cls += " b-retry"
 	}
 	return cls
