@@ -71,8 +71,18 @@ func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		res, _, _, err := s.runCloudflare(model, body)
+		status := http.StatusOK
 		if err != nil {
-			cfError(w, http.StatusBadRequest, 5004, err.Error())
+			status = http.StatusBadRequest
+		}
+		// Counted like the batches' items: under no job, by custom_id
+		// (their external_reference).
+		s.countSync(famCloudflare, "", r, status)
+		if s.syncWait(r) != nil {
+			return
+		}
+		if err != nil {
+			cfError(w, status, 5004, err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(res), "success": true,

@@ -66,8 +66,8 @@
 // Direct (synchronous) calls: OpenAI's above, Anthropic's POST /v1/messages,
 // Mistral's POST /mistral/v1/chat/completions and /embeddings, Together's
 // POST /together/v1/chat/completions and /completions, Gemini's
-// :generateContent answer with the same model. Options.SyncDelay delays each answer after the model ran;
-// Options.SyncLimit and SyncWindow limit them (not Gemini's), announced in
+// :generateContent, Cloudflare's run without queueRequest answer with the same model. Options.SyncDelay delays each answer after the model ran;
+// Options.SyncLimit and SyncWindow limit them (not Gemini's or Cloudflare's), announced in
 // the family's rate-limit headers. A call naming its request (X-Sluice-Job,
 // X-Sluice-Custom-Id) counts in RequestsProcessed and, when that request
 // was already executed, in RequestsProcessedMoreThanOnce; every answered

@@ -358,6 +358,45 @@ func TestFallbackFamilies(t *testing.T) {
 	}
 }
 
+// TestFallbackCloudflare: Cloudflare cannot cancel a batch, so the one
+// batch live at --fallback-at (--max-live-batches 1) runs to its end and
+// answers its 10 lines; the two chunks not yet submitted go to the
+// synchronous POST /accounts/{account}/ai/run/{model} request by request
+// (without their external_reference, their answers translated back to
+// chat.completions): every line answered, none executed twice.
+func TestFallbackCloudflare(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--batch-time", "8s")
+	dir := t.TempDir()
+	in, ids := writeFallbackInput(t, dir, 30, 30)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(cloudflareEnv(dir), "CLOUDFLARE_BASE_URL=http://"+emu.addr+"/client/v4")
+	start := time.Now()
+	r := runSluice(t, env, "run", in, "--out", out, "--provider", "cloudflare", "--model-map", "gpt-4o-mini=@cf/meta/llama-3.3-70b-instruct-fp8-fast",
+		"--rate", "-1", "--max-batch-requests", "10", "--max-live-batches", "1", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
+		"--deadline", start.Add(3*time.Minute).UTC().Format(time.RFC3339),
+		"--fallback", "realtime", "--fallback-at", start.Add(3*time.Second).UTC().Format(time.RFC3339))
+	if r.code != exitOK {
+		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
+	}
+	for _, o := range checkOutput(t, out, ids) {
+		var cc struct {
+			Object string `json:"object"`
+		}
+		if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 ||
+			json.Unmarshal(o.Response.Body, &cc) != nil || cc.Object != "chat.completion" {
+			t.Errorf("%s: %+v, want a 200 chat.completion", o.CustomID, o.Error)
+		}
+	}
+	st := emu.stats(t)
+	t.Logf("batches created %d; executed %d, synchronously %d", st["batches_created"], st["requests_processed"], st["sync_requests"])
+	if st["batches_created"] != 1 || st["requests_processed"] != 30 || st["sync_requests"] != 20 ||
+		st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d batches, %d executed (%d synchronously), %d twice: want 1, 30 (20), 0",
+			st["batches_created"], st["requests_processed"], st["sync_requests"], st["requests_processed_more_than_once"])
+	}
+}
+
 // TestFallbackCancelledMidFallback: `sluice cancel` of a job killed during
 // its fallback sends nothing more: what the synchronous API answered is
 // kept, the call the kill lost is realtime_unknown, the rest is cancelled

@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/merger"
-	"github.com/sluice-batch/sluice/provider"
 )
 
 type runFlags struct {
@@ -113,7 +112,7 @@ tracker so that each is sent once across re-runs, crashes and workers;
 	fs.DurationVar(&f.pollInterval, "poll-interval", 0, "first wait before polling a batch; grows by half each poll (default "+sluice.DefaultPollInterval.String()+"; "+sluice.LocalPollInterval.String()+" for --provider local)")
 	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", 0, "longest wait between polls of one batch (default "+helpDuration(sluice.DefaultMaxPollInterval)+"; "+sluice.LocalMaxPollInterval.String()+" for --provider local)")
 	fs.StringVar(&f.deadline, "deadline", "", "stop submitting and polling at this time, leaving batches running at the provider, and exit 3: a clock time (07:00, the next one to come) or a duration (8h)")
-	fs.StringVar(&f.fallback, "fallback", "", "realtime: at --fallback-at, cancel the live batches (keeping every line they finished) and send every request still unanswered through the provider's synchronous API, at the full (non-batch) rate under --max-cost, --concurrency calls at once; batches cancelled as stuck (--stuck-after) fall back the same way (every family but Cloudflare; docs/crash-safety.md)")
+	fs.StringVar(&f.fallback, "fallback", "", "realtime: at --fallback-at, cancel the live batches (keeping every line they finished) and send every request still unanswered through the provider's synchronous API, at the full (non-batch) rate under --max-cost, --concurrency calls at once; batches cancelled as stuck (--stuck-after) fall back the same way (Cloudflare, which cannot cancel, lets them end first; docs/crash-safety.md)")
 	fs.StringVar(&f.fallbackAt, "fallback-at", "", "when --fallback begins: a clock time (06:30, the next one to come), RFC 3339, or a duration meaning that long before --deadline (30m)")
 	fs.BoolVar(&f.once, "once", false, "do every step that is ready now (submit, poll each batch once, download, merge) and exit without sleeping: exit 0/4 when done, 3 when work is still running (for cron and systemd timers)")
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", sluice.DefaultReconcileGrace, "after a crash, how long to keep looking at the provider for a batch or file the killed run may still have created before submitting again")
@@ -214,9 +213,6 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	}
 	if !fallbackAt.IsZero() && (f.join || os.Getenv("SLUICE_JOIN") == "1") {
 		return usageErr("--fallback realtime runs on a single worker: it cannot be used with --join")
-	}
-	if !fallbackAt.IsZero() && p.Family == provider.FamilyCloudflare {
-		return usageErr("--fallback realtime: provider %s (family %s) has no synchronous API sluice can fall back to yet (every other family has)", p.Name, p.Family)
 	}
 	if os.Getenv("SLUICE_JOIN") == "1" {
 		f.join = true
