@@ -131,7 +131,15 @@ func validLines(t testing.TB, cfg splitter.Config, content []byte) []inputLine {
 			l = bytes.TrimPrefix(l, []byte("\ufeff"))
 		}
 		_, blank, reason := splitter.ValidateLine(cfg, l)
-		if blank || reason != "" {
+		if blank {
+			continue
+		}
+		if reason != "" {
+			// A rejected line takes its custom_id in the output
+			// (--skip-invalid): a later line with it is a duplicate.
+			if id := splitter.RejectedCustomID(cfg, l); id != "" {
+				seen[id] = true
+			}
 			continue
 		}
 		var in sluice.InputLine
