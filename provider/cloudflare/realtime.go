@@ -4,24 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
-	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
 var _ sluice.RealtimeCaller = (*Client)(nil)
-
-// maxRealtimeAnswer bounds one synchronous answer read into memory.
-const maxRealtimeAnswer = 64 << 20
 
 // CallRealtime implements sluice.RealtimeCaller: the chunk item (one
 // request of the batch body) is POSTed without its external_reference,
@@ -41,46 +34,22 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, line []b
 		return sluice.Result{}, fmt.Errorf("chunk %d: an item is not a batch request with an external_reference (%v)", ref.Chunk, err)
 	}
 	id := ext.String()
-	hdr := http.Header{"Content-Type": {"application/json"}}
-	hdr.Set("X-Sluice-Job", ref.Job)
-	hdr.Set("X-Sluice-Custom-Id", url.PathEscape(id))
-	call := httpx.Call{Method: http.MethodPost, URL: c.runURL(m, false), Header: hdr, Body: httpx.BytesBody(body),
-		Reconcile: func(context.Context) (bool, error) { return false, errors.New("no listing of synchronous calls") }}
-	var res sluice.Result
-	err = c.hc.Send(ctx, call, func(resp *http.Response) error {
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, maxRealtimeAnswer+1))
-		if err != nil {
-			return fmt.Errorf("%w: read answer: %v", sluice.ErrUnsettled, err)
-		}
-		var env struct {
-			Result  json.RawMessage `json:"result"`
-			Success *bool           `json:"success"`
-			Errors  json.RawMessage `json:"errors"`
-		}
-		if len(b) > maxRealtimeAnswer || json.Unmarshal(b, &env) != nil || env.Success == nil {
-			return fmt.Errorf("%w: the answer to %q is not a Workers AI envelope of at most %d bytes", sluice.ErrUnsettled, id, maxRealtimeAnswer)
-		}
-		xref, _ := json.Marshal(id)
-		res, err = decodeItem(&item{Result: compact(env.Result), Success: env.Success, Errors: env.Errors, ExternalReference: xref}, 0, nil)
-		res.Usage = usage(json.RawMessage(gjson.GetBytes(env.Result, "usage").Raw))
-		return err
-	})
-	var ae *sluice.APIError
-	switch {
-	case err == nil:
-		return res, nil
-	case errors.As(err, &ae) && ae.Status != http.StatusUnauthorized && ae.Status != http.StatusForbidden:
-		// The endpoint's verdict, after the HTTP layer's retries.
-		code := sluice.ErrorCode(ae.Code)
-		if code == "" {
-			code = sluice.ErrorCode(fmt.Sprintf("http_%d", ae.Status))
-		}
-		res = sluice.Result{CustomID: id, Kind: provider.StatusKind(ae.Status),
-			Line: sluice.OutputLine{CustomID: id, Error: &sluice.LineError{Code: code, Message: ae.Error()}}}
-		return res, nil
-	}
-	return sluice.Result{}, err
+	return provider.CallSync(ctx, c.hc, provider.SyncCall{Job: ref.Job, CustomID: id, URL: c.runURL(m, false), Body: body,
+		Answer: func(_ *http.Response, b []byte, res *sluice.Result) error {
+			var env struct {
+				Result  json.RawMessage `json:"result"`
+				Success *bool           `json:"success"`
+				Errors  json.RawMessage `json:"errors"`
+			}
+			if json.Unmarshal(b, &env) != nil || env.Success == nil {
+				return provider.NotAnAnswer(id, "a Workers AI envelope")
+			}
+			xref, _ := json.Marshal(id)
+			r, err := decodeItem(&item{Result: compact(env.Result), Success: env.Success, Errors: env.Errors, ExternalReference: xref}, 0, nil)
+			r.Usage = usage(json.RawMessage(gjson.GetBytes(env.Result, "usage").Raw))
+			*res = r
+			return err
+		}})
 }
 
 // compact removes the insignificant space of a result, as a batch

@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	neturl "net/url"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -17,16 +14,6 @@ import (
 )
 
 var _ sluice.RealtimeCaller = (*Client)(nil)
-
-// Headers a realtime call names its job and custom_id with (the emulator
-// counts a request answered twice by them; a provider ignores them).
-const (
-	HeaderJob      = "X-Sluice-Job"
-	HeaderCustomID = "X-Sluice-Custom-Id"
-)
-
-// maxRealtimeAnswer bounds one synchronous answer read into memory.
-const maxRealtimeAnswer = 64 << 20
 
 // CallRealtime implements sluice.RealtimeCaller: the batch line's body is
 // POSTed, as written, to its url under the base URL (POST
@@ -52,50 +39,18 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []b
 // SyncCall POSTs body, as written, to the OpenAI-shaped synchronous
 // endpoint url (OpenAI, Mistral, Together) for request customID of job,
 // under rt's rate-limit budget, and returns its answer as a batch line
-// would have given it (see CallRealtime).
+// would have given it (provider.CallSync).
 func SyncCall(ctx context.Context, hc *httpx.Client, rt *provider.RealtimeLimits, url, job, customID string, body []byte) (sluice.Result, error) {
-	hdr := http.Header{"Content-Type": {"application/json"}}
-	hdr.Set(HeaderJob, job)
-	hdr.Set(HeaderCustomID, neturl.PathEscape(customID))
-	call := httpx.Call{Method: http.MethodPost, URL: url, Header: hdr, Body: httpx.BytesBody(body),
-		// No listing tells whether a synchronous call was answered: never
-		// repeat one that may have been (docs/crash-safety.md).
-		Reconcile: func(context.Context) (bool, error) { return false, errors.New("no listing of synchronous calls") }}
-	res := sluice.Result{CustomID: customID, Line: sluice.OutputLine{CustomID: customID}}
-	seq, err := rt.Start(ctx)
-	if err != nil {
-		return sluice.Result{}, err
-	}
-	defer rt.Done()
-	err = hc.Send(ctx, call, func(resp *http.Response) error {
-		defer resp.Body.Close()
-		rt.Observe(resp.Header, seq, hc.Limiter(), provider.OpenAIRateHeaders)
-		b, err := io.ReadAll(io.LimitReader(resp.Body, maxRealtimeAnswer+1))
-		if err != nil {
-			return fmt.Errorf("%w: read answer: %v", sluice.ErrUnsettled, err)
-		}
-		if len(b) > maxRealtimeAnswer || !json.Valid(b) {
-			return fmt.Errorf("%w: the answer to %q is not JSON of at most %d bytes", sluice.ErrUnsettled, customID, maxRealtimeAnswer)
-		}
-		r := &sluice.Response{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), Body: compactJSON(b)}
-		res.Line.Response, res.Kind, res.Usage = r, provider.StatusKind(resp.StatusCode), usage(r.Body)
-		return nil
-	})
-	var ae *sluice.APIError
-	switch {
-	case err == nil:
-		return res, nil
-	case errors.As(err, &ae) && ae.Status != http.StatusUnauthorized && ae.Status != http.StatusForbidden:
-		// The endpoint's verdict, after the HTTP layer's retries.
-		code := sluice.ErrorCode(ae.Code)
-		if code == "" {
-			code = sluice.ErrorCode(fmt.Sprintf("http_%d", ae.Status))
-		}
-		res.Line.Error = &sluice.LineError{Code: code, Message: ae.Error()}
-		res.Kind = provider.StatusKind(ae.Status)
-		return res, nil
-	}
-	return sluice.Result{}, err
+	return provider.CallSync(ctx, hc, provider.SyncCall{Job: job, CustomID: customID, URL: url, Body: body,
+		Limits: rt, Headers: provider.OpenAIRateHeaders,
+		Answer: func(resp *http.Response, b []byte, res *sluice.Result) error {
+			if !json.Valid(b) {
+				return provider.NotAnAnswer(customID, "JSON")
+			}
+			r := &sluice.Response{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), Body: compactJSON(b)}
+			res.Line.Response, res.Kind, res.Usage = r, provider.StatusKind(resp.StatusCode), usage(r.Body)
+			return nil
+		}})
 }
 
 // BodyLine is a Mistral or Together chunk item: the url is the batch's.
