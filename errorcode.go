@@ -1,6 +1,10 @@
 package sluice
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // ErrorCode is a machine-readable reason a request or a batch attempt
 // failed. The codes below are part of sluice's output contract
@@ -143,4 +147,83 @@ func (c *Chunk) ErrorText() string {
 		return c.LastError
 	}
 	return string(c.ErrorCode) + ": " + c.LastError
+}
+
+// Codes of a command's failure as a whole (wtf's error codes): what kind of
+// end a run, a plan or a cancel came to. cmd/sluice maps each to its exit
+// status in one table (docs/contract.md, "Exit codes"); they never reach
+// an output line.
+const (
+	// CodeInternal: an error stopped the command (exit 1): the network, a
+	// full disk, a bad key, a lock held elsewhere. Every error without a
+	// code has it.
+	CodeInternal ErrorCode = "internal"
+	// CodeInvalid: bad usage or bad input (exit 2).
+	CodeInvalid ErrorCode = "invalid"
+	// CodeStopped: stopped with work left (exit 3): a deadline, --once, a
+	// signal, the spend cap.
+	CodeStopped ErrorCode = "stopped"
+	// CodeFailures: finished and the output written, but some requests
+	// failed for good or some lines were rejected (exit 4).
+	CodeFailures ErrorCode = "failures"
+)
+
+// Error is a failure with a code (wtf's Error{Code, Message}): Err says
+// what went wrong, Code what kind of end it makes. An Error without Err
+// is an end without a message (the summary printed said it all).
+type Error struct {
+	Code ErrorCode
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return string(e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorCode is the error's code: what Code of its chain says.
+func (e *Error) ErrorCode() ErrorCode { return e.Code }
+
+// Errorf is an Error of code with a message.
+func Errorf(code ErrorCode, format string, args ...any) error {
+	return &Error{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// WithCode gives err the code (nil stays nil).
+func WithCode(code ErrorCode, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: code, Err: err}
+}
+
+// Coder is an error that says its code: *Error, and the errors of other
+// packages that name their kind (a bad input line, say).
+type Coder interface {
+	error
+	ErrorCode() ErrorCode
+}
+
+// ErrorCodeOf is the code of err (wtf's ErrorCode): that of the first
+// Coder in its chain, CodeInternal for an error without one, "" for nil.
+func ErrorCodeOf(err error) ErrorCode {
+	if err == nil {
+		return ""
+	}
+	var c Coder
+	if errors.As(err, &c) {
+		return c.ErrorCode()
+	}
+	return CodeInternal
+}
+
+// Silent reports whether err is an end without a message: an Error whose
+// code is all there is to say.
+func Silent(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Err == nil
 }

@@ -54,13 +54,15 @@ var (
 // ErrBadInput is wrapped by errors that the user's input or arguments
 // caused (a changed input, a directory given as input, a bad model map, a
 // job in a state the command does not apply to); the command exits 2 on
-// them.
-var ErrBadInput = errors.New("bad input")
+// them (its code is sluice.CodeInvalid).
+var ErrBadInput error = &sluice.Error{Code: sluice.CodeInvalid, Err: errors.New("bad input")}
 
 type badInput struct{ err error }
 
 func (e *badInput) Error() string   { return e.err.Error() }
 func (e *badInput) Unwrap() []error { return []error{e.err, ErrBadInput} }
+
+func (e *badInput) ErrorCode() sluice.ErrorCode { return sluice.CodeInvalid }
 
 // BadInput marks err as caused by the user's input or arguments.
 func BadInput(err error) error {

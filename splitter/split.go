@@ -98,13 +98,16 @@ func (e *LineError) Error() string {
 	return fmt.Sprintf("%s:%d: custom_id %s: %s", e.File, e.Line, strconv.Quote(e.CustomID), e.Reason)
 }
 
+// ErrorCode: a bad line is bad input.
+func (e *LineError) ErrorCode() sluice.ErrorCode { return sluice.CodeInvalid }
+
 // ErrNoRequests is wrapped by the error of an input without a single valid
 // request (empty, blank lines only, or every line rejected).
-var ErrNoRequests = errors.New("no requests")
+var ErrNoRequests error = &sluice.Error{Code: sluice.CodeInvalid, Err: errors.New("no requests")}
 
 // ErrCorrupt is wrapped by the error of a compressed input whose stream
 // is cut short or corrupt: bad input, not a failure of the machine.
-var ErrCorrupt = errors.New("corrupt input")
+var ErrCorrupt error = &sluice.Error{Code: sluice.CodeInvalid, Err: errors.New("corrupt input")}
 
 // run is one Split call.
 type run struct {

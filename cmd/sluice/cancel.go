@@ -102,7 +102,7 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 			}
 			printSummary(os.Stdout, ctx, db, job, sum, runWall{total: time.Since(start)})
 			if lifecycle.FailedAny(sum) {
-				return silent(exitFailures)
+				return silent(sluice.CodeFailures)
 			}
 			return nil
 		},

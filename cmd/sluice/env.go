@@ -75,7 +75,11 @@ func openTracker(ctx context.Context, dsn, dir string) (tracker.Backend, error) 
 		if err != nil {
 			return nil, err
 		}
-		return tracker.OpenOptions(ctx, dir, tracker.Options{BusyTimeout: busy})
+		db, err := tracker.OpenOptions(ctx, dir, tracker.Options{BusyTimeout: busy})
+		if err != nil {
+			return nil, &explained{err} // a locked database's error says so (tracker.LockedHint)
+		}
+		return db, nil
 	case tracker.IsPostgresDSN(dsn):
 		return tracker.OpenPostgres(ctx, dsn, dir)
 	default:

@@ -9,7 +9,10 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/mattn/go-sqlite3"
 	"github.com/spf13/cobra"
+
+	"github.com/sluice-batch/sluice"
 )
 
 // exitCodesHelp is the exit code table of README.md, shown by --help.
@@ -103,5 +106,24 @@ func stoppedBySignal(err error, cancelled bool) error {
 		return err
 	}
 	fmt.Fprintln(os.Stderr, "sluice: stopped by a second signal with work left; calls in flight were cancelled and the state is saved: run the same command again to continue")
-	return silent(exitStopped)
+	return silent(sluice.CodeStopped)
+}
+
+// explained is an error that already says what it is about (the state
+// database's open, which explains a lock itself).
+type explained struct{ err error }
+
+func (e *explained) Error() string { return e.err.Error() }
+func (e *explained) Unwrap() error { return e.err }
+
+// explainBusy says, of SQLite's "database is locked" met past the open,
+// that another process holds the state database and how to wait longer.
+func explainBusy(err error) error {
+	var se sqlite3.Error
+	var ex *explained
+	if !errors.As(err, &se) || se.Code != sqlite3.ErrBusy && se.Code != sqlite3.ErrLocked || errors.As(err, &ex) {
+		return err
+	}
+	busy, _ := busyTimeout()
+	return fmt.Errorf("the state database is locked by another process (set SLUICE_DB_BUSY_TIMEOUT to wait longer than %s): %w", busy, err)
 }

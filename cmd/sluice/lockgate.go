@@ -204,9 +204,8 @@ func (w *worker) ride(ctx context.Context, log zerolog.Logger, run func() (dispa
 // isSilent reports whether err is an exit code rather than a failure
 // (exit 3 and 4, usage).
 func isSilent(err error) bool {
-	var s silent
-	var c *codeError
-	return errors.As(err, &s) || errors.As(err, &c)
+	code := sluice.ErrorCodeOf(err)
+	return code != "" && code != sluice.CodeInternal
 }
 
 // leasedStore is the tracker as the run's dispatch writes it: a chunk's

@@ -4,19 +4,14 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"strings"
 
-	"github.com/mattn/go-sqlite3"
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-batch/sluice/lifecycle"
-	"github.com/sluice-batch/sluice/splitter"
-	"github.com/sluice-batch/sluice/tracker"
+	"github.com/sluice-batch/sluice"
 )
 
 // Exit codes (docs/contract.md).
@@ -28,30 +23,40 @@ const (
 	exitFailures = 4 // output written, but some requests failed permanently
 )
 
-// exitError carries an exit code up to main.
-type codeError struct {
-	code int
-	err  error
+// exitCodes is the exit status of each code of a command's end
+// (sluice.ErrorCodeOf): the one place codes become exit statuses.
+var exitCodes = map[sluice.ErrorCode]int{
+	"":                  exitOK,
+	sluice.CodeInternal: exitError,
+	sluice.CodeInvalid:  exitUsage,
+	sluice.CodeStopped:  exitStopped,
+	sluice.CodeFailures: exitFailures,
 }
 
-func (e *codeError) Error() string { return e.err.Error() }
-func (e *codeError) Unwrap() error { return e.err }
-
-func withCode(code int, err error) error {
-	if err == nil {
-		return nil
+// exitCode is the exit status a command ending with err makes.
+func exitCode(err error) int {
+	if code, ok := exitCodes[sluice.ErrorCodeOf(err)]; ok {
+		return code
 	}
-	return &codeError{code: code, err: err}
+	return exitError
+}
+
+// withCode gives err the code whose exit status is exit (exitCodes).
+func withCode(exit int, err error) error {
+	for code, e := range exitCodes {
+		if e == exit && code != "" {
+			return sluice.WithCode(code, err)
+		}
+	}
+	return err
 }
 
 func usageErr(format string, args ...any) error {
-	return withCode(exitUsage, fmt.Errorf(format, args...))
+	return sluice.Errorf(sluice.CodeInvalid, format, args...)
 }
 
-// silent is an exit code without a message (the summary said it all).
-type silent int
-
-func (s silent) Error() string { return fmt.Sprintf("exit %d", int(s)) }
+// silent is an end of code without a message (the summary said it all).
+func silent(code sluice.ErrorCode) error { return &sluice.Error{Code: code} }
 
 func main() {
 	// SLUICE_MEMPROFILE=FILE writes, at exit, a profile of what the command
@@ -107,29 +112,10 @@ func execute(args []string) int {
 		fmt.Fprintf(os.Stderr, "sluice: %v (see '%s --help')\n", err, cmd.CommandPath())
 		return exitUsage
 	}
-	var s silent
-	if errors.As(err, &s) {
-		return int(s)
+	if !sluice.Silent(err) {
+		fmt.Fprintln(os.Stderr, "sluice: "+explainBusy(err).Error())
 	}
-	var se sqlite3.Error
-	if errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked) && !strings.Contains(err.Error(), "locked by another process") {
-		busy, _ := busyTimeout()
-		err = fmt.Errorf("the state database is locked by another process (set SLUICE_DB_BUSY_TIMEOUT to wait longer than %s): %w", busy, err)
-	}
-	fmt.Fprintln(os.Stderr, "sluice: "+err.Error())
-	var ce *codeError
-	var le *splitter.LineError
-	var lk *tracker.LockedError
-	switch {
-	case errors.As(err, &ce):
-		return ce.code
-	case errors.As(err, &le), errors.Is(err, splitter.ErrNoRequests), errors.Is(err, splitter.ErrCorrupt),
-		errors.Is(err, lifecycle.ErrBadInput):
-		return exitUsage
-	case errors.As(err, &lk):
-		return exitError
-	}
-	return exitError
+	return exitCode(err)
 }
 
 func newRootCmd() *cobra.Command {

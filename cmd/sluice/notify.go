@@ -491,14 +491,4 @@ func notifyEnd(n *notifier, db tracker.Backend, job *sluice.Job, end runEnd, err
 }
 
 // codeOf is the exit code err makes.
-func codeOf(err error) int {
-	var ce *codeError
-	var s silent
-	switch {
-	case errors.As(err, &ce):
-		return ce.code
-	case errors.As(err, &s):
-		return int(s)
-	}
-	return exitError
-}
+func codeOf(err error) int { return exitCode(err) }

@@ -290,7 +290,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	db, pr, wk, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log, &workerOpts{join: f.join, ttl: f.leaseTTL, stop: stop})
 	if errors.Is(err, errStopped) {
 		log.Info().Msg("stopped while waiting for another worker's plan")
-		return silent(exitStopped)
+		return silent(sluice.CodeStopped)
 	}
 	if err != nil {
 		return err
@@ -394,7 +394,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		}
 		log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
 		printProgressSummary(ctx, db, job)
-		return silent(exitStopped)
+		return silent(sluice.CodeStopped)
 	}
 	// One worker merges; the others exit 0 once it has.
 	var sum *merger.Summary
@@ -413,7 +413,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	if errors.Is(err, errStopped) {
 		end = runEnd{evStopped, randomID("evt_"), "signal"}
 		log.Info().Msg("stopped while another worker merges; run the same command again to continue")
-		return silent(exitStopped)
+		return silent(sluice.CodeStopped)
 	}
 	if err != nil {
 		return err
@@ -425,7 +425,7 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	printSummary(os.Stdout, ctx, db, job, sum, runWall{time.Since(start), cleanup})
 	if lifecycle.FailedAny(sum) {
 		end = runEnd{evFailures, stableID(job.ID, evFailures), ""}
-		return silent(exitFailures)
+		return silent(sluice.CodeFailures)
 	}
 	end = runEnd{evDone, stableID(job.ID, evDone), ""}
 	return nil
