@@ -30,7 +30,7 @@ type workerOpts struct {
 // process is a worker of the job (docs/scale-out.md, "Many workers"),
 // returned as wk: it plans only while it holds the plan role, else waits
 // for the plan of the worker that does.
-func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger, wo *workerOpts) (db tracker.Backend, pr *lifecycle.Prepared, wk *worker, close func(), err error) {
+func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset, input string, log zerolog.Logger, wo *workerOpts) (db tracker.Backend, pr *lifecycle.Prepared, wk *lifecycle.Worker, close func(), err error) {
 	db, err = g.openDB(ctx)
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -60,15 +60,14 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 				return nil, nil, nil, nil, err
 			}
 		}
-		if wk, err = startWorker(ctx, db, id, wo.ttl, log); err != nil {
+		if wk, err = lifecycle.StartWorker(ctx, db, id, wo.ttl, lock, log); err != nil {
 			lock.Unlock()
 			db.Close()
 			return nil, nil, nil, nil, err
 		}
-		wk.lock = lock
 	}
 	close = func() {
-		wk.close()
+		wk.Stop()
 		lock.Unlock()
 		db.Close()
 	}
@@ -83,13 +82,13 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 	spec.Progress = bar.update
 	plan := func() (*lifecycle.Prepared, error) { return lifecycle.Prepare(ctx, db, spec) }
 	if wk != nil {
-		pr, err = wk.planOnce(ctx, wo.stop, plan)
+		pr, err = wk.PlanOnce(ctx, wo.stop, plan)
 	} else {
 		pr, err = plan()
 	}
 	bar.done()
 	if err != nil {
-		err = wk.failureCause(err) // the database gone away while planning, say (lockgate.go)
+		err = wk.FailureCause(err) // the database gone away while planning, say (lifecycle/lockgate.go)
 		close()
 		return nil, nil, nil, nil, err
 	}

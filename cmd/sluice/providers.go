@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/anthropic"
 	"github.com/sluice-batch/sluice/provider/cloudflare"
@@ -183,9 +184,9 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			return nil, nil, fmt.Errorf("start the local emulator: %w", err)
 		}
 		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go hs.Serve(ln)
+		served := lifecycle.Serve(hs, ln)
 		closer = func() {
-			hs.Close()
+			served.Stop()
 			srv.Close()
 		}
 		baseURL, key = "http://"+ln.Addr().String()+"/v1", "local"
@@ -246,7 +247,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 }
 
 // localFamilies makes --provider local take every family's lines: the
-// in-process emulator at root serves them all (see mixedLocal).
+// in-process emulator at root serves them all (see lifecycle.MixedLocal).
 func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir string, retry httpx.Retry, rl httpx.RateLimit,
 	f *jobFlags, log zerolog.Logger, db tracker.Backend) (sluice.Provider, error) {
 	local := provider.Presets["local"]
@@ -278,5 +279,5 @@ func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir strin
 	if err != nil {
 		return nil, err
 	}
-	return &mixedLocal{openai: oa, anthropic: an, cloudflare: cf, gemini: gm, codec: local.Codec()}, nil
+	return lifecycle.NewMixedLocal(oa, an, cf, gm, local.Codec()), nil
 }

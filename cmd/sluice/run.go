@@ -5,17 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/merger"
+	"github.com/sluice-batch/sluice/objstore"
+	"github.com/sluice-batch/sluice/pricing"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/tracker"
 )
 
 type runFlags struct {
@@ -38,7 +40,7 @@ type runFlags struct {
 	keepProviderFiles bool
 	// join makes this run one of several workers of the job on this
 	// machine; leaseTTL is how long a worker's leases outlive its last
-	// heartbeat (cmd/sluice/worker.go, docs/scale-out.md).
+	// heartbeat (lifecycle/worker.go, docs/scale-out.md).
 	join     bool
 	leaseTTL time.Duration
 	// notify and metrics: events POSTed when the run ends (notify.go) and
@@ -119,7 +121,7 @@ tracker so that each is sent once across re-runs, crashes and workers;
 	fs.DurationVar(&f.stuckAfter, "stuck-after", sluice.DefaultStuckAfter, "a batch not ended this long after it was submitted (stuck in validating or finalizing) is cancelled; what it finished is kept and the rest retried in a new batch (and --notify sends batch.stuck)")
 	fs.BoolVar(&f.keepProviderFiles, "keep-provider-files", false, "once the output is written, keep the job's files at the provider (uploaded inputs, result files) instead of deleting them")
 	fs.BoolVar(&f.join, "join", false, "join the job as one more worker beside the runs of it already going (started with --join too) on this state directory, instead of refusing while one runs: one worker plans, each batch's next step is leased to one worker at a time, one merges, the others exit 0 (also $SLUICE_JOIN=1)")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long a worker's leases on its batches last past its last heartbeat (it beats every third of this): a worker killed mid-step leaves its batches to the others this long after")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", lifecycle.DefaultLeaseTTL, "how long a worker's leases on its batches last past its last heartbeat (it beats every third of this): a worker killed mid-step leaves its batches to the others this long after")
 	cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -183,145 +185,158 @@ func parseFallback(mode, at string, deadline, now time.Time) (time.Time, error) 
 	return t, nil
 }
 
-func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) (err error) {
-	var cancelled atomic.Bool // by a second signal
-	defer func() { err = stoppedBySignal(err, cancelled.Load()) }()
+// runPlan is what run's flags and arguments resolve to, all checked
+// before anything starts.
+type runPlan struct {
+	deadline, fallbackAt time.Time
+	prices               *pricing.Table
+	preset               provider.Preset
+	retention            time.Duration
+	log                  zerolog.Logger
+	input, out           string
+}
+
+// resolve checks run's flags and arguments (usage errors, exit 2) and the
+// paths they name (preflight.go).
+func (f *runFlags) resolve(g *globalFlags, inputArg string) (*runPlan, error) {
 	if err := f.check(); err != nil {
-		return err
+		return nil, err
 	}
 	if f.order != "input" && f.order != "any" {
-		return usageErr("--order %q: want input or any", f.order)
+		return nil, usageErr("--order %q: want input or any", f.order)
 	}
 	if f.concurrency < 1 {
-		return usageErr("--concurrency must be at least 1")
+		return nil, usageErr("--concurrency must be at least 1")
 	}
-	deadline, err := parseDeadline(f.deadline, time.Now())
-	if err != nil {
-		return err
+	var rp runPlan
+	var err error
+	if rp.deadline, err = parseDeadline(f.deadline, time.Now()); err != nil {
+		return nil, err
 	}
-	fallbackAt, err := parseFallback(f.fallback, f.fallbackAt, deadline, time.Now())
-	if err != nil {
-		return err
+	if rp.fallbackAt, err = parseFallback(f.fallback, f.fallbackAt, rp.deadline, time.Now()); err != nil {
+		return nil, err
 	}
-	prices, err := f.money.checkRun()
-	if err != nil {
-		return err
+	if rp.prices, err = f.money.checkRun(); err != nil {
+		return nil, err
 	}
-	p, err := f.preset()
-	if err != nil {
-		return err
+	if rp.preset, err = f.preset(); err != nil {
+		return nil, err
 	}
-	if !fallbackAt.IsZero() && (f.join || os.Getenv("SLUICE_JOIN") == "1") {
-		return usageErr("--fallback realtime runs on a single worker: it cannot be used with --join")
+	if !rp.fallbackAt.IsZero() && (f.join || os.Getenv("SLUICE_JOIN") == "1") {
+		return nil, usageErr("--fallback realtime runs on a single worker: it cannot be used with --join")
 	}
 	if os.Getenv("SLUICE_JOIN") == "1" {
 		f.join = true
 	}
-	if f.join && p.Name == "local" {
-		return usageErr("--join: --provider local runs its emulator inside each process, so workers would not see each other's batches; run 'sluice emulate' and use --provider openai with OPENAI_BASE_URL pointing at it")
+	if f.join && rp.preset.Name == "local" {
+		return nil, usageErr("--join: --provider local runs its emulator inside each process, so workers would not see each other's batches; run 'sluice emulate' and use --provider openai with OPENAI_BASE_URL pointing at it")
 	}
 	if _, err := f.notify.dests(); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := webhookSigner(); err != nil {
-		return err
+		return nil, err
 	}
-	retention, err := f.net.resultsExpiry(p)
-	if err != nil {
-		return err
+	if rp.retention, err = f.net.resultsExpiry(rp.preset); err != nil {
+		return nil, err
 	}
 	if f.leaseTTL < 30*time.Millisecond {
-		return usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, DefaultLeaseTTL)
+		return nil, usageErr("--lease-ttl %s is too short: want at least 30ms (default %s)", f.leaseTTL, lifecycle.DefaultLeaseTTL)
 	}
-	log, err := g.logger(os.Stderr)
-	if err != nil {
-		return err
+	if rp.log, err = g.logger(os.Stderr); err != nil {
+		return nil, err
 	}
-	input, err := pathArg(inputArg) // a file, or s3://BUCKET/KEY (objects.go)
-	if err != nil {
-		return err
+	if rp.input, err = pathArg(inputArg); err != nil { // a file, or s3://BUCKET/KEY (objects.go)
+		return nil, err
 	}
-	out, err := pathArg(f.out)
-	if err != nil {
-		return err
+	if rp.out, err = pathArg(f.out); err != nil {
+		return nil, err
 	}
-	if err := preflight(f, p, input, out); err != nil {
-		return err
-	}
+	return &rp, preflight(f, rp.preset, rp.input, rp.out)
+}
 
-	// Two-phase shutdown: the first signal closes stop, the second cancels.
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	stop := make(chan struct{})
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		n := 0
-		var first time.Time
-		for {
-			select {
-			case <-sigs:
-				// timeout(1) and process-group kills deliver one stop as two
-				// signals at once: a second signal counts only a moment later.
-				if n == 1 && time.Since(first) < 500*time.Millisecond {
-					continue
-				}
-				n++
-				if n == 1 {
-					first = time.Now()
-					log.Warn().Msg("stopping: no new submissions; waiting for calls in flight (signal again to cancel them)")
-					close(stop)
-				} else {
-					log.Warn().Msg("cancelling calls in flight")
-					cancelled.Store(true)
-					cancel()
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-
-	if err := checkOutputFree(ctx, g, &f.jobFlags, p, input, out, f.join, log); err != nil {
+// runJob is `sluice run`: its life (signals, the worker, the database,
+// the provider) is a lifecycle.Life; runJob resolves the flags, reports
+// and names the end.
+func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string) (err error) {
+	rp, err := f.resolve(g, inputArg)
+	if err != nil {
 		return err
 	}
-	db, pr, wk, closeJob, err := openJob(ctx, g, &f.jobFlags, p, input, log, &workerOpts{join: f.join, ttl: f.leaseTTL, stop: stop})
-	if errors.Is(err, errStopped) {
+	life := lifecycle.Start(parent, rp.log)
+	defer func() { err = stoppedBySignal(err, life.Cancelled()) }()
+	defer life.Stop()
+	ctx, log := life.Context(), rp.log
+	if err := checkOutputFree(ctx, g, &f.jobFlags, rp.preset, rp.input, rp.out, f.join, log); err != nil {
+		return err
+	}
+	db, pr, wk, closeJob, err := openJob(ctx, g, &f.jobFlags, rp.preset, rp.input, log, &workerOpts{join: f.join, ttl: f.leaseTTL, stop: life.Stopping()})
+	if errors.Is(err, lifecycle.ErrStopped) {
 		log.Info().Msg("stopped while waiting for another worker's plan")
 		return silent(sluice.CodeStopped)
 	}
 	if err != nil {
 		return err
 	}
-	defer closeJob()
+	life.Own(closeJob)
 	// The job's lock lost for good (its PostgreSQL connection dropped and
 	// another run took the job) or the worker's leases lapsed stop the
-	// run, named as its cause (lockgate.go).
-	wk.watchLock(log, cancel)
-	defer func() { err = wk.failureCause(err) }()
-	if err := wk.lock.Lost(); err != nil {
+	// run, named as its cause (lifecycle/lockgate.go).
+	wk.WatchLock(log, life.Cancel)
+	defer func() { err = wk.FailureCause(err) }()
+	if err := wk.LockLost(); err != nil {
 		return err
 	}
-	job := pr.Job
-	mt, err := startMetrics(&f.metrics, db, job, log)
+	r := &jobRun{f: f, rp: rp, life: life, db: db, job: pr.Job, wk: wk}
+	mt, err := startMetrics(&f.metrics, db, r.job, log)
 	if err != nil {
 		return err
 	}
-	defer func() { mt.close(runExitCode(err, cancelled.Load()), log) }()
-	nt, err := newNotifier(&f.notify, db, job, log)
-	if err != nil {
+	defer func() { mt.close(runExitCode(err, life.Cancelled()), log) }()
+	if r.nt, err = newNotifier(&f.notify, db, r.job, log); err != nil {
 		return err
 	}
-	var end runEnd // the event this run ends with (notify.go)
-	nt.start()
+	r.nt.start()
 	defer func() {
-		job.Output = out
-		notifyEnd(nt, db, job, end, err, cancelled.Load())
+		r.job.Output = rp.out
+		notifyEnd(r.nt, db, r.job, r.end, err, life.Cancelled())
 	}()
+	return r.run(pr)
+}
+
+// jobRun is one run of a job once it is planned and this process is its
+// worker.
+type jobRun struct {
+	f    *runFlags
+	rp   *runPlan
+	life *lifecycle.Life
+	db   tracker.Backend
+	job  *sluice.Job
+	wk   *lifecycle.Worker
+	nt   *notifier
+	prov sluice.Provider
+	end  runEnd // the event this run ends with (notify.go)
+}
+
+// provider is the run's provider behind the worker's gate, built on first
+// use and stopped with the run's life.
+func (r *jobRun) provider() (sluice.Provider, error) {
+	if r.prov == nil {
+		pv, closeProv, err := newProvider(r.life.Context(), &r.f.jobFlags, &r.f.net, r.rp.preset, r.db, r.rp.log)
+		if err != nil {
+			return nil, err
+		}
+		r.life.Own(closeProv)
+		r.prov = lifecycle.GateProvider(pv, r.wk)
+	}
+	return r.prov, nil
+}
+
+// run dispatches the job, then merges it (or another worker does).
+func (r *jobRun) run(pr *lifecycle.Prepared) error {
+	ctx, f, job, log := r.life.Context(), r.f, r.job, r.rp.log
 	doneBefore := job.State == sluice.JobDone
-	files, err := jobStore(ctx, &f.jobFlags, db.Dir())
+	files, err := jobStore(ctx, &f.jobFlags, r.db.Dir())
 	if err != nil {
 		return err
 	}
@@ -331,87 +346,87 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 	} else {
 		log.Info().Int64("requests", job.Requests).Int64("rejected", job.Rejected).Msg("job planned")
 	}
-	if job.Output != "" && job.Output != out && job.State != sluice.JobPlanned {
-		log.Warn().Str("was", job.Output).Str("now", out).Msg("output path differs from the first run's; writing to the new one")
+	if job.Output != "" && job.Output != r.rp.out && job.State != sluice.JobPlanned {
+		log.Warn().Str("was", job.Output).Str("now", r.rp.out).Msg("output path differs from the first run's; writing to the new one")
 	}
 	start := time.Now()
-	var prov sluice.Provider
-	var closers []func()
-	getProv := func() (sluice.Provider, error) {
-		if prov == nil {
-			pv, closeProv, err := newProvider(ctx, &f.jobFlags, &f.net, p, db, log)
-			if err != nil {
-				return nil, err
-			}
-			prov, closers = gateProvider(pv, wk), append(closers, closeProv)
-		}
-		return prov, nil
-	}
-	defer func() {
-		for _, c := range closers {
-			c()
-		}
-	}()
-	var runProv sluice.Provider
-	var bar *runProgress
-	var onTick func([]*sluice.Chunk)
-	if lifecycle.Dispatches(job) {
-		if runProv, err = getProv(); err != nil {
-			return err
-		}
-		bar = newRunProgress(os.Stderr, db, job)
-		onTick = func(c []*sluice.Chunk) { bar.tick(c); nt.onTick(c) }
-	}
-	// Through the database going away and coming back, the dispatch starts
-	// over from the tracker's state (lockgate.go).
-	outcome, err := wk.ride(ctx, log, func() (dispatcher.Outcome, error) {
-		return lifecycle.Run(ctx, withLeases(db, wk), runProv, job, lifecycle.RunOptions{Output: out,
-			Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
-			Deadline: deadline, FallbackAt: fallbackAt, StuckFallback: f.fallback != "", Once: f.once, Log: log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
-			StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(prices, p), Files: files,
-			Claim: wk.claim, ResultsRetention: retention}, stop)
-	})
-	if bar != nil {
-		bar.done()
-	}
+	outcome, err := r.dispatch(files)
 	if err != nil {
 		return err
 	}
-	switch outcome {
-	case dispatcher.CapReached:
-		end = runEnd{evStopped, stableID(job.ID, evStopped, "spend_cap", fmt.Sprint(f.money.maxCost)), "spend_cap"}
-		return capReached(ctx, db, job, p, prices, f.money.maxCost)
-	case dispatcher.Stopped:
-		why := "stopped"
-		end = runEnd{evStopped, randomID("evt_"), "signal"}
-		switch {
-		case f.once:
-			why = "--once: batches still running at the provider"
-			end.reason = "once"
-		case !deadline.IsZero() && !time.Now().Before(deadline):
-			why = "--deadline reached: batches left running at the provider"
-			end = runEnd{evStopped, stableID(job.ID, evStopped, "deadline", deadline.UTC().Format(time.RFC3339)), "deadline"}
-		}
-		log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
-		printProgressSummary(ctx, db, job)
-		return silent(sluice.CodeStopped)
+	if outcome != dispatcher.Finished {
+		return r.stopped(outcome)
 	}
-	// One worker merges; the others exit 0 once it has.
+	return r.merge(files, doneBefore, start)
+}
+
+// dispatch runs the job's batches to their end, or until it stops.
+func (r *jobRun) dispatch(files objstore.Store) (dispatcher.Outcome, error) {
+	ctx, f, rp := r.life.Context(), r.f, r.rp
+	var runProv sluice.Provider
+	var bar *runProgress
+	var onTick func([]*sluice.Chunk)
+	if lifecycle.Dispatches(r.job) {
+		var err error
+		if runProv, err = r.provider(); err != nil {
+			return 0, err
+		}
+		bar = newRunProgress(os.Stderr, r.db, r.job)
+		defer bar.done()
+		onTick = func(c []*sluice.Chunk) { bar.tick(c); r.nt.onTick(c) }
+	}
+	// Through the database going away and coming back, the dispatch starts
+	// over from the tracker's state (lifecycle/lockgate.go).
+	return r.wk.Ride(ctx, rp.log, func() (dispatcher.Outcome, error) {
+		return lifecycle.Run(ctx, lifecycle.WithLeases(r.db, r.wk), runProv, r.job, lifecycle.RunOptions{Output: rp.out,
+			Concurrency: f.concurrency, PollInterval: f.pollInterval, MaxPollInterval: f.maxPollInterval,
+			Deadline: rp.deadline, FallbackAt: rp.fallbackAt, StuckFallback: f.fallback != "", Once: f.once, Log: rp.log, OnTick: onTick, ReconcileGrace: f.reconcileGrace,
+			StuckAfter: f.stuckAfter, MaxCost: f.money.maxCost, Price: priceOf(rp.prices, rp.preset), Files: files,
+			Claim: r.wk.Claim, ResultsRetention: rp.retention}, r.life.Stopping())
+	})
+}
+
+// stopped ends a run whose dispatch stopped with work left (exit 3).
+func (r *jobRun) stopped(outcome dispatcher.Outcome) error {
+	ctx, job, deadline := r.life.Context(), r.job, r.rp.deadline
+	if outcome == dispatcher.CapReached {
+		r.end = runEnd{evStopped, stableID(job.ID, evStopped, "spend_cap", fmt.Sprint(r.f.money.maxCost)), "spend_cap"}
+		return capReached(ctx, r.db, job, r.rp.preset, r.rp.prices, r.f.money.maxCost)
+	}
+	why := "stopped"
+	r.end = runEnd{evStopped, randomID("evt_"), "signal"}
+	switch {
+	case r.f.once:
+		why = "--once: batches still running at the provider"
+		r.end.reason = "once"
+	case !deadline.IsZero() && !time.Now().Before(deadline):
+		why = "--deadline reached: batches left running at the provider"
+		r.end = runEnd{evStopped, stableID(job.ID, evStopped, "deadline", deadline.UTC().Format(time.RFC3339)), "deadline"}
+	}
+	r.rp.log.Info().Str("reason", why).Msg("state saved; run the same command again to continue")
+	printProgressSummary(ctx, r.db, job)
+	return silent(sluice.CodeStopped)
+}
+
+// merge writes the output, once: one worker merges, the others exit 0
+// once it has.
+func (r *jobRun) merge(files objstore.Store, doneBefore bool, start time.Time) error {
+	ctx, f, job, log := r.life.Context(), r.f, r.job, r.rp.log
 	var sum *merger.Summary
 	var cleanup time.Duration // deleting the job's files at the provider
-	merged, err := wk.mergeOnce(ctx, stop, doneBefore, func(fresh *sluice.Job) error {
+	merged, err := r.wk.MergeOnce(ctx, r.life.Stopping(), doneBefore, func(fresh *sluice.Job) error {
 		job.State = fresh.State
 		var err error
-		sum, err = lifecycle.Merge(ctx, db, job, lifecycle.MergeOptions{Output: out, Errors: f.errorsOut,
+		sum, err = lifecycle.Merge(ctx, r.db, job, lifecycle.MergeOptions{Output: r.rp.out, Errors: f.errorsOut,
 			Order: f.order, Log: log, Objects: objects, Files: files})
 		if err != nil {
 			return err
 		}
-		cleanup = lifecycle.SettleProviderFiles(ctx, db, job, f.keepProviderFiles, f.concurrency, getProv, log)
+		cleanup = lifecycle.SettleProviderFiles(ctx, r.db, job, f.keepProviderFiles, f.concurrency, r.provider, log)
 		return nil
 	})
-	if errors.Is(err, errStopped) {
-		end = runEnd{evStopped, randomID("evt_"), "signal"}
+	if errors.Is(err, lifecycle.ErrStopped) {
+		r.end = runEnd{evStopped, randomID("evt_"), "signal"}
 		log.Info().Msg("stopped while another worker merges; run the same command again to continue")
 		return silent(sluice.CodeStopped)
 	}
@@ -422,12 +437,12 @@ func runJob(parent context.Context, g *globalFlags, f *runFlags, inputArg string
 		log.Info().Str("job", job.ID).Msg("job done: another worker merged it")
 		return nil
 	}
-	printSummary(os.Stdout, ctx, db, job, sum, runWall{time.Since(start), cleanup})
+	printSummary(os.Stdout, ctx, r.db, job, sum, runWall{time.Since(start), cleanup})
 	if lifecycle.FailedAny(sum) {
-		end = runEnd{evFailures, stableID(job.ID, evFailures), ""}
+		r.end = runEnd{evFailures, stableID(job.ID, evFailures), ""}
 		return silent(sluice.CodeFailures)
 	}
-	end = runEnd{evDone, stableID(job.ID, evDone), ""}
+	r.end = runEnd{evDone, stableID(job.ID, evDone), ""}
 	return nil
 }
 

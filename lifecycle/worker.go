@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -13,25 +13,24 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
-	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
 // Many workers on one job (docs/scale-out.md, "Many workers"). Every
 // `sluice run` is a worker of its job: it registers, heartbeats, plans only
 // while it holds the job's plan role, acts on a chunk only under the
-// chunk's lease, and merges only while it holds the merge role. These are
-// small functions over leaseStore so that they can move with the job's
-// lifecycle into its own package.
+// chunk's lease, and merges only while it holds the merge role. A Worker
+// is started by StartWorker (it registers and heartbeats) and stopped by
+// Stop, which waits for its heartbeat to end and unregisters it.
 
 // DefaultLeaseTTL is how long a worker's leases last past its last
 // heartbeat: a worker that dies loses its chunks this long after. Workers
 // heartbeat every TTL/3.
 const DefaultLeaseTTL = 30 * time.Second
 
-// leaseStore is what workers need of the tracker (tracker/leases.go),
+// LeaseStore is what workers need of the tracker (tracker/leases.go),
 // whatever its backend.
-type leaseStore interface {
+type LeaseStore interface {
 	Job(ctx context.Context, id string) (*sluice.Job, error)
 	Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error)
 	RegisterWorker(ctx context.Context, job string, w sluice.Worker) error
@@ -47,13 +46,13 @@ type leaseStore interface {
 }
 
 var (
-	_ leaseStore = (*tracker.DB)(nil)
-	_ leaseStore = (*tracker.Postgres)(nil)
+	_ LeaseStore = (*tracker.DB)(nil)
+	_ LeaseStore = (*tracker.Postgres)(nil)
 )
 
-// worker is this process as one worker of a job.
-type worker struct {
-	db   leaseStore
+// Worker is this process as one worker of a job.
+type Worker struct {
+	db   LeaseStore
 	job  string
 	id   string
 	host string
@@ -78,16 +77,17 @@ type worker struct {
 	wg     sync.WaitGroup
 }
 
-// startWorker registers this process as a worker of job and heartbeats
-// every ttl/3 until close.
-func startWorker(ctx context.Context, db leaseStore, job string, ttl time.Duration, log zerolog.Logger) (*worker, error) {
+// StartWorker registers this process as a worker of job, holding lock
+// (the job's lock, taken by the caller), and heartbeats every ttl/3 until
+// Stop.
+func StartWorker(ctx context.Context, db LeaseStore, job string, ttl time.Duration, lock *tracker.Lock, log zerolog.Logger) (*Worker, error) {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
 	host, _ := os.Hostname()
 	var r [4]byte
 	rand.Read(r[:])
-	w := &worker{db: db, job: job, ttl: ttl, host: host,
+	w := &Worker{db: db, job: job, ttl: ttl, host: host, lock: lock,
 		id: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))}
 	w.log = log.With().Str("job", job).Str("worker", w.id).Logger()
 	w.landed, w.claims = time.Now(), map[int64]time.Time{}
@@ -102,7 +102,7 @@ func startWorker(ctx context.Context, db leaseStore, job string, ttl time.Durati
 	return w, nil
 }
 
-func (w *worker) heartbeat(ctx context.Context) {
+func (w *Worker) heartbeat(ctx context.Context) {
 	defer w.wg.Done()
 	t := time.NewTicker(w.ttl / 3)
 	defer t.Stop()
@@ -127,7 +127,7 @@ func (w *worker) heartbeat(ctx context.Context) {
 
 // beat sends one heartbeat, given a lease's life to land, and records
 // when it started if it landed: the leases it extended live from then.
-func (w *worker) beat(ctx context.Context) error {
+func (w *Worker) beat(ctx context.Context) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, w.ttl)
 	defer cancel()
@@ -143,9 +143,9 @@ func (w *worker) beat(ctx context.Context) error {
 	return err
 }
 
-// close stops the heartbeat and unregisters the worker, freeing every
+// Stop stops the heartbeat, waits for it to end, and unregisters the worker, freeing every
 // lease and role it holds at once.
-func (w *worker) close() {
+func (w *Worker) Stop() {
 	if w == nil {
 		return
 	}
@@ -160,7 +160,7 @@ func (w *worker) close() {
 // prune removes the rows of workers killed without unregistering (silent
 // for three lease lives, nothing held), so that status lists the workers
 // there are.
-func (w *worker) prune(ctx context.Context) {
+func (w *Worker) prune(ctx context.Context) {
 	if n, err := w.db.PruneWorkers(ctx, w.job, time.Now().Add(-3*w.ttl)); err != nil {
 		w.log.Warn().Err(err).Msg("could not remove the rows of dead workers")
 	} else if n > 0 {
@@ -168,32 +168,35 @@ func (w *worker) prune(ctx context.Context) {
 	}
 }
 
+// LockLost returns the error of the job's lock lost for good, or nil.
+func (w *Worker) LockLost() error { return w.lock.Lost() }
+
 // pollEvery is how often a worker waiting for another (for the plan, for
 // the merge) looks again.
-func (w *worker) pollEvery() time.Duration {
+func (w *Worker) pollEvery() time.Duration {
 	return min(max(w.ttl/10, 20*time.Millisecond), time.Second)
 }
 
 // wait sleeps one poll interval, or until ctx ends or stop closes.
-func (w *worker) wait(ctx context.Context, stop <-chan struct{}) error {
+func (w *Worker) wait(ctx context.Context, stop <-chan struct{}) error {
 	t := time.NewTimer(w.pollEvery())
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-stop:
-		return errStopped
+		return ErrStopped
 	case <-t.C:
 		return nil
 	}
 }
 
-// errStopped: a stop signal came while a worker waited for another.
-var errStopped = errors.New("stopped while waiting for another worker")
+// ErrStopped: a stop signal came while a worker waited for another.
+var ErrStopped = errors.New("stopped while waiting for another worker")
 
-// claim is the dispatcher's Options.Claim: it leases chunk c to this
+// Claim is the dispatcher's Options.Claim: it leases chunk c to this
 // worker and refreshes *c from the store.
-func (w *worker) claim(ctx context.Context, c *sluice.Chunk) (func(), bool, error) {
+func (w *Worker) Claim(ctx context.Context, c *sluice.Chunk) (func(), bool, error) {
 	start := time.Now()
 	ok, err := w.db.ClaimChunk(ctx, w.job, c.ID, w.id, w.ttl)
 	if err != nil || !ok {
@@ -215,12 +218,12 @@ func (w *worker) claim(ctx context.Context, c *sluice.Chunk) (func(), bool, erro
 	return release, true, nil
 }
 
-// planOnce returns the job planned: by plan, called while this worker
+// PlanOnce returns the job planned: by plan, called while this worker
 // holds the plan role (it plans, or finds the plan another worker
 // committed meanwhile and reuses it), or found planned. While another
 // worker holds the role, it waits for that plan; when that worker dies
 // mid-plan, its role expires and this one plans from scratch.
-func (w *worker) planOnce(ctx context.Context, stop <-chan struct{}, plan func() (*lifecycle.Prepared, error)) (*lifecycle.Prepared, error) {
+func (w *Worker) PlanOnce(ctx context.Context, stop <-chan struct{}, plan func() (*Prepared, error)) (*Prepared, error) {
 	waiting := false
 	for {
 		job, err := w.db.Job(ctx, w.job)
@@ -262,12 +265,12 @@ func (w *worker) planOnce(ctx context.Context, stop <-chan struct{}, plan func()
 	}
 }
 
-// mergeOnce calls merge with the job while this worker holds the merge
+// MergeOnce calls merge with the job while this worker holds the merge
 // role, unless another worker merged it first (the job is done and was
 // not when this worker started: doneBefore false): then it returns false.
 // While another worker holds the role it waits; when that worker dies
 // mid-merge, its role expires and this one merges.
-func (w *worker) mergeOnce(ctx context.Context, stop <-chan struct{}, doneBefore bool, merge func(*sluice.Job) error) (bool, error) {
+func (w *Worker) MergeOnce(ctx context.Context, stop <-chan struct{}, doneBefore bool, merge func(*sluice.Job) error) (bool, error) {
 	waiting := false
 	for {
 		ok, err := w.db.ClaimRole(ctx, w.job, sluice.RoleMerge, w.id, w.ttl)

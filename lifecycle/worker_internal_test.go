@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -61,15 +61,15 @@ func TestMergeOnceAcrossWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		w, err := startWorker(ctx, db, "j", 90*time.Millisecond, zerolog.Nop())
+		w, err := StartWorker(ctx, db, "j", 90*time.Millisecond, nil, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer w.close()
-			ok, err := w.mergeOnce(ctx, nil, false, func(job *sluice.Job) error {
+			defer w.Stop()
+			ok, err := w.MergeOnce(ctx, nil, false, func(job *sluice.Job) error {
 				merges.Add(1)
 				time.Sleep(200 * time.Millisecond) // longer than a lease: heartbeats keep the role
 				return db.FinishJob(ctx, job.ID, &sluice.JobSummary{Lines: 1})
@@ -104,7 +104,7 @@ func TestWorkerLeasesLapseWithoutHeartbeats(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	stopped := false
-	w := &worker{ttl: 100 * time.Millisecond, landed: now.Add(-time.Second), claims: map[int64]time.Time{},
+	w := &Worker{ttl: 100 * time.Millisecond, landed: now.Add(-time.Second), claims: map[int64]time.Time{},
 		stop: func() { stopped = true }}
 	if err := w.gate(ctx); err != nil {
 		t.Fatalf("no lease held: the gate says %v", err)
@@ -126,7 +126,7 @@ func TestWorkerLeasesLapseWithoutHeartbeats(t *testing.T) {
 	}
 
 	// Beats landing in time keep an old claim alive.
-	w2 := &worker{ttl: 100 * time.Millisecond, landed: now, claims: map[int64]time.Time{}}
+	w2 := &Worker{ttl: 100 * time.Millisecond, landed: now, claims: map[int64]time.Time{}}
 	w2.claimed(1, now.Add(-time.Second))
 	w2.landedAt(time.Now())
 	if err := w2.leasesLost(); err != nil {

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -9,22 +9,28 @@ import (
 	"github.com/sluice-batch/sluice/provider"
 )
 
-// mixedLocal is --provider local: the built-in emulator serves the OpenAI,
-// Anthropic, Cloudflare and Gemini batch APIs on one port, so local takes
-// lines of every family. Each chunk goes to the client of its url's family
+// MixedLocal is the provider of --provider local: the built-in emulator
+// serves the OpenAI, Anthropic, Cloudflare and Gemini batch APIs on one
+// port, so local takes lines of every family. Each chunk goes to the client of its url's family
 // (provider.FamilyOf); its chunk file is already in that family's format
 // (provider.MixedCodec).
-type mixedLocal struct {
+type MixedLocal struct {
 	openai, anthropic, cloudflare, gemini sluice.Provider
 	codec                                 sluice.Codec
 }
 
+// NewMixedLocal routes each chunk of --provider local to the client of
+// its family, each calling the in-process emulator; codec is local's.
+func NewMixedLocal(openai, anthropic, cloudflare, gemini sluice.Provider, codec sluice.Codec) *MixedLocal {
+	return &MixedLocal{openai: openai, anthropic: anthropic, cloudflare: cloudflare, gemini: gemini, codec: codec}
+}
+
 // noFile is the file id of a chunk whose family sends its body with the
-// create call: mixedLocal uses files (the OpenAI family does), so the
+// create call: MixedLocal uses files (the OpenAI family does), so the
 // dispatcher uploads every chunk first; for the others the upload is this.
 const noFile = "local-no-file"
 
-func (m *mixedLocal) route(url string) sluice.Provider {
+func (m *MixedLocal) route(url string) sluice.Provider {
 	switch provider.FamilyOf(url) {
 	case provider.FamilyAnthropic:
 		return m.anthropic
@@ -36,17 +42,17 @@ func (m *mixedLocal) route(url string) sluice.Provider {
 	return m.openai
 }
 
-func (m *mixedLocal) Name() string          { return "local" }
-func (m *mixedLocal) Codec() sluice.Codec   { return m.codec }
-func (m *mixedLocal) Limits() sluice.Limits { return m.openai.Limits() }
+func (m *MixedLocal) Name() string          { return "local" }
+func (m *MixedLocal) Codec() sluice.Codec   { return m.codec }
+func (m *MixedLocal) Limits() sluice.Limits { return m.openai.Limits() }
 
 // Capabilities: files (families without them get a stand-in file id), and
 // Untagged: Anthropic batches name no chunk, so creates go one at a time.
-func (m *mixedLocal) Capabilities() sluice.Capabilities {
+func (m *MixedLocal) Capabilities() sluice.Capabilities {
 	return sluice.Capabilities{Files: true, Untagged: true}
 }
 
-func (m *mixedLocal) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
+func (m *MixedLocal) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	p := m.route(ref.URL)
 	if !p.Capabilities().Files {
 		return noFile, nil
@@ -54,7 +60,7 @@ func (m *mixedLocal) Upload(ctx context.Context, ref sluice.BatchRef) (string, e
 	return p.Upload(ctx, ref)
 }
 
-func (m *mixedLocal) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
+func (m *MixedLocal) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
 	p := m.route(ref.URL)
 	if !p.Capabilities().Files {
 		fileID = ""
@@ -62,26 +68,26 @@ func (m *mixedLocal) Create(ctx context.Context, ref sluice.BatchRef, fileID str
 	return p.Create(ctx, ref, fileID)
 }
 
-func (m *mixedLocal) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
+func (m *MixedLocal) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
 	return m.route(ref.URL).Poll(ctx, ref, batchID)
 }
 
-func (m *mixedLocal) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
+func (m *MixedLocal) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
 	return m.route(ref.URL).Fetch(ctx, ref, b, dir)
 }
 
-func (m *mixedLocal) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+func (m *MixedLocal) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
 	return m.route(ref.URL).Decode(ctx, ref, files, lookup, fn)
 }
 
 // StreamsResults: a chunk's results are streamed when its family's client
 // streams them (sluice.ResultStreamer: the OpenAI family).
-func (m *mixedLocal) StreamsResults(ref sluice.BatchRef) bool {
+func (m *MixedLocal) StreamsResults(ref sluice.BatchRef) bool {
 	rs, ok := m.route(ref.URL).(sluice.ResultStreamer)
 	return ok && rs.StreamsResults(ref)
 }
 
-func (m *mixedLocal) StreamResults(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
+func (m *MixedLocal) StreamResults(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
 	rs, ok := m.route(ref.URL).(sluice.ResultStreamer)
 	if !ok {
 		return fmt.Errorf("provider local: the results of %s batches are not streamed", provider.FamilyOf(ref.URL))
@@ -92,7 +98,7 @@ func (m *mixedLocal) StreamResults(ctx context.Context, ref sluice.BatchRef, b s
 // Cancel knows the family by the emulator's batch ids: msgbatch_...
 // (Anthropic), batch_... (OpenAI), batches/... (Gemini), else a Workers AI
 // request id.
-func (m *mixedLocal) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
+func (m *MixedLocal) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
 	switch {
 	case strings.HasPrefix(batchID, "batches/"):
 		return m.gemini.Cancel(ctx, batchID)
@@ -104,7 +110,7 @@ func (m *mixedLocal) Cancel(ctx context.Context, batchID string) (sluice.Batch, 
 	return m.cloudflare.Cancel(ctx, batchID)
 }
 
-func (m *mixedLocal) Find(ctx context.Context, ref sluice.BatchRef) (string, string, error) {
+func (m *MixedLocal) Find(ctx context.Context, ref sluice.BatchRef) (string, string, error) {
 	p := m.route(ref.URL)
 	fileID, batchID, err := p.Find(ctx, ref)
 	if !p.Capabilities().Files && err == nil && fileID == "" {
@@ -113,7 +119,7 @@ func (m *mixedLocal) Find(ctx context.Context, ref sluice.BatchRef) (string, str
 	return fileID, batchID, err
 }
 
-func (m *mixedLocal) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
+func (m *MixedLocal) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...string) error {
 	var ids []string
 	for _, id := range fileIDs {
 		if id != noFile {

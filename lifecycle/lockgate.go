@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 
 // gate returns nil while this worker may call the provider; it waits
 // while the job lock is being taken back.
-func (w *worker) gate(ctx context.Context) error {
+func (w *Worker) gate(ctx context.Context) error {
 	if w == nil {
 		return nil
 	}
@@ -40,8 +40,8 @@ func (w *worker) gate(ctx context.Context) error {
 	return nil
 }
 
-// stopRun cancels the run (watchLock's stop).
-func (w *worker) stopRun() {
+// stopRun cancels the run (WatchLock's stop).
+func (w *Worker) stopRun() {
 	w.stopMu.Lock()
 	stop := w.stop
 	w.stopMu.Unlock()
@@ -60,7 +60,7 @@ var errLeasesLost = errors.New("this worker's heartbeats did not land")
 // this worker's steps may call the provider again. For good: a heartbeat
 // landing later does not give back a lease another worker may have
 // taken. Holding no chunk lease (planning, merging), nothing lapses.
-func (w *worker) leasesLost() error {
+func (w *Worker) leasesLost() error {
 	w.leaseMu.Lock()
 	defer w.leaseMu.Unlock()
 	if w.lapsed == nil {
@@ -71,7 +71,7 @@ func (w *worker) leasesLost() error {
 
 // expired returns the error of a held chunk lease that had expired at
 // at, or nil. w.leaseMu is held.
-func (w *worker) expired(at time.Time) error {
+func (w *Worker) expired(at time.Time) error {
 	for id, since := range w.claims {
 		from := since
 		if w.landed.After(from) {
@@ -88,7 +88,7 @@ func (w *worker) expired(at time.Time) error {
 // landedAt records a heartbeat that landed, sent at start: unless a held
 // lease had expired before it (then they lapsed), every lease lives from
 // start.
-func (w *worker) landedAt(start time.Time) {
+func (w *Worker) landedAt(start time.Time) {
 	w.leaseMu.Lock()
 	defer w.leaseMu.Unlock()
 	if w.lapsed == nil {
@@ -100,23 +100,23 @@ func (w *worker) landedAt(start time.Time) {
 }
 
 // claimed records a chunk lease taken by a claim started at start.
-func (w *worker) claimed(id int64, start time.Time) {
+func (w *Worker) claimed(id int64, start time.Time) {
 	w.leaseMu.Lock()
 	defer w.leaseMu.Unlock()
 	w.claims[id] = start
 }
 
 // released forgets a chunk lease given back.
-func (w *worker) released(id int64) {
+func (w *Worker) released(id int64) {
 	w.leaseMu.Lock()
 	defer w.leaseMu.Unlock()
 	delete(w.claims, id)
 }
 
-// watchLock logs the job lock's drops and takings back, and sets stop
+// WatchLock logs the job lock's drops and takings back, and sets stop
 // (the run's cancel) to be called once the lock is lost for good or the
 // worker's leases lapse.
-func (w *worker) watchLock(log zerolog.Logger, stop func()) {
+func (w *Worker) WatchLock(log zerolog.Logger, stop func()) {
 	if w == nil {
 		return
 	}
@@ -136,10 +136,10 @@ func (w *worker) watchLock(log zerolog.Logger, stop func()) {
 	})
 }
 
-// failureCause names, in the error a run fails with, the database going
+// FailureCause names, in the error a run fails with, the database going
 // away when it did: the lock lost for good (its error), the worker's
 // leases lapsed, or the lock's connection dropped during the run.
-func (w *worker) failureCause(err error) error {
+func (w *Worker) FailureCause(err error) error {
 	if err == nil || w == nil || isSilent(err) {
 		return err
 	}
@@ -169,10 +169,10 @@ func (w *worker) failureCause(err error) error {
 }
 
 // maxRides bounds how many times one run starts its dispatch over after
-// the database went away and came back (ride).
+// the database went away and came back (Ride).
 const maxRides = 5
 
-// ride calls run (the job's dispatch), and calls it again when it failed
+// Ride calls run (the job's dispatch), and calls it again when it failed
 // while the job lock's connection dropped and the lock is this run's
 // again: the database went away (a restart, a failover) and came back,
 // and whatever the failed dispatch was doing is where the tracker says,
@@ -181,7 +181,7 @@ const maxRides = 5
 // (docs/crash-safety.md), as the same command run again would. Not when
 // the lock is lost for good, the worker's leases lapsed, or the failure
 // came with no drop.
-func (w *worker) ride(ctx context.Context, log zerolog.Logger, run func() (dispatcher.Outcome, error)) (dispatcher.Outcome, error) {
+func (w *Worker) Ride(ctx context.Context, log zerolog.Logger, run func() (dispatcher.Outcome, error)) (dispatcher.Outcome, error) {
 	for n := 0; ; n++ {
 		drops := w.lock.Drops()
 		outcome, err := run()
@@ -215,11 +215,11 @@ func isSilent(err error) bool {
 // over meanwhile: that worker would find the chunk moved under it.
 type leasedStore struct {
 	tracker.Backend
-	w *worker
+	w *Worker
 }
 
-// withLeases puts db's chunk writes behind w's leases.
-func withLeases(db tracker.Backend, w *worker) tracker.Backend {
+// WithLeases puts db's chunk writes behind w's leases.
+func WithLeases(db tracker.Backend, w *Worker) tracker.Backend {
 	if w == nil {
 		return db
 	}
@@ -247,11 +247,11 @@ func (s *leasedStore) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 // already fetched.
 type gatedProvider struct {
 	sluice.Provider
-	w *worker
+	w *Worker
 }
 
-// gateProvider puts p behind w's gate, keeping ResultStreamer.
-func gateProvider(p sluice.Provider, w *worker) sluice.Provider {
+// GateProvider puts p behind w's gate, keeping ResultStreamer.
+func GateProvider(p sluice.Provider, w *Worker) sluice.Provider {
 	if w == nil || p == nil {
 		return p
 	}

@@ -1,0 +1,104 @@
+package lifecycle
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// TestLifeTwoPhaseSignals: the first SIGINT closes Stopping and leaves the
+// context alone; a second one at once (one stop delivered twice) is not a
+// second signal; one after the settling time cancels the context, and
+// Cancelled says so.
+func TestLifeTwoPhaseSignals(t *testing.T) {
+	clock := time.Unix(1e9, 0)
+	asked := make(chan time.Time)
+	now := func() time.Time { asked <- clock; return clock }
+	l := newLife(context.Background(), zerolog.Nop(), now, time.Second).start()
+	defer l.Stop()
+	kill := func() {
+		if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill()
+	<-asked // the first signal's time
+	select {
+	case <-l.Stopping():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first signal did not close Stopping")
+	}
+	kill()
+	<-asked // the second, at once: not counted
+	if l.Context().Err() != nil || l.Cancelled() {
+		t.Fatal("a second signal at once cancelled the run")
+	}
+	clock = clock.Add(2 * time.Second)
+	kill()
+	<-asked
+	select {
+	case <-l.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second signal did not cancel the run")
+	}
+	if !l.Cancelled() {
+		t.Error("Cancelled is false after a second signal")
+	}
+}
+
+// TestLifeStopStopsWhatItOwns: Stop cancels the context, ends the signal
+// watcher and calls what the life owns, last given first, once.
+func TestLifeStopStopsWhatItOwns(t *testing.T) {
+	l := Start(context.Background(), zerolog.Nop())
+	var order []int
+	l.Own(func() { order = append(order, 1) })
+	l.Own(func() {
+		if l.Context().Err() == nil {
+			t.Error("an owned stop ran before the context was cancelled")
+		}
+		order = append(order, 2)
+	})
+	l.Stop()
+	l.Stop()
+	select {
+	case <-l.done:
+	default:
+		t.Fatal("Stop returned before the signal watcher ended")
+	}
+	if len(order) != 2 || order[0] != 2 || order[1] != 1 {
+		t.Fatalf("owned stops ran as %v, want [2 1]", order)
+	}
+	if l.Cancelled() {
+		t.Error("Stop counts as a second signal")
+	}
+}
+
+// TestServerStopWaits: Stop returns once Serve has returned, and the
+// server no longer answers.
+func TestServerStopWaits(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Serve(&http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Second}, ln)
+	resp, err := http.Get("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatalf("a second Stop: %v", err)
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Error("the server still listens after Stop")
+	}
+}
