@@ -29,16 +29,16 @@ type Response struct {
 }
 
 // MarkCompact records that the caller has checked that Body is exactly
-// what json.Marshal writes for it (jsonscan.Canonical: valid JSON, no
-// whitespace between tokens, nothing encoding/json escapes), so that
-// AppendOutputLine copies it without checking it again: a decoder that
-// has just validated the line knows it for free. The mark holds for these
+// what json.Marshal writes for it (valid JSON, no whitespace between
+// tokens, nothing encoding/json escapes), so that the output line encoder
+// (internal/wire.AppendOutputLine) copies it without checking it again: a
+// decoder that has just validated the line knows it for free. The mark holds for these
 // bytes only: once Body is set to another slice (or resliced), Body is
 // checked again. Changing Body's bytes in place after marking is a bug.
 func (r *Response) MarkCompact() { r.compact = r.Body }
 
-// markedCompact reports whether MarkCompact vouched for the current Body.
-func (r *Response) markedCompact() bool {
+// MarkedCompact reports whether MarkCompact vouched for the current Body.
+func (r *Response) MarkedCompact() bool {
 	return len(r.Body) > 0 && len(r.compact) == len(r.Body) && &r.compact[0] == &r.Body[0]
 }
 

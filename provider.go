@@ -96,7 +96,7 @@ func (r Result) Owned() Result {
 		cp := *resp
 		cp.Body = bytes.Clone(resp.Body)
 		cp.compact = nil
-		if resp.markedCompact() {
+		if resp.MarkedCompact() {
 			cp.MarkCompact()
 		}
 		r.Line.Response = &cp

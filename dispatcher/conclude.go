@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/internal/atomicfile"
+	"github.com/sluice-batch/sluice/internal/wire"
 )
 
 // ending collects the outcome of one chunk's attempt: which requests are
@@ -158,7 +159,7 @@ func (e *ending) final(i int, failed bool, line sluice.OutputLine) error {
 		line.Error = &errCopy
 	}
 	var err error
-	if e.buf, err = sluice.AppendResultLine(e.buf[:0], e.reqs[i].Ordinal, failed, &line); err != nil {
+	if e.buf, err = wire.AppendResultLine(e.buf[:0], e.reqs[i].Ordinal, failed, &line); err != nil {
 		return fatal(fmt.Errorf("encode result of %q: %w", e.ids[i], err))
 	}
 	if _, err := e.w.Write(e.buf); err != nil {

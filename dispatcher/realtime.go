@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 )
 
 // The realtime fallback (--fallback realtime; docs/crash-safety.md, "The
@@ -242,7 +243,7 @@ func (d *Dispatcher) callOne(ctx context.Context, ref sluice.BatchRef, c *sluice
 		return nil, fatal(fmt.Errorf("chunk %d: synchronous call for %q: %w", c.ID, r.CustomID, err))
 	}
 	res.Line.CustomID = r.CustomID
-	if rc.Line, err = sluice.AppendOutputLine(nil, &res.Line); err != nil {
+	if rc.Line, err = wire.AppendOutputLine(nil, &res.Line); err != nil {
 		return nil, fatal(err)
 	}
 	rc.Kind, rc.Usage = res.Kind, res.Usage

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-batch/sluice/internal/cputime"
 
-	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 )
 
 // benchFiles writes n results records of about recBytes bytes into nfiles
@@ -59,7 +59,7 @@ func benchFiles(b *testing.B, dir string, n, nfiles, groups, recBytes int) ([]st
 			} else {
 				line = fmt.Sprintf(`{"custom_id":%q,"response":{"status_code":200,"request_id":"req_%d","body":{"choices":[{"message":{"content":"%s"}}]}},"error":null}`, id, ord, pad)
 			}
-			data = sluice.AppendResultRecord(data, int64(ord), failed, []byte(line))
+			data = wire.AppendResultRecord(data, int64(ord), failed, []byte(line))
 		}
 		name := filepath.Join(dir, fmt.Sprintf("c%06d.results", f+1))
 		if err := os.WriteFile(name, data, 0o644); err != nil {

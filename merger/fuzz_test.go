@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 )
 
 // FuzzParseRecords checks that the merger's three readers of results files
 // (the sequential scanner, the index pass with records kept in memory and
-// the one read back with ReadAt) agree with sluice.ParseResultRecord on any
+// the one read back with ReadAt) agree with wire.ParseResultRecord on any
 // file: the same records, or an error on the same malformed line.
 func FuzzParseRecords(f *testing.F) {
 	seeds := []string{
@@ -54,7 +54,7 @@ func FuzzParseRecords(f *testing.F) {
 			lines = lines[:len(lines)-1]
 		}
 		for i, l := range lines {
-			ord, failed, line, err := sluice.ParseResultRecord(l)
+			ord, failed, line, err := wire.ParseResultRecord(l)
 			// The merger also refuses empty lines and framings over maxHeader bytes.
 			if err != nil || len(line) == 0 || bytes.IndexByte(l, '\t') > maxHeader-3 || bytes.IndexByte(l, '\t') < 0 && len(l) > maxHeader-3 {
 				bad = i

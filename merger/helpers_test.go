@@ -15,7 +15,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 )
 
 // tRec is one results record of a test.
@@ -65,7 +65,7 @@ func writeFile(t testing.TB, name string, recs []tRec) string {
 	t.Helper()
 	var b []byte
 	for _, r := range recs {
-		b = sluice.AppendResultRecord(b, r.ord, r.failed, []byte(r.line))
+		b = wire.AppendResultRecord(b, r.ord, r.failed, []byte(r.line))
 	}
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		t.Fatal(err)

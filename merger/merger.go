@@ -2,7 +2,7 @@
 // job's one output file: one line per input request, in input order by
 // default, plus the errors file, with bounded memory and crash safety.
 //
-// A results file (sluice.AppendResultRecord framing: "<ordinal>\t<s|f>\t<json>\n")
+// A results file (wire.AppendResultRecord framing: "<ordinal>\t<s|f>\t<json>\n")
 // holds the final records of one chunk attempt in any order. In input order
 // each file is read once to build an index of (ordinal, offset, length)
 // entries (24 bytes a record). Small files are kept in memory. A file whose

@@ -13,7 +13,7 @@ import (
 	"slices"
 )
 
-// rec is one results record (see sluice.AppendResultRecord).
+// rec is one results record (see wire.AppendResultRecord).
 type rec struct {
 	ord    int64
 	failed bool
@@ -23,7 +23,7 @@ type rec struct {
 
 // parseHeader parses the framing "<ordinal>\t<s|f>\t" at the start of raw
 // and returns the ordinal, the flag and the framing's length. It accepts what
-// sluice.ParseResultRecord accepts (strconv.ParseInt's base-10 syntax, an
+// wire.ParseResultRecord accepts (strconv.ParseInt's base-10 syntax, an
 // ordinal >= 0), except an empty line after the framing and a framing longer
 // than maxHeader bytes, without allocating.
 func parseHeader(raw []byte) (ord int64, failed bool, hl int, ok bool) {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 )
 
 // Reuse of earlier jobs' answers at planning (docs/money.md). For each
@@ -187,7 +188,7 @@ func (u *reuser) answer(a sluice.Answer, customID string) (line []byte, ok bool)
 	if _, err := f.ReadAt(rec, a.Offset); err != nil {
 		return nil, false
 	}
-	_, failed, old, err := sluice.ParseResultRecord(rec)
+	_, failed, old, err := wire.ParseResultRecord(rec)
 	if err != nil || failed {
 		return nil, false
 	}
@@ -223,7 +224,7 @@ func (u *reuser) write(dir string, ordinal int64, line []byte) error {
 		}
 		u.files = append(u.files, rel)
 	}
-	u.buf = sluice.AppendResultRecord(u.buf[:0], ordinal, false, line)
+	u.buf = wire.AppendResultRecord(u.buf[:0], ordinal, false, line)
 	if _, err := u.w.Write(u.buf); err != nil {
 		return fmt.Errorf("reused results: %w", err)
 	}

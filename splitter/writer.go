@@ -14,6 +14,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 )
 
 const (
@@ -319,14 +320,14 @@ func (w *writer) reject(b *block, r *rec, taken bool) error {
 		}
 		w.rejIDs[xxh3.HashString(id)] = r.line
 	}
-	w.rejBuf = sluice.AppendResultRecord(w.rejBuf[:0], w.requests, true, RejectedLine(r.line, id, r.reason))
+	w.rejBuf = wire.AppendResultRecord(w.rejBuf[:0], w.requests, true, RejectedLine(r.line, id, r.reason))
 	_, err = w.rejResW.Write(w.rejBuf)
 	return err
 }
 
 // RejectedResults is the file, in the job directory, where Split writes
 // every line --skip-invalid rejected as a results record (see
-// sluice.AppendResultRecord) for the merge: the ordinal is that of the
+// wire.AppendResultRecord) for the merge: the ordinal is that of the
 // valid request that follows the line in the input (the number of valid
 // requests before it), so the merge puts the line in its input place, and
 // the record is the line's output line (RejectedLine). Records are in

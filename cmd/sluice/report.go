@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/internal/atomicfile"
+	"github.com/sluice-batch/sluice/internal/wire"
 	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/tracker"
 )
@@ -328,7 +329,7 @@ func isFailureRecord(rec []byte) bool {
 
 // addFailure groups one failure record (ordinal TAB f TAB output line).
 func (g *codeGroups) addFailure(rec []byte, c *sluice.Chunk) {
-	_, _, line, err := sluice.ParseResultRecord(rec)
+	_, _, line, err := wire.ParseResultRecord(rec)
 	if err != nil {
 		line = nil
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
 
@@ -113,7 +113,7 @@ func FuzzDecodeLineFast(f *testing.F) {
 		// The record written for it is json.Marshal's, byte for byte,
 		// whether the body was vouched for or checked again.
 		js, jerr := json.Marshal(got.Line)
-		out, oerr := sluice.AppendOutputLine(nil, &got.Line)
+		out, oerr := wire.AppendOutputLine(nil, &got.Line)
 		if (oerr != nil) != (jerr != nil) || jerr == nil && !bytes.Equal(out, js) {
 			t.Fatalf("%q:\nwritten %s (%v)\nwant    %s (%v)", line, out, oerr, js, jerr)
 		}
@@ -122,7 +122,7 @@ func FuzzDecodeLineFast(f *testing.F) {
 			plain.Body = append(json.RawMessage(nil), r.Body...) // not vouched for
 			ol := got.Line
 			ol.Response = &plain
-			if again, _ := sluice.AppendOutputLine(nil, &ol); !bytes.Equal(again, out) {
+			if again, _ := wire.AppendOutputLine(nil, &ol); !bytes.Equal(again, out) {
 				t.Fatalf("%q: written %s, unvouched %s", line, out, again)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/internal/gen/corpus"
+	"github.com/sluice-batch/sluice/internal/wire"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/openai"
@@ -118,7 +119,7 @@ func fetchBenchResults() (dir string, files []string, size int64, err error) {
 // BenchmarkDecodeFile is the dispatcher's share of ending a batch of
 // 50,000 requests (dispatcher/conclude.go): its result files decoded line
 // by line (Client.Decode) and each result encoded as the record the
-// results file gets (sluice.AppendResultLine), written through a buffer.
+// results file gets (wire.AppendResultLine), written through a buffer.
 func BenchmarkDecodeFile(b *testing.B) {
 	files, size := resultFiles(b)
 	p, err := provider.Lookup("openai")
@@ -185,7 +186,7 @@ func benchEnd(b *testing.B, size int64, read func(fn func(sluice.Result) error) 
 		n := 0
 		err := read(func(r sluice.Result) error {
 			var err error
-			if buf, err = sluice.AppendResultLine(buf[:0], int64(n), r.Kind != sluice.ResultSucceeded, &r.Line); err != nil {
+			if buf, err = wire.AppendResultLine(buf[:0], int64(n), r.Kind != sluice.ResultSucceeded, &r.Line); err != nil {
 				return err
 			}
 			n++

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/wire"
 	"github.com/sluice-batch/sluice/merger"
 )
 
@@ -162,7 +162,7 @@ func generate(dir, sizeStr string, seed uint64) error {
 		var rec, line []byte
 		for _, o := range ords {
 			line = appendLine(line[:0], o)
-			rec = sluice.AppendResultRecord(rec[:0], o, failed(o), line)
+			rec = wire.AppendResultRecord(rec[:0], o, failed(o), line)
 			man.Bytes += int64(len(rec))
 			bw.Write(rec)
 		}

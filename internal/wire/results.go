@@ -1,9 +1,11 @@
-package sluice
+package wire
 
 import (
 	"bytes"
 	"errors"
 	"strconv"
+
+	"github.com/sluice-batch/sluice"
 )
 
 // A results file holds the final results one chunk attempt produced, one
@@ -32,7 +34,7 @@ func AppendResultRecord(dst []byte, ordinal int64, failed bool, line []byte) []b
 // AppendResultLine appends the record of one output line to dst: as
 // AppendResultRecord(dst, ordinal, failed, json.Marshal(l)), without the
 // intermediate encoding (AppendOutputLine).
-func AppendResultLine(dst []byte, ordinal int64, failed bool, l *OutputLine) ([]byte, error) {
+func AppendResultLine(dst []byte, ordinal int64, failed bool, l *sluice.OutputLine) ([]byte, error) {
 	n := len(dst)
 	dst = strconv.AppendInt(dst, ordinal, 10)
 	if failed {

@@ -1,8 +1,10 @@
-package sluice
+package wire
 
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/sluice-batch/sluice"
 )
 
 // FuzzAppendOutputLine: the direct encoding of an output line is
@@ -18,10 +20,10 @@ func FuzzAppendOutputLine(f *testing.F) {
 	f.Add("r", 200, "q", []byte(``), false)
 	f.Add("r", 0, "", []byte(`null`), true)
 	f.Fuzz(func(t *testing.T, id string, status int, reqID string, body []byte, asError bool) {
-		l := OutputLine{CustomID: id, Response: &Response{StatusCode: status, RequestID: reqID, Body: body}}
+		l := sluice.OutputLine{CustomID: id, Response: &sluice.Response{StatusCode: status, RequestID: reqID, Body: body}}
 		if asError {
 			l.Response = nil
-			l.Error = &LineError{Code: CodeMissingResult, Message: string(body), Attempts: status}
+			l.Error = &sluice.LineError{Code: sluice.CodeMissingResult, Message: string(body), Attempts: status}
 		}
 		want, werr := json.Marshal(&l)
 		got, err := AppendOutputLine([]byte("x"), &l)
@@ -43,7 +45,7 @@ func FuzzAppendOutputLine(f *testing.F) {
 
 func BenchmarkAppendResultLine(b *testing.B) {
 	body := []byte(`{"id":"chatcmpl-49ac829d9af37f932a265a2d","object":"chat.completion","created":1795420250,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":"echo: t nialpxe atad ni esualc hcihw noitpecxe","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":148,"completion_tokens":12,"total_tokens":160,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_emulator"}`)
-	l := &OutputLine{CustomID: "req-0", Response: &Response{StatusCode: 200, RequestID: "req_83734086b7d42d9cecae18860261936b", Body: body}}
+	l := &sluice.OutputLine{CustomID: "req-0", Response: &sluice.Response{StatusCode: 200, RequestID: "req_83734086b7d42d9cecae18860261936b", Body: body}}
 	b.Run("json.Marshal", func(b *testing.B) {
 		b.ReportAllocs()
 		var buf []byte
@@ -72,9 +74,9 @@ func BenchmarkAppendResultLine(b *testing.B) {
 // checked again.
 func TestMarkCompact(t *testing.T) {
 	body := json.RawMessage(`{"a": 1}`) // not canonical: only to see the mark obeyed
-	r := &Response{StatusCode: 200, Body: body}
+	r := &sluice.Response{StatusCode: 200, Body: body}
 	r.MarkCompact()
-	l := OutputLine{CustomID: "c", Response: r}
+	l := sluice.OutputLine{CustomID: "c", Response: r}
 	got, err := AppendOutputLine(nil, &l)
 	if want := `{"custom_id":"c","response":{"status_code":200,"body":{"a": 1}},"error":null}`; err != nil || string(got) != want {
 		t.Fatalf("marked: %s (%v), want %s", got, err, want)
@@ -95,7 +97,7 @@ func TestMarkCompact(t *testing.T) {
 // bytes.
 func TestResultOwned(t *testing.T) {
 	buf := []byte(`{"a": 1}`) // not canonical: the mark is what is obeyed
-	r := Result{CustomID: "c", Line: OutputLine{CustomID: "c", Response: &Response{StatusCode: 200, Body: buf}}}
+	r := sluice.Result{CustomID: "c", Line: sluice.OutputLine{CustomID: "c", Response: &sluice.Response{StatusCode: 200, Body: buf}}}
 	r.Line.Response.MarkCompact()
 	own := r.Owned()
 	copy(buf, `{"b": 2}`) // the lender reuses its buffer
@@ -103,14 +105,14 @@ func TestResultOwned(t *testing.T) {
 	if want := `{"custom_id":"c","response":{"status_code":200,"body":{"a": 1}},"error":null}`; err != nil || string(got) != want {
 		t.Fatalf("owned: %s (%v), want %s", got, err, want)
 	}
-	if !own.Line.Response.markedCompact() || &own.Line.Response.Body[0] == &buf[0] {
+	if !own.Line.Response.MarkedCompact() || &own.Line.Response.Body[0] == &buf[0] {
 		t.Fatal("the copy lost its mark or is the lent buffer")
 	}
-	plain := Result{Line: OutputLine{Response: &Response{StatusCode: 200, Body: []byte(`{"b":2}`)}}}
-	if plain.Owned().Line.Response.markedCompact() {
+	plain := sluice.Result{Line: sluice.OutputLine{Response: &sluice.Response{StatusCode: 200, Body: []byte(`{"b":2}`)}}}
+	if plain.Owned().Line.Response.MarkedCompact() {
 		t.Fatal("Owned marked compact a body that was not")
 	}
-	if e := (Result{Line: OutputLine{Error: &LineError{Code: "x"}}}).Owned(); e.Line.Error.Code != "x" {
+	if e := (sluice.Result{Line: sluice.OutputLine{Error: &sluice.LineError{Code: "x"}}}).Owned(); e.Line.Error.Code != "x" {
 		t.Fatal("an error result changed")
 	}
 }
