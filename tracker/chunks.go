@@ -72,6 +72,9 @@ func (d *DB) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.Chunk
 // attempt_errors row: every error the dispatcher records is kept, and a
 // poll failing the same way for hours is one row, not one per poll.
 func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
+	if err := sluice.CheckChunkTransition(c, from); err != nil {
+		return err
+	}
 	if c.ErrorCode != "" || c.LastError != "" {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
 			SELECT job_id, id, ?, ?, ?, ? FROM chunks WHERE job_id = ? AND id = ? AND state = ?

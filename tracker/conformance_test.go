@@ -37,6 +37,7 @@ var conformance = []struct {
 	{"CancelAndSettings", testCancelAndSettings},
 	{"ConcurrentGuardedTransition", testConcurrentGuardedTransition},
 	{"JobTransitionTable", testJobTransitionTable},
+	{"ChunkTransitionTable", testChunkTransitionTable},
 	{"CancelAndFinishFollowTheTable", testCancelAndFinishFollowTheTable},
 	{"ClaimChunkIsExclusiveUntilItExpires", testClaimChunkIsExclusiveUntilItExpires},
 	{"HeartbeatExtendsEveryLeaseOfTheWorker", testHeartbeatExtendsEveryLeaseOfTheWorker},
@@ -205,8 +206,12 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	if db.BatchKnown(ctx, "batch_1") {
 		t.Error("BatchKnown before any chunk recorded it")
 	}
-	c.State, c.BatchID = sluice.ChunkSubmitted, "batch_1"
+	c.State = sluice.ChunkCreating
 	if err := db.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.BatchID = sluice.ChunkSubmitted, "batch_1"
+	if err := db.UpdateChunk(ctx, c, sluice.ChunkCreating); err != nil {
 		t.Fatal(err)
 	}
 	if !db.BatchKnown(ctx, "batch_1") {

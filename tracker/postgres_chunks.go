@@ -56,6 +56,9 @@ func (p *Postgres) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice
 // is still in state from, and a last error other than the one the row
 // holds is kept as an attempt_errors row.
 func pgUpdateChunk(ctx context.Context, tx pgx.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
+	if err := sluice.CheckChunkTransition(c, from); err != nil {
+		return err
+	}
 	if c.ErrorCode != "" || c.LastError != "" {
 		if _, err := tx.Exec(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
 			SELECT job_id, id, $1, $2, $3, $4 FROM chunks WHERE job_id = $5 AND id = $6 AND state = $7
