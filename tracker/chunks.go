@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
-	"time"
 	"unsafe"
 
 	"github.com/sluice-batch/sluice"
@@ -15,12 +15,8 @@ import (
 
 var _ sluice.Store = (*DB)(nil)
 
-const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
-	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
-	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck, max_output_tokens, no_max_requests,
-	usage_est_tokens, queue_refusals, digest, splits, results_expire_at`
-
-func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
+// scanChunk reads a row of chunk_get's columns.
+func scanChunk(row scanner) (*sluice.Chunk, error) {
 	var c sluice.Chunk
 	var intent, next, sub, ended, expire int64
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
@@ -35,68 +31,69 @@ func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 }
 
 // Chunks implements sluice.Store.
-func (d *DB) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = ? ORDER BY id`, job)
+func (c *core) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
+	var cs []*sluice.Chunk
+	err := c.ex.query(ctx, c.stmts.q("chunks_of_job"), func(row scanner) error {
+		ch, err := scanChunk(row)
+		if err != nil {
+			return err
+		}
+		cs = append(cs, ch)
+		return nil
+	}, job)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var cs []*sluice.Chunk
-	for rows.Next() {
-		c, err := scanChunk(rows)
-		if err != nil {
-			return nil, err
-		}
-		cs = append(cs, c)
-	}
-	return cs, rows.Err()
+	return cs, nil
 }
 
 // Chunk reads one chunk of a job: the dispatcher re-reads a chunk it holds
 // a lease on before acting, since another worker may have moved it.
-func (d *DB) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
-	c, err := scanChunk(d.db.QueryRowContext(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = ? AND id = ?`, job, id))
+func (c *core) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
+	ch, err := scanChunk(c.ex.queryRow(ctx, c.stmts.q("chunk_get"), job, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, err)
 	}
-	return c, nil
+	return ch, nil
 }
 
 // UpdateChunk implements sluice.Store.
-func (d *DB) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
-	return d.tx(ctx, func(tx *sql.Tx) error { return updateChunk(ctx, tx, c, from, d.now()) })
+func (c *core) UpdateChunk(ctx context.Context, ch *sluice.Chunk, from sluice.ChunkState) error {
+	return c.drv.inTx(ctx, func(ex executor) error { return c.updateChunk(ctx, ex, ch, from) })
 }
 
-// updateChunk writes c if it is still in state from. A last error that is
-// not the one the row holds (another code or message) is also kept as an
-// attempt_errors row: every error the dispatcher records is kept, and a
-// poll failing the same way for hours is one row, not one per poll.
-func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
-	if err := sluice.CheckChunkTransition(c, from); err != nil {
+// updateChunk writes ch if the move from state from is in the table of
+// chunk transitions (sluice.ChunkState.CanTransition) and the chunk is
+// still in state from. A last error that is not the one the row holds
+// (another code or message) is also kept as an attempt_errors row: every
+// error the dispatcher records is kept, and a poll failing the same way
+// for hours is one row, not one per poll. The driver's chunkWritten runs
+// last, in the same transaction.
+func (c *core) updateChunk(ctx context.Context, ex executor, ch *sluice.Chunk, from sluice.ChunkState) error {
+	if err := sluice.CheckChunkTransition(ch, from); err != nil {
 		return err
 	}
-	if c.ErrorCode != "" || c.LastError != "" {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
-			SELECT job_id, id, ?, ?, ?, ? FROM chunks WHERE job_id = ? AND id = ? AND state = ?
-				AND (error_code != ? OR last_error != ?)`,
-			c.Attempt, c.ErrorCode, c.LastError, now.UnixNano(), c.Job, c.ID, from, c.ErrorCode, c.LastError); err != nil {
-			return fmt.Errorf("chunk %d: record error: %w", c.ID, err)
+	if ch.ErrorCode != "" || ch.LastError != "" {
+		if _, err := ex.exec(ctx, c.stmts.q("chunk_record_error"), ch.Attempt, ch.ErrorCode, ch.LastError, c.now().UnixNano(),
+			ch.Job, ch.ID, from, ch.ErrorCode, ch.LastError); err != nil {
+			return fmt.Errorf("chunk %d: record error: %w", ch.ID, err)
 		}
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE chunks SET state = ?, file_id = ?, batch_id = ?, batch_status = ?,
-		intent_at = ?, next_poll_at = ?, polls = ?, submitted_at = ?, ended_at = ?, last_error = ?,
-		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ?, error_code = ?, stuck = ?,
-		usage_est_tokens = ?, queue_refusals = ?, digest = ?, results_expire_at = ? WHERE job_id = ? AND id = ? AND state = ?`,
-		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
-		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Digest, ns(c.ResultsExpireAt), c.Job, c.ID, from)
+	n, err := ex.exec(ctx, c.stmts.q("chunk_update"),
+		ch.State, ch.FileID, ch.BatchID, ch.BatchStatus, ns(ch.IntentAt), ns(ch.NextPollAt), ch.Polls,
+		ns(ch.SubmittedAt), ns(ch.EndedAt), ch.LastError, ch.InputTokens, ch.OutputTokens, ch.ResultsPath,
+		ch.FetchFailures, ch.ErrorCode, ch.Stuck, ch.UsageEstTokens, ch.QueueRefusals, ch.Digest, ns(ch.ResultsExpireAt),
+		ch.Job, ch.ID, from)
 	if err != nil {
-		return fmt.Errorf("chunk %d: %w", c.ID, err)
+		return fmt.Errorf("chunk %d: %w", ch.ID, err)
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return fmt.Errorf("chunk %d: %s -> %s: %w", c.ID, from, c.State, ErrConflict)
+	if n != 1 {
+		return fmt.Errorf("chunk %d: %s -> %s: %w", ch.ID, from, ch.State, ErrConflict)
 	}
-	return nil
+	return c.drv.chunkWritten(ctx, ex, ch.Job)
 }
 
 // chunkRequestsSQL reads a chunk's requests in order, through the
@@ -175,7 +172,7 @@ func rowRequests(ctx context.Context, q querier, key, chunk int64, settled int, 
 // FinishChunk implements sluice.Store.
 func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
-		if err := updateChunk(ctx, tx, f.Chunk, f.From, d.now()); err != nil {
+		if err := d.updateChunk(ctx, sqliteExec{tx}, f.Chunk, f.From); err != nil {
 			return err
 		}
 		job := f.Chunk.Job
@@ -561,10 +558,9 @@ func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bo
 }
 
 // BatchKnown reports whether any chunk records this provider batch id.
-func (d *DB) BatchKnown(ctx context.Context, batchID string) bool {
+func (c *core) BatchKnown(ctx context.Context, batchID string) bool {
 	var one int
-	err := d.db.QueryRowContext(ctx, `SELECT 1 FROM chunks WHERE batch_id = ? LIMIT 1`, batchID).Scan(&one)
-	return err == nil
+	return c.ex.queryRow(ctx, c.stmts.q("batch_known"), batchID).Scan(&one) == nil
 }
 
 // RetriedRequests counts a job's requests that needed more than one
@@ -578,29 +574,28 @@ func (d *DB) RetriedRequests(ctx context.Context, job string) (int64, error) {
 
 // AttemptErrors returns the last n errors recorded for a job's chunks
 // (every one when n <= 0), oldest first, and how many are recorded in all.
-func (d *DB) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
+func (c *core) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
 	var total int64
-	if err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = ?`, job).Scan(&total); err != nil {
+	if err := c.ex.queryRow(ctx, c.stmts.q("attempt_errors_count"), job).Scan(&total); err != nil {
 		return nil, 0, err
 	}
-	if n <= 0 {
-		n = -1 // SQLite: no limit
+	limit := int64(math.MaxInt64) // every one
+	if n > 0 {
+		limit = int64(n)
 	}
-	rows, err := d.db.QueryContext(ctx, `SELECT job_id, chunk_id, attempt, code, message, at FROM
-		(SELECT * FROM attempt_errors WHERE job_id = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq`, job, n)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rows.Close()
 	var es []sluice.AttemptError
-	for rows.Next() {
+	err := c.ex.query(ctx, c.stmts.q("attempt_errors_last"), func(row scanner) error {
 		var e sluice.AttemptError
 		var at int64
-		if err := rows.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
-			return nil, 0, err
+		if err := row.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
+			return err
 		}
 		e.At = fromNS(at)
 		es = append(es, e)
+		return nil
+	}, job, limit)
+	if err != nil {
+		return nil, 0, err
 	}
-	return es, total, rows.Err()
+	return es, total, nil
 }

@@ -202,71 +202,55 @@ func (p *Plan) SetReused(n int64, sources map[string]int64) error {
 
 // ReuseSources returns how many of job's requests were answered from each
 // earlier job.
-func (d *DB) ReuseSources(ctx context.Context, job string) (map[string]int64, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT source_job, requests FROM reuse_sources WHERE job_id = ? ORDER BY source_job`, job)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	m, err := scanSources(rows)
-	if err != nil {
-		return nil, err
-	}
-	return m, rows.Err()
-}
-
-// scanSources reads (source job, requests) rows into a map; both backends'
-// ReuseSources share it.
-func scanSources(rows answerRows) (map[string]int64, error) {
+func (c *core) ReuseSources(ctx context.Context, job string) (map[string]int64, error) {
 	m := map[string]int64{}
-	for rows.Next() {
+	err := c.ex.query(ctx, c.stmts.q("reuse_sources"), func(row scanner) error {
 		var s string
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
+		if err := row.Scan(&s, &n); err != nil {
+			return err
 		}
 		m[s] = n
+		return nil
+	}, job)
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
 // Learned returns, per model, what every finished batch in the state
 // directory taught about the estimates (sluice.Learned).
-func (d *DB) Learned(ctx context.Context) (map[string]sluice.Learned, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT model, SUM(usage_est_tokens), SUM(input_tokens), SUM(output_tokens)
-		FROM chunks WHERE usage_est_tokens > 0 GROUP BY model`)
+func (c *core) Learned(ctx context.Context) (map[string]sluice.Learned, error) {
+	m := map[string]sluice.Learned{}
+	err := c.ex.query(ctx, c.stmts.q("learned"), func(row scanner) error {
+		var model string
+		var l sluice.Learned
+		if err := row.Scan(&model, &l.EstTokens, &l.InputTokens, &l.OutputTokens); err != nil {
+			return err
+		}
+		m[model] = l
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	m := map[string]sluice.Learned{}
-	for rows.Next() {
-		var model string
-		var l sluice.Learned
-		if err := rows.Scan(&model, &l.EstTokens, &l.InputTokens, &l.OutputTokens); err != nil {
-			return nil, err
-		}
-		m[model] = l
-	}
-	return m, rows.Err()
+	return m, nil
 }
 
 // SetMaxCost records the spend cap of a job's latest run (nil: none).
-func (d *DB) SetMaxCost(ctx context.Context, job string, usd *float64) error {
-	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET max_cost = ? WHERE id = ?`, usd, job)
+func (c *core) SetMaxCost(ctx context.Context, job string, usd *float64) error {
+	_, err := c.ex.exec(ctx, c.stmts.q("job_set_max_cost"), usd, job)
 	return err
 }
 
 // MaxCost returns the spend cap of a job's latest run, or nil.
-func (d *DB) MaxCost(ctx context.Context, job string) (*float64, error) {
-	var v sql.NullFloat64
-	if err := d.db.QueryRowContext(ctx, `SELECT max_cost FROM jobs WHERE id = ?`, job).Scan(&v); err != nil {
+func (c *core) MaxCost(ctx context.Context, job string) (*float64, error) {
+	var v *float64
+	if err := c.ex.queryRow(ctx, c.stmts.q("job_max_cost"), job).Scan(&v); err != nil {
 		return nil, err
 	}
-	if !v.Valid {
-		return nil, nil
-	}
-	return &v.Float64, nil
+	return v, nil
 }
 
 // lookupQuery finds the answers to n keys (then the plan's job key).

@@ -4,84 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-batch/sluice"
 )
-
-// Chunks implements sluice.Store.
-func (p *Postgres) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = $1 ORDER BY id`, job)
-	if err != nil {
-		return nil, p.wrap(err)
-	}
-	defer rows.Close()
-	var cs []*sluice.Chunk
-	for rows.Next() {
-		c, err := scanChunk(rows)
-		if err != nil {
-			return nil, err
-		}
-		cs = append(cs, c)
-	}
-	return cs, p.wrap(rows.Err())
-}
-
-// Chunk reads one chunk of a job (the dispatcher re-reads a chunk it holds
-// a lease on before acting, since another worker may have moved it).
-func (p *Postgres) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
-	c, err := scanChunk(p.pool.QueryRow(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = $1 AND id = $2`, job, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, p.wrap(err))
-	}
-	return c, nil
-}
-
-// UpdateChunk implements sluice.Store.
-func (p *Postgres) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
-	return p.tx(ctx, func(tx pgx.Tx) error {
-		if err := pgUpdateChunk(ctx, tx, c, from, p.now()); err != nil {
-			return err
-		}
-		return p.fence(ctx, tx, c.Job) // after the row's lock: postgres_lockwatch.go
-	})
-}
-
-// pgUpdateChunk is updateChunk for PostgreSQL: c is written if the chunk
-// is still in state from, and a last error other than the one the row
-// holds is kept as an attempt_errors row.
-func pgUpdateChunk(ctx context.Context, tx pgx.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
-	if err := sluice.CheckChunkTransition(c, from); err != nil {
-		return err
-	}
-	if c.ErrorCode != "" || c.LastError != "" {
-		if _, err := tx.Exec(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
-			SELECT job_id, id, $1, $2, $3, $4 FROM chunks WHERE job_id = $5 AND id = $6 AND state = $7
-				AND (error_code != $2 OR last_error != $3)`,
-			c.Attempt, c.ErrorCode, c.LastError, now.UnixNano(), c.Job, c.ID, from); err != nil {
-			return fmt.Errorf("chunk %d: record error: %w", c.ID, err)
-		}
-	}
-	tag, err := tx.Exec(ctx, `UPDATE chunks SET state = $1, file_id = $2, batch_id = $3, batch_status = $4,
-		intent_at = $5, next_poll_at = $6, polls = $7, submitted_at = $8, ended_at = $9, last_error = $10,
-		input_tokens = $11, output_tokens = $12, results_path = $13, fetch_failures = $14, error_code = $15, stuck = $16,
-		usage_est_tokens = $17, queue_refusals = $18, digest = $22, results_expire_at = $23 WHERE job_id = $19 AND id = $20 AND state = $21`,
-		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
-		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Job, c.ID, from, c.Digest, ns(c.ResultsExpireAt))
-	if err != nil {
-		return fmt.Errorf("chunk %d: %w", c.ID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("chunk %d: %s -> %s: %w", c.ID, from, c.State, ErrConflict)
-	}
-	return nil
-}
 
 // ChunkRequests implements sluice.Store.
 func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
@@ -121,13 +48,10 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 	ids := make([]int64, len(f.NewChunks))
 	moved := make([]int64, len(f.Moved))
 	err := p.tx(ctx, func(tx pgx.Tx) error {
-		if err := pgUpdateChunk(ctx, tx, f.Chunk, f.From, p.now()); err != nil {
+		if err := p.updateChunk(ctx, pgExec{tx, p.wrap}, f.Chunk, f.From); err != nil {
 			return err
 		}
 		job := f.Chunk.Job
-		if err := p.fence(ctx, tx, job); err != nil {
-			return err
-		}
 		var key int64
 		lock := ""
 		for _, c := range f.NewChunks {
@@ -355,13 +279,6 @@ func (p *Postgres) Expected(ctx context.Context, job string, fn func(int64, stri
 	return p.wrap(rows.Err())
 }
 
-// BatchKnown implements Backend.
-func (p *Postgres) BatchKnown(ctx context.Context, batchID string) bool {
-	var one int
-	err := p.pool.QueryRow(ctx, `SELECT 1 FROM chunks WHERE batch_id = $1 LIMIT 1`, batchID).Scan(&one)
-	return err == nil
-}
-
 // RetriedRequests implements Backend.
 func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, error) {
 	var n int64
@@ -373,34 +290,4 @@ func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, erro
 	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgPartition(key)+` r JOIN chunks c ON c.job_id = $1 AND c.id = r.chunk_id
 		WHERE r.attempt - c.splits > 1`, job).Scan(&n)
 	return n, p.wrap(err)
-}
-
-// AttemptErrors implements Backend.
-func (p *Postgres) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
-	var total int64
-	if err := p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = $1`, job).Scan(&total); err != nil {
-		return nil, 0, p.wrap(err)
-	}
-	var limit *int64 // LIMIT NULL: every row
-	if n > 0 {
-		l := int64(n)
-		limit = &l
-	}
-	rows, err := p.pool.Query(ctx, `SELECT job_id, chunk_id, attempt, code, message, at FROM
-		(SELECT * FROM attempt_errors WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) e ORDER BY seq`, job, limit)
-	if err != nil {
-		return nil, 0, p.wrap(err)
-	}
-	defer rows.Close()
-	var es []sluice.AttemptError
-	for rows.Next() {
-		var e sluice.AttemptError
-		var at int64
-		if err := rows.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
-			return nil, 0, err
-		}
-		e.At = fromNS(at)
-		es = append(es, e)
-	}
-	return es, total, p.wrap(rows.Err())
 }

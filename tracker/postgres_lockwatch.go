@@ -338,7 +338,7 @@ func (w *pgLockWatch) release() error {
 // taking waits for this transaction, and once it committed its epoch this
 // read sees it. Jobs this process holds no watched lock of (tests that
 // write without a lock) are not fenced.
-func (p *Postgres) fence(ctx context.Context, tx pgx.Tx, job string) error {
+func (p *Postgres) fence(ctx context.Context, tx pgQuerier, job string) error {
 	p.fenceMu.Lock()
 	w := p.fences[job]
 	p.fenceMu.Unlock()

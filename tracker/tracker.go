@@ -30,9 +30,8 @@ var ErrNotFound = errors.New("not found")
 
 // DB is the tracker's database in one state directory.
 type DB struct {
+	core // the rules (driver.go), over this driver
 	db   *sql.DB
-	dir  string
-	now  func() time.Time
 	busy time.Duration
 }
 
@@ -93,7 +92,8 @@ func open(ctx context.Context, dir string, ms []migrations.Migration, o Options)
 	if err != nil {
 		return nil, err
 	}
-	d := &DB{db: sdb, dir: dir, now: time.Now, busy: busy}
+	d := &DB{db: sdb, busy: busy}
+	d.core = core{ex: sqliteExec{sdb}, drv: d, stmts: dialect("sqlite"), dir: dir, now: time.Now}
 	if err := d.applyRetrying(ctx, ms); err != nil {
 		sdb.Close()
 		return nil, d.LockedHint(err)
@@ -133,17 +133,11 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
 }
 
-// Dir is the state directory.
-func (d *DB) Dir() string { return d.dir }
-
 // SQL exposes the database for read-only inspection in tests and status.
 func (d *DB) SQL() *sql.DB { return d.db }
 
 // Close closes the database.
 func (d *DB) Close() error { return d.db.Close() }
-
-// SetClock replaces the clock (tests).
-func (d *DB) SetClock(now func() time.Time) { d.now = now }
 
 // LockedHint explains SQLite's "database is locked" in err, if it is that.
 func (d *DB) LockedHint(err error) error {
@@ -225,6 +219,15 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 var goSteps = map[int]func(context.Context, *sql.Tx) error{
 	4: importJobFiles, // 0004_facts.sql: the job directory's marker files
 }
+
+// inTx implements dbDriver.
+func (d *DB) inTx(ctx context.Context, fn func(executor) error) error {
+	return d.tx(ctx, func(tx *sql.Tx) error { return fn(sqliteExec{tx}) })
+}
+
+// chunkWritten implements dbDriver: SQLite's job lock is a file lock the
+// kernel frees with its process, and its writers take turns: no fence.
+func (d *DB) chunkWritten(context.Context, executor, string) error { return nil }
 
 // tx runs fn in a transaction, committing when it returns nil.
 func (d *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
