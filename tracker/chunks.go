@@ -171,7 +171,8 @@ func rowRequests(ctx context.Context, q querier, key, chunk int64, settled int, 
 
 // FinishChunk implements sluice.Store.
 func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
+	done := func() {}
+	err := d.tx(ctx, func(tx *sql.Tx) error {
 		if err := d.updateChunk(ctx, sqliteExec{tx}, f.Chunk, f.From); err != nil {
 			return err
 		}
@@ -194,27 +195,13 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", first, f.Chunk.ID, ErrConflict)
 			}
 		}
-		if len(f.NewChunks) > 0 && f.NewChunks[0].ID == 0 {
-			// Several workers may end chunks of the job at once: the ids
-			// are given here, under the transaction's write lock.
-			var next int64
-			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = ?`, job).Scan(&next); err != nil {
-				return err
-			}
-			for i, c := range f.NewChunks {
-				c.ID = next + int64(i)
-			}
+		ids, moved, err := d.newChunks(ctx, sqliteExec{tx}, f)
+		if err != nil {
+			return err
 		}
-		for _, c := range f.NewChunks {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-				c.MaxOutputTokens, c.NoMaxRequests, c.Splits); err != nil {
-				return fmt.Errorf("record chunk %d: %w", c.ID, err)
-			}
-		}
+		done = func() { setNewIDs(f, ids, moved) }
 		if paged {
-			return finishPaged(ctx, tx, pc, f)
+			return finishPaged(ctx, tx, pc, f, moved)
 		}
 		// Moves first: what is left in the chunk is then exactly the
 		// requests the outcomes name, or the successes cannot be settled
@@ -225,14 +212,8 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		defer mv.Close()
-		for _, r := range f.Moved {
-			if i, ok := sluice.NewChunkIndex(r.Chunk); ok {
-				if i >= len(f.NewChunks) {
-					return fmt.Errorf("request #%d moved to new chunk %d of %d", r.Ordinal, i, len(f.NewChunks))
-				}
-				r.Chunk = f.NewChunks[i].ID
-			}
-			res, err := mv.Exec(r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
+		for i, r := range f.Moved {
+			res, err := mv.Exec(moved[i], r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
 			if err != nil {
 				return err
 			}
@@ -245,6 +226,73 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		return finishOutcomes(ctx, tx, key, f)
 	})
+	if err == nil {
+		done()
+	}
+	return err
+}
+
+// newChunks records f's new chunks in the transaction of its finish. A
+// new chunk with an id of 0 or less gets its id here, in order after the
+// job's highest: several workers may end chunks of one job at once, and
+// the transaction holds SQLite's write lock, or the job row's lock that
+// PostgreSQL's FinishChunk took first. Distinct negative ids are
+// placeholders a moved request may name; a moved request names its new
+// chunk by that, or by sluice.NewChunkRef of its place in f.NewChunks.
+// It returns the new chunks' ids and, for each of f.Moved, the id of the
+// chunk it goes to; setNewIDs writes them into f once the finish
+// committed.
+func (c *core) newChunks(ctx context.Context, ex executor, f *sluice.Finish) (ids, moved []int64, err error) {
+	job := f.Chunk.Job
+	ids = make([]int64, len(f.NewChunks))
+	assigned := map[int64]int64{} // negative placeholder -> id
+	var next int64
+	for i, ch := range f.NewChunks {
+		id := ch.ID
+		if id <= 0 {
+			if _, dup := assigned[id]; dup && id < 0 {
+				return nil, nil, fmt.Errorf("new chunks of chunk %d share the placeholder id %d", f.Chunk.ID, id)
+			}
+			if next == 0 {
+				if err := ex.queryRow(ctx, c.stmts.q("chunk_next_id"), job).Scan(&next); err != nil {
+					return nil, nil, fmt.Errorf("allocate chunk ids: %w", err)
+				}
+			}
+			id, assigned[ch.ID] = next, next
+			next++
+		}
+		ids[i] = id
+		if _, err := ex.exec(ctx, c.stmts.q("chunk_insert"), job, id, ch.Attempt, ch.URL, ch.Model, ch.Path, ch.Requests,
+			ch.Bytes, ch.EstTokens, ch.Bound, ch.State, ch.MaxOutputTokens, ch.NoMaxRequests, ch.Splits); err != nil {
+			return nil, nil, fmt.Errorf("record chunk %d: %w", id, err)
+		}
+	}
+	moved = make([]int64, len(f.Moved))
+	for i, r := range f.Moved {
+		moved[i] = r.Chunk
+		if r.Chunk > 0 {
+			continue
+		}
+		if id, ok := assigned[r.Chunk]; ok && r.Chunk < 0 {
+			moved[i] = id
+		} else if k, ok := sluice.NewChunkIndex(r.Chunk); ok && k < len(ids) {
+			moved[i] = ids[k]
+		} else {
+			return nil, nil, fmt.Errorf("request #%d moved to chunk %d, which is not among the %d new chunks", r.Ordinal, r.Chunk, len(ids))
+		}
+	}
+	return ids, moved, nil
+}
+
+// setNewIDs writes the ids newChunks gave into f: its new chunks', and the
+// chunk each moved request went to.
+func setNewIDs(f *sluice.Finish, ids, moved []int64) {
+	for i, ch := range f.NewChunks {
+		ch.ID = ids[i]
+	}
+	for i := range f.Moved {
+		f.Moved[i].Chunk = moved[i]
+	}
 }
 
 // The values of chunks.requests_settled (migrations/0008_settled_chunks.sql).

@@ -442,7 +442,7 @@ func requests(ctx context.Context, q querier, job string, fn func(*sluice.Reques
 // the successes, when they are every request left, are settled on the
 // chunk with no row written, else each gets a row too. Every request
 // named must be pending in the chunk (ErrConflict otherwise).
-func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finish) error {
+func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finish, moved []int64) error {
 	if pc.settled != settledNot {
 		return nil // FinishChunk refused any request named: nothing to do
 	}
@@ -493,20 +493,13 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 		overlaid++
 		return nil
 	}
-	for _, m := range f.Moved {
+	for i, m := range f.Moved {
 		e, err := take(m.Ordinal)
 		if err != nil {
 			return err
 		}
-		chunk := m.Chunk
-		if i, ok := sluice.NewChunkIndex(chunk); ok {
-			if i >= len(f.NewChunks) {
-				return fmt.Errorf("request #%d moved to new chunk %d of %d", m.Ordinal, i, len(f.NewChunks))
-			}
-			chunk = f.NewChunks[i].ID
-		}
 		r := *e
-		r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, r.State = chunk, m.Index, m.Offset, m.Length, m.Attempt, sluice.RequestPending
+		r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, r.State = moved[i], m.Index, m.Offset, m.Length, m.Attempt, sluice.RequestPending
 		if err := overlay(&r, "move"); err != nil {
 			return err
 		}

@@ -45,20 +45,20 @@ func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, f
 // of one job at once must not hand out the same id. The ids are written
 // back into f once committed.
 func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
-	ids := make([]int64, len(f.NewChunks))
-	moved := make([]int64, len(f.Moved))
+	var ids, moved []int64
 	err := p.tx(ctx, func(tx pgx.Tx) error {
-		if err := p.updateChunk(ctx, pgExec{tx, p.wrap}, f.Chunk, f.From); err != nil {
+		ex := pgExec{tx, p.wrap}
+		if err := p.updateChunk(ctx, ex, f.Chunk, f.From); err != nil {
 			return err
 		}
 		job := f.Chunk.Job
-		var key int64
 		lock := ""
 		for _, c := range f.NewChunks {
 			if c.ID <= 0 {
-				lock = " FOR UPDATE"
+				lock = " FOR UPDATE" // newChunks gives ids: one finish of the job at a time
 			}
 		}
+		var key int64
 		if err := tx.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`+lock, job).Scan(&key); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("job %s: %w", job, ErrNotFound)
@@ -66,45 +66,9 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		part := pgPartition(key)
-		assigned := map[int64]int64{} // negative placeholder -> id
-		var next int64
-		for i, c := range f.NewChunks {
-			id := c.ID
-			if id <= 0 {
-				if _, dup := assigned[id]; dup && id < 0 {
-					return fmt.Errorf("new chunks of chunk %d share the placeholder id %d", f.Chunk.ID, id)
-				}
-				if next == 0 {
-					if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = $1`, job).Scan(&next); err != nil {
-						return fmt.Errorf("allocate chunk ids: %w", err)
-					}
-				}
-				id, assigned[c.ID] = next, next
-				next++
-			}
-			ids[i] = id
-			if _, err := tx.Exec(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-				job, id, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-				c.MaxOutputTokens, c.NoMaxRequests, c.Splits); err != nil {
-				return fmt.Errorf("record chunk %d: %w", id, err)
-			}
-		}
-		// A moved request names its new chunk by the chunk's placeholder id,
-		// or, when no new chunk has that id, by -1-i for NewChunks[i].
-		for i, r := range f.Moved {
-			moved[i] = r.Chunk
-			if r.Chunk > 0 {
-				continue
-			}
-			if id, ok := assigned[r.Chunk]; ok && r.Chunk < 0 {
-				moved[i] = id
-			} else if k := -1 - r.Chunk; r.Chunk < 0 && k < int64(len(ids)) {
-				moved[i] = ids[k]
-			} else {
-				return fmt.Errorf("request #%d moved to chunk %d, which is not among the new chunks", r.Ordinal, r.Chunk)
-			}
+		var err error
+		if ids, moved, err = p.newChunks(ctx, ex, f); err != nil {
+			return err
 		}
 		// Every outcome goes on its row here (requests_settled 1,
 		// migrations/postgres/0003_settled_chunks.sql).
@@ -151,12 +115,7 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 	if err != nil {
 		return err
 	}
-	for i, c := range f.NewChunks {
-		c.ID = ids[i]
-	}
-	for i := range f.Moved {
-		f.Moved[i].Chunk = moved[i]
-	}
+	setNewIDs(f, ids, moved)
 	return nil
 }
 
