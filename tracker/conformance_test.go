@@ -38,6 +38,7 @@ var conformance = []struct {
 	{"ConcurrentGuardedTransition", testConcurrentGuardedTransition},
 	{"JobTransitionTable", testJobTransitionTable},
 	{"ChunkTransitionTable", testChunkTransitionTable},
+	{"RealtimeCalls", testRealtimeCalls},
 	{"CancelAndFinishFollowTheTable", testCancelAndFinishFollowTheTable},
 	{"ClaimChunkIsExclusiveUntilItExpires", testClaimChunkIsExclusiveUntilItExpires},
 	{"HeartbeatExtendsEveryLeaseOfTheWorker", testHeartbeatExtendsEveryLeaseOfTheWorker},
