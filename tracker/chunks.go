@@ -32,19 +32,7 @@ func scanChunk(row scanner) (*sluice.Chunk, error) {
 
 // Chunks implements sluice.Store.
 func (c *core) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
-	var cs []*sluice.Chunk
-	err := c.ex.query(ctx, c.stmts.q("chunks_of_job"), func(row scanner) error {
-		ch, err := scanChunk(row)
-		if err != nil {
-			return err
-		}
-		cs = append(cs, ch)
-		return nil
-	}, job)
-	if err != nil {
-		return nil, err
-	}
-	return cs, nil
+	return collect(ctx, c.ex, c.stmts.q("chunks_of_job"), scanChunk, job)
 }
 
 // Chunk reads one chunk of a job: the dispatcher re-reads a chunk it holds
@@ -631,16 +619,12 @@ func (c *core) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.A
 	if n > 0 {
 		limit = int64(n)
 	}
-	var es []sluice.AttemptError
-	err := c.ex.query(ctx, c.stmts.q("attempt_errors_last"), func(row scanner) error {
+	es, err := collect(ctx, c.ex, c.stmts.q("attempt_errors_last"), func(row scanner) (sluice.AttemptError, error) {
 		var e sluice.AttemptError
 		var at int64
-		if err := row.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
-			return err
-		}
+		err := row.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at)
 		e.At = fromNS(at)
-		es = append(es, e)
-		return nil
+		return e, err
 	}, job, limit)
 	if err != nil {
 		return nil, 0, err

@@ -43,6 +43,23 @@ type executor interface {
 	query(ctx context.Context, q string, each func(scanner) error, args ...any) error
 }
 
+// collect runs query q and returns its rows, each read by scan.
+func collect[T any](ctx context.Context, ex executor, q string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+	var out []T
+	err := ex.query(ctx, q, func(row scanner) error {
+		v, err := scan(row)
+		if err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // dbDriver is what the rules need of a database beyond running statements.
 type dbDriver interface {
 	// inTx runs fn in a transaction, committing when it returns nil.

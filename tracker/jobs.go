@@ -46,19 +46,7 @@ func (c *core) Job(ctx context.Context, id string) (*sluice.Job, error) {
 
 // Jobs returns every job, newest first.
 func (c *core) Jobs(ctx context.Context) ([]*sluice.Job, error) {
-	var js []*sluice.Job
-	err := c.ex.query(ctx, c.stmts.q("jobs_all"), func(row scanner) error {
-		j, err := scanJob(row)
-		if err != nil {
-			return err
-		}
-		js = append(js, j)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return js, nil
+	return collect(ctx, c.ex, c.stmts.q("jobs_all"), scanJob)
 }
 
 // SetJobState moves a job from one state to another: refused with a

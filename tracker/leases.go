@@ -154,21 +154,13 @@ func (c *core) ReleaseRole(ctx context.Context, job, role, worker string) error 
 // Workers returns the workers registered on job, oldest first, each with
 // the number of unexpired chunk leases it holds.
 func (c *core) Workers(ctx context.Context, job string) ([]sluice.Worker, error) {
-	var ws []sluice.Worker
-	err := c.ex.query(ctx, c.stmts.q("workers_of_job"), func(row scanner) error {
+	return collect(ctx, c.ex, c.stmts.q("workers_of_job"), func(row scanner) (sluice.Worker, error) {
 		var w sluice.Worker
 		var started, beat, leases int64
-		if err := row.Scan(&w.ID, &w.Host, &w.PID, &started, &beat, &leases); err != nil {
-			return err
-		}
+		err := row.Scan(&w.ID, &w.Host, &w.PID, &started, &beat, &leases)
 		w.Started, w.Heartbeat, w.Leases = fromNS(started), fromNS(beat), int(leases)
-		ws = append(ws, w)
-		return nil
+		return w, err
 	}, ns(c.now()), job)
-	if err != nil {
-		return nil, err
-	}
-	return ws, nil
 }
 
 // claim implements dbDriver on SQLite: one guarded upsert (sql/sqlite.sql).

@@ -120,18 +120,13 @@ func (c *core) ClaimNotification(ctx context.Context, dests []string, owner stri
 }
 
 func (c *core) notifications(ctx context.Context, q string, args ...any) ([]Notification, error) {
-	var out []Notification
-	err := c.ex.query(ctx, q, func(row scanner) error {
+	return collect(ctx, c.ex, q, func(row scanner) (Notification, error) {
 		var n Notification
 		var next, created, delivered int64
-		if err := row.Scan(&n.ID, &n.Dest, &n.Job, &n.Type, &n.Body, &n.State, &n.Attempts, &next, &created, &delivered, &n.LastError); err != nil {
-			return err
-		}
+		err := row.Scan(&n.ID, &n.Dest, &n.Job, &n.Type, &n.Body, &n.State, &n.Attempts, &next, &created, &delivered, &n.LastError)
 		n.NextAt, n.CreatedAt, n.DeliveredAt = fromNS(next), fromNS(created), fromNS(delivered)
-		out = append(out, n)
-		return nil
+		return n, err
 	}, args...)
-	return out, err
 }
 
 func (c *core) notification(ctx context.Context, id, dest string) (*Notification, error) {

@@ -18,32 +18,20 @@ var (
 
 // RealtimeChunks implements sluice.RealtimeStore.
 func (c *core) RealtimeChunks(ctx context.Context, job string) ([]int64, error) {
-	var out []int64
-	err := c.ex.query(ctx, c.stmts.q("realtime_chunks"), func(row scanner) error {
-		var id int64
-		if err := row.Scan(&id); err != nil {
-			return err
-		}
-		out = append(out, id)
-		return nil
+	return collect(ctx, c.ex, c.stmts.q("realtime_chunks"), func(row scanner) (id int64, err error) {
+		return id, row.Scan(&id)
 	}, job)
-	return out, err
 }
 
 // RealtimeCalls implements sluice.RealtimeStore.
 func (c *core) RealtimeCalls(ctx context.Context, job string, chunk int64) ([]sluice.RealtimeCall, error) {
-	var out []sluice.RealtimeCall
-	err := c.ex.query(ctx, c.stmts.q("realtime_calls"), func(row scanner) error {
+	return collect(ctx, c.ex, c.stmts.q("realtime_calls"), func(row scanner) (sluice.RealtimeCall, error) {
 		rc := sluice.RealtimeCall{Chunk: chunk}
 		var kind int
-		if err := row.Scan(&rc.Index, &rc.State, &kind, &rc.Line, &rc.Usage.InputTokens, &rc.Usage.OutputTokens); err != nil {
-			return err
-		}
+		err := row.Scan(&rc.Index, &rc.State, &kind, &rc.Line, &rc.Usage.InputTokens, &rc.Usage.OutputTokens)
 		rc.Kind = sluice.ResultKind(kind)
-		out = append(out, rc)
-		return nil
+		return rc, err
 	}, job, chunk)
-	return out, err
 }
 
 // RealtimeIntent implements sluice.RealtimeStore.
