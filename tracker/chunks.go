@@ -86,8 +86,7 @@ func (c *core) updateChunk(ctx context.Context, ex executor, ch *sluice.Chunk, f
 
 // chunkRequestsSQL reads a chunk's requests in order, through the
 // requests_chunk index (TestChunkRequestsUsesTheIndex).
-const chunkRequestsSQL = `SELECT id & ?, line, custom_id, chunk_id, idx, offset, length, tokens,
-	attempt, state FROM requests WHERE id >> 40 = ? AND chunk_id = ? ORDER BY idx`
+var chunkRequestsSQL = sqliteStmts.q("chunk_requests")
 
 // ChunkRequests implements sluice.Store. The chunk's facts and its
 // requests are read in one snapshot.
@@ -194,8 +193,7 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		// Moves first: what is left in the chunk is then exactly the
 		// requests the outcomes name, or the successes cannot be settled
 		// on the chunk (finishOutcomes).
-		mv, err := tx.PrepareContext(ctx, `UPDATE requests SET chunk_id = ?, idx = ?, offset = ?, length = ?, attempt = ?
-			WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
+		mv, err := tx.PrepareContext(ctx, d.stmts.q("request_move"))
 		if err != nil {
 			return err
 		}
@@ -329,7 +327,7 @@ func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish
 			return err
 		}
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ? WHERE job_id = ? AND id = ?`,
+	_, err := tx.ExecContext(ctx, sqliteStmts.q("chunk_settle"),
 		mark, answersArg(answers), f.Chunk.Job, f.Chunk.ID)
 	return err
 }
@@ -355,8 +353,7 @@ func bulkOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) 
 			return true, nil
 		}
 		ids := appendIDs(nil, key, f.Outcomes, st)
-		res, err := tx.ExecContext(ctx, `UPDATE requests SET state = ? WHERE id IN (SELECT value FROM json_each(?))
-			AND chunk_id = ? AND state = 'pending'`, st, string(ids), f.Chunk.ID)
+		res, err := tx.ExecContext(ctx, sqliteStmts.q("requests_set_state"), st, string(ids), f.Chunk.ID)
 		if err != nil {
 			return false, err
 		}
@@ -394,13 +391,12 @@ func bulkOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) 
 
 // settleCheckSQL sums a chunk's rows over the requests_chunk index alone
 // (TestSettleCheckReadsOnlyTheIndex).
-const settleCheckSQL = `SELECT COUNT(*), COALESCE(SUM(id & ?), 0), COALESCE(SUM((id % 65521) * (id % 65519)), 0)
-	FROM requests WHERE id >> 40 = ? AND chunk_id = ?`
+var settleCheckSQL = sqliteStmts.q("settle_check")
 
 // eachOutcome sets the outcomes one row at a time and names the first
 // request that is not pending in the chunk.
 func eachOutcome(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) error {
-	fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
+	fin, err := tx.PrepareContext(ctx, sqliteStmts.q("request_set_state"))
 	if err != nil {
 		return err
 	}
@@ -508,11 +504,7 @@ func requestStates(ctx context.Context, q querier, job string) (map[sluice.Reque
 	// every row of the job first. A request still pending in a chunk
 	// settled on the chunk is succeeded (finishOutcomes).
 	var pending, implicit, succeeded, failed int64
-	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
-		COUNT(*) FILTER (WHERE state = 'pending' AND chunk_id IN
-			(SELECT id FROM chunks WHERE job_id = ? AND requests_settled = `+strconv.Itoa(settledOnChunk)+`)),
-		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
-		FROM requests WHERE `+jobRows, job, job, job).Scan(&pending, &implicit, &succeeded, &failed)
+	err := q.QueryRowContext(ctx, sqliteStmts.q("request_states"), job, job, job).Scan(&pending, &implicit, &succeeded, &failed)
 	if err != nil {
 		return nil, err
 	}
@@ -521,11 +513,7 @@ func requestStates(ctx context.Context, q querier, job string) (map[sluice.Reque
 	// their chunk says, and chunk 0's are answered from earlier jobs; every
 	// row of a paged job is an overlay of one page entry.
 	var entries, pSucceeded int64
-	if err := q.QueryRowContext(ctx, `SELECT
-		(SELECT COALESCE(SUM(n), 0) FROM request_pages WHERE `+jobRange("request_pages.id")+`),
-		(SELECT COALESCE(SUM(c.paged - c.overlaid), 0) FROM chunks c WHERE c.job_id = ? AND c.paged > 0
-			AND c.requests_settled = `+strconv.Itoa(settledOnChunk)+`)
-		+ COALESCE((SELECT CASE WHEN paged = 1 THEN reused ELSE 0 END FROM jobs WHERE id = ?), 0)`, job, job, job, job).Scan(&entries, &pSucceeded); err != nil {
+	if err := q.QueryRowContext(ctx, sqliteStmts.q("request_states_paged"), job, job, job, job).Scan(&entries, &pSucceeded); err != nil {
 		return nil, err
 	}
 	if entries > 0 {
@@ -570,8 +558,7 @@ func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bo
 		}
 		return err
 	}
-	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, custom_id FROM requests WHERE `+jobRows+` ORDER BY id`,
-		maxOrdinal, job, job)
+	rows, err := d.db.QueryContext(ctx, d.stmts.q("requests_expected"), maxOrdinal, job, job)
 	if err != nil {
 		return err
 	}
@@ -603,8 +590,7 @@ func (c *core) BatchKnown(ctx context.Context, batchID string) bool {
 // attempt (a split spends none: its chunk's splits are not counted).
 func (d *DB) RetriedRequests(ctx context.Context, job string) (int64, error) {
 	var n int64
-	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests JOIN chunks ON chunks.job_id = ? AND chunks.id = requests.chunk_id
-		WHERE `+jobRows+` AND requests.attempt - chunks.splits > 1`, job, job, job).Scan(&n)
+	err := d.db.QueryRowContext(ctx, d.stmts.q("requests_retried"), job, job, job).Scan(&n)
 	return n, err
 }
 

@@ -88,6 +88,10 @@ func (c *core) Dir() string { return c.dir }
 // SetClock replaces the clock (tests).
 func (c *core) SetClock(now func() time.Time) { c.now = now }
 
+// sqliteStmts are SQLite's statements, for the SQLite driver's functions
+// that run without a *DB (inside its transactions and snapshots).
+var sqliteStmts = dialect("sqlite")
+
 // statements are one dialect's statements by name.
 type statements map[string]string
 

@@ -121,24 +121,18 @@ func (c *core) SetProviderFiles(ctx context.Context, id, state string) error {
 	return err
 }
 
-// DeleteJob removes a job and all its rows.
+// DeleteJob removes a job and all its rows: its answers leave the ledger
+// with it (sql/sqlite.sql).
 func (d *DB) DeleteJob(ctx context.Context, id string) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		// The job's answers leave the ledger with it (a later job buys them
-		// again rather than pointing at results that are gone).
-		if _, err := tx.ExecContext(ctx, `DELETE FROM ledger WHERE `+jobRange("request"), id, id); err != nil {
-			return err
+	return d.inTx(ctx, func(ex executor) error {
+		for _, name := range []string{"job_delete_ledger", "job_delete_requests", "job_delete_request_pages"} {
+			if _, err := ex.exec(ctx, d.stmts.q(name), id, id); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE `+jobRows, id, id); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM request_pages WHERE `+jobRange("id"), id, id); err != nil {
-			return err
-		}
-		for _, q := range []string{`DELETE FROM attempt_errors WHERE job_id = ?`, `DELETE FROM job_summaries WHERE job_id = ?`,
-			`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM chunk_leases WHERE job_id = ?`, `DELETE FROM realtime_calls WHERE job_id = ?`,
-			`DELETE FROM jobs WHERE id = ?`} {
-			if _, err := tx.ExecContext(ctx, q, id); err != nil {
+		for _, name := range []string{"job_delete_attempt_errors", "job_delete_summary", "job_delete_chunks",
+			"job_drop_leases", "job_delete_realtime_calls", "job_delete"} {
+			if _, err := ex.exec(ctx, d.stmts.q(name), id); err != nil {
 				return err
 			}
 		}

@@ -452,7 +452,7 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 		answers := appendAnswers(make([]byte, 0, 80*len(f.Outcomes)), pc.key, f.Outcomes, func(i int) (string, []byte) {
 			return f.Outcomes[i].CustomID, f.Outcomes[i].BodyKey
 		})
-		_, err := tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ? WHERE job_id = ? AND id = ?`,
+		_, err := tx.ExecContext(ctx, sqliteStmts.q("chunk_settle"),
 			settledOnChunk, answersArg(answers), f.Chunk.Job, f.Chunk.ID)
 		return err
 	}
@@ -544,7 +544,7 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	answers := appendAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, func(i int) (string, []byte) {
 		return named[i].CustomID, named[i].BodyKey
 	})
-	_, err = tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ?, overlaid = overlaid + ? WHERE job_id = ? AND id = ?`,
+	_, err = tx.ExecContext(ctx, sqliteStmts.q("chunk_settle_paged"),
 		mark, answersArg(answers), overlaid, f.Chunk.Job, f.Chunk.ID)
 	return err
 }
