@@ -271,6 +271,12 @@ func (p *Postgres) chunkWritten(ctx context.Context, ex executor, job string) er
 // a partition of requests (migrations/postgres/0001_init.sql).
 func pgPartition(key int64) string { return fmt.Sprintf("requests_j%d", key) }
 
+// partQ is the named statement over the partition of the job with key
+// key ({part} in sql/postgres.sql).
+func (p *Postgres) partQ(name string, key int64) string {
+	return strings.ReplaceAll(p.stmts.q(name), "{part}", pgPartition(key))
+}
+
 type pgQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -278,7 +284,7 @@ type pgQuerier interface {
 // pgJobKey returns the key of job; ok is false when there is no such job
 // (a job deleted between two statements reads as empty, as on SQLite).
 func pgJobKey(ctx context.Context, q pgQuerier, job string) (key int64, ok bool, err error) {
-	err = q.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`, job).Scan(&key)
+	err = q.QueryRow(ctx, dialect("postgres").q("job_key"), job).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -294,17 +300,17 @@ func (p *Postgres) DeleteJob(ctx context.Context, id string) error {
 		if err != nil || !ok {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM ledger WHERE request BETWEEN $1 AND $2`,
+		if _, err := tx.Exec(ctx, p.stmts.q("job_delete_ledger"),
 			requestID(key, 0), requestID(key, maxOrdinal)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgPartition(key)); err != nil {
+		if _, err := tx.Exec(ctx, p.partQ("job_drop_partition", key)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM chunk_leases WHERE job_id = $1`, id); err != nil {
+		if _, err := tx.Exec(ctx, pgText(p.stmts.q("job_drop_leases")), id); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
+		_, err = tx.Exec(ctx, pgText(p.stmts.q("job_delete")), id)
 		return err
 	})
 }

@@ -16,8 +16,7 @@ func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, f
 	if err != nil || !ok {
 		return p.wrap(err)
 	}
-	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, line, custom_id, chunk_id, idx, byte_offset, length,
-		tokens, attempt, state FROM `+pgPartition(key)+` WHERE chunk_id = $1 ORDER BY idx`, chunk)
+	rows, err := p.pool.Query(ctx, p.partQ("chunk_requests", key), chunk)
 	if err != nil {
 		return p.wrap(err)
 	}
@@ -52,27 +51,24 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			return err
 		}
 		job := f.Chunk.Job
-		lock := ""
+		keyQ := "job_key"
 		for _, c := range f.NewChunks {
 			if c.ID <= 0 {
-				lock = " FOR UPDATE" // newChunks gives ids: one finish of the job at a time
+				keyQ = "job_key_locked" // newChunks gives ids: one finish of the job at a time
 			}
 		}
 		var key int64
-		if err := tx.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`+lock, job).Scan(&key); err != nil {
+		if err := tx.QueryRow(ctx, p.stmts.q(keyQ), job).Scan(&key); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("job %s: %w", job, ErrNotFound)
 			}
 			return err
 		}
-		part := pgPartition(key)
 		var err error
 		if ids, moved, err = p.newChunks(ctx, ex, f); err != nil {
 			return err
 		}
-		// Every outcome goes on its row here (requests_settled 1,
-		// migrations/postgres/0003_settled_chunks.sql).
-		if _, err := tx.Exec(ctx, `UPDATE chunks SET requests_settled = 1 WHERE job_id = $1 AND id = $2`, job, f.Chunk.ID); err != nil {
+		if _, err := tx.Exec(ctx, p.stmts.q("chunk_settled_on_rows"), job, f.Chunk.ID); err != nil {
 			return err
 		}
 		if len(f.Outcomes) > 0 {
@@ -81,12 +77,10 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			for i, o := range f.Outcomes {
 				ids[i], states[i] = requestID(key, o.Ordinal), string(o.State)
 			}
-			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET state = u.state FROM u
-				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
-				`unnest($1::bigint[], $3::text[]) AS u(id, state)`, ids, f.Chunk.ID, states); err != nil {
+			if err := p.guardedRequests(ctx, tx, "finish_outcomes", key, ids, f.Chunk.ID, states); err != nil {
 				return err
 			}
-			if err := pgRecordLedger(ctx, tx, key, f); err != nil {
+			if err := p.recordLedger(ctx, tx, key, f); err != nil {
 				return err
 			}
 		}
@@ -98,11 +92,7 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				ids[i], offs[i] = requestID(key, r.Ordinal), r.Offset
 				idxs[i], lens[i], atts[i] = int32(r.Index), int32(r.Length), int32(r.Attempt)
 			}
-			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET chunk_id = u.chunk, idx = u.idx,
-				byte_offset = u.off, length = u.len, attempt = u.att FROM u
-				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
-				`unnest($1::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::int[]) AS u(id, chunk, idx, off, len, att)`,
-				ids, f.Chunk.ID, moved, idxs, offs, lens, atts); err != nil {
+			if err := p.guardedRequests(ctx, tx, "finish_moves", key, ids, f.Chunk.ID, moved, idxs, offs, lens, atts); err != nil {
 				return err
 			}
 		}
@@ -119,20 +109,18 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 	return nil
 }
 
-// pgGuardedRequests runs update, an UPDATE of the partition part FROM the
-// rows u (from, over the ids in $1) guarded on chunk $2 and state
-// pending, and fails with a *requestConflict (ErrConflict) unless every
-// id was updated.
-func pgGuardedRequests(ctx context.Context, tx pgx.Tx, part, update, from string, ids []int64, chunk int64, more ...any) error {
+// guardedRequests runs the named statement, an update of the rows of the
+// job with key key whose ids are in $1, guarded on chunk $2 and state
+// pending, that returns how many it updated (sql/postgres.sql), and fails
+// with a *requestConflict (ErrConflict) unless every id was updated.
+func (p *Postgres) guardedRequests(ctx context.Context, tx pgx.Tx, name string, key int64, ids []int64, chunk int64, more ...any) error {
 	args := append([]any{ids, chunk}, more...)
 	var updated int64
-	err := tx.QueryRow(ctx, `WITH u AS (SELECT * FROM `+from+`), upd AS (`+update+` RETURNING 1)
-		SELECT count(*) FROM upd`, args...).Scan(&updated)
-	if err != nil {
+	if err := tx.QueryRow(ctx, p.partQ(name, key), args...).Scan(&updated); err != nil {
 		return err
 	}
 	if updated != int64(len(ids)) {
-		return &requestConflict{part: part, ids: ids, chunk: chunk}
+		return &requestConflict{q: p.partQ("finish_conflict", key), ids: ids, chunk: chunk}
 	}
 	return nil
 }
@@ -142,7 +130,7 @@ func pgGuardedRequests(ctx context.Context, tx pgx.Tx, part, update, from string
 // the transaction rolled back (name), so that a finish that lands pays
 // for no such check.
 type requestConflict struct {
-	part    string
+	q       string // the statement that names it
 	ids     []int64
 	chunk   int64
 	ordinal int64 // -1 until named
@@ -162,16 +150,15 @@ func (e *requestConflict) Unwrap() error { return ErrConflict }
 func (e *requestConflict) name(ctx context.Context, q pgQuerier) {
 	e.ordinal = -1
 	var bad *int64
-	if q.QueryRow(ctx, `SELECT min(u.id) FROM unnest($1::bigint[]) AS u(id) WHERE NOT EXISTS (SELECT 1 FROM `+e.part+` r
-		WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending')`, e.ids, e.chunk).Scan(&bad) == nil && bad != nil {
+	if q.QueryRow(ctx, e.q, e.ids, e.chunk).Scan(&bad) == nil && bad != nil {
 		e.ordinal = *bad & maxOrdinal
 	}
 }
 
-// pgRecordLedger writes the ledger rows of a finish (SQLite instead folds
+// recordLedger writes the ledger rows of a finish (SQLite instead folds
 // them in at the next plan: foldLedger): the first success of a
 // body key stays its answer (in outcome order within one finish).
-func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish) error {
+func (p *Postgres) recordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish) error {
 	var ids, offs, lens []int64
 	for _, o := range f.Outcomes {
 		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
@@ -184,11 +171,7 @@ func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish)
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO ledger (key, request, byte_offset, length)
-		SELECT r.body_key, r.id, u.off, u.len
-		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(id, off, len, n)
-		JOIN `+pgPartition(key)+` r ON r.id = u.id WHERE r.body_key IS NOT NULL ORDER BY u.n
-		ON CONFLICT (key) DO NOTHING`, ids, offs, lens); err != nil {
+	if _, err := tx.Exec(ctx, p.partQ("ledger_record", key), ids, offs, lens); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
@@ -201,9 +184,7 @@ func (p *Postgres) RequestStates(ctx context.Context, job string) (map[sluice.Re
 	if err != nil || !ok {
 		return stateCounts(0, 0, 0), p.wrap(err)
 	}
-	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
-		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
-		FROM `+pgPartition(key)).Scan(&pending, &succeeded, &failed)
+	err = p.pool.QueryRow(ctx, p.partQ("request_states", key)).Scan(&pending, &succeeded, &failed)
 	if err != nil {
 		return nil, p.wrap(err)
 	}
@@ -219,7 +200,7 @@ func (p *Postgres) Expected(ctx context.Context, job string, fn func(int64, stri
 	if err != nil || !ok {
 		return p.wrap(err)
 	}
-	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, custom_id FROM `+pgPartition(key)+` ORDER BY id`)
+	rows, err := p.pool.Query(ctx, p.partQ("requests_expected", key))
 	if err != nil {
 		return p.wrap(err)
 	}
@@ -246,7 +227,6 @@ func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, erro
 		return 0, p.wrap(err)
 	}
 	// A split spends no attempt: its chunk's splits are not counted.
-	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgPartition(key)+` r JOIN chunks c ON c.job_id = $1 AND c.id = r.chunk_id
-		WHERE r.attempt - c.splits > 1`, job).Scan(&n)
+	err = p.pool.QueryRow(ctx, p.partQ("requests_retried", key), job).Scan(&n)
 	return n, p.wrap(err)
 }

@@ -23,3 +23,74 @@ INSERT INTO job_roles (job_id, role, worker_id, expires_at) VALUES (?, ?, ?, ?) 
 
 -- name: claim_take_job_roles
 UPDATE job_roles SET worker_id = ?, expires_at = ? WHERE job_id = ? AND role = ?;
+
+-- The request records (postgres_chunks.go): a job's request rows are its
+-- partition of requests, {part} (requests_j<key>, migrations/postgres/0001_init.sql).
+-- These statements are PostgreSQL's alone and run as written, numbered.
+
+-- name: job_key
+SELECT key FROM jobs WHERE id = $1;
+
+-- name: job_key_locked
+-- A finish that gives new chunks their ids holds the job's row: one such
+-- finish of the job at a time.
+SELECT key FROM jobs WHERE id = $1 FOR UPDATE;
+
+-- name: job_delete_ledger
+DELETE FROM ledger WHERE request BETWEEN $1 AND $2;
+
+-- name: job_drop_partition
+DROP TABLE IF EXISTS {part};
+
+-- name: chunk_requests
+SELECT id & 1099511627775, line, custom_id, chunk_id, idx, byte_offset, length,
+	tokens, attempt, state FROM {part} WHERE chunk_id = $1 ORDER BY idx;
+
+-- name: chunk_settled_on_rows
+-- Every outcome goes on its row (requests_settled 1,
+-- migrations/postgres/0003_settled_chunks.sql).
+UPDATE chunks SET requests_settled = 1 WHERE job_id = $1 AND id = $2;
+
+-- name: finish_outcomes
+-- The outcomes, as arrays: ids $1, states $3, each row pending in chunk
+-- $2; the count of rows updated.
+WITH u AS (SELECT * FROM unnest($1::bigint[], $3::text[]) AS u(id, state)),
+upd AS (UPDATE {part} r SET state = u.state FROM u
+	WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending' RETURNING 1)
+SELECT count(*) FROM upd;
+
+-- name: finish_moves
+-- The moves, as arrays: ids $1, new chunks $3, places $4 to $6, attempts
+-- $7, each row pending in chunk $2; the count of rows updated.
+WITH u AS (SELECT * FROM unnest($1::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::int[])
+	AS u(id, chunk, idx, off, len, att)),
+upd AS (UPDATE {part} r SET chunk_id = u.chunk, idx = u.idx, byte_offset = u.off, length = u.len, attempt = u.att FROM u
+	WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending' RETURNING 1)
+SELECT count(*) FROM upd;
+
+-- name: finish_conflict
+-- The first of ids $1 not pending in chunk $2.
+SELECT min(u.id) FROM unnest($1::bigint[]) AS u(id) WHERE NOT EXISTS (SELECT 1 FROM {part} r
+	WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending');
+
+-- name: ledger_record
+-- The first success of a body key stays its answer (in outcome order
+-- within one finish).
+INSERT INTO ledger (key, request, byte_offset, length)
+SELECT r.body_key, r.id, u.off, u.len
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(id, off, len, n)
+JOIN {part} r ON r.id = u.id WHERE r.body_key IS NOT NULL ORDER BY u.n
+ON CONFLICT (key) DO NOTHING;
+
+-- name: request_states
+SELECT COUNT(*) FILTER (WHERE state = 'pending'),
+	COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
+FROM {part};
+
+-- name: requests_expected
+SELECT id & 1099511627775, custom_id FROM {part} ORDER BY id;
+
+-- name: requests_retried
+-- A split spends no attempt: its chunk's splits are not counted.
+SELECT COUNT(*) FROM {part} r JOIN chunks c ON c.job_id = $1 AND c.id = r.chunk_id
+WHERE r.attempt - c.splits > 1;

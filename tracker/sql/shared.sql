@@ -35,6 +35,9 @@ UPDATE jobs SET limits = ?, max_attempts = ?, updated_at = ? WHERE id = ?;
 -- name: job_set_provider_files
 UPDATE jobs SET provider_files = ?, updated_at = ? WHERE id = ?;
 
+-- name: job_delete
+DELETE FROM jobs WHERE id = ?;
+
 -- name: job_set_max_cost
 UPDATE jobs SET max_cost = ? WHERE id = ?;
 

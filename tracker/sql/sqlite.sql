@@ -46,9 +46,6 @@ DELETE FROM chunks WHERE job_id = ?;
 -- name: job_delete_realtime_calls
 DELETE FROM realtime_calls WHERE job_id = ?;
 
--- name: job_delete
-DELETE FROM jobs WHERE id = ?;
-
 -- name: chunk_requests
 -- A chunk's requests in order, through the requests_chunk index: the job's
 -- key is bound (TestChunkRequestsUsesTheIndex).
