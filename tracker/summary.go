@@ -75,7 +75,7 @@ const (
 // without a time is dated by the file's modification time). The files are
 // left where they are; nothing reads them any more.
 func importJobFiles(ctx context.Context, tx *sql.Tx) error {
-	rows, err := tx.QueryContext(ctx, `SELECT id, dir FROM jobs`)
+	rows, err := tx.QueryContext(ctx, sqliteStmts.q("import_jobs"))
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func importJobFiles(ctx context.Context, tx *sql.Tx) error {
 	}
 	for _, j := range jobs {
 		if at, ok := legacyCancelTime(filepath.Join(j.dir, legacyCancelledFile)); ok {
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET cancel_requested_at = ? WHERE id = ?`, at.UnixNano(), j.id); err != nil {
+			if _, err := tx.ExecContext(ctx, sqliteStmts.q("import_cancel_at"), at.UnixNano(), j.id); err != nil {
 				return err
 			}
 		}

@@ -106,3 +106,141 @@ SELECT id & ?, custom_id FROM requests WHERE requests.id BETWEEN (SELECT key << 
 SELECT COUNT(*) FROM requests JOIN chunks ON chunks.job_id = ? AND chunks.id = requests.chunk_id
 WHERE requests.id BETWEEN (SELECT key << 40 FROM jobs WHERE jobs.id = ?)
 	AND (SELECT key << 40 | 1099511627775 FROM jobs WHERE jobs.id = ?) AND requests.attempt - chunks.splits > 1;
+
+-- The ledger fold and lookups, and a plan of SQLite (money.go, plan.go,
+-- pages.go).
+
+-- name: ledger_fold_waiting
+SELECT EXISTS (SELECT 1 FROM chunks WHERE answers IS NOT NULL);
+
+-- name: ledger_fold_create
+CREATE TEMP TABLE IF NOT EXISTS fold
+	(key BLOB NOT NULL, request INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+	 chunk INTEGER, custom_id TEXT);
+
+-- name: ledger_fold_drop
+DROP TABLE IF EXISTS temp.fold;
+
+-- name: ledger_fold_rows
+INSERT INTO temp.fold (key, request, offset, length, chunk, custom_id)
+	SELECT r.body_key, r.id, a.value ->> 1, a.value ->> 2, NULL, NULL
+	FROM chunks c CROSS JOIN json_each(c.answers) AS a CROSS JOIN requests r ON r.id = a.value ->> 0
+	WHERE c.answers IS NOT NULL AND json_array_length(a.value) = 3 AND r.body_key IS NOT NULL;
+
+-- name: ledger_fold_paged
+INSERT INTO temp.fold (key, request, offset, length, chunk, custom_id)
+	SELECT unhex(a.value ->> 3), a.value ->> 0, a.value ->> 1, a.value ->> 2, c.id, a.value ->> 4
+	FROM chunks c CROSS JOIN json_each(c.answers) AS a
+	WHERE c.answers IS NOT NULL AND json_array_length(a.value) = 5;
+
+-- name: ledger_fold_insert
+INSERT OR IGNORE INTO ledger (key, request, offset, length, chunk, custom_id)
+	SELECT key, request, offset, length, chunk, custom_id FROM temp.fold ORDER BY key, request;
+
+-- name: ledger_fold_clear
+UPDATE chunks SET answers = NULL WHERE answers IS NOT NULL;
+
+-- name: conn_small_cache
+PRAGMA cache_size = -4096;
+
+-- name: plan_set_reused
+UPDATE jobs SET reused = ? WHERE id = ?;
+
+-- name: plan_reuse_source
+INSERT INTO reuse_sources (job_id, source_job, requests) VALUES (?, ?, ?);
+
+-- name: ledger_any
+SELECT EXISTS (SELECT 1 FROM ledger), EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0);
+
+-- name: plan_job_insert
+INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
+	max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys, paged, key)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
+	MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests),
+	(SELECT COALESCE(MAX(id), 0) >> 40 FROM request_pages)) + 1) RETURNING key;
+
+-- name: conn_cache
+PRAGMA cache_size = -32768;
+
+-- name: plan_ids_drop
+DROP TABLE IF EXISTS temp.plan_ids;
+
+-- name: plan_page_insert
+INSERT INTO request_pages (id, n, data) VALUES (?, ?, ?);
+
+-- name: plan_chunk_insert
+INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
+	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: plan_id_line
+SELECT line FROM temp.plan_ids WHERE custom_id = ?;
+
+-- name: plan_id_insert
+INSERT INTO temp.plan_ids (custom_id, line) VALUES (?, ?);
+
+-- name: plan_ids_create
+CREATE TEMP TABLE plan_ids (custom_id TEXT PRIMARY KEY, line INTEGER NOT NULL) WITHOUT ROWID;
+
+-- name: plan_id_insert_first
+INSERT OR IGNORE INTO temp.plan_ids (custom_id, line) VALUES (?, ?);
+
+-- name: plan_commit
+UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
+	requests = ?, rejected = ?, state = ?, updated_at = ? WHERE id = ? AND state = ?;
+
+-- name: plan_chunk_span
+UPDATE chunks SET first_ordinal = ?, last_ordinal = ?, paged = ?, id_sum = ?, id_mix = ?
+	WHERE job_id = ? AND id = ?;
+
+-- name: ledger_lookup
+-- The answers to the keys (:keys), a placeholder each, then the plan's
+-- job key. A ledger row folded from a paged chunk names its chunk and
+-- custom_id (its request succeeded there, and stays so); an older one
+-- joins its request's row, succeeded, or pending in a chunk settled on the
+-- chunk (requests_settled 2).
+SELECT l.key, j.id, j.dir, c.results_path, COALESCE(l.custom_id, r.custom_id), l.offset, l.length
+FROM ledger l
+LEFT JOIN requests r ON l.chunk IS NULL AND r.id = l.request
+JOIN jobs j ON j.key = l.request >> 40
+JOIN chunks c ON c.job_id = j.id AND c.id = COALESCE(l.chunk, r.chunk_id)
+WHERE l.key IN (:keys) AND j.key != ? AND c.results_path != ''
+	AND (l.chunk IS NOT NULL OR r.state = 'succeeded' OR (r.state = 'pending' AND c.requests_settled = 2));
+
+-- name: overlays
+-- The overlay rows of a paged plan's requests with ids in a range
+-- (scanOverlay).
+SELECT id & 1099511627775, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state, body_key
+FROM requests WHERE id BETWEEN ? AND ?;
+
+-- name: overlays_in_order
+SELECT id & 1099511627775, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state, body_key
+FROM requests WHERE id BETWEEN ? AND ? ORDER BY id;
+
+-- name: overlay_insert
+INSERT INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state, body_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: page_first
+SELECT COALESCE(MAX(id), ?) FROM request_pages WHERE id BETWEEN ? AND ?;
+
+-- name: pages_of_range
+SELECT id & ?, n, data FROM request_pages WHERE id BETWEEN ? AND ? ORDER BY id;
+
+-- name: paged_chunk
+SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled, c.paged,
+	c.overlaid, c.id_sum, c.id_mix
+	FROM jobs j JOIN chunks c ON c.job_id = j.id WHERE j.id = ? AND c.id = ?;
+
+-- name: job_layout
+SELECT key, paged FROM jobs WHERE id = ?;
+
+-- name: chunks_settled
+SELECT id, requests_settled FROM chunks WHERE job_id = ?;
+
+-- Migration 0004's Go step (summary.go: importJobFiles).
+
+-- name: import_jobs
+SELECT id, dir FROM jobs;
+
+-- name: import_cancel_at
+UPDATE jobs SET cancel_requested_at = ? WHERE id = ?;
