@@ -92,6 +92,9 @@ func (c *core) SetClock(now func() time.Time) { c.now = now }
 // that run without a *DB (inside its transactions and snapshots).
 var sqliteStmts = dialect("sqlite")
 
+// pgStmts are PostgreSQL's, likewise (its locks' connections).
+var pgStmts = dialect("postgres")
+
 // statements are one dialect's statements by name.
 type statements map[string]string
 

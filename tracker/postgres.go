@@ -201,14 +201,13 @@ func (p *Postgres) migrate(ctx context.Context, ms []migrations.Migration) error
 	step := func(m *migrations.Migration) (bool, error) {
 		applied := false
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(pgMigrateLock)); err != nil {
+			if _, err := tx.Exec(ctx, pgStmts.q("migrate_lock"), int64(pgMigrateLock)); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-				version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+			if _, err := tx.Exec(ctx, pgStmts.q("migrate_table")); err != nil {
 				return fmt.Errorf("create schema_migrations: %w", err)
 			}
-			rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+			rows, err := tx.Query(ctx, pgStmts.q("migrate_versions"))
 			if err != nil {
 				return err
 			}
@@ -230,7 +229,7 @@ func (p *Postgres) migrate(ctx context.Context, ms []migrations.Migration) error
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("apply migration postgres/%s: %w", m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			if _, err := tx.Exec(ctx, pgStmts.q("migrate_record"),
 				m.Version, m.Name, p.now().Unix()); err != nil {
 				return err
 			}
@@ -284,7 +283,7 @@ type pgQuerier interface {
 // pgJobKey returns the key of job; ok is false when there is no such job
 // (a job deleted between two statements reads as empty, as on SQLite).
 func pgJobKey(ctx context.Context, q pgQuerier, job string) (key int64, ok bool, err error) {
-	err = q.QueryRow(ctx, dialect("postgres").q("job_key"), job).Scan(&key)
+	err = q.QueryRow(ctx, pgStmts.q("job_key"), job).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

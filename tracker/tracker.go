@@ -149,12 +149,11 @@ func (d *DB) LockedHint(err error) error {
 }
 
 func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
-	if _, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+	if _, err := d.db.ExecContext(ctx, sqliteStmts.q("migrate_table")); err != nil {
 		return fmt.Errorf("create schema_version: %w", err)
 	}
 	done := map[int]bool{}
-	rows, err := d.db.QueryContext(ctx, `SELECT version FROM schema_version`)
+	rows, err := d.db.QueryContext(ctx, sqliteStmts.q("migrate_versions"))
 	if err != nil {
 		return err
 	}
@@ -190,7 +189,7 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 			// (workers started at once) may have applied it since we looked:
 			// the transaction holds the write lock, so this look is final.
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_version WHERE version = ?`, m.Version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, sqliteStmts.q("migrate_applied"), m.Version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
@@ -204,7 +203,7 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 					return err
 				}
 			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
+			_, err := tx.ExecContext(ctx, sqliteStmts.q("migrate_record"),
 				m.Version, m.Name, d.now().Unix())
 			return err
 		}); err != nil {
@@ -245,7 +244,7 @@ func (d *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 // IntegrityCheck runs PRAGMA integrity_check and returns its verdict.
 func (d *DB) IntegrityCheck(ctx context.Context) error {
 	var s string
-	if err := d.db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&s); err != nil {
+	if err := d.db.QueryRowContext(ctx, sqliteStmts.q("integrity_check")).Scan(&s); err != nil {
 		return err
 	}
 	if s != "ok" {

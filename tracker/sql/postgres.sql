@@ -94,3 +94,103 @@ SELECT id & 1099511627775, custom_id FROM {part} ORDER BY id;
 -- A split spends no attempt: its chunk's splits are not counted.
 SELECT COUNT(*) FROM {part} r JOIN chunks c ON c.job_id = $1 AND c.id = r.chunk_id
 WHERE r.attempt - c.splits > 1;
+
+-- A plan (postgres_plan.go): the job's partition, {part}, written with
+-- COPY; its custom_ids checked unique at the commit, or by a unique index
+-- once FindCustomID needs one.
+
+-- name: plan_id_line
+SELECT line FROM {part} WHERE custom_id = $1;
+
+-- name: plan_unique_index
+CREATE UNIQUE INDEX {part}_custom_id ON {part} (custom_id);
+
+-- name: plan_unique_index_drop
+DROP INDEX {part}_custom_id;
+
+-- name: plan_duplicate
+SELECT custom_id FROM {part} GROUP BY custom_id HAVING COUNT(*) > 1 LIMIT 1;
+
+-- name: plan_duplicate_lines
+SELECT MIN(line), MAX(line) FROM (SELECT line FROM {part} WHERE custom_id = $1 ORDER BY line LIMIT 2) d;
+
+-- name: plan_reused_succeeded
+-- Chunk 0 holds the requests answered from earlier jobs.
+UPDATE {part} SET state = 'succeeded' WHERE chunk_id = 0;
+
+-- name: plan_chunk_index
+CREATE INDEX {part}_chunk ON {part} (chunk_id, idx);
+
+-- name: plan_analyze
+ANALYZE {part};
+
+-- name: ledger_legacy
+SELECT EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0);
+
+-- name: plan_job_insert
+INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
+	max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING key;
+
+-- name: ledger_lookup
+SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.byte_offset, l.length
+	FROM ledger l
+	JOIN requests r ON r.id = l.request
+	JOIN jobs j ON j.key = (l.request >> 40)
+	JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
+	WHERE l.key = ANY($1::bytea[]) AND r.state = 'succeeded' AND j.key != $2 AND c.results_path != '';
+
+-- name: lock_epoch_init
+INSERT INTO job_locks (job_id, epoch) VALUES ($1, 1) ON CONFLICT (job_id) DO NOTHING;
+
+-- name: lock_epoch
+SELECT epoch FROM job_locks WHERE job_id = $1;
+
+-- name: lock_epoch_next
+INSERT INTO job_locks (job_id, epoch) VALUES ($1, 1)
+	ON CONFLICT (job_id) DO UPDATE SET epoch = job_locks.epoch + 1 RETURNING epoch;
+
+-- name: lock_try
+SELECT pg_try_advisory_lock($1);
+
+-- name: lock_try_shared
+SELECT pg_try_advisory_lock_shared($1);
+
+-- name: lock_unlock
+SELECT pg_advisory_unlock($1);
+
+-- name: lock_unlock_shared
+SELECT pg_advisory_unlock_shared($1);
+
+-- name: lock_holder
+SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND l.classid::bigint = $1 AND l.objid::bigint = $2 LIMIT 1;
+
+-- name: lock_held
+-- Whether this session holds the job's advisory lock (the key's halves).
+SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+	AND granted AND objsubid = 1 AND classid::bigint = $1 AND objid::bigint = $2);
+
+-- name: lock_fence
+-- A chunk write's fence: read FOR SHARE, so an exclusive taking waits for
+-- the write, and once it committed its epoch this read sees it.
+SELECT epoch FROM job_locks WHERE job_id = $1 FOR SHARE;
+
+-- The migrations' own bookkeeping (postgres.go: migrate), under an
+-- advisory lock so that processes opening a new database at once apply
+-- each version once.
+
+-- name: migrate_lock
+SELECT pg_advisory_xact_lock($1);
+
+-- name: migrate_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+	version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL);
+
+-- name: migrate_versions
+SELECT version FROM schema_migrations;
+
+-- name: migrate_record
+INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3);

@@ -92,6 +92,22 @@ SELECT COUNT(*) FROM attempt_errors WHERE job_id = ?;
 SELECT job_id, chunk_id, attempt, code, message, at FROM
 	(SELECT * FROM attempt_errors WHERE job_id = ? ORDER BY seq DESC LIMIT ?) e ORDER BY seq;
 
+-- A plan (plan.go, postgres_plan.go).
+
+-- name: plan_set_reused
+UPDATE jobs SET reused = ? WHERE id = ?;
+
+-- name: plan_reuse_source
+INSERT INTO reuse_sources (job_id, source_job, requests) VALUES (?, ?, ?);
+
+-- name: plan_chunk_insert
+INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
+	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: plan_commit
+UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
+	requests = ?, rejected = ?, state = ?, updated_at = ? WHERE id = ? AND state = ?;
+
 -- Summaries and money (summary.go, money.go).
 
 -- name: summary_set

@@ -143,12 +143,6 @@ UPDATE chunks SET answers = NULL WHERE answers IS NOT NULL;
 -- name: conn_small_cache
 PRAGMA cache_size = -4096;
 
--- name: plan_set_reused
-UPDATE jobs SET reused = ? WHERE id = ?;
-
--- name: plan_reuse_source
-INSERT INTO reuse_sources (job_id, source_job, requests) VALUES (?, ?, ?);
-
 -- name: ledger_any
 SELECT EXISTS (SELECT 1 FROM ledger), EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0);
 
@@ -168,10 +162,6 @@ DROP TABLE IF EXISTS temp.plan_ids;
 -- name: plan_page_insert
 INSERT INTO request_pages (id, n, data) VALUES (?, ?, ?);
 
--- name: plan_chunk_insert
-INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
-
 -- name: plan_id_line
 SELECT line FROM temp.plan_ids WHERE custom_id = ?;
 
@@ -183,10 +173,6 @@ CREATE TEMP TABLE plan_ids (custom_id TEXT PRIMARY KEY, line INTEGER NOT NULL) W
 
 -- name: plan_id_insert_first
 INSERT OR IGNORE INTO temp.plan_ids (custom_id, line) VALUES (?, ?);
-
--- name: plan_commit
-UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
-	requests = ?, rejected = ?, state = ?, updated_at = ? WHERE id = ? AND state = ?;
 
 -- name: plan_chunk_span
 UPDATE chunks SET first_ordinal = ?, last_ordinal = ?, paged = ?, id_sum = ?, id_mix = ?
@@ -244,3 +230,21 @@ SELECT id, dir FROM jobs;
 
 -- name: import_cancel_at
 UPDATE jobs SET cancel_requested_at = ? WHERE id = ?;
+
+-- The migrations' own bookkeeping (tracker.go: apply).
+
+-- name: migrate_table
+CREATE TABLE IF NOT EXISTS schema_version (
+	version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
+
+-- name: migrate_versions
+SELECT version FROM schema_version;
+
+-- name: migrate_applied
+SELECT COUNT(*) FROM schema_version WHERE version = ?;
+
+-- name: migrate_record
+INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?);
+
+-- name: integrity_check
+PRAGMA integrity_check;
