@@ -80,9 +80,15 @@ func (p *Plan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error)
 	if p.ledgerEmpty {
 		return nil // nothing to find: a first job, or none answered yet
 	}
+	return inBatches(keys, fn, p.lookupBatch)
+}
+
+// inBatches looks keys up reuseBatch at a time with lookup, calling fn
+// with each answer's index in keys (both drivers' LookupReuse).
+func inBatches(keys [][]byte, fn func(int, sluice.Answer) error, lookup func([][]byte, func(int, sluice.Answer) error) error) error {
 	for off := 0; off < len(keys); off += reuseBatch {
 		batch := keys[off:min(len(keys), off+reuseBatch)]
-		if err := p.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
+		if err := lookup(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
 			return err
 		}
 	}

@@ -449,13 +449,7 @@ func (pl *pgPlan) LegacyKeys() bool { return pl.legacy }
 // transaction (the answers are in other jobs' committed rows), reuseBatch
 // keys a query.
 func (pl *pgPlan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error) error {
-	for off := 0; off < len(keys); off += reuseBatch {
-		batch := keys[off:min(len(keys), off+reuseBatch)]
-		if err := pl.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
-			return err
-		}
-	}
-	return nil
+	return inBatches(keys, fn, pl.lookupBatch)
 }
 
 func (pl *pgPlan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) error {
