@@ -3,6 +3,7 @@ package sluice
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -20,7 +21,7 @@ var ChunkStates = []ChunkState{ChunkPending, ChunkUploading, ChunkUploaded, Chun
 // that is not terminal; every state that is not terminal may end the
 // chunk (done, or failed: a batch's end, an attempt refused for good, a
 // cancelled job's chunk abandoned, the realtime fallback's answers).
-var chunkTransitions = map[ChunkState][]ChunkState{
+var chunkTransitions = transitionTable[ChunkState]{
 	// Intent to upload (providers with files), or to create.
 	ChunkPending: {ChunkPending, ChunkUploading, ChunkCreating, ChunkDone, ChunkFailed},
 	// The upload's outcome; refused: back to pending; reconciled: the file
@@ -40,14 +41,7 @@ var chunkTransitions = map[ChunkState][]ChunkState{
 
 // CanTransition reports whether a chunk may move from state from to state
 // to (chunkTransitions).
-func (from ChunkState) CanTransition(to ChunkState) bool {
-	for _, s := range chunkTransitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
+func (from ChunkState) CanTransition(to ChunkState) bool { return chunkTransitions.allows(from, to) }
 
 // ErrIllegalChunkTransition is wrapped by every ChunkTransitionError.
 var ErrIllegalChunkTransition = errors.New("illegal chunk state transition")
@@ -62,16 +56,8 @@ type ChunkTransitionError struct {
 }
 
 func (e *ChunkTransitionError) Error() string {
-	var ns []string
-	for _, t := range chunkTransitions[e.From] {
-		ns = append(ns, string(t))
-	}
-	next := strings.Join(ns, ", ")
-	if next == "" {
-		next = "none"
-	}
 	return fmt.Sprintf("job %s: chunk %d: %s -> %s: %v (allowed from %s: %s)", e.Job, e.Chunk, e.From, e.To,
-		ErrIllegalChunkTransition, e.From, next)
+		ErrIllegalChunkTransition, e.From, chunkTransitions.next(e.From))
 }
 
 func (e *ChunkTransitionError) Unwrap() error { return ErrIllegalChunkTransition }
@@ -83,4 +69,22 @@ func CheckChunkTransition(c *Chunk, from ChunkState) error {
 		return nil
 	}
 	return &ChunkTransitionError{Job: c.Job, Chunk: c.ID, From: from, To: c.State}
+}
+
+// transitionTable is a table of state moves (the job's, the chunk's):
+// from each state, the states it may move to.
+type transitionTable[S ~string] map[S][]S
+
+func (t transitionTable[S]) allows(from, to S) bool { return slices.Contains(t[from], to) }
+
+// next lists the states from may move to, for messages.
+func (t transitionTable[S]) next(from S) string {
+	var ns []string
+	for _, s := range t[from] {
+		ns = append(ns, string(s))
+	}
+	if len(ns) == 0 {
+		return "none"
+	}
+	return strings.Join(ns, ", ")
 }
