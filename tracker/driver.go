@@ -24,8 +24,13 @@ import (
 // sql/shared.sql holds those both databases read the same way, written
 // with ? placeholders, and sql/sqlite.sql and sql/postgres.sql the ones a
 // database writes its own way (a statement of the same name there
-// replaces the shared one). PostgreSQL's driver numbers the placeholders
-// ($1, $2, ...) as it runs a statement.
+// replaces the shared one). PostgreSQL's driver numbers the ? placeholders
+// ($1, $2, ...) as it runs a statement; its own statements may be written
+// numbered already, and name {part}, a job's partition of requests
+// (Postgres.partQ). What stays in Go is transaction control, session
+// settings and a partition's DDL with its computed bounds.
+// TestStatementsNamedInGoExist checks that every name the code runs is
+// in the files.
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
