@@ -207,12 +207,10 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	if db.BatchKnown(ctx, "batch_1") {
 		t.Error("BatchKnown before any chunk recorded it")
 	}
-	c.State = sluice.ChunkCreating
-	if err := db.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
-		t.Fatal(err)
-	}
+	c.State = sluice.ChunkCreating // the intent, then the batch's id: the table's moves
+	err = db.UpdateChunk(ctx, c, sluice.ChunkPending)
 	c.State, c.BatchID = sluice.ChunkSubmitted, "batch_1"
-	if err := db.UpdateChunk(ctx, c, sluice.ChunkCreating); err != nil {
+	if err := errors.Join(err, db.UpdateChunk(ctx, c, sluice.ChunkCreating)); err != nil {
 		t.Fatal(err)
 	}
 	if !db.BatchKnown(ctx, "batch_1") {
