@@ -3,7 +3,6 @@ package sluice
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // JobState is where a job stands. Mirrored by the CHECK constraint on
@@ -39,7 +38,7 @@ var JobStates = []JobState{JobPlanning, JobPlanned, JobRunning, JobCancelled, Jo
 // guarded updates (tracker.DB.SetJobState and the state changes made with
 // a plan's commit, a cancel and a job's finish), so a move not listed here
 // is an error, never a comment. docs/architecture.md draws it.
-var jobTransitions = map[JobState][]JobState{
+var jobTransitions = transitionTable[JobState]{
 	JobPlanning:  {JobPlanned},
 	JobPlanned:   {JobRunning, JobCancelled},
 	JobRunning:   {JobMerging, JobCancelled},
@@ -50,14 +49,7 @@ var jobTransitions = map[JobState][]JobState{
 
 // CanTransition reports whether a job may move from state from to state
 // to (jobTransitions).
-func (from JobState) CanTransition(to JobState) bool {
-	for _, s := range jobTransitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
+func (from JobState) CanTransition(to JobState) bool { return jobTransitions.allows(from, to) }
 
 // ErrIllegalTransition is wrapped by every TransitionError.
 var ErrIllegalTransition = errors.New("illegal job state transition")
@@ -71,22 +63,11 @@ type TransitionError struct {
 }
 
 func (e *TransitionError) Error() string {
-	return fmt.Sprintf("job %s: %s -> %s: %v (allowed from %s: %s)", e.Job, e.From, e.To, ErrIllegalTransition, e.From, e.From.next())
+	return fmt.Sprintf("job %s: %s -> %s: %v (allowed from %s: %s)", e.Job, e.From, e.To, ErrIllegalTransition, e.From,
+		jobTransitions.next(e.From))
 }
 
 func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
-
-// next lists the states a job may move to from s, for messages.
-func (s JobState) next() string {
-	var ns []string
-	for _, t := range jobTransitions[s] {
-		ns = append(ns, string(t))
-	}
-	if len(ns) == 0 {
-		return "none"
-	}
-	return strings.Join(ns, ", ")
-}
 
 // CheckTransition returns a *TransitionError when job may not move from
 // state from to state to, and nil when it may.

@@ -69,8 +69,12 @@ func TestReconcileRefusesABatchOfAnotherFile(t *testing.T) {
 	if c.FileID, err = r.prov.Upload(ctx, c.Ref(r.job.Dir)); err != nil {
 		t.Fatal(err)
 	}
-	c.State = sluice.ChunkCreating
+	c.State = sluice.ChunkUploaded
 	if err := r.db.UpdateChunk(ctx, c, sluice.ChunkUploading); err != nil {
+		t.Fatal(err)
+	}
+	c.State = sluice.ChunkCreating
+	if err := r.db.UpdateChunk(ctx, c, sluice.ChunkUploaded); err != nil {
 		t.Fatal(err)
 	}
 

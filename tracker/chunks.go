@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
-	"time"
 	"unsafe"
 
 	"github.com/sluice-batch/sluice"
@@ -15,12 +15,8 @@ import (
 
 var _ sluice.Store = (*DB)(nil)
 
-const chunkCols = `job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
-	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
-	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck, max_output_tokens, no_max_requests,
-	usage_est_tokens, queue_refusals, digest, splits, results_expire_at`
-
-func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
+// scanChunk reads a row of chunk_get's columns.
+func scanChunk(row scanner) (*sluice.Chunk, error) {
 	var c sluice.Chunk
 	var intent, next, sub, ended, expire int64
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
@@ -35,71 +31,62 @@ func scanChunk(row interface{ Scan(...any) error }) (*sluice.Chunk, error) {
 }
 
 // Chunks implements sluice.Store.
-func (d *DB) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = ? ORDER BY id`, job)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var cs []*sluice.Chunk
-	for rows.Next() {
-		c, err := scanChunk(rows)
-		if err != nil {
-			return nil, err
-		}
-		cs = append(cs, c)
-	}
-	return cs, rows.Err()
+func (c *core) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
+	return collect(ctx, c.ex, c.stmts.q("chunks_of_job"), scanChunk, job)
 }
 
 // Chunk reads one chunk of a job: the dispatcher re-reads a chunk it holds
 // a lease on before acting, since another worker may have moved it.
-func (d *DB) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
-	c, err := scanChunk(d.db.QueryRowContext(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = ? AND id = ?`, job, id))
+func (c *core) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
+	ch, err := scanChunk(c.ex.queryRow(ctx, c.stmts.q("chunk_get"), job, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, err)
 	}
-	return c, nil
+	return ch, nil
 }
 
 // UpdateChunk implements sluice.Store.
-func (d *DB) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
-	return d.tx(ctx, func(tx *sql.Tx) error { return updateChunk(ctx, tx, c, from, d.now()) })
+func (c *core) UpdateChunk(ctx context.Context, ch *sluice.Chunk, from sluice.ChunkState) error {
+	return c.drv.inTx(ctx, func(ex executor) error { return c.updateChunk(ctx, ex, ch, from) })
 }
 
-// updateChunk writes c if it is still in state from. A last error that is
-// not the one the row holds (another code or message) is also kept as an
-// attempt_errors row: every error the dispatcher records is kept, and a
-// poll failing the same way for hours is one row, not one per poll.
-func updateChunk(ctx context.Context, tx *sql.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
-	if c.ErrorCode != "" || c.LastError != "" {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
-			SELECT job_id, id, ?, ?, ?, ? FROM chunks WHERE job_id = ? AND id = ? AND state = ?
-				AND (error_code != ? OR last_error != ?)`,
-			c.Attempt, c.ErrorCode, c.LastError, now.UnixNano(), c.Job, c.ID, from, c.ErrorCode, c.LastError); err != nil {
-			return fmt.Errorf("chunk %d: record error: %w", c.ID, err)
+// updateChunk writes ch if the move from state from is in the table of
+// chunk transitions (sluice.ChunkState.CanTransition) and the chunk is
+// still in state from. A last error that is not the one the row holds
+// (another code or message) is also kept as an attempt_errors row: every
+// error the dispatcher records is kept, and a poll failing the same way
+// for hours is one row, not one per poll. The driver's chunkWritten runs
+// last, in the same transaction.
+func (c *core) updateChunk(ctx context.Context, ex executor, ch *sluice.Chunk, from sluice.ChunkState) error {
+	if err := sluice.CheckChunkTransition(ch, from); err != nil {
+		return err
+	}
+	if ch.ErrorCode != "" || ch.LastError != "" {
+		if _, err := ex.exec(ctx, c.stmts.q("chunk_record_error"), ch.Attempt, ch.ErrorCode, ch.LastError, c.now().UnixNano(),
+			ch.Job, ch.ID, from, ch.ErrorCode, ch.LastError); err != nil {
+			return fmt.Errorf("chunk %d: record error: %w", ch.ID, err)
 		}
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE chunks SET state = ?, file_id = ?, batch_id = ?, batch_status = ?,
-		intent_at = ?, next_poll_at = ?, polls = ?, submitted_at = ?, ended_at = ?, last_error = ?,
-		input_tokens = ?, output_tokens = ?, results_path = ?, fetch_failures = ?, error_code = ?, stuck = ?,
-		usage_est_tokens = ?, queue_refusals = ?, digest = ?, results_expire_at = ? WHERE job_id = ? AND id = ? AND state = ?`,
-		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
-		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Digest, ns(c.ResultsExpireAt), c.Job, c.ID, from)
+	n, err := ex.exec(ctx, c.stmts.q("chunk_update"),
+		ch.State, ch.FileID, ch.BatchID, ch.BatchStatus, ns(ch.IntentAt), ns(ch.NextPollAt), ch.Polls,
+		ns(ch.SubmittedAt), ns(ch.EndedAt), ch.LastError, ch.InputTokens, ch.OutputTokens, ch.ResultsPath,
+		ch.FetchFailures, ch.ErrorCode, ch.Stuck, ch.UsageEstTokens, ch.QueueRefusals, ch.Digest, ns(ch.ResultsExpireAt),
+		ch.Job, ch.ID, from)
 	if err != nil {
-		return fmt.Errorf("chunk %d: %w", c.ID, err)
+		return fmt.Errorf("chunk %d: %w", ch.ID, err)
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return fmt.Errorf("chunk %d: %s -> %s: %w", c.ID, from, c.State, ErrConflict)
+	if n != 1 {
+		return fmt.Errorf("chunk %d: %s -> %s: %w", ch.ID, from, ch.State, ErrConflict)
 	}
-	return nil
+	return c.drv.chunkWritten(ctx, ex, ch.Job)
 }
 
 // chunkRequestsSQL reads a chunk's requests in order, through the
 // requests_chunk index (TestChunkRequestsUsesTheIndex).
-const chunkRequestsSQL = `SELECT id & ?, line, custom_id, chunk_id, idx, offset, length, tokens,
-	attempt, state FROM requests WHERE id >> 40 = ? AND chunk_id = ? ORDER BY idx`
+var chunkRequestsSQL = sqliteStmts.q("chunk_requests")
 
 // ChunkRequests implements sluice.Store. The chunk's facts and its
 // requests are read in one snapshot.
@@ -171,8 +158,9 @@ func rowRequests(ctx context.Context, q querier, key, chunk int64, settled int, 
 
 // FinishChunk implements sluice.Store.
 func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		if err := updateChunk(ctx, tx, f.Chunk, f.From, d.now()); err != nil {
+	done := func() {}
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		if err := d.updateChunk(ctx, sqliteExec{tx}, f.Chunk, f.From); err != nil {
 			return err
 		}
 		job := f.Chunk.Job
@@ -194,45 +182,24 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", first, f.Chunk.ID, ErrConflict)
 			}
 		}
-		if len(f.NewChunks) > 0 && f.NewChunks[0].ID == 0 {
-			// Several workers may end chunks of the job at once: the ids
-			// are given here, under the transaction's write lock.
-			var next int64
-			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = ?`, job).Scan(&next); err != nil {
-				return err
-			}
-			for i, c := range f.NewChunks {
-				c.ID = next + int64(i)
-			}
+		ids, moved, err := d.newChunks(ctx, sqliteExec{tx}, f)
+		if err != nil {
+			return err
 		}
-		for _, c := range f.NewChunks {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				job, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-				c.MaxOutputTokens, c.NoMaxRequests, c.Splits); err != nil {
-				return fmt.Errorf("record chunk %d: %w", c.ID, err)
-			}
-		}
+		done = func() { setNewIDs(f, ids, moved) }
 		if paged {
-			return finishPaged(ctx, tx, pc, f)
+			return finishPaged(ctx, tx, pc, f, moved)
 		}
 		// Moves first: what is left in the chunk is then exactly the
 		// requests the outcomes name, or the successes cannot be settled
 		// on the chunk (finishOutcomes).
-		mv, err := tx.PrepareContext(ctx, `UPDATE requests SET chunk_id = ?, idx = ?, offset = ?, length = ?, attempt = ?
-			WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
+		mv, err := tx.PrepareContext(ctx, d.stmts.q("request_move"))
 		if err != nil {
 			return err
 		}
 		defer mv.Close()
-		for _, r := range f.Moved {
-			if i, ok := sluice.NewChunkIndex(r.Chunk); ok {
-				if i >= len(f.NewChunks) {
-					return fmt.Errorf("request #%d moved to new chunk %d of %d", r.Ordinal, i, len(f.NewChunks))
-				}
-				r.Chunk = f.NewChunks[i].ID
-			}
-			res, err := mv.Exec(r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
+		for i, r := range f.Moved {
+			res, err := mv.Exec(moved[i], r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
 			if err != nil {
 				return err
 			}
@@ -245,6 +212,73 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		return finishOutcomes(ctx, tx, key, f)
 	})
+	if err == nil {
+		done()
+	}
+	return err
+}
+
+// newChunks records f's new chunks in the transaction of its finish. A
+// new chunk with an id of 0 or less gets its id here, in order after the
+// job's highest: several workers may end chunks of one job at once, and
+// the transaction holds SQLite's write lock, or the job row's lock that
+// PostgreSQL's FinishChunk took first. Distinct negative ids are
+// placeholders a moved request may name; a moved request names its new
+// chunk by that, or by sluice.NewChunkRef of its place in f.NewChunks.
+// It returns the new chunks' ids and, for each of f.Moved, the id of the
+// chunk it goes to; setNewIDs writes them into f once the finish
+// committed.
+func (c *core) newChunks(ctx context.Context, ex executor, f *sluice.Finish) (ids, moved []int64, err error) {
+	job := f.Chunk.Job
+	ids = make([]int64, len(f.NewChunks))
+	assigned := map[int64]int64{} // negative placeholder -> id
+	var next int64
+	for i, ch := range f.NewChunks {
+		id := ch.ID
+		if id <= 0 {
+			if _, dup := assigned[id]; dup && id < 0 {
+				return nil, nil, fmt.Errorf("new chunks of chunk %d share the placeholder id %d", f.Chunk.ID, id)
+			}
+			if next == 0 {
+				if err := ex.queryRow(ctx, c.stmts.q("chunk_next_id"), job).Scan(&next); err != nil {
+					return nil, nil, fmt.Errorf("allocate chunk ids: %w", err)
+				}
+			}
+			id, assigned[ch.ID] = next, next
+			next++
+		}
+		ids[i] = id
+		if _, err := ex.exec(ctx, c.stmts.q("chunk_insert"), job, id, ch.Attempt, ch.URL, ch.Model, ch.Path, ch.Requests,
+			ch.Bytes, ch.EstTokens, ch.Bound, ch.State, ch.MaxOutputTokens, ch.NoMaxRequests, ch.Splits); err != nil {
+			return nil, nil, fmt.Errorf("record chunk %d: %w", id, err)
+		}
+	}
+	moved = make([]int64, len(f.Moved))
+	for i, r := range f.Moved {
+		moved[i] = r.Chunk
+		if r.Chunk > 0 {
+			continue
+		}
+		if id, ok := assigned[r.Chunk]; ok && r.Chunk < 0 {
+			moved[i] = id
+		} else if k, ok := sluice.NewChunkIndex(r.Chunk); ok && k < len(ids) {
+			moved[i] = ids[k]
+		} else {
+			return nil, nil, fmt.Errorf("request #%d moved to chunk %d, which is not among the %d new chunks", r.Ordinal, r.Chunk, len(ids))
+		}
+	}
+	return ids, moved, nil
+}
+
+// setNewIDs writes the ids newChunks gave into f: its new chunks', and the
+// chunk each moved request went to.
+func setNewIDs(f *sluice.Finish, ids, moved []int64) {
+	for i, ch := range f.NewChunks {
+		ch.ID = ids[i]
+	}
+	for i := range f.Moved {
+		f.Moved[i].Chunk = moved[i]
+	}
 }
 
 // The values of chunks.requests_settled (migrations/0008_settled_chunks.sql).
@@ -293,7 +327,7 @@ func finishOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish
 			return err
 		}
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ? WHERE job_id = ? AND id = ?`,
+	_, err := tx.ExecContext(ctx, sqliteStmts.q("chunk_settle"),
 		mark, answersArg(answers), f.Chunk.Job, f.Chunk.ID)
 	return err
 }
@@ -319,8 +353,7 @@ func bulkOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) 
 			return true, nil
 		}
 		ids := appendIDs(nil, key, f.Outcomes, st)
-		res, err := tx.ExecContext(ctx, `UPDATE requests SET state = ? WHERE id IN (SELECT value FROM json_each(?))
-			AND chunk_id = ? AND state = 'pending'`, st, string(ids), f.Chunk.ID)
+		res, err := tx.ExecContext(ctx, sqliteStmts.q("requests_set_state"), st, string(ids), f.Chunk.ID)
 		if err != nil {
 			return false, err
 		}
@@ -358,13 +391,12 @@ func bulkOutcomes(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) 
 
 // settleCheckSQL sums a chunk's rows over the requests_chunk index alone
 // (TestSettleCheckReadsOnlyTheIndex).
-const settleCheckSQL = `SELECT COUNT(*), COALESCE(SUM(id & ?), 0), COALESCE(SUM((id % 65521) * (id % 65519)), 0)
-	FROM requests WHERE id >> 40 = ? AND chunk_id = ?`
+var settleCheckSQL = sqliteStmts.q("settle_check")
 
 // eachOutcome sets the outcomes one row at a time and names the first
 // request that is not pending in the chunk.
 func eachOutcome(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish) error {
-	fin, err := tx.PrepareContext(ctx, `UPDATE requests SET state = ? WHERE id = ? AND chunk_id = ? AND state = 'pending'`)
+	fin, err := tx.PrepareContext(ctx, sqliteStmts.q("request_set_state"))
 	if err != nil {
 		return err
 	}
@@ -472,11 +504,7 @@ func requestStates(ctx context.Context, q querier, job string) (map[sluice.Reque
 	// every row of the job first. A request still pending in a chunk
 	// settled on the chunk is succeeded (finishOutcomes).
 	var pending, implicit, succeeded, failed int64
-	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
-		COUNT(*) FILTER (WHERE state = 'pending' AND chunk_id IN
-			(SELECT id FROM chunks WHERE job_id = ? AND requests_settled = `+strconv.Itoa(settledOnChunk)+`)),
-		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
-		FROM requests WHERE `+jobRows, job, job, job).Scan(&pending, &implicit, &succeeded, &failed)
+	err := q.QueryRowContext(ctx, sqliteStmts.q("request_states"), job, job, job).Scan(&pending, &implicit, &succeeded, &failed)
 	if err != nil {
 		return nil, err
 	}
@@ -485,11 +513,7 @@ func requestStates(ctx context.Context, q querier, job string) (map[sluice.Reque
 	// their chunk says, and chunk 0's are answered from earlier jobs; every
 	// row of a paged job is an overlay of one page entry.
 	var entries, pSucceeded int64
-	if err := q.QueryRowContext(ctx, `SELECT
-		(SELECT COALESCE(SUM(n), 0) FROM request_pages WHERE `+jobRange("request_pages.id")+`),
-		(SELECT COALESCE(SUM(c.paged - c.overlaid), 0) FROM chunks c WHERE c.job_id = ? AND c.paged > 0
-			AND c.requests_settled = `+strconv.Itoa(settledOnChunk)+`)
-		+ COALESCE((SELECT CASE WHEN paged = 1 THEN reused ELSE 0 END FROM jobs WHERE id = ?), 0)`, job, job, job, job).Scan(&entries, &pSucceeded); err != nil {
+	if err := q.QueryRowContext(ctx, sqliteStmts.q("request_states_paged"), job, job, job, job).Scan(&entries, &pSucceeded); err != nil {
 		return nil, err
 	}
 	if entries > 0 {
@@ -534,8 +558,7 @@ func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bo
 		}
 		return err
 	}
-	rows, err := d.db.QueryContext(ctx, `SELECT id & ?, custom_id FROM requests WHERE `+jobRows+` ORDER BY id`,
-		maxOrdinal, job, job)
+	rows, err := d.db.QueryContext(ctx, d.stmts.q("requests_expected"), maxOrdinal, job, job)
 	if err != nil {
 		return err
 	}
@@ -558,46 +581,39 @@ func (d *DB) Expected(ctx context.Context, job string, fn func(int64, string) bo
 }
 
 // BatchKnown reports whether any chunk records this provider batch id.
-func (d *DB) BatchKnown(ctx context.Context, batchID string) bool {
+func (c *core) BatchKnown(ctx context.Context, batchID string) bool {
 	var one int
-	err := d.db.QueryRowContext(ctx, `SELECT 1 FROM chunks WHERE batch_id = ? LIMIT 1`, batchID).Scan(&one)
-	return err == nil
+	return c.ex.queryRow(ctx, c.stmts.q("batch_known"), batchID).Scan(&one) == nil
 }
 
 // RetriedRequests counts a job's requests that needed more than one
 // attempt (a split spends none: its chunk's splits are not counted).
 func (d *DB) RetriedRequests(ctx context.Context, job string) (int64, error) {
 	var n int64
-	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM requests JOIN chunks ON chunks.job_id = ? AND chunks.id = requests.chunk_id
-		WHERE `+jobRows+` AND requests.attempt - chunks.splits > 1`, job, job, job).Scan(&n)
+	err := d.db.QueryRowContext(ctx, d.stmts.q("requests_retried"), job, job, job).Scan(&n)
 	return n, err
 }
 
 // AttemptErrors returns the last n errors recorded for a job's chunks
 // (every one when n <= 0), oldest first, and how many are recorded in all.
-func (d *DB) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
+func (c *core) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
 	var total int64
-	if err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = ?`, job).Scan(&total); err != nil {
+	if err := c.ex.queryRow(ctx, c.stmts.q("attempt_errors_count"), job).Scan(&total); err != nil {
 		return nil, 0, err
 	}
-	if n <= 0 {
-		n = -1 // SQLite: no limit
+	limit := int64(math.MaxInt64) // every one
+	if n > 0 {
+		limit = int64(n)
 	}
-	rows, err := d.db.QueryContext(ctx, `SELECT job_id, chunk_id, attempt, code, message, at FROM
-		(SELECT * FROM attempt_errors WHERE job_id = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq`, job, n)
+	es, err := collect(ctx, c.ex, c.stmts.q("attempt_errors_last"), func(row scanner) (sluice.AttemptError, error) {
+		var e sluice.AttemptError
+		var at int64
+		err := row.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at)
+		e.At = fromNS(at)
+		return e, err
+	}, job, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer rows.Close()
-	var es []sluice.AttemptError
-	for rows.Next() {
-		var e sluice.AttemptError
-		var at int64
-		if err := rows.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
-			return nil, 0, err
-		}
-		e.At = fromNS(at)
-		es = append(es, e)
-	}
-	return es, total, rows.Err()
+	return es, total, nil
 }

@@ -37,6 +37,8 @@ var conformance = []struct {
 	{"CancelAndSettings", testCancelAndSettings},
 	{"ConcurrentGuardedTransition", testConcurrentGuardedTransition},
 	{"JobTransitionTable", testJobTransitionTable},
+	{"ChunkTransitionTable", testChunkTransitionTable},
+	{"RealtimeCalls", testRealtimeCalls},
 	{"CancelAndFinishFollowTheTable", testCancelAndFinishFollowTheTable},
 	{"ClaimChunkIsExclusiveUntilItExpires", testClaimChunkIsExclusiveUntilItExpires},
 	{"HeartbeatExtendsEveryLeaseOfTheWorker", testHeartbeatExtendsEveryLeaseOfTheWorker},
@@ -205,8 +207,10 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	if db.BatchKnown(ctx, "batch_1") {
 		t.Error("BatchKnown before any chunk recorded it")
 	}
+	c.State = sluice.ChunkCreating // the intent, then the batch's id: the table's moves
+	err = db.UpdateChunk(ctx, c, sluice.ChunkPending)
 	c.State, c.BatchID = sluice.ChunkSubmitted, "batch_1"
-	if err := db.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
+	if err := errors.Join(err, db.UpdateChunk(ctx, c, sluice.ChunkCreating)); err != nil {
 		t.Fatal(err)
 	}
 	if !db.BatchKnown(ctx, "batch_1") {

@@ -11,11 +11,8 @@ import (
 	"github.com/sluice-batch/sluice"
 )
 
-const jobCols = `id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
-	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
-	model_map, default_max_tokens`
-
-func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
+// scanJob reads a row of job_get's columns.
+func scanJob(row scanner) (*sluice.Job, error) {
 	var j sluice.Job
 	var mtime, cancel, created, updated int64
 	var limits string
@@ -39,8 +36,8 @@ func scanJob(row interface{ Scan(...any) error }) (*sluice.Job, error) {
 }
 
 // Job returns one job.
-func (d *DB) Job(ctx context.Context, id string) (*sluice.Job, error) {
-	j, err := scanJob(d.db.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = ?`, id))
+func (c *core) Job(ctx context.Context, id string) (*sluice.Job, error) {
+	j, err := scanJob(c.ex.queryRow(ctx, c.stmts.q("job_get"), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
@@ -48,43 +45,27 @@ func (d *DB) Job(ctx context.Context, id string) (*sluice.Job, error) {
 }
 
 // Jobs returns every job, newest first.
-func (d *DB) Jobs(ctx context.Context) ([]*sluice.Job, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs ORDER BY created_at DESC, id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var js []*sluice.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		js = append(js, j)
-	}
-	return js, rows.Err()
+func (c *core) Jobs(ctx context.Context) ([]*sluice.Job, error) {
+	return collect(ctx, c.ex, c.stmts.q("jobs_all"), scanJob)
 }
 
 // SetJobState moves a job from one state to another: refused with a
 // *sluice.TransitionError when the table of job transitions
 // (sluice.JobState.CanTransition) does not allow the move, and with
 // ErrConflict when the job is no longer in state from (guarded update).
-func (d *DB) SetJobState(ctx context.Context, id string, from, to sluice.JobState) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		return setJobState(ctx, tx, id, from, to, d.now().UnixNano())
-	})
+func (c *core) SetJobState(ctx context.Context, id string, from, to sluice.JobState) error {
+	return c.setJobState(ctx, c.ex, id, from, to)
 }
 
-func setJobState(ctx context.Context, tx *sql.Tx, id string, from, to sluice.JobState, now int64) error {
+func (c *core) setJobState(ctx context.Context, ex executor, id string, from, to sluice.JobState) error {
 	if err := sluice.CheckTransition(id, from, to); err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND state = ?`,
-		to, now, id, from)
+	n, err := ex.exec(ctx, c.stmts.q("job_set_state"), to, c.now().UnixNano(), id, from)
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if n != 1 {
 		return fmt.Errorf("job %s: %s -> %s: %w", id, from, to, ErrConflict)
 	}
 	return nil
@@ -93,78 +74,68 @@ func setJobState(ctx context.Context, tx *sql.Tx, id string, from, to sluice.Job
 // CancelJob moves a job from state from to cancelled (guarded) and records
 // when the cancel was asked for; that time stays as the job goes on to
 // merging and done. It returns the time recorded.
-func (d *DB) CancelJob(ctx context.Context, id string, from sluice.JobState) (time.Time, error) {
+func (c *core) CancelJob(ctx context.Context, id string, from sluice.JobState) (time.Time, error) {
 	if err := sluice.CheckTransition(id, from, sluice.JobCancelled); err != nil {
 		return time.Time{}, err
 	}
-	now := d.now()
-	res, err := d.db.ExecContext(ctx, `UPDATE jobs SET state = ?, cancel_requested_at = ?, updated_at = ?
-		WHERE id = ? AND state = ?`, sluice.JobCancelled, now.UnixNano(), now.UnixNano(), id, from)
+	now := c.now()
+	n, err := c.ex.exec(ctx, c.stmts.q("job_cancel"), sluice.JobCancelled, now.UnixNano(), now.UnixNano(), id, from)
 	if err != nil {
 		return time.Time{}, err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if n != 1 {
 		return time.Time{}, fmt.Errorf("job %s: %s -> %s: %w", id, from, sluice.JobCancelled, ErrConflict)
 	}
 	return now, nil
 }
 
 // SetJobOutput records where the job's output goes.
-func (d *DB) SetJobOutput(ctx context.Context, id, output string) error {
-	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET output = ?, updated_at = ? WHERE id = ?`, output, d.now().UnixNano(), id)
+func (c *core) SetJobOutput(ctx context.Context, id, output string) error {
+	_, err := c.ex.exec(ctx, c.stmts.q("job_set_output"), output, c.now().UnixNano(), id)
 	return err
 }
 
 // UpdateFingerprint records a new modification time for an input whose
 // content hash was found unchanged.
-func (d *DB) UpdateFingerprint(ctx context.Context, id string, fp sluice.Fingerprint) error {
-	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ? WHERE id = ?`,
-		fp.Size, ns(fp.ModTime), fp.Hash, id)
+func (c *core) UpdateFingerprint(ctx context.Context, id string, fp sluice.Fingerprint) error {
+	_, err := c.ex.exec(ctx, c.stmts.q("job_set_fingerprint"), fp.Size, ns(fp.ModTime), fp.Hash, id)
 	return err
-}
-
-// DeleteJob removes a job and all its rows.
-func (d *DB) DeleteJob(ctx context.Context, id string) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		// The job's answers leave the ledger with it (a later job buys them
-		// again rather than pointing at results that are gone).
-		if _, err := tx.ExecContext(ctx, `DELETE FROM ledger WHERE `+jobRange("request"), id, id); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE `+jobRows, id, id); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM request_pages WHERE `+jobRange("id"), id, id); err != nil {
-			return err
-		}
-		for _, q := range []string{`DELETE FROM attempt_errors WHERE job_id = ?`, `DELETE FROM job_summaries WHERE job_id = ?`,
-			`DELETE FROM chunks WHERE job_id = ?`, `DELETE FROM chunk_leases WHERE job_id = ?`, `DELETE FROM realtime_calls WHERE job_id = ?`,
-			`DELETE FROM jobs WHERE id = ?`} {
-			if _, err := tx.ExecContext(ctx, q, id); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 // SetJobSettings records the settings of a job that may change while it
 // runs: the live-batch and enqueued-token limits and the attempts per
 // request (the limits that shaped its plan never change).
-func (d *DB) SetJobSettings(ctx context.Context, id string, limits sluice.Limits, maxAttempts int) error {
+func (c *core) SetJobSettings(ctx context.Context, id string, limits sluice.Limits, maxAttempts int) error {
 	b, err := json.Marshal(limits)
 	if err != nil {
 		return err
 	}
-	_, err = d.db.ExecContext(ctx, `UPDATE jobs SET limits = ?, max_attempts = ?, updated_at = ? WHERE id = ?`,
-		string(b), maxAttempts, d.now().UnixNano(), id)
+	_, err = c.ex.exec(ctx, c.stmts.q("job_set_settings"), string(b), maxAttempts, c.now().UnixNano(), id)
 	return err
 }
 
 // SetProviderFiles records where the job's files at the provider stand:
 // sluice.ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
-func (d *DB) SetProviderFiles(ctx context.Context, id, state string) error {
-	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET provider_files = ?, updated_at = ? WHERE id = ?`,
-		state, d.now().UnixNano(), id)
+func (c *core) SetProviderFiles(ctx context.Context, id, state string) error {
+	_, err := c.ex.exec(ctx, c.stmts.q("job_set_provider_files"), state, c.now().UnixNano(), id)
 	return err
+}
+
+// DeleteJob removes a job and all its rows: its answers leave the ledger
+// with it (sql/sqlite.sql).
+func (d *DB) DeleteJob(ctx context.Context, id string) error {
+	return d.inTx(ctx, func(ex executor) error {
+		for _, name := range []string{"job_delete_ledger", "job_delete_requests", "job_delete_request_pages"} {
+			if _, err := ex.exec(ctx, d.stmts.q(name), id, id); err != nil {
+				return err
+			}
+		}
+		for _, name := range []string{"job_delete_attempt_errors", "job_delete_summary", "job_delete_chunks",
+			"job_drop_leases", "job_delete_realtime_calls", "job_delete"} {
+			if _, err := ex.exec(ctx, d.stmts.q(name), id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -66,7 +66,7 @@ func (e *LockLostError) Unwrap() error { return ErrLockLost }
 // after its connection dropped, it waits until it is (nil), until it is
 // lost for good (its *LockLostError), or until ctx ends (ctx's error).
 // A lock that cannot be lost returns nil at once. Every provider call of
-// a run waits here first (cmd/sluice/lockgate.go).
+// a run waits here first (lifecycle/lockgate.go).
 func (l *Lock) Wait(ctx context.Context) error {
 	if l == nil || l.watch == nil {
 		return nil

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/sluice-batch/sluice"
@@ -30,35 +29,26 @@ import (
 func (d *DB) foldLedger(ctx context.Context) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
 		var waiting bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM chunks WHERE answers IS NOT NULL)`).Scan(&waiting); err != nil || !waiting {
+		if err := tx.QueryRowContext(ctx, sqliteStmts.q("ledger_fold_waiting")).Scan(&waiting); err != nil || !waiting {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS fold
-			(key BLOB NOT NULL, request INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
-			 chunk INTEGER, custom_id TEXT)`); err != nil {
+		if _, err := tx.ExecContext(ctx, sqliteStmts.q("ledger_fold_create")); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		defer tx.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS temp.fold`)
+		defer tx.ExecContext(context.WithoutCancel(ctx), sqliteStmts.q("ledger_fold_drop"))
 		// An answer of three members is a request with a row, which has the
 		// key; one of five (a paged plan's chunk: appendAnswers with its requests) names
 		// its key, chunk and custom_id itself.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.fold (key, request, offset, length, chunk, custom_id)
-			SELECT r.body_key, r.id, a.value ->> 1, a.value ->> 2, NULL, NULL
-			FROM chunks c CROSS JOIN json_each(c.answers) AS a CROSS JOIN requests r ON r.id = a.value ->> 0
-			WHERE c.answers IS NOT NULL AND json_array_length(a.value) = 3 AND r.body_key IS NOT NULL`); err != nil {
+		if _, err := tx.ExecContext(ctx, sqliteStmts.q("ledger_fold_rows")); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.fold (key, request, offset, length, chunk, custom_id)
-			SELECT unhex(a.value ->> 3), a.value ->> 0, a.value ->> 1, a.value ->> 2, c.id, a.value ->> 4
-			FROM chunks c CROSS JOIN json_each(c.answers) AS a
-			WHERE c.answers IS NOT NULL AND json_array_length(a.value) = 5`); err != nil {
+		if _, err := tx.ExecContext(ctx, sqliteStmts.q("ledger_fold_paged")); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO ledger (key, request, offset, length, chunk, custom_id)
-			SELECT key, request, offset, length, chunk, custom_id FROM temp.fold ORDER BY key, request`); err != nil {
+		if _, err := tx.ExecContext(ctx, sqliteStmts.q("ledger_fold_insert")); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE chunks SET answers = NULL WHERE answers IS NOT NULL`); err != nil {
+		if _, err := tx.ExecContext(ctx, sqliteStmts.q("ledger_fold_clear")); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
 		return nil
@@ -90,9 +80,15 @@ func (p *Plan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error)
 	if p.ledgerEmpty {
 		return nil // nothing to find: a first job, or none answered yet
 	}
+	return inBatches(keys, fn, p.lookupBatch)
+}
+
+// inBatches looks keys up reuseBatch at a time with lookup, calling fn
+// with each answer's index in keys (both drivers' LookupReuse).
+func inBatches(keys [][]byte, fn func(int, sluice.Answer) error, lookup func([][]byte, func(int, sluice.Answer) error) error) error {
 	for off := 0; off < len(keys); off += reuseBatch {
 		batch := keys[off:min(len(keys), off+reuseBatch)]
-		if err := p.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
+		if err := lookup(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
 			return err
 		}
 	}
@@ -123,7 +119,7 @@ func (p *Plan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) err
 		if p.lookConn, err = p.d.db.Conn(p.ctx); err != nil {
 			return fmt.Errorf("ledger lookup: %w", err)
 		}
-		if _, err = p.lookConn.ExecContext(p.ctx, `PRAGMA cache_size = -4096`); err != nil {
+		if _, err = p.lookConn.ExecContext(p.ctx, sqliteStmts.q("conn_small_cache")); err != nil {
 			return fmt.Errorf("ledger lookup: %w", err)
 		}
 	}
@@ -187,11 +183,11 @@ func (p *Plan) SetReused(n int64, sources map[string]int64) error {
 	}
 	// A paged plan's chunk-0 requests are succeeded as they are (pages.go);
 	// no request of it has a row yet.
-	if _, err := p.tx.ExecContext(p.ctx, `UPDATE jobs SET reused = ? WHERE id = ?`, n, p.job.ID); err != nil {
+	if _, err := p.tx.ExecContext(p.ctx, sqliteStmts.q("plan_set_reused"), n, p.job.ID); err != nil {
 		return err
 	}
 	for src, k := range sources {
-		if _, err := p.tx.ExecContext(p.ctx, `INSERT INTO reuse_sources (job_id, source_job, requests) VALUES (?, ?, ?)`,
+		if _, err := p.tx.ExecContext(p.ctx, sqliteStmts.q("plan_reuse_source"),
 			p.job.ID, src, k); err != nil {
 			return err
 		}
@@ -202,83 +198,58 @@ func (p *Plan) SetReused(n int64, sources map[string]int64) error {
 
 // ReuseSources returns how many of job's requests were answered from each
 // earlier job.
-func (d *DB) ReuseSources(ctx context.Context, job string) (map[string]int64, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT source_job, requests FROM reuse_sources WHERE job_id = ? ORDER BY source_job`, job)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	m, err := scanSources(rows)
-	if err != nil {
-		return nil, err
-	}
-	return m, rows.Err()
-}
-
-// scanSources reads (source job, requests) rows into a map; both backends'
-// ReuseSources share it.
-func scanSources(rows answerRows) (map[string]int64, error) {
+func (c *core) ReuseSources(ctx context.Context, job string) (map[string]int64, error) {
 	m := map[string]int64{}
-	for rows.Next() {
+	err := c.ex.query(ctx, c.stmts.q("reuse_sources"), func(row scanner) error {
 		var s string
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
+		if err := row.Scan(&s, &n); err != nil {
+			return err
 		}
 		m[s] = n
+		return nil
+	}, job)
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
 // Learned returns, per model, what every finished batch in the state
 // directory taught about the estimates (sluice.Learned).
-func (d *DB) Learned(ctx context.Context) (map[string]sluice.Learned, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT model, SUM(usage_est_tokens), SUM(input_tokens), SUM(output_tokens)
-		FROM chunks WHERE usage_est_tokens > 0 GROUP BY model`)
+func (c *core) Learned(ctx context.Context) (map[string]sluice.Learned, error) {
+	m := map[string]sluice.Learned{}
+	err := c.ex.query(ctx, c.stmts.q("learned"), func(row scanner) error {
+		var model string
+		var l sluice.Learned
+		if err := row.Scan(&model, &l.EstTokens, &l.InputTokens, &l.OutputTokens); err != nil {
+			return err
+		}
+		m[model] = l
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	m := map[string]sluice.Learned{}
-	for rows.Next() {
-		var model string
-		var l sluice.Learned
-		if err := rows.Scan(&model, &l.EstTokens, &l.InputTokens, &l.OutputTokens); err != nil {
-			return nil, err
-		}
-		m[model] = l
-	}
-	return m, rows.Err()
+	return m, nil
 }
 
 // SetMaxCost records the spend cap of a job's latest run (nil: none).
-func (d *DB) SetMaxCost(ctx context.Context, job string, usd *float64) error {
-	_, err := d.db.ExecContext(ctx, `UPDATE jobs SET max_cost = ? WHERE id = ?`, usd, job)
+func (c *core) SetMaxCost(ctx context.Context, job string, usd *float64) error {
+	_, err := c.ex.exec(ctx, c.stmts.q("job_set_max_cost"), usd, job)
 	return err
 }
 
 // MaxCost returns the spend cap of a job's latest run, or nil.
-func (d *DB) MaxCost(ctx context.Context, job string) (*float64, error) {
-	var v sql.NullFloat64
-	if err := d.db.QueryRowContext(ctx, `SELECT max_cost FROM jobs WHERE id = ?`, job).Scan(&v); err != nil {
+func (c *core) MaxCost(ctx context.Context, job string) (*float64, error) {
+	var v *float64
+	if err := c.ex.queryRow(ctx, c.stmts.q("job_max_cost"), job).Scan(&v); err != nil {
 		return nil, err
 	}
-	if !v.Valid {
-		return nil, nil
-	}
-	return &v.Float64, nil
+	return v, nil
 }
 
 // lookupQuery finds the answers to n keys (then the plan's job key).
 func lookupQuery(n int) string {
-	// A ledger row folded from a paged chunk names its chunk and custom_id
-	// (its request succeeded there, and stays so); an older one joins its
-	// request's row.
-	return `SELECT l.key, j.id, j.dir, c.results_path, COALESCE(l.custom_id, r.custom_id), l.offset, l.length
-		FROM ledger l
-		LEFT JOIN requests r ON l.chunk IS NULL AND r.id = l.request
-		JOIN jobs j ON j.key = l.request >> 40
-		JOIN chunks c ON c.job_id = j.id AND c.id = COALESCE(l.chunk, r.chunk_id)
-		WHERE l.key IN (?` + strings.Repeat(",?", n-1) + `) AND j.key != ? AND c.results_path != ''
-			AND (l.chunk IS NOT NULL OR r.state = 'succeeded' OR (r.state = 'pending' AND c.requests_settled = ` + strconv.Itoa(settledOnChunk) + `))`
+	return strings.Replace(sqliteStmts.q("ledger_lookup"), "(:keys)", in(n), 1)
 }

@@ -177,11 +177,11 @@ type querier interface {
 func eachPageEntry(ctx context.Context, q querier, key, first, last int64, fn func(*sluice.Request) error) error {
 	// The page holding first starts at or before it.
 	var from int64
-	if err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), ?) FROM request_pages WHERE id BETWEEN ? AND ?`,
+	if err := q.QueryRowContext(ctx, sqliteStmts.q("page_first"),
 		requestID(key, first), requestID(key, 0), requestID(key, first)).Scan(&from); err != nil {
 		return err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT id & ?, n, data FROM request_pages WHERE id BETWEEN ? AND ? ORDER BY id`,
+	rows, err := q.QueryContext(ctx, sqliteStmts.q("pages_of_range"),
 		maxOrdinal, from, requestID(key, last))
 	if err != nil {
 		return err
@@ -217,9 +217,8 @@ func eachPageEntry(ctx context.Context, q querier, key, first, last int64, fn fu
 	return rows.Err()
 }
 
-// overlayCols are the columns of an overlay row, as scanOverlay reads them.
-const overlayCols = `id & 1099511627775, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state, body_key`
-
+// scanOverlay reads an overlay row (the statements overlays and
+// overlays_in_order).
 func scanOverlay(rows *sql.Rows, r *sluice.Request) error {
 	var state string
 	var idx, length, attempt int64
@@ -233,7 +232,7 @@ func scanOverlay(rows *sql.Rows, r *sluice.Request) error {
 
 // overlays returns the overlay rows of job key with ordinals in [first, last].
 func overlays(ctx context.Context, q querier, key, first, last int64) (map[int64]*sluice.Request, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+overlayCols+` FROM requests WHERE id BETWEEN ? AND ?`,
+	rows, err := q.QueryContext(ctx, sqliteStmts.q("overlays"),
 		requestID(key, first), requestID(key, last))
 	if err != nil {
 		return nil, err
@@ -312,9 +311,7 @@ func (c pagedChunk) requests(ctx context.Context, q querier, fn func(r *sluice.R
 func readPagedChunk(ctx context.Context, q querier, job string, chunk int64) (c pagedChunk, paged bool, err error) {
 	c = pagedChunk{id: chunk}
 	var jobPaged, attempt int
-	err = q.QueryRowContext(ctx, `SELECT j.key, j.paged, c.attempt, c.first_ordinal, c.last_ordinal, c.requests_settled, c.paged,
-		c.overlaid, c.id_sum, c.id_mix
-		FROM jobs j JOIN chunks c ON c.job_id = j.id WHERE j.id = ? AND c.id = ?`, job, chunk).
+	err = q.QueryRowContext(ctx, sqliteStmts.q("paged_chunk"), job, chunk).
 		Scan(&c.key, &jobPaged, &attempt, &c.first, &c.last, &c.settled, &c.n, &c.overlaid, &c.sum, &c.mix)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, false, fmt.Errorf("job %s, chunk %d: %w", job, chunk, ErrNotFound)
@@ -325,9 +322,8 @@ func readPagedChunk(ctx context.Context, q querier, job string, chunk int64) (c 
 	return c, jobPaged == 1 && attempt == 1, nil
 }
 
-// insertOverlay writes r as its request's overlay row.
-const insertOverlay = `INSERT INTO requests (id, line, custom_id, chunk_id, idx, offset, length, tokens, attempt, state, body_key)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+// insertOverlay writes r as its request's overlay row (overlayArgs).
+var insertOverlay = sqliteStmts.q("overlay_insert")
 
 func overlayArgs(key int64, r *sluice.Request) []any {
 	var bk any
@@ -342,7 +338,7 @@ func overlayArgs(key int64, r *sluice.Request) []any {
 // false when there is no such job.
 func jobLayout(ctx context.Context, q querier, job string) (key int64, paged, found bool, err error) {
 	var p int
-	err = q.QueryRowContext(ctx, `SELECT key, paged FROM jobs WHERE id = ?`, job).Scan(&key, &p)
+	err = q.QueryRowContext(ctx, sqliteStmts.q("job_layout"), job).Scan(&key, &p)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, false, nil
 	}
@@ -361,7 +357,7 @@ func requests(ctx context.Context, q querier, job string, fn func(*sluice.Reques
 		return err
 	}
 	settled := map[int64]int{}
-	crows, err := q.QueryContext(ctx, `SELECT id, requests_settled FROM chunks WHERE job_id = ?`, job)
+	crows, err := q.QueryContext(ctx, sqliteStmts.q("chunks_settled"), job)
 	if err != nil {
 		return err
 	}
@@ -375,7 +371,7 @@ func requests(ctx context.Context, q querier, job string, fn func(*sluice.Reques
 		settled[id] = s
 	}
 	crows.Close()
-	rows, err := q.QueryContext(ctx, `SELECT `+overlayCols+` FROM requests WHERE id BETWEEN ? AND ? ORDER BY id`,
+	rows, err := q.QueryContext(ctx, sqliteStmts.q("overlays_in_order"),
 		requestID(key, 0), requestID(key, maxOrdinal))
 	if err != nil {
 		return err
@@ -442,7 +438,7 @@ func requests(ctx context.Context, q querier, job string, fn func(*sluice.Reques
 // the successes, when they are every request left, are settled on the
 // chunk with no row written, else each gets a row too. Every request
 // named must be pending in the chunk (ErrConflict otherwise).
-func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finish) error {
+func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finish, moved []int64) error {
 	if pc.settled != settledNot {
 		return nil // FinishChunk refused any request named: nothing to do
 	}
@@ -452,7 +448,7 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 		answers := appendAnswers(make([]byte, 0, 80*len(f.Outcomes)), pc.key, f.Outcomes, func(i int) (string, []byte) {
 			return f.Outcomes[i].CustomID, f.Outcomes[i].BodyKey
 		})
-		_, err := tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ? WHERE job_id = ? AND id = ?`,
+		_, err := tx.ExecContext(ctx, sqliteStmts.q("chunk_settle"),
 			settledOnChunk, answersArg(answers), f.Chunk.Job, f.Chunk.ID)
 		return err
 	}
@@ -493,20 +489,13 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 		overlaid++
 		return nil
 	}
-	for _, m := range f.Moved {
+	for i, m := range f.Moved {
 		e, err := take(m.Ordinal)
 		if err != nil {
 			return err
 		}
-		chunk := m.Chunk
-		if i, ok := sluice.NewChunkIndex(chunk); ok {
-			if i >= len(f.NewChunks) {
-				return fmt.Errorf("request #%d moved to new chunk %d of %d", m.Ordinal, i, len(f.NewChunks))
-			}
-			chunk = f.NewChunks[i].ID
-		}
 		r := *e
-		r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, r.State = chunk, m.Index, m.Offset, m.Length, m.Attempt, sluice.RequestPending
+		r.Chunk, r.Index, r.Offset, r.Length, r.Attempt, r.State = moved[i], m.Index, m.Offset, m.Length, m.Attempt, sluice.RequestPending
 		if err := overlay(&r, "move"); err != nil {
 			return err
 		}
@@ -551,7 +540,7 @@ func finishPaged(ctx context.Context, tx *sql.Tx, pc pagedChunk, f *sluice.Finis
 	answers := appendAnswers(make([]byte, 0, 80*succeeded), pc.key, f.Outcomes, func(i int) (string, []byte) {
 		return named[i].CustomID, named[i].BodyKey
 	})
-	_, err = tx.ExecContext(ctx, `UPDATE chunks SET requests_settled = ?, answers = ?, overlaid = overlaid + ? WHERE job_id = ? AND id = ?`,
+	_, err = tx.ExecContext(ctx, sqliteStmts.q("chunk_settle_paged"),
 		mark, answersArg(answers), overlaid, f.Chunk.Job, f.Chunk.ID)
 	return err
 }

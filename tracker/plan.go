@@ -67,7 +67,7 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 		return nil, err
 	}
 	var answers, legacy bool
-	if err := d.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ledger), EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0)`).Scan(&answers, &legacy); err != nil {
+	if err := d.db.QueryRowContext(ctx, sqliteStmts.q("ledger_any")).Scan(&answers, &legacy); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	now := d.now()
@@ -84,11 +84,7 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 		job.ProviderFiles = sluice.ProviderFilesLive
 	}
 	job.PlanFlagsKnown = true
-	if err := d.db.QueryRowContext(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys, paged, key)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
-		MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests),
-		(SELECT COALESCE(MAX(id), 0) >> 40 FROM request_pages)) + 1) RETURNING key`,
+	if err := d.db.QueryRowContext(ctx, sqliteStmts.q("plan_job_insert"),
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
 		job.ModelMap, job.DefaultMaxTokens, canonicalKeys()).Scan(&key); err != nil {
@@ -120,7 +116,7 @@ func (p *Plan) release() {
 		p.lookup = nil
 	}
 	if p.lookConn != nil {
-		p.lookConn.ExecContext(context.WithoutCancel(p.ctx), `PRAGMA cache_size = -32768`)
+		p.lookConn.ExecContext(context.WithoutCancel(p.ctx), sqliteStmts.q("conn_cache"))
 		p.lookConn.Close()
 		p.lookConn = nil
 	}
@@ -128,7 +124,7 @@ func (p *Plan) release() {
 		return
 	}
 	if p.ids {
-		p.conn.ExecContext(context.WithoutCancel(p.ctx), `DROP TABLE IF EXISTS temp.plan_ids`)
+		p.conn.ExecContext(context.WithoutCancel(p.ctx), sqliteStmts.q("plan_ids_drop"))
 		p.ids = false
 	}
 	p.conn.Close()
@@ -141,7 +137,7 @@ func (p *Plan) begin() error {
 		return err
 	}
 	p.tx = tx
-	if p.insPage, err = tx.PrepareContext(p.ctx, `INSERT INTO request_pages (id, n, data) VALUES (?, ?, ?)`); err != nil {
+	if p.insPage, err = tx.PrepareContext(p.ctx, sqliteStmts.q("plan_page_insert")); err != nil {
 		return err
 	}
 	if p.ids {
@@ -149,8 +145,7 @@ func (p *Plan) begin() error {
 			return err
 		}
 	}
-	p.insChk, err = tx.PrepareContext(p.ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-		bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	p.insChk, err = tx.PrepareContext(p.ctx, sqliteStmts.q("plan_chunk_insert"))
 	return err
 }
 
@@ -275,7 +270,7 @@ func (p *Plan) FindCustomID(customID string) (int64, bool, error) {
 		}
 	}
 	var line int64
-	err := p.tx.QueryRowContext(p.ctx, `SELECT line FROM temp.plan_ids WHERE custom_id = ?`, customID).Scan(&line)
+	err := p.tx.QueryRowContext(p.ctx, sqliteStmts.q("plan_id_line"), customID).Scan(&line)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -283,15 +278,15 @@ func (p *Plan) FindCustomID(customID string) (int64, bool, error) {
 }
 
 // insertPlanID adds a custom_id to plan_ids; one already there is refused.
-const insertPlanID = `INSERT INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`
+var insertPlanID = sqliteStmts.q("plan_id_insert")
 
 // buildIDs creates plan_ids from the pages written and the page being
 // filled.
 func (p *Plan) buildIDs() error {
-	if _, err := p.tx.ExecContext(p.ctx, `CREATE TEMP TABLE plan_ids (custom_id TEXT PRIMARY KEY, line INTEGER NOT NULL) WITHOUT ROWID`); err != nil {
+	if _, err := p.tx.ExecContext(p.ctx, sqliteStmts.q("plan_ids_create")); err != nil {
 		return err
 	}
-	ins, err := p.tx.PrepareContext(p.ctx, `INSERT OR IGNORE INTO temp.plan_ids (custom_id, line) VALUES (?, ?)`)
+	ins, err := p.tx.PrepareContext(p.ctx, sqliteStmts.q("plan_id_insert_first"))
 	if err != nil {
 		return err
 	}
@@ -337,8 +332,7 @@ func (p *Plan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, reje
 		p.release()
 		return err
 	}
-	res, err := p.tx.ExecContext(ctx, `UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
-		requests = ?, rejected = ?, state = ?, updated_at = ? WHERE id = ? AND state = ?`,
+	res, err := p.tx.ExecContext(ctx, sqliteStmts.q("plan_commit"),
 		fp.Size, ns(fp.ModTime), fp.Hash, requests, rejected, sluice.JobPlanned, now, p.job.ID, sluice.JobPlanning)
 	if err == nil {
 		if n, _ := res.RowsAffected(); n != 1 {
@@ -392,8 +386,7 @@ func (p *Plan) AddRequests(rs []sluice.Request) error {
 // recordSpans writes each chunk's span of the plan on its row (chunk 0,
 // the requests answered from earlier jobs, has none).
 func (p *Plan) recordSpans(ctx context.Context) error {
-	st, err := p.tx.PrepareContext(ctx, `UPDATE chunks SET first_ordinal = ?, last_ordinal = ?, paged = ?, id_sum = ?, id_mix = ?
-		WHERE job_id = ? AND id = ?`)
+	st, err := p.tx.PrepareContext(ctx, sqliteStmts.q("plan_chunk_span"))
 	if err != nil {
 		return err
 	}

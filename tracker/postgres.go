@@ -2,7 +2,6 @@ package tracker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -15,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/migrations"
 )
 
@@ -24,12 +22,11 @@ import (
 // its own numbered migrations (migrations/postgres), request rows written
 // with COPY, and per-job locks that are session advisory locks.
 type Postgres struct {
+	core // the rules (driver.go), over this driver
 	pool *pgxpool.Pool
 	cfg  *pgxpool.Config
-	dir  string
 	desc string // the DSN with its password redacted
 	pw   string // the password, to scrub from errors
-	now  func() time.Time
 
 	// fences are the watched job locks this process holds, by job: every
 	// chunk write of such a job is fenced by its lock's epoch
@@ -88,7 +85,8 @@ func OpenPostgresWith(ctx context.Context, dsn, dir string, ms []migrations.Migr
 	if err != nil {
 		return nil, fmt.Errorf("--db %s: %s", desc, scrub(err.Error(), pw))
 	}
-	p := &Postgres{pool: pool, cfg: cfg, dir: dir, desc: desc, pw: pw, now: time.Now}
+	p := &Postgres{pool: pool, cfg: cfg, desc: desc, pw: pw}
+	p.core = core{ex: pgExec{pool, p.wrap}, drv: p, stmts: dialect("postgres"), dir: dir, now: time.Now}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, p.connectError(err)
@@ -176,9 +174,6 @@ func dsnPassword(dsn string) string {
 	return ""
 }
 
-// Dir implements Backend.
-func (p *Postgres) Dir() string { return p.dir }
-
 // Describe implements Backend.
 func (p *Postgres) Describe() string { return "postgres " + p.desc }
 
@@ -187,9 +182,6 @@ func (p *Postgres) Close() error {
 	p.pool.Close()
 	return nil
 }
-
-// SetClock replaces the clock (tests).
-func (p *Postgres) SetClock(now func() time.Time) { p.now = now }
 
 // Pool exposes the database for inspection in tests.
 func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
@@ -209,14 +201,13 @@ func (p *Postgres) migrate(ctx context.Context, ms []migrations.Migration) error
 	step := func(m *migrations.Migration) (bool, error) {
 		applied := false
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(pgMigrateLock)); err != nil {
+			if _, err := tx.Exec(ctx, pgStmts.q("migrate_lock"), int64(pgMigrateLock)); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-				version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+			if _, err := tx.Exec(ctx, pgStmts.q("migrate_table")); err != nil {
 				return fmt.Errorf("create schema_migrations: %w", err)
 			}
-			rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+			rows, err := tx.Query(ctx, pgStmts.q("migrate_versions"))
 			if err != nil {
 				return err
 			}
@@ -238,7 +229,7 @@ func (p *Postgres) migrate(ctx context.Context, ms []migrations.Migration) error
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("apply migration postgres/%s: %w", m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			if _, err := tx.Exec(ctx, pgStmts.q("migrate_record"),
 				m.Version, m.Name, p.now().Unix()); err != nil {
 				return err
 			}
@@ -264,9 +255,26 @@ func (p *Postgres) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return p.wrap(pgx.BeginFunc(ctx, p.pool, fn))
 }
 
+// inTx implements dbDriver.
+func (p *Postgres) inTx(ctx context.Context, fn func(executor) error) error {
+	return p.tx(ctx, func(tx pgx.Tx) error { return fn(pgExec{tx, p.wrap}) })
+}
+
+// chunkWritten implements dbDriver: a chunk write of a job whose lock this
+// process holds is fenced by the lock's epoch (postgres_lockwatch.go).
+func (p *Postgres) chunkWritten(ctx context.Context, ex executor, job string) error {
+	return p.fence(ctx, ex.(pgExec).q, job)
+}
+
 // pgPartition is the table of the request rows of the job with this key,
 // a partition of requests (migrations/postgres/0001_init.sql).
 func pgPartition(key int64) string { return fmt.Sprintf("requests_j%d", key) }
+
+// partQ is the named statement over the partition of the job with key
+// key ({part} in sql/postgres.sql).
+func (p *Postgres) partQ(name string, key int64) string {
+	return strings.ReplaceAll(p.stmts.q(name), "{part}", pgPartition(key))
+}
 
 type pgQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -275,91 +283,11 @@ type pgQuerier interface {
 // pgJobKey returns the key of job; ok is false when there is no such job
 // (a job deleted between two statements reads as empty, as on SQLite).
 func pgJobKey(ctx context.Context, q pgQuerier, job string) (key int64, ok bool, err error) {
-	err = q.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`, job).Scan(&key)
+	err = q.QueryRow(ctx, pgStmts.q("job_key"), job).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
 	return key, err == nil, err
-}
-
-// Job implements sluice.Store.
-func (p *Postgres) Job(ctx context.Context, id string) (*sluice.Job, error) {
-	j, err := scanJob(p.pool.QueryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
-	}
-	return j, p.wrap(err)
-}
-
-// Jobs implements Backend.
-func (p *Postgres) Jobs(ctx context.Context) ([]*sluice.Job, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+jobCols+` FROM jobs ORDER BY created_at DESC, id`)
-	if err != nil {
-		return nil, p.wrap(err)
-	}
-	defer rows.Close()
-	var js []*sluice.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		js = append(js, j)
-	}
-	return js, p.wrap(rows.Err())
-}
-
-// SetJobState implements sluice.Store.
-func (p *Postgres) SetJobState(ctx context.Context, id string, from, to sluice.JobState) error {
-	return pgSetJobState(ctx, p.pool, id, from, to, p.now().UnixNano())
-}
-
-type pgExecer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-func pgSetJobState(ctx context.Context, q pgExecer, id string, from, to sluice.JobState, now int64) error {
-	if err := sluice.CheckTransition(id, from, to); err != nil {
-		return err
-	}
-	tag, err := q.Exec(ctx, `UPDATE jobs SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`, to, now, id, from)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("job %s: %s -> %s: %w", id, from, to, ErrConflict)
-	}
-	return nil
-}
-
-// CancelJob implements Backend.
-func (p *Postgres) CancelJob(ctx context.Context, id string, from sluice.JobState) (time.Time, error) {
-	if err := sluice.CheckTransition(id, from, sluice.JobCancelled); err != nil {
-		return time.Time{}, err
-	}
-	now := p.now()
-	tag, err := p.pool.Exec(ctx, `UPDATE jobs SET state = $1, cancel_requested_at = $2, updated_at = $2
-		WHERE id = $3 AND state = $4`, sluice.JobCancelled, now.UnixNano(), id, from)
-	if err != nil {
-		return time.Time{}, p.wrap(err)
-	}
-	if tag.RowsAffected() != 1 {
-		return time.Time{}, fmt.Errorf("job %s: %s -> %s: %w", id, from, sluice.JobCancelled, ErrConflict)
-	}
-	return now, nil
-}
-
-// SetJobOutput implements Backend.
-func (p *Postgres) SetJobOutput(ctx context.Context, id, output string) error {
-	_, err := p.pool.Exec(ctx, `UPDATE jobs SET output = $1, updated_at = $2 WHERE id = $3`, output, p.now().UnixNano(), id)
-	return p.wrap(err)
-}
-
-// UpdateFingerprint implements Backend.
-func (p *Postgres) UpdateFingerprint(ctx context.Context, id string, fp sluice.Fingerprint) error {
-	_, err := p.pool.Exec(ctx, `UPDATE jobs SET input_size = $1, input_mtime = $2, input_hash = $3 WHERE id = $4`,
-		fp.Size, ns(fp.ModTime), fp.Hash, id)
-	return p.wrap(err)
 }
 
 // DeleteJob implements Backend. The job's request rows are its partition,
@@ -371,35 +299,17 @@ func (p *Postgres) DeleteJob(ctx context.Context, id string) error {
 		if err != nil || !ok {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM ledger WHERE request BETWEEN $1 AND $2`,
+		if _, err := tx.Exec(ctx, p.stmts.q("job_delete_ledger"),
 			requestID(key, 0), requestID(key, maxOrdinal)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgPartition(key)); err != nil {
+		if _, err := tx.Exec(ctx, p.partQ("job_drop_partition", key)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM chunk_leases WHERE job_id = $1`, id); err != nil {
+		if _, err := tx.Exec(ctx, pgText(p.stmts.q("job_drop_leases")), id); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
+		_, err = tx.Exec(ctx, pgText(p.stmts.q("job_delete")), id)
 		return err
 	})
-}
-
-// SetJobSettings implements Backend.
-func (p *Postgres) SetJobSettings(ctx context.Context, id string, limits sluice.Limits, maxAttempts int) error {
-	b, err := json.Marshal(limits)
-	if err != nil {
-		return err
-	}
-	_, err = p.pool.Exec(ctx, `UPDATE jobs SET limits = $1, max_attempts = $2, updated_at = $3 WHERE id = $4`,
-		string(b), maxAttempts, p.now().UnixNano(), id)
-	return p.wrap(err)
-}
-
-// SetProviderFiles implements Backend.
-func (p *Postgres) SetProviderFiles(ctx context.Context, id, state string) error {
-	_, err := p.pool.Exec(ctx, `UPDATE jobs SET provider_files = $1, updated_at = $2 WHERE id = $3`,
-		state, p.now().UnixNano(), id)
-	return p.wrap(err)
 }

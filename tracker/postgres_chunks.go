@@ -4,81 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-batch/sluice"
 )
-
-// Chunks implements sluice.Store.
-func (p *Postgres) Chunks(ctx context.Context, job string) ([]*sluice.Chunk, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = $1 ORDER BY id`, job)
-	if err != nil {
-		return nil, p.wrap(err)
-	}
-	defer rows.Close()
-	var cs []*sluice.Chunk
-	for rows.Next() {
-		c, err := scanChunk(rows)
-		if err != nil {
-			return nil, err
-		}
-		cs = append(cs, c)
-	}
-	return cs, p.wrap(rows.Err())
-}
-
-// Chunk reads one chunk of a job (the dispatcher re-reads a chunk it holds
-// a lease on before acting, since another worker may have moved it).
-func (p *Postgres) Chunk(ctx context.Context, job string, id int64) (*sluice.Chunk, error) {
-	c, err := scanChunk(p.pool.QueryRow(ctx, `SELECT `+chunkCols+` FROM chunks WHERE job_id = $1 AND id = $2`, job, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("chunk %d of job %s: %w", id, job, p.wrap(err))
-	}
-	return c, nil
-}
-
-// UpdateChunk implements sluice.Store.
-func (p *Postgres) UpdateChunk(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState) error {
-	return p.tx(ctx, func(tx pgx.Tx) error {
-		if err := pgUpdateChunk(ctx, tx, c, from, p.now()); err != nil {
-			return err
-		}
-		return p.fence(ctx, tx, c.Job) // after the row's lock: postgres_lockwatch.go
-	})
-}
-
-// pgUpdateChunk is updateChunk for PostgreSQL: c is written if the chunk
-// is still in state from, and a last error other than the one the row
-// holds is kept as an attempt_errors row.
-func pgUpdateChunk(ctx context.Context, tx pgx.Tx, c *sluice.Chunk, from sluice.ChunkState, now time.Time) error {
-	if c.ErrorCode != "" || c.LastError != "" {
-		if _, err := tx.Exec(ctx, `INSERT INTO attempt_errors (job_id, chunk_id, attempt, code, message, at)
-			SELECT job_id, id, $1, $2, $3, $4 FROM chunks WHERE job_id = $5 AND id = $6 AND state = $7
-				AND (error_code != $2 OR last_error != $3)`,
-			c.Attempt, c.ErrorCode, c.LastError, now.UnixNano(), c.Job, c.ID, from); err != nil {
-			return fmt.Errorf("chunk %d: record error: %w", c.ID, err)
-		}
-	}
-	tag, err := tx.Exec(ctx, `UPDATE chunks SET state = $1, file_id = $2, batch_id = $3, batch_status = $4,
-		intent_at = $5, next_poll_at = $6, polls = $7, submitted_at = $8, ended_at = $9, last_error = $10,
-		input_tokens = $11, output_tokens = $12, results_path = $13, fetch_failures = $14, error_code = $15, stuck = $16,
-		usage_est_tokens = $17, queue_refusals = $18, digest = $22, results_expire_at = $23 WHERE job_id = $19 AND id = $20 AND state = $21`,
-		c.State, c.FileID, c.BatchID, c.BatchStatus, ns(c.IntentAt), ns(c.NextPollAt), c.Polls,
-		ns(c.SubmittedAt), ns(c.EndedAt), c.LastError, c.InputTokens, c.OutputTokens, c.ResultsPath,
-		c.FetchFailures, c.ErrorCode, c.Stuck, c.UsageEstTokens, c.QueueRefusals, c.Job, c.ID, from, c.Digest, ns(c.ResultsExpireAt))
-	if err != nil {
-		return fmt.Errorf("chunk %d: %w", c.ID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("chunk %d: %s -> %s: %w", c.ID, from, c.State, ErrConflict)
-	}
-	return nil
-}
 
 // ChunkRequests implements sluice.Store.
 func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, fn func(*sluice.Request) error) error {
@@ -86,8 +16,7 @@ func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, f
 	if err != nil || !ok {
 		return p.wrap(err)
 	}
-	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, line, custom_id, chunk_id, idx, byte_offset, length,
-		tokens, attempt, state FROM `+pgPartition(key)+` WHERE chunk_id = $1 ORDER BY idx`, chunk)
+	rows, err := p.pool.Query(ctx, p.partQ("chunk_requests", key), chunk)
 	if err != nil {
 		return p.wrap(err)
 	}
@@ -115,73 +44,31 @@ func (p *Postgres) ChunkRequests(ctx context.Context, job string, chunk int64, f
 // of one job at once must not hand out the same id. The ids are written
 // back into f once committed.
 func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
-	ids := make([]int64, len(f.NewChunks))
-	moved := make([]int64, len(f.Moved))
+	var ids, moved []int64
 	err := p.tx(ctx, func(tx pgx.Tx) error {
-		if err := pgUpdateChunk(ctx, tx, f.Chunk, f.From, p.now()); err != nil {
+		ex := pgExec{tx, p.wrap}
+		if err := p.updateChunk(ctx, ex, f.Chunk, f.From); err != nil {
 			return err
 		}
 		job := f.Chunk.Job
-		if err := p.fence(ctx, tx, job); err != nil {
-			return err
-		}
-		var key int64
-		lock := ""
+		keyQ := "job_key"
 		for _, c := range f.NewChunks {
 			if c.ID <= 0 {
-				lock = " FOR UPDATE"
+				keyQ = "job_key_locked" // newChunks gives ids: one finish of the job at a time
 			}
 		}
-		if err := tx.QueryRow(ctx, `SELECT key FROM jobs WHERE id = $1`+lock, job).Scan(&key); err != nil {
+		var key int64
+		if err := tx.QueryRow(ctx, p.stmts.q(keyQ), job).Scan(&key); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("job %s: %w", job, ErrNotFound)
 			}
 			return err
 		}
-		part := pgPartition(key)
-		assigned := map[int64]int64{} // negative placeholder -> id
-		var next int64
-		for i, c := range f.NewChunks {
-			id := c.ID
-			if id <= 0 {
-				if _, dup := assigned[id]; dup && id < 0 {
-					return fmt.Errorf("new chunks of chunk %d share the placeholder id %d", f.Chunk.ID, id)
-				}
-				if next == 0 {
-					if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = $1`, job).Scan(&next); err != nil {
-						return fmt.Errorf("allocate chunk ids: %w", err)
-					}
-				}
-				id, assigned[c.ID] = next, next
-				next++
-			}
-			ids[i] = id
-			if _, err := tx.Exec(ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-				bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-				job, id, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-				c.MaxOutputTokens, c.NoMaxRequests, c.Splits); err != nil {
-				return fmt.Errorf("record chunk %d: %w", id, err)
-			}
+		var err error
+		if ids, moved, err = p.newChunks(ctx, ex, f); err != nil {
+			return err
 		}
-		// A moved request names its new chunk by the chunk's placeholder id,
-		// or, when no new chunk has that id, by -1-i for NewChunks[i].
-		for i, r := range f.Moved {
-			moved[i] = r.Chunk
-			if r.Chunk > 0 {
-				continue
-			}
-			if id, ok := assigned[r.Chunk]; ok && r.Chunk < 0 {
-				moved[i] = id
-			} else if k := -1 - r.Chunk; r.Chunk < 0 && k < int64(len(ids)) {
-				moved[i] = ids[k]
-			} else {
-				return fmt.Errorf("request #%d moved to chunk %d, which is not among the new chunks", r.Ordinal, r.Chunk)
-			}
-		}
-		// Every outcome goes on its row here (requests_settled 1,
-		// migrations/postgres/0003_settled_chunks.sql).
-		if _, err := tx.Exec(ctx, `UPDATE chunks SET requests_settled = 1 WHERE job_id = $1 AND id = $2`, job, f.Chunk.ID); err != nil {
+		if _, err := tx.Exec(ctx, p.stmts.q("chunk_settled_on_rows"), job, f.Chunk.ID); err != nil {
 			return err
 		}
 		if len(f.Outcomes) > 0 {
@@ -190,12 +77,10 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 			for i, o := range f.Outcomes {
 				ids[i], states[i] = requestID(key, o.Ordinal), string(o.State)
 			}
-			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET state = u.state FROM u
-				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
-				`unnest($1::bigint[], $3::text[]) AS u(id, state)`, ids, f.Chunk.ID, states); err != nil {
+			if err := p.guardedRequests(ctx, tx, "finish_outcomes", key, ids, f.Chunk.ID, states); err != nil {
 				return err
 			}
-			if err := pgRecordLedger(ctx, tx, key, f); err != nil {
+			if err := p.recordLedger(ctx, tx, key, f); err != nil {
 				return err
 			}
 		}
@@ -207,11 +92,7 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				ids[i], offs[i] = requestID(key, r.Ordinal), r.Offset
 				idxs[i], lens[i], atts[i] = int32(r.Index), int32(r.Length), int32(r.Attempt)
 			}
-			if err := pgGuardedRequests(ctx, tx, part, `UPDATE `+part+` r SET chunk_id = u.chunk, idx = u.idx,
-				byte_offset = u.off, length = u.len, attempt = u.att FROM u
-				WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending'`,
-				`unnest($1::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::int[]) AS u(id, chunk, idx, off, len, att)`,
-				ids, f.Chunk.ID, moved, idxs, offs, lens, atts); err != nil {
+			if err := p.guardedRequests(ctx, tx, "finish_moves", key, ids, f.Chunk.ID, moved, idxs, offs, lens, atts); err != nil {
 				return err
 			}
 		}
@@ -224,29 +105,22 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 	if err != nil {
 		return err
 	}
-	for i, c := range f.NewChunks {
-		c.ID = ids[i]
-	}
-	for i := range f.Moved {
-		f.Moved[i].Chunk = moved[i]
-	}
+	setNewIDs(f, ids, moved)
 	return nil
 }
 
-// pgGuardedRequests runs update, an UPDATE of the partition part FROM the
-// rows u (from, over the ids in $1) guarded on chunk $2 and state
-// pending, and fails with a *requestConflict (ErrConflict) unless every
-// id was updated.
-func pgGuardedRequests(ctx context.Context, tx pgx.Tx, part, update, from string, ids []int64, chunk int64, more ...any) error {
+// guardedRequests runs the named statement, an update of the rows of the
+// job with key key whose ids are in $1, guarded on chunk $2 and state
+// pending, that returns how many it updated (sql/postgres.sql), and fails
+// with a *requestConflict (ErrConflict) unless every id was updated.
+func (p *Postgres) guardedRequests(ctx context.Context, tx pgx.Tx, name string, key int64, ids []int64, chunk int64, more ...any) error {
 	args := append([]any{ids, chunk}, more...)
 	var updated int64
-	err := tx.QueryRow(ctx, `WITH u AS (SELECT * FROM `+from+`), upd AS (`+update+` RETURNING 1)
-		SELECT count(*) FROM upd`, args...).Scan(&updated)
-	if err != nil {
+	if err := tx.QueryRow(ctx, p.partQ(name, key), args...).Scan(&updated); err != nil {
 		return err
 	}
 	if updated != int64(len(ids)) {
-		return &requestConflict{part: part, ids: ids, chunk: chunk}
+		return &requestConflict{q: p.partQ("finish_conflict", key), ids: ids, chunk: chunk}
 	}
 	return nil
 }
@@ -256,7 +130,7 @@ func pgGuardedRequests(ctx context.Context, tx pgx.Tx, part, update, from string
 // the transaction rolled back (name), so that a finish that lands pays
 // for no such check.
 type requestConflict struct {
-	part    string
+	q       string // the statement that names it
 	ids     []int64
 	chunk   int64
 	ordinal int64 // -1 until named
@@ -276,16 +150,15 @@ func (e *requestConflict) Unwrap() error { return ErrConflict }
 func (e *requestConflict) name(ctx context.Context, q pgQuerier) {
 	e.ordinal = -1
 	var bad *int64
-	if q.QueryRow(ctx, `SELECT min(u.id) FROM unnest($1::bigint[]) AS u(id) WHERE NOT EXISTS (SELECT 1 FROM `+e.part+` r
-		WHERE r.id = u.id AND r.chunk_id = $2 AND r.state = 'pending')`, e.ids, e.chunk).Scan(&bad) == nil && bad != nil {
+	if q.QueryRow(ctx, e.q, e.ids, e.chunk).Scan(&bad) == nil && bad != nil {
 		e.ordinal = *bad & maxOrdinal
 	}
 }
 
-// pgRecordLedger writes the ledger rows of a finish (SQLite instead folds
+// recordLedger writes the ledger rows of a finish (SQLite instead folds
 // them in at the next plan: foldLedger): the first success of a
 // body key stays its answer (in outcome order within one finish).
-func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish) error {
+func (p *Postgres) recordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish) error {
 	var ids, offs, lens []int64
 	for _, o := range f.Outcomes {
 		if o.State != sluice.RequestSucceeded || o.Length <= 0 {
@@ -298,11 +171,7 @@ func pgRecordLedger(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish)
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO ledger (key, request, byte_offset, length)
-		SELECT r.body_key, r.id, u.off, u.len
-		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(id, off, len, n)
-		JOIN `+pgPartition(key)+` r ON r.id = u.id WHERE r.body_key IS NOT NULL ORDER BY u.n
-		ON CONFLICT (key) DO NOTHING`, ids, offs, lens); err != nil {
+	if _, err := tx.Exec(ctx, p.partQ("ledger_record", key), ids, offs, lens); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
@@ -315,9 +184,7 @@ func (p *Postgres) RequestStates(ctx context.Context, job string) (map[sluice.Re
 	if err != nil || !ok {
 		return stateCounts(0, 0, 0), p.wrap(err)
 	}
-	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FILTER (WHERE state = 'pending'),
-		COUNT(*) FILTER (WHERE state = 'succeeded'), COUNT(*) FILTER (WHERE state = 'failed')
-		FROM `+pgPartition(key)).Scan(&pending, &succeeded, &failed)
+	err = p.pool.QueryRow(ctx, p.partQ("request_states", key)).Scan(&pending, &succeeded, &failed)
 	if err != nil {
 		return nil, p.wrap(err)
 	}
@@ -333,7 +200,7 @@ func (p *Postgres) Expected(ctx context.Context, job string, fn func(int64, stri
 	if err != nil || !ok {
 		return p.wrap(err)
 	}
-	rows, err := p.pool.Query(ctx, `SELECT id & 1099511627775, custom_id FROM `+pgPartition(key)+` ORDER BY id`)
+	rows, err := p.pool.Query(ctx, p.partQ("requests_expected", key))
 	if err != nil {
 		return p.wrap(err)
 	}
@@ -352,13 +219,6 @@ func (p *Postgres) Expected(ctx context.Context, job string, fn func(int64, stri
 	return p.wrap(rows.Err())
 }
 
-// BatchKnown implements Backend.
-func (p *Postgres) BatchKnown(ctx context.Context, batchID string) bool {
-	var one int
-	err := p.pool.QueryRow(ctx, `SELECT 1 FROM chunks WHERE batch_id = $1 LIMIT 1`, batchID).Scan(&one)
-	return err == nil
-}
-
 // RetriedRequests implements Backend.
 func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, error) {
 	var n int64
@@ -367,37 +227,6 @@ func (p *Postgres) RetriedRequests(ctx context.Context, job string) (int64, erro
 		return 0, p.wrap(err)
 	}
 	// A split spends no attempt: its chunk's splits are not counted.
-	err = p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgPartition(key)+` r JOIN chunks c ON c.job_id = $1 AND c.id = r.chunk_id
-		WHERE r.attempt - c.splits > 1`, job).Scan(&n)
+	err = p.pool.QueryRow(ctx, p.partQ("requests_retried", key), job).Scan(&n)
 	return n, p.wrap(err)
-}
-
-// AttemptErrors implements Backend.
-func (p *Postgres) AttemptErrors(ctx context.Context, job string, n int) ([]sluice.AttemptError, int64, error) {
-	var total int64
-	if err := p.pool.QueryRow(ctx, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = $1`, job).Scan(&total); err != nil {
-		return nil, 0, p.wrap(err)
-	}
-	var limit *int64 // LIMIT NULL: every row
-	if n > 0 {
-		l := int64(n)
-		limit = &l
-	}
-	rows, err := p.pool.Query(ctx, `SELECT job_id, chunk_id, attempt, code, message, at FROM
-		(SELECT * FROM attempt_errors WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) e ORDER BY seq`, job, limit)
-	if err != nil {
-		return nil, 0, p.wrap(err)
-	}
-	defer rows.Close()
-	var es []sluice.AttemptError
-	for rows.Next() {
-		var e sluice.AttemptError
-		var at int64
-		if err := rows.Scan(&e.Job, &e.Chunk, &e.Attempt, &e.Code, &e.Message, &at); err != nil {
-			return nil, 0, err
-		}
-		e.At = fromNS(at)
-		es = append(es, e)
-	}
-	return es, total, p.wrap(rows.Err())
 }

@@ -71,21 +71,20 @@ func (p *Postgres) lockJob(job string, shared bool) (*Lock, error) {
 func pgTakeEpoch(ctx context.Context, conn *pgx.Conn, job string, shared bool) (int64, error) {
 	var epoch int64
 	if shared {
-		if _, err := conn.Exec(ctx, `INSERT INTO job_locks (job_id, epoch) VALUES ($1, 1) ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
+		if _, err := conn.Exec(ctx, pgStmts.q("lock_epoch_init"), job); err != nil {
 			return 0, err
 		}
-		err := conn.QueryRow(ctx, `SELECT epoch FROM job_locks WHERE job_id = $1`, job).Scan(&epoch)
+		err := conn.QueryRow(ctx, pgStmts.q("lock_epoch"), job).Scan(&epoch)
 		return epoch, err
 	}
-	err := conn.QueryRow(ctx, `INSERT INTO job_locks (job_id, epoch) VALUES ($1, 1)
-		ON CONFLICT (job_id) DO UPDATE SET epoch = job_locks.epoch + 1 RETURNING epoch`, job).Scan(&epoch)
+	err := conn.QueryRow(ctx, pgStmts.q("lock_epoch_next"), job).Scan(&epoch)
 	return epoch, err
 }
 
 // TryLockPlan implements Backend: the job's plan lock, an advisory lock of
 // its own (another key). On PostgreSQL it holds across machines, and the
 // server frees it the moment the planner's connection drops (the plan role
-// guards the plan beside it: cmd/sluice/worker.go).
+// guards the plan beside it: lifecycle/worker.go).
 func (p *Postgres) TryLockPlan(job string) (*Lock, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), pgLockTimeout)
 	defer cancel()
@@ -111,9 +110,9 @@ func (p *Postgres) advisoryConn(ctx context.Context, key int64, shared bool) (co
 	if err != nil {
 		return nil, false, p.connectError(err)
 	}
-	try := `SELECT pg_try_advisory_lock($1)`
+	try := pgStmts.q("lock_try")
 	if shared {
-		try = `SELECT pg_try_advisory_lock_shared($1)`
+		try = pgStmts.q("lock_try_shared")
 	}
 	if err := conn.QueryRow(ctx, try, key).Scan(&ok); err != nil || !ok {
 		conn.Close(context.Background())
@@ -129,9 +128,9 @@ func (p *Postgres) advisoryConn(ctx context.Context, key int64, shared bool) (co
 func (p *Postgres) unlockConn(conn *pgx.Conn, key int64, shared bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pgLockTimeout)
 	defer cancel()
-	unlock := `SELECT pg_advisory_unlock($1)`
+	unlock := pgStmts.q("lock_unlock")
 	if shared {
-		unlock = `SELECT pg_advisory_unlock_shared($1)`
+		unlock = pgStmts.q("lock_unlock_shared")
 	}
 	_, err := conn.Exec(ctx, unlock, key)
 	if cerr := conn.Close(ctx); err == nil {
@@ -145,10 +144,7 @@ func (p *Postgres) unlockConn(conn *pgx.Conn, key int64, shared bool) error {
 func (p *Postgres) LockHolder(ctx context.Context, job string) int {
 	k := uint64(pgLockKey(job))
 	var app string
-	err := p.pool.QueryRow(ctx, `SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			AND l.classid::bigint = $1 AND l.objid::bigint = $2 LIMIT 1`,
+	err := p.pool.QueryRow(ctx, pgStmts.q("lock_holder"),
 		int64(k>>32), int64(k&0xffffffff)).Scan(&app)
 	if err != nil {
 		return 0

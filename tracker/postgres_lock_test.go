@@ -59,7 +59,7 @@ func TestPostgresJobLockFence(t *testing.T) {
 		t.Fatalf("another process takes the freed lock: %v", err)
 	}
 	defer lb.Unlock()
-	err = move(a, sluice.ChunkUploading, sluice.ChunkCreating)
+	err = move(a, sluice.ChunkUploading, sluice.ChunkUploaded)
 	var lost *tracker.LockLostError
 	if !errors.Is(err, tracker.ErrLockLost) || !errors.As(err, &lost) {
 		t.Fatalf("the old holder's write after the new one took the lock: %v, want a lost lock", err)
@@ -69,7 +69,7 @@ func TestPostgresJobLockFence(t *testing.T) {
 	if err != nil || c.State != sluice.ChunkUploading {
 		t.Fatalf("chunk after the refused write: %+v, %v", c, err)
 	}
-	if err := move(b, sluice.ChunkUploading, sluice.ChunkCreating); err != nil {
+	if err := move(b, sluice.ChunkUploading, sluice.ChunkUploaded); err != nil {
 		t.Fatalf("the new holder's write: %v", err)
 	}
 }

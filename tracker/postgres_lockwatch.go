@@ -133,8 +133,7 @@ func (w *pgLockWatch) check() string {
 
 // pgHoldsSQL says whether this session holds the advisory lock of a key
 // (its two 32-bit halves, as pg_locks shows them).
-const pgHoldsSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'
-	AND granted AND objsubid = 1 AND classid::bigint = $1 AND objid::bigint = $2)`
+var pgHoldsSQL = pgStmts.q("lock_held")
 
 func pgLockHalves(key int64) (int64, int64) {
 	k := uint64(key)
@@ -197,7 +196,7 @@ func (w *pgLockWatch) retakeOnce() (why string, final bool) {
 		return "another run holds it now", true
 	}
 	var epoch int64
-	err = conn.QueryRow(ctx, `SELECT epoch FROM job_locks WHERE job_id = $1`, w.job).Scan(&epoch)
+	err = conn.QueryRow(ctx, pgStmts.q("lock_epoch"), w.job).Scan(&epoch)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		w.p.unlockConn(conn, w.key, w.shared)
 		return w.p.wrap(err).Error(), false
@@ -338,7 +337,7 @@ func (w *pgLockWatch) release() error {
 // taking waits for this transaction, and once it committed its epoch this
 // read sees it. Jobs this process holds no watched lock of (tests that
 // write without a lock) are not fenced.
-func (p *Postgres) fence(ctx context.Context, tx pgx.Tx, job string) error {
+func (p *Postgres) fence(ctx context.Context, tx pgQuerier, job string) error {
 	p.fenceMu.Lock()
 	w := p.fences[job]
 	p.fenceMu.Unlock()
@@ -349,7 +348,7 @@ func (p *Postgres) fence(ctx context.Context, tx pgx.Tx, job string) error {
 		return err
 	}
 	var epoch int64
-	err := tx.QueryRow(ctx, `SELECT epoch FROM job_locks WHERE job_id = $1 FOR SHARE`, job).Scan(&epoch)
+	err := tx.QueryRow(ctx, pgStmts.q("lock_fence"), job).Scan(&epoch)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}

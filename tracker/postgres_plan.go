@@ -75,14 +75,12 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 		job.ProviderFiles = sluice.ProviderFilesLive
 	}
 	var legacy bool
-	if err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0)`).Scan(&legacy); err != nil {
+	if err := p.pool.QueryRow(ctx, p.stmts.q("ledger_legacy")).Scan(&legacy); err != nil {
 		return nil, p.wrap(fmt.Errorf("ledger: %w", err))
 	}
 	var key int64
 	job.PlanFlagsKnown = true
-	if err := p.pool.QueryRow(ctx, `INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-		max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING key`,
+	if err := p.pool.QueryRow(ctx, p.stmts.q("plan_job_insert"),
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
 		job.ModelMap, job.DefaultMaxTokens, canonicalKeys()).Scan(&key); err != nil {
@@ -334,9 +332,7 @@ func (pl *pgPlan) AddChunk(c *sluice.Chunk) error {
 		c.Attempt = 1
 	}
 	c.State = sluice.ChunkPending
-	if _, err := pl.tx.Exec(pl.ctx, `INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-		bytes, est_tokens, bound, state, max_output_tokens, no_max_requests)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+	if _, err := pl.tx.Exec(pl.ctx, pgText(pl.d.stmts.q("plan_chunk_insert")),
 		pl.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
 		c.MaxOutputTokens, c.NoMaxRequests); err != nil {
 		pl.failed = fmt.Errorf("record chunk %d: %w", c.ID, pl.d.wrap(err))
@@ -358,7 +354,7 @@ func (pl *pgPlan) FindCustomID(customID string) (int64, bool, error) {
 		return 0, false, err
 	}
 	var line int64
-	err := pl.d.pool.QueryRow(pl.ctx, `SELECT line FROM `+pl.part+` WHERE custom_id = $1`, customID).Scan(&line)
+	err := pl.d.pool.QueryRow(pl.ctx, pl.d.partQ("plan_id_line", pl.key), customID).Scan(&line)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -377,14 +373,14 @@ func (pl *pgPlan) checkUnique() error {
 	}
 	if pl.uniq {
 		// FindCustomID built it and it held from then on.
-		_, err := pl.tx.Exec(pl.ctx, `DROP INDEX `+pl.part+`_custom_id`)
+		_, err := pl.tx.Exec(pl.ctx, pl.d.partQ("plan_unique_index_drop", pl.key))
 		return pl.fail(err)
 	}
 	if _, err := pl.tx.Exec(pl.ctx, `SET LOCAL work_mem = '256MB'`); err != nil {
 		return pl.fail(err)
 	}
 	var id string
-	err := pl.tx.QueryRow(pl.ctx, `SELECT custom_id FROM `+pl.part+` GROUP BY custom_id HAVING COUNT(*) > 1 LIMIT 1`).Scan(&id)
+	err := pl.tx.QueryRow(pl.ctx, pl.d.partQ("plan_duplicate", pl.key)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -406,8 +402,7 @@ func (pl *pgPlan) fail(err error) error {
 // custom_id id.
 func (pl *pgPlan) duplicate(id string, cause error) error {
 	var first, second int64
-	if err := pl.tx.QueryRow(pl.ctx, `SELECT MIN(line), MAX(line) FROM (SELECT line FROM `+pl.part+`
-		WHERE custom_id = $1 ORDER BY line LIMIT 2) d`, id).Scan(&first, &second); err != nil {
+	if err := pl.tx.QueryRow(pl.ctx, pl.d.partQ("plan_duplicate_lines", pl.key), id).Scan(&first, &second); err != nil {
 		return pl.fail(err)
 	}
 	err := fmt.Errorf("record request %q (line %d): duplicate custom_id, first at line %d", id, second, first)
@@ -432,7 +427,7 @@ func (pl *pgPlan) uniqueIndex() error {
 		if _, err := tx.Exec(pl.ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
 			return err
 		}
-		_, err := tx.Exec(pl.ctx, `CREATE UNIQUE INDEX `+pl.part+`_custom_id ON `+pl.part+` (custom_id)`)
+		_, err := tx.Exec(pl.ctx, pl.d.partQ("plan_unique_index", pl.key))
 		return err
 	})
 	if err == nil {
@@ -440,8 +435,7 @@ func (pl *pgPlan) uniqueIndex() error {
 		return nil
 	}
 	var id string
-	if pl.d.pool.QueryRow(pl.ctx, `SELECT custom_id FROM `+pl.part+` GROUP BY custom_id HAVING COUNT(*) > 1
-		LIMIT 1`).Scan(&id) == nil {
+	if pl.d.pool.QueryRow(pl.ctx, pl.d.partQ("plan_duplicate", pl.key)).Scan(&id) == nil {
 		return pl.duplicate(id, err)
 	}
 	return pl.fail(err)
@@ -455,13 +449,7 @@ func (pl *pgPlan) LegacyKeys() bool { return pl.legacy }
 // transaction (the answers are in other jobs' committed rows), reuseBatch
 // keys a query.
 func (pl *pgPlan) LookupReuse(keys [][]byte, fn func(i int, h sluice.Answer) error) error {
-	for off := 0; off < len(keys); off += reuseBatch {
-		batch := keys[off:min(len(keys), off+reuseBatch)]
-		if err := pl.lookupBatch(batch, func(i int, a sluice.Answer) error { return fn(off+i, a) }); err != nil {
-			return err
-		}
-	}
-	return nil
+	return inBatches(keys, fn, pl.lookupBatch)
 }
 
 func (pl *pgPlan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) error {
@@ -471,12 +459,7 @@ func (pl *pgPlan) lookupBatch(keys [][]byte, fn func(int, sluice.Answer) error) 
 			idx[string(k)] = i // the first of equal keys gets the answer
 		}
 	}
-	rows, err := pl.d.pool.Query(pl.ctx, `SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.byte_offset, l.length
-		FROM ledger l
-		JOIN requests r ON r.id = l.request
-		JOIN jobs j ON j.key = (l.request >> 40)
-		JOIN chunks c ON c.job_id = j.id AND c.id = r.chunk_id
-		WHERE l.key = ANY($1::bytea[]) AND r.state = 'succeeded' AND j.key != $2 AND c.results_path != ''`, keys, pl.key)
+	rows, err := pl.d.pool.Query(pl.ctx, pl.d.stmts.q("ledger_lookup"), keys, pl.key)
 	if err != nil {
 		return fmt.Errorf("ledger lookup: %w", pl.d.wrap(err))
 	}
@@ -496,14 +479,14 @@ func (pl *pgPlan) SetReused(n int64, sources map[string]int64) error {
 		return err
 	}
 	err := func() error {
-		if _, err := pl.tx.Exec(pl.ctx, `UPDATE `+pl.part+` SET state = 'succeeded' WHERE chunk_id = 0`); err != nil {
+		if _, err := pl.tx.Exec(pl.ctx, pl.d.partQ("plan_reused_succeeded", pl.key)); err != nil {
 			return err
 		}
-		if _, err := pl.tx.Exec(pl.ctx, `UPDATE jobs SET reused = $1 WHERE id = $2`, n, pl.job.ID); err != nil {
+		if _, err := pl.tx.Exec(pl.ctx, pgText(pl.d.stmts.q("plan_set_reused")), n, pl.job.ID); err != nil {
 			return err
 		}
 		for src, k := range sources {
-			if _, err := pl.tx.Exec(pl.ctx, `INSERT INTO reuse_sources (job_id, source_job, requests) VALUES ($1, $2, $3)`,
+			if _, err := pl.tx.Exec(pl.ctx, pgText(pl.d.stmts.q("plan_reuse_source")),
 				pl.job.ID, src, k); err != nil {
 				return err
 			}
@@ -532,15 +515,14 @@ func (pl *pgPlan) Commit(ctx context.Context, fp sluice.Fingerprint, requests, r
 		err = pl.checkUnique()
 	}
 	if err == nil {
-		_, err = pl.tx.Exec(ctx, `CREATE INDEX `+pl.part+`_chunk ON `+pl.part+` (chunk_id, idx)`)
+		_, err = pl.tx.Exec(ctx, pl.d.partQ("plan_chunk_index", pl.key))
 	}
 	if err == nil {
-		_, err = pl.tx.Exec(ctx, `ANALYZE `+pl.part)
+		_, err = pl.tx.Exec(ctx, pl.d.partQ("plan_analyze", pl.key))
 	}
 	if err == nil {
 		var tag pgconn.CommandTag
-		tag, err = pl.tx.Exec(ctx, `UPDATE jobs SET input_size = $1, input_mtime = $2, input_hash = $3,
-			requests = $4, rejected = $5, state = $6, updated_at = $7 WHERE id = $8 AND state = $9`,
+		tag, err = pl.tx.Exec(ctx, pgText(pl.d.stmts.q("plan_commit")),
 			fp.Size, ns(fp.ModTime), fp.Hash, requests, rejected, sluice.JobPlanned, pl.d.now().UnixNano(),
 			pl.job.ID, sluice.JobPlanning)
 		if err == nil && tag.RowsAffected() != 1 {

@@ -17,15 +17,12 @@ import (
 
 // SetSummary records what the last merge of a job produced, replacing the
 // summary of an earlier merge.
-func (d *DB) SetSummary(ctx context.Context, job string, s *sluice.JobSummary) error {
-	return d.tx(ctx, func(tx *sql.Tx) error { return setSummary(ctx, tx, job, s) })
+func (c *core) SetSummary(ctx context.Context, job string, s *sluice.JobSummary) error {
+	return setSummary(ctx, c.ex, c.stmts, job, s)
 }
 
-func setSummary(ctx context.Context, tx *sql.Tx, job string, s *sluice.JobSummary) error {
-	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO job_summaries (job_id, output, errors, merge_order,
-		output_bytes, output_mtime, errors_bytes, lines, succeeded, failed, retried, batches, retry_batches,
-		input_tokens, output_tokens, cancelled, started_at, finished_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+func setSummary(ctx context.Context, ex executor, st statements, job string, s *sluice.JobSummary) error {
+	_, err := ex.exec(ctx, st.q("summary_set"),
 		job, s.Output, s.Errors, s.Order, s.OutputBytes, ns(s.OutputMTime), s.ErrorsBytes, s.Lines, s.Succeeded,
 		s.Failed, s.Retried, s.Batches, s.RetryBatches, s.InputTokens, s.OutputTokens, s.Cancelled,
 		ns(s.StartedAt), ns(s.FinishedAt))
@@ -37,23 +34,21 @@ func setSummary(ctx context.Context, tx *sql.Tx, job string, s *sluice.JobSummar
 
 // FinishJob moves a job from merging to done (guarded) and records what
 // its merge produced, in one transaction.
-func (d *DB) FinishJob(ctx context.Context, job string, s *sluice.JobSummary) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		if err := setJobState(ctx, tx, job, sluice.JobMerging, sluice.JobDone, d.now().UnixNano()); err != nil {
+func (c *core) FinishJob(ctx context.Context, job string, s *sluice.JobSummary) error {
+	return c.drv.inTx(ctx, func(ex executor) error {
+		if err := c.setJobState(ctx, ex, job, sluice.JobMerging, sluice.JobDone); err != nil {
 			return err
 		}
-		return setSummary(ctx, tx, job, s)
+		return setSummary(ctx, ex, c.stmts, job, s)
 	})
 }
 
 // Summary returns what the last merge of a job produced, or nil when the
 // job was never merged.
-func (d *DB) Summary(ctx context.Context, job string) (*sluice.JobSummary, error) {
+func (c *core) Summary(ctx context.Context, job string) (*sluice.JobSummary, error) {
 	var s sluice.JobSummary
 	var mtime, started, finished int64
-	err := d.db.QueryRowContext(ctx, `SELECT output, errors, merge_order, output_bytes, output_mtime, errors_bytes,
-		lines, succeeded, failed, retried, batches, retry_batches, input_tokens, output_tokens, cancelled,
-		started_at, finished_at FROM job_summaries WHERE job_id = ?`, job).Scan(&s.Output, &s.Errors, &s.Order,
+	err := c.ex.queryRow(ctx, c.stmts.q("summary_get"), job).Scan(&s.Output, &s.Errors, &s.Order,
 		&s.OutputBytes, &mtime, &s.ErrorsBytes, &s.Lines, &s.Succeeded, &s.Failed, &s.Retried, &s.Batches,
 		&s.RetryBatches, &s.InputTokens, &s.OutputTokens, &s.Cancelled, &started, &finished)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -80,7 +75,7 @@ const (
 // without a time is dated by the file's modification time). The files are
 // left where they are; nothing reads them any more.
 func importJobFiles(ctx context.Context, tx *sql.Tx) error {
-	rows, err := tx.QueryContext(ctx, `SELECT id, dir FROM jobs`)
+	rows, err := tx.QueryContext(ctx, sqliteStmts.q("import_jobs"))
 	if err != nil {
 		return err
 	}
@@ -100,7 +95,7 @@ func importJobFiles(ctx context.Context, tx *sql.Tx) error {
 	}
 	for _, j := range jobs {
 		if at, ok := legacyCancelTime(filepath.Join(j.dir, legacyCancelledFile)); ok {
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET cancel_requested_at = ? WHERE id = ?`, at.UnixNano(), j.id); err != nil {
+			if _, err := tx.ExecContext(ctx, sqliteStmts.q("import_cancel_at"), at.UnixNano(), j.id); err != nil {
 				return err
 			}
 		}
@@ -112,7 +107,7 @@ func importJobFiles(ctx context.Context, tx *sql.Tx) error {
 		if err != nil || json.Unmarshal(b, &s) != nil || s.Output == "" {
 			continue // unreadable: status rebuilds a summary from the tracker
 		}
-		if err := setSummary(ctx, tx, j.id, &s); err != nil {
+		if err := setSummary(ctx, sqliteExec{tx}, dialect("sqlite"), j.id, &s); err != nil {
 			return err
 		}
 	}

@@ -30,9 +30,8 @@ var ErrNotFound = errors.New("not found")
 
 // DB is the tracker's database in one state directory.
 type DB struct {
+	core // the rules (driver.go), over this driver
 	db   *sql.DB
-	dir  string
-	now  func() time.Time
 	busy time.Duration
 }
 
@@ -93,7 +92,8 @@ func open(ctx context.Context, dir string, ms []migrations.Migration, o Options)
 	if err != nil {
 		return nil, err
 	}
-	d := &DB{db: sdb, dir: dir, now: time.Now, busy: busy}
+	d := &DB{db: sdb, busy: busy}
+	d.core = core{ex: sqliteExec{sdb}, drv: d, stmts: dialect("sqlite"), dir: dir, now: time.Now}
 	if err := d.applyRetrying(ctx, ms); err != nil {
 		sdb.Close()
 		return nil, d.LockedHint(err)
@@ -133,17 +133,11 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
 }
 
-// Dir is the state directory.
-func (d *DB) Dir() string { return d.dir }
-
 // SQL exposes the database for read-only inspection in tests and status.
 func (d *DB) SQL() *sql.DB { return d.db }
 
 // Close closes the database.
 func (d *DB) Close() error { return d.db.Close() }
-
-// SetClock replaces the clock (tests).
-func (d *DB) SetClock(now func() time.Time) { d.now = now }
 
 // LockedHint explains SQLite's "database is locked" in err, if it is that.
 func (d *DB) LockedHint(err error) error {
@@ -155,12 +149,11 @@ func (d *DB) LockedHint(err error) error {
 }
 
 func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
-	if _, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+	if _, err := d.db.ExecContext(ctx, sqliteStmts.q("migrate_table")); err != nil {
 		return fmt.Errorf("create schema_version: %w", err)
 	}
 	done := map[int]bool{}
-	rows, err := d.db.QueryContext(ctx, `SELECT version FROM schema_version`)
+	rows, err := d.db.QueryContext(ctx, sqliteStmts.q("migrate_versions"))
 	if err != nil {
 		return err
 	}
@@ -196,7 +189,7 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 			// (workers started at once) may have applied it since we looked:
 			// the transaction holds the write lock, so this look is final.
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_version WHERE version = ?`, m.Version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, sqliteStmts.q("migrate_applied"), m.Version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
@@ -210,7 +203,7 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 					return err
 				}
 			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
+			_, err := tx.ExecContext(ctx, sqliteStmts.q("migrate_record"),
 				m.Version, m.Name, d.now().Unix())
 			return err
 		}); err != nil {
@@ -225,6 +218,15 @@ func (d *DB) apply(ctx context.Context, ms []migrations.Migration) error {
 var goSteps = map[int]func(context.Context, *sql.Tx) error{
 	4: importJobFiles, // 0004_facts.sql: the job directory's marker files
 }
+
+// inTx implements dbDriver.
+func (d *DB) inTx(ctx context.Context, fn func(executor) error) error {
+	return d.tx(ctx, func(tx *sql.Tx) error { return fn(sqliteExec{tx}) })
+}
+
+// chunkWritten implements dbDriver: SQLite's job lock is a file lock the
+// kernel frees with its process, and its writers take turns: no fence.
+func (d *DB) chunkWritten(context.Context, executor, string) error { return nil }
 
 // tx runs fn in a transaction, committing when it returns nil.
 func (d *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
@@ -242,7 +244,7 @@ func (d *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 // IntegrityCheck runs PRAGMA integrity_check and returns its verdict.
 func (d *DB) IntegrityCheck(ctx context.Context) error {
 	var s string
-	if err := d.db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&s); err != nil {
+	if err := d.db.QueryRowContext(ctx, sqliteStmts.q("integrity_check")).Scan(&s); err != nil {
 		return err
 	}
 	if s != "ok" {

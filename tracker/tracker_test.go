@@ -177,15 +177,20 @@ func testGuardedTransitions(t *testing.T, db *testDB) {
 	if err := db.UpdateChunk(ctx, c, sluice.ChunkPending); err != nil {
 		t.Fatal(err)
 	}
-	// A stale view (still thinking pending) conflicts.
-	c.State = sluice.ChunkUploaded
+	// A stale view (still thinking pending) conflicts, for a move the
+	// table allows.
+	c.State = sluice.ChunkCreating
 	if err := db.UpdateChunk(ctx, c, sluice.ChunkPending); !errors.Is(err, tracker.ErrConflict) {
 		t.Errorf("stale transition: err = %v, want ErrConflict", err)
 	}
-	// The CHECK constraint refuses unknown states.
+	// Unknown states are refused: by the table, and by the CHECK
+	// constraint under it.
 	c.State = "bogus"
 	if err := db.UpdateChunk(ctx, c, sluice.ChunkUploading); err == nil {
 		t.Error("unknown chunk state accepted")
+	}
+	if err := db.exec(`UPDATE chunks SET state = 'bogus' WHERE job_id = 'j'`); err == nil {
+		t.Error("unknown chunk state accepted by the database")
 	}
 	if err := db.SetJobState(ctx, "j", sluice.JobRunning, sluice.JobMerging); !errors.Is(err, tracker.ErrConflict) {
 		t.Errorf("job transition from the wrong state: %v", err)

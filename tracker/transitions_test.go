@@ -91,3 +91,79 @@ func testCancelAndFinishFollowTheTable(t *testing.T, db *testDB) {
 		}
 	}
 }
+
+// testChunkTransitionTable drives every (from, to) pair of chunk states
+// through UpdateChunk: each pair the table (sluice.ChunkState.CanTransition)
+// allows moves the chunk, each other pair is refused with a
+// *sluice.ChunkTransitionError naming both states before anything is
+// written (no move, no attempt error recorded). A chunk's finish follows
+// the same table.
+func testChunkTransitionTable(t *testing.T, db *testDB) {
+	ctx := context.Background()
+	planJob(t, db, "j", 1)
+	put := func(s sluice.ChunkState) *sluice.Chunk {
+		t.Helper()
+		if err := db.exec(fmt.Sprintf(`UPDATE chunks SET state = '%s' WHERE job_id = 'j' AND id = 1`, s)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := db.Chunk(ctx, "j", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	legal, illegal := 0, 0
+	for _, from := range sluice.ChunkStates {
+		for _, to := range sluice.ChunkStates {
+			c := put(from)
+			errsBefore := db.count(t, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = 'j'`)
+			c.State = to
+			c.SetError(sluice.CodeBatchFailed, fmt.Sprintf("%s to %s", from, to))
+			err := db.UpdateChunk(ctx, c, from)
+			got, gerr := db.Chunk(ctx, "j", 1)
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			errsAfter := db.count(t, `SELECT COUNT(*) FROM attempt_errors WHERE job_id = 'j'`)
+			if from.CanTransition(to) {
+				legal++
+				if err != nil {
+					t.Errorf("%s -> %s is in the table but was refused: %v", from, to, err)
+				}
+				if got.State != to || errsAfter != errsBefore+1 {
+					t.Errorf("%s -> %s: chunk is %s with %d attempt errors after the move (%d before)", from, to, got.State, errsAfter, errsBefore)
+				}
+				continue
+			}
+			illegal++
+			var te *sluice.ChunkTransitionError
+			if !errors.As(err, &te) || !errors.Is(err, sluice.ErrIllegalChunkTransition) {
+				t.Errorf("%s -> %s is not in the table but UpdateChunk returned %v", from, to, err)
+				continue
+			}
+			if te.From != from || te.To != to || te.Chunk != 1 || !strings.Contains(err.Error(), fmt.Sprintf("%s -> %s", from, to)) {
+				t.Errorf("%s -> %s refused with %q: does not name the transition", from, to, err)
+			}
+			if got.State != from || errsAfter != errsBefore {
+				t.Errorf("refused %s -> %s left the chunk %s with %d attempt errors (%d before)", from, to, got.State, errsAfter, errsBefore)
+			}
+		}
+	}
+	n := len(sluice.ChunkStates)
+	if legal+illegal != n*n || legal != 26 {
+		t.Errorf("%d legal and %d illegal pairs of %d states; want 26 legal (the table of chunkstate.go)", legal, illegal, n)
+	}
+	// A finish ends the chunk: refused from a terminal state by the table,
+	// before its requests are touched.
+	for _, from := range sluice.ChunkStates {
+		c := put(from)
+		c.State = sluice.ChunkDone
+		err := db.FinishChunk(ctx, &sluice.Finish{Chunk: c, From: from})
+		if from.CanTransition(sluice.ChunkDone) != (err == nil) {
+			t.Errorf("FinishChunk from %s: %v; the table says allowed=%v", from, err, from.CanTransition(sluice.ChunkDone))
+		}
+		if err != nil && !errors.Is(err, sluice.ErrIllegalChunkTransition) {
+			t.Errorf("FinishChunk from %s: %v, want an illegal transition", from, err)
+		}
+	}
+}
