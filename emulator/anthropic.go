@@ -40,6 +40,16 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
+func (s *Server) anthropicRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/messages", s.antMessages)
+	mux.HandleFunc("POST /v1/messages/batches", s.antCreate)
+	mux.HandleFunc("GET /v1/messages/batches", s.antList)
+	mux.HandleFunc("GET /v1/messages/batches/{id}", s.antGet)
+	mux.HandleFunc("DELETE /v1/messages/batches/{id}", s.antDelete)
+	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.antCancel)
+	mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.antResults)
+}
+
 type antCreateError struct {
 	status int
 	typ    string

@@ -13,6 +13,10 @@ import (
 	"strings"
 )
 
+func (s *Server) cloudflareRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /client/v4/accounts/{account}/ai/run/{model...}", s.cfRun)
+}
+
 // cfEncodedSlash reports whether the request's path carries a
 // percent-encoded slash (%2F). The live API routes on the path as sent:
 // .../ai/run/@cf%2Fmeta%2F..., what the official SDKs send by default

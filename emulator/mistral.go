@@ -32,8 +32,8 @@ func (s *Server) mistralRoutes(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("POST "+p+"/files", s.mistralUpload)
 	mux.HandleFunc("GET "+p+"/files", s.mistralListFiles)
-	s.fileRoutes(mux, p, fileAPI{fam: famMistral, render: func(f *fileRec) any { return s.mistralFileJSON(f) },
-		missing: func(w http.ResponseWriter, id string) { mistralNotFound(w, "File", id) },
+	s.fileRoutes(mux, p, fileAPI{fam: famMistral, errs: mistralFam, render: func(f *fileRec) any { return s.mistralFileJSON(f) },
+		missing: func(id string) *apiError { return mistralNotFound("File", id) },
 		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batch/jobs", s.mistralCreate)
 	mux.HandleFunc("GET "+p+"/batch/jobs", s.mistralList)
@@ -52,8 +52,13 @@ func mistral422(w http.ResponseWriter, loc []string, msg, typ string) {
 		map[string]any{"loc": l, "msg": msg, "type": typ}}})
 }
 
-func mistralNotFound(w http.ResponseWriter, what, id string) {
-	mistralError(w, http.StatusNotFound, "invalid_request_error", what+" "+id+" not found")
+// mistralInvalid is the validation error {"detail":[{"loc","msg","type"}]}.
+func mistralInvalid(loc []string, msg, typ string) *apiError {
+	return &apiError{Status: http.StatusUnprocessableEntity, Loc: loc, Msg: msg, Type: typ}
+}
+
+func mistralNotFound(what, id string) *apiError {
+	return errf(http.StatusNotFound, what+" "+id+" not found")
 }
 
 func (s *Server) mistralFileID(seq int64) string { return uuidFrom(s.opts.Seed, "mfile", "", int(seq)) }
@@ -76,10 +81,10 @@ func (s *Server) mistralFileJSON(f *fileRec) map[string]any {
 func (s *Server) mistralUpload(w http.ResponseWriter, r *http.Request) {
 	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
 	if uerr != nil {
-		if uerr.status >= 500 || uerr.status == http.StatusRequestEntityTooLarge {
-			familyError(w, famMistral, uerr.status, uerr.msg)
+		if uerr.Status >= 500 || uerr.Status == http.StatusRequestEntityTooLarge {
+			familyError(w, famMistral, uerr.Status, uerr.Msg)
 		} else {
-			mistral422(w, []string{uerr.param}, uerr.msg, "value_error")
+			mistral422(w, []string{uerr.Param}, uerr.Msg, "value_error")
 		}
 		return
 	}
@@ -229,7 +234,7 @@ func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) {
 		f := s.files[id]
 		if f == nil || f.Family != famMistral {
 			s.mu.Unlock()
-			mistralNotFound(w, "File", id)
+			mistralFam.write(w, mistralNotFound("File", id))
 			return
 		}
 		files = append(files, f)

@@ -45,7 +45,7 @@ func (s *Server) togetherRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+p+"/files/{id}/preprocess", s.togetherPreprocess)
 	mux.HandleFunc("GET "+p+"/files", s.togetherListFiles)
 	s.fileRoutes(mux, p, fileAPI{fam: famTogether, render: func(f *fileRec) any { return s.togetherFileJSON(f) },
-		missing: togetherFileNotFound, deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
+		missing: togetherFileNotFound, errs: openaiFam, deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batches", s.togetherCreate)
 	mux.HandleFunc("GET "+p+"/batches", s.togetherList)
 	mux.HandleFunc("GET "+p+"/batches/{id}", s.togetherGet)
@@ -56,8 +56,8 @@ func (s *Server) togetherFileID(seq int64) string {
 	return "file-" + uuidFrom(s.opts.Seed, "tfile", "", int(seq))
 }
 
-func togetherFileNotFound(w http.ResponseWriter, id string) {
-	oaiError(w, http.StatusNotFound, "invalid_request_error", "File "+id+" not found", "", "not_found")
+func togetherFileNotFound(id string) *apiError {
+	return &apiError{Status: http.StatusNotFound, Msg: "File " + id + " not found", Code: "not_found"}
 }
 
 func (s *Server) togetherFileJSON(f *fileRec) map[string]any {
@@ -118,7 +118,7 @@ func (s *Server) togetherFiles(w http.ResponseWriter, r *http.Request) {
 func (s *Server) togetherMultipart(w http.ResponseWriter, r *http.Request, needFile bool) {
 	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
 	if uerr != nil {
-		uerr.write(w)
+		openaiFam.write(w, uerr)
 		return
 	}
 	defer u.discard()
@@ -251,7 +251,7 @@ func (s *Server) togetherFile(w http.ResponseWriter, r *http.Request) *fileRec {
 	if f := s.files[id]; f != nil && f.Family == famTogether {
 		return f
 	}
-	togetherFileNotFound(w, id)
+	openaiFam.write(w, togetherFileNotFound(id))
 	return nil
 }
 

@@ -209,51 +209,6 @@ func togetherError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"error": msg})
 }
 
-// familyError writes a generic error in the envelope of the request's
-// family (see errorFamily).
-func familyError(w http.ResponseWriter, fam string, status int, msg string) {
-	switch fam {
-	case famMistral:
-		typ := "invalid_request_error"
-		switch {
-		case status == 401:
-			typ = "unauthorized"
-		case status == 429:
-			typ = "rate_limited"
-		case status >= 500:
-			typ = "internal_server_error"
-		}
-		mistralError(w, status, typ, msg)
-	case famTogether:
-		togetherError(w, status, msg)
-	case famAnthropic:
-		typ := map[int]string{400: "invalid_request_error", 401: "authentication_error",
-			404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
-			429: "rate_limit_error", 529: "overloaded_error"}[status]
-		if typ == "" {
-			typ = "api_error"
-		}
-		antError(w, status, typ, msg)
-	case famGemini:
-		gemError(w, status, msg)
-	case famCloudflare:
-		code := map[int]int{400: 5004, 401: 10000, 404: 7003, 405: 7001, 413: 3006, 429: 3040}[status]
-		if code == 0 {
-			code = 7000 + status%100
-		}
-		cfError(w, status, code, msg)
-	default:
-		typ, code := "invalid_request_error", ""
-		switch {
-		case status == 429:
-			typ, code = "requests", "rate_limit_exceeded"
-		case status >= 500:
-			typ = "server_error"
-		}
-		oaiError(w, status, typ, msg, "", code)
-	}
-}
-
 // writeJSONAtomic writes v as JSON to path through a synced temp file.
 func writeJSONAtomic(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", " ")
