@@ -250,7 +250,9 @@ var mistralFam = &family{
 		}
 		mistralError(w, e.Status, typ, e.Msg)
 	},
-	badBody: func(err error) *apiError { return mistralInvalid(nil, "JSON decode error: "+err.Error(), "json_invalid") },
+	badBody: func(err error) *apiError {
+		return mistralInvalid(nil, "JSON decode error: "+err.Error(), "json_invalid")
+	},
 	noBatch: func(id string) *apiError { return mistralNotFound("Batch job", id) },
 }
 

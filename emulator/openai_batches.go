@@ -349,14 +349,14 @@ func (s *Server) oaiListBatches(w http.ResponseWriter, r *http.Request) error {
 		return oaiBad("Invalid 'limit': must be between 1 and 100.", "limit", "invalid_value")
 	}
 	return s.ticked(func(now time.Time) error {
-	all := s.sortedBatches(famOpenAI)
-	page, more := paginateAfter(all, q.Get("after"), limit, func(b *batchRec) string { return b.ID })
-	data := make([]any, len(page))
-	for i, b := range page {
-		data[i] = s.oaiBatchJSON(b, now)
-	}
-	writeJSON(w, http.StatusOK, listJSON(data, page, more, func(b *batchRec) string { return b.ID }))
-	return nil
+		all := s.sortedBatches(famOpenAI)
+		page, more := paginateAfter(all, q.Get("after"), limit, func(b *batchRec) string { return b.ID })
+		data := make([]any, len(page))
+		for i, b := range page {
+			data[i] = s.oaiBatchJSON(b, now)
+		}
+		writeJSON(w, http.StatusOK, listJSON(data, page, more, func(b *batchRec) string { return b.ID }))
+		return nil
 	})
 }
 
