@@ -105,11 +105,9 @@ func (s *Server) spoolFile(fileID string, lookup func(f *fileRec) error, newID f
 	return sp, err
 }
 
-// created registers a new batch and answers it (render, status), then
-// forgets it when it is fated to be forgotten.
-func (s *Server) created(w http.ResponseWriter, b *batchRec, status int, render func() any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// register registers a new batch and answers it (render, status), then
+// forgets it when it is fated to be forgotten. Caller holds s.mu.
+func (s *Server) register(w http.ResponseWriter, b *batchRec, status int, render func() any) {
 	s.addBatch(b)
 	answer := render()
 	if s.forgets(b) {
@@ -155,11 +153,13 @@ func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) error {
 	if req.OutputExpiresAfter != nil {
 		b.OutputExpiresSec = req.OutputExpiresAfter.Seconds
 	}
-	s.created(w, b, http.StatusOK, func() any {
-		s.bump(func(st *Stats) { st.noteOutputExpiry(b.OutputExpiresSec) })
-		return s.oaiBatchJSON(b, now)
+	return s.locked(func() error {
+		s.register(w, b, http.StatusOK, func() any {
+			s.bump(func(st *Stats) { st.noteOutputExpiry(b.OutputExpiresSec) })
+			return s.oaiBatchJSON(b, now)
+		})
+		return nil
 	})
-	return nil
 }
 
 type scanResult struct {

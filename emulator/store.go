@@ -283,6 +283,12 @@ func (s *Server) saveState() {
 	}
 }
 
+// deleteBatch removes an ended batch and its files. Caller holds s.mu.
+func (s *Server) deleteBatch(b *batchRec) {
+	delete(s.batches, b.ID)
+	s.deleteBatchFiles(b.ID)
+}
+
 // deleteBatchFiles removes a batch's metadata, spooled input and results.
 func (s *Server) deleteBatchFiles(id string) {
 	os.Remove(filepath.Join(s.dir, "batches", id+".json"))
