@@ -19,7 +19,8 @@ package emulator
 //     returned error is written by fam.fail (its envelope, 500 for a plain
 //     error). Handlers return errors only before writing their answer.
 //   - decode[T](r, limit, fam) reads a body of at most limit bytes into a T,
-//     or returns fam.badBody of why it could not.
+//     or returns fam.badBody of why it could not; parse[T](body, fam) is
+//     the same for a body already read.
 //   - s.locked(fn) runs fn with s.mu held (released by defer);
 //     s.ticked(fn) does the same after advancing every batch to now;
 //     s.withBatch(fam, id, fn) adds the lookup of a batch of fam (its
@@ -96,12 +97,18 @@ func (f *family) h(fn func(w http.ResponseWriter, r *http.Request) error) http.H
 
 // decode reads r's body (at most limit bytes) as JSON into a T.
 func decode[T any](r *http.Request, limit int64, f *family) (T, error) {
-	var v T
 	body, err := readLimited(r, limit)
-	if err == nil {
-		err = json.Unmarshal(body, &v)
-	}
 	if err != nil {
+		var v T
+		return v, f.badBody(err)
+	}
+	return parse[T](body, f)
+}
+
+// parse reads body as JSON into a T.
+func parse[T any](body []byte, f *family) (T, error) {
+	var v T
+	if err := json.Unmarshal(body, &v); err != nil {
 		return v, f.badBody(err)
 	}
 	return v, nil

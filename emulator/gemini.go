@@ -24,19 +24,20 @@ var geminiVersions = []string{"v1beta", "v1"}
 const geminiExpiry = 48 * time.Hour
 
 func (s *Server) geminiRoutes(mux *http.ServeMux) {
+	h := geminiFam.h
 	for _, v := range geminiVersions {
 		p := geminiPrefix + "/" + v
-		mux.HandleFunc("POST "+geminiPrefix+"/upload/"+v+"/files", s.gemUpload)
-		mux.HandleFunc("GET "+p+"/files", s.gemListFiles)
-		mux.HandleFunc("GET "+p+"/files/{name}", s.gemGetFile)
-		mux.HandleFunc("DELETE "+p+"/files/{name}", s.gemDeleteFile)
-		mux.HandleFunc("GET "+geminiPrefix+"/download/"+v+"/files/{name}", s.gemDownload)
-		mux.HandleFunc("POST "+p+"/models/{name}", s.gemModelCall)
-		mux.HandleFunc("POST "+p+"/tunedModels/{name}", s.gemModelCall)
-		mux.HandleFunc("GET "+p+"/batches", s.gemListBatches)
-		mux.HandleFunc("GET "+p+"/batches/{name}", s.gemGetBatch)
-		mux.HandleFunc("POST "+p+"/batches/{name}", s.gemBatchAction)
-		mux.HandleFunc("DELETE "+p+"/batches/{name}", s.gemDeleteBatch)
+		mux.HandleFunc("POST "+geminiPrefix+"/upload/"+v+"/files", h(s.gemUpload))
+		mux.HandleFunc("GET "+p+"/files", h(s.gemListFiles))
+		mux.HandleFunc("GET "+p+"/files/{name}", h(s.gemGetFile))
+		mux.HandleFunc("DELETE "+p+"/files/{name}", h(s.gemDeleteFile))
+		mux.HandleFunc("GET "+geminiPrefix+"/download/"+v+"/files/{name}", h(s.gemDownload))
+		mux.HandleFunc("POST "+p+"/models/{name}", h(s.gemModelCall))
+		mux.HandleFunc("POST "+p+"/tunedModels/{name}", h(s.gemModelCall))
+		mux.HandleFunc("GET "+p+"/batches", h(s.gemListBatches))
+		mux.HandleFunc("GET "+p+"/batches/{name}", h(s.gemGetBatch))
+		mux.HandleFunc("POST "+p+"/batches/{name}", h(s.gemBatchAction))
+		mux.HandleFunc("DELETE "+p+"/batches/{name}", h(s.gemDeleteBatch))
 	}
 }
 

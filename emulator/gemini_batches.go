@@ -19,7 +19,7 @@ import (
 
 // gemModelCall serves POST /{v}/models/{model}:batchGenerateContent (create
 // a batch) and :generateContent (one direct call).
-func (s *Server) gemModelCall(w http.ResponseWriter, r *http.Request) {
+func (s *Server) gemModelCall(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	coll := "models/"
 	if strings.Contains(r.URL.Path, "/tunedModels/") {
@@ -28,147 +28,141 @@ func (s *Server) gemModelCall(w http.ResponseWriter, r *http.Request) {
 	model, method, _ := strings.Cut(name, ":")
 	switch method {
 	case "batchGenerateContent":
-		s.gemCreateBatch(w, r, coll+model)
+		return s.gemCreateBatch(w, r, coll+model)
 	case "generateContent":
-		body, err := readLimited(r, 32<<20)
-		if err != nil {
-			gemError(w, http.StatusRequestEntityTooLarge, err.Error())
-			return
-		}
-		m, status := s.runGemini(coll+model, body)
-		s.countSync(famGemini, syncJobKey(famGemini, r.Header.Get(HeaderSyncJob)), r, m.status)
-		if s.syncWait(r) != nil {
-			return
-		}
-		if m.status != 200 {
-			var st struct{ Message string }
-			json.Unmarshal(m.body, &st)
-			gemErrorStatus(w, m.status, status, st.Message)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(m.body)
+		return s.gemGenerate(w, r, coll+model)
 	default:
-		gemError(w, http.StatusNotFound, "Method "+method+" of "+coll+model+" is not served by the emulator.")
+		return errf(http.StatusNotFound, "Method "+method+" of "+coll+model+" is not served by the emulator.")
 	}
 }
 
-func (s *Server) gemCreateBatch(w http.ResponseWriter, r *http.Request, model string) {
-	body, err := readLimited(r, gemInlineMaxBytes+1)
-	if err != nil || len(body) > gemInlineMaxBytes {
-		gemError(w, http.StatusBadRequest, fmt.Sprintf("The request is larger than the %s bytes inlined batches may carry; upload the requests as a file.", commas(gemInlineMaxBytes)))
-		return
-	}
-	type inputConfig struct {
-		FileName      string          `json:"fileName"`
-		FileNameSnake string          `json:"file_name"`
-		Requests      json.RawMessage `json:"requests"`
-	}
-	type batch struct {
-		DisplayName      string       `json:"displayName"`
-		DisplayNameSnake string       `json:"display_name"`
-		InputConfig      *inputConfig `json:"inputConfig"`
-		InputConfigSnake *inputConfig `json:"input_config"`
-	}
-	var req struct {
-		Batch *batch `json:"batch"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		gemError(w, http.StatusBadRequest, "Invalid JSON payload received. "+err.Error())
-		return
-	}
-	if req.Batch == nil {
-		gemError(w, http.StatusBadRequest, "* BatchGenerateContentRequest.batch: batch is required\n")
-		return
-	}
-	ic := req.Batch.InputConfig
-	if ic == nil {
-		ic = req.Batch.InputConfigSnake
-	}
-	if ic == nil {
-		gemError(w, http.StatusBadRequest, "* GenerateContentBatch.input_config: input_config is required\n")
-		return
-	}
-	fileName := cmp(ic.FileName, ic.FileNameSnake)
-	dn := cmp(req.Batch.DisplayName, req.Batch.DisplayNameSnake)
-	if (fileName == "") == (len(ic.Requests) == 0) {
-		gemError(w, http.StatusBadRequest, "* GenerateContentBatch.input_config: exactly one of file_name and requests is required\n")
-		return
-	}
-	if fileName == "" {
-		s.gemCreateInline(w, model, dn, ic.Requests)
-		return
-	}
-	fid := strings.TrimPrefix(fileName, "files/")
-	now := s.now()
-	s.mu.Lock()
-	s.tick(now)
-	f := s.files[fid]
-	if f == nil || f.Family != famGemini {
-		s.mu.Unlock()
-		gemError(w, http.StatusNotFound, "Requested entity was not found: "+fileName+".")
-		return
-	}
-	if lim := s.opts.GeminiMaxActiveBatches; lim > 0 && s.activeOf(famGemini) >= lim {
-		s.mu.Unlock()
-		gemError(w, http.StatusTooManyRequests, fmt.Sprintf("You have reached the limit of %d concurrent batch jobs. Wait for some to finish.", lim))
-		return
-	}
-	seq := s.nextSeq()
-	id := gemID(s.opts.Seed, "gembatch", int(seq), 36)
-	err = linkOrCopy(s.filePath(f.ID), s.batchInput(id))
-	s.mu.Unlock()
+// gemGenerate serves one direct :generateContent call.
+func (s *Server) gemGenerate(w http.ResponseWriter, r *http.Request, model string) error {
+	body, err := readLimited(r, 32<<20)
 	if err != nil {
-		gemError(w, http.StatusInternalServerError, err.Error())
-		return
+		return errf(http.StatusRequestEntityTooLarge, err.Error())
 	}
-	sc, err := s.scanGemini(s.batchInput(id), f.Bytes)
-	if err != nil {
-		os.Remove(s.batchInput(id))
-		gemError(w, http.StatusInternalServerError, err.Error())
-		return
+	m, status := s.runGemini(model, body)
+	s.countSync(famGemini, syncJobKey(famGemini, r.Header.Get(HeaderSyncJob)), r, m.status)
+	if s.syncWait(r) != nil {
+		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if lim := s.opts.EnqueuedTokenLimit; lim > 0 && s.enqueued(famGemini, model, "")+sc.tokens > lim {
-		os.Remove(s.batchInput(id))
-		gemError(w, http.StatusTooManyRequests, fmt.Sprintf(
-			"Enqueued tokens for %s would exceed the limit of %s. Try again once some batches have ended.", model, commas(lim)))
-		return
+	if m.status != 200 {
+		var st struct{ Message string }
+		json.Unmarshal(m.body, &st)
+		return gemErr(m.status, status, st.Message)
 	}
-	b := &batchRec{ID: id, Family: famGemini, Seq: seq, Created: now, Model: model, InputFileID: "files/" + f.ID,
-		DisplayName: dn, JobKey: jobKeyFromFilename(dn), N: sc.n, Tokens: sc.tokens, ScanErrors: sc.errs,
-		FailInjected: unit(h64(s.opts.Seed, "vfail", id, 0)) < s.opts.ValidationFailRate,
-		ExpireFate:   unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
-		Status:       stValidating}
-	s.drawBatchFates(b)
-	s.batches[id], s.active[id] = b, b
-	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famGemini)
-		fs.BatchesCreated++
-		st.ByFamily[famGemini] = fs
-	})
-	s.saveState()
-	s.logf("emulator: gemini batch %s created: %d requests for %s, %d scan errors", id, b.N, model, len(b.ScanErrors))
-	answer := s.gemBatchJSON(b, now)
-	if s.forgets(b) {
-		s.forget(b)
-	}
-	writeJSON(w, http.StatusOK, answer)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(m.body)
+	return nil
 }
 
 // gemInlineMaxBytes bounds a create request with inlined requests (the
 // docs: inline requests total under 20 MB).
 const gemInlineMaxBytes = 20_000_000
 
+type gemInputConfig struct {
+	FileName      string          `json:"fileName"`
+	FileNameSnake string          `json:"file_name"`
+	Requests      json.RawMessage `json:"requests"`
+}
+
+// gemCreateReq is the body of :batchGenerateContent (camelCase or
+// snake_case fields, as the SDKs send them).
+type gemCreateReq struct {
+	Batch *struct {
+		DisplayName      string          `json:"displayName"`
+		DisplayNameSnake string          `json:"display_name"`
+		InputConfig      *gemInputConfig `json:"inputConfig"`
+		InputConfigSnake *gemInputConfig `json:"input_config"`
+	} `json:"batch"`
+}
+
+func (s *Server) gemCreateBatch(w http.ResponseWriter, r *http.Request, model string) error {
+	body, err := readLimited(r, gemInlineMaxBytes)
+	if err != nil {
+		return gemTooLarge
+	}
+	req, err := parse[gemCreateReq](body, geminiFam)
+	if err != nil {
+		return err
+	}
+	if req.Batch == nil {
+		return errf(http.StatusBadRequest, "* BatchGenerateContentRequest.batch: batch is required\n")
+	}
+	ic := req.Batch.InputConfig
+	if ic == nil {
+		ic = req.Batch.InputConfigSnake
+	}
+	if ic == nil {
+		return errf(http.StatusBadRequest, "* GenerateContentBatch.input_config: input_config is required\n")
+	}
+	fileName := cmp(ic.FileName, ic.FileNameSnake)
+	dn := cmp(req.Batch.DisplayName, req.Batch.DisplayNameSnake)
+	if (fileName == "") == (len(ic.Requests) == 0) {
+		return errf(http.StatusBadRequest, "* GenerateContentBatch.input_config: exactly one of file_name and requests is required\n")
+	}
+	if fileName == "" {
+		return s.gemCreateInline(w, model, dn, ic.Requests)
+	}
+	sp, err := s.spoolFile(strings.TrimPrefix(fileName, "files/"), func(f *fileRec) error {
+		if f == nil || f.Family != famGemini {
+			return errf(http.StatusNotFound, "Requested entity was not found: "+fileName+".")
+		}
+		return s.gemCheckActive()
+	}, func(seq int64) string { return gemID(s.opts.Seed, "gembatch", int(seq), 36) })
+	if err != nil {
+		return err
+	}
+	id, f, now := sp.id, sp.f, sp.now
+	sc, err := s.scanGemini(s.batchInput(id), f.Bytes)
+	if err != nil {
+		os.Remove(s.batchInput(id))
+		return err
+	}
+	return s.locked(func() error {
+		if err := s.gemCheckTokens(model, sc.tokens); err != nil {
+			os.Remove(s.batchInput(id))
+			return err
+		}
+		b := &batchRec{ID: id, Family: famGemini, Seq: sp.seq, Created: now, Model: model, InputFileID: "files/" + f.ID,
+			DisplayName: dn, JobKey: jobKeyFromFilename(dn), N: sc.n, Tokens: sc.tokens, ScanErrors: sc.errs,
+			FailInjected: s.fated("vfail", id, 0, s.opts.ValidationFailRate),
+			ExpireFate:   s.fated("expire", id, 0, s.opts.ExpireRate),
+			Status:       stValidating}
+		s.register(w, b, http.StatusOK, func() any { return s.gemBatchJSON(b, now) })
+		return nil
+	})
+}
+
+// gemTooLarge refuses a create request over gemInlineMaxBytes.
+var gemTooLarge = errf(http.StatusBadRequest, fmt.Sprintf("The request is larger than the %s bytes inlined batches may carry; upload the requests as a file.", commas(gemInlineMaxBytes)))
+
+// gemCheckActive refuses a batch over GeminiMaxActiveBatches. Caller holds
+// s.mu.
+func (s *Server) gemCheckActive() error {
+	if lim := s.opts.GeminiMaxActiveBatches; lim > 0 && s.activeOf(famGemini) >= lim {
+		return errf(http.StatusTooManyRequests, "You have reached the limit of %d concurrent batch jobs. Wait for some to finish.", lim)
+	}
+	return nil
+}
+
+// gemCheckTokens refuses a batch that would pass EnqueuedTokenLimit for
+// model. Caller holds s.mu.
+func (s *Server) gemCheckTokens(model string, tokens int64) error {
+	if lim := s.opts.EnqueuedTokenLimit; lim > 0 && s.enqueued(famGemini, model, "")+tokens > lim {
+		return errf(http.StatusTooManyRequests,
+			"Enqueued tokens for %s would exceed the limit of %s. Try again once some batches have ended.", model, commas(lim))
+	}
+	return nil
+}
+
 // gemCreateInline creates a batch from inputConfig.requests
 // ({"requests":[{"request":…,"metadata":{"key":…}}]}): the requests are
 // spooled as {"key","request","metadata"} lines, and their responses come
 // back in the Operation, in request order, as
 // output.inlinedResponses.inlinedResponses [{"response"|"error","metadata"}].
-func (s *Server) gemCreateInline(w http.ResponseWriter, model, displayName string, raw json.RawMessage) {
+func (s *Server) gemCreateInline(w http.ResponseWriter, model, displayName string, raw json.RawMessage) error {
 	var in struct {
 		Requests []struct {
 			Request  json.RawMessage   `json:"request"`
@@ -176,60 +170,38 @@ func (s *Server) gemCreateInline(w http.ResponseWriter, model, displayName strin
 		} `json:"requests"`
 	}
 	if err := json.Unmarshal(raw, &in); err != nil || len(in.Requests) == 0 {
-		gemError(w, http.StatusBadRequest, "* GenerateContentBatch.input_config.requests.requests: at least one request is required\n")
-		return
+		return errf(http.StatusBadRequest, "* GenerateContentBatch.input_config.requests.requests: at least one request is required\n")
 	}
 	var buf bytes.Buffer
 	var tokens int64
 	for i, it := range in.Requests {
 		if len(it.Request) == 0 || it.Request[0] != '{' {
-			gemError(w, http.StatusBadRequest, fmt.Sprintf("* GenerateContentBatch.input_config.requests.requests[%d].request: request is required\n", i))
-			return
+			return errf(http.StatusBadRequest, "* GenerateContentBatch.input_config.requests.requests[%d].request: request is required\n", i)
 		}
 		buf.Write(mustJSON(map[string]any{"key": it.Metadata["key"], "request": it.Request, "metadata": it.Metadata}))
 		buf.WriteByte('\n')
 		tokens += approxTokens(len(it.Request))
 	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	if lim := s.opts.GeminiMaxActiveBatches; lim > 0 && s.activeOf(famGemini) >= lim {
-		gemError(w, http.StatusTooManyRequests, fmt.Sprintf("You have reached the limit of %d concurrent batch jobs. Wait for some to finish.", lim))
-		return
-	}
-	if lim := s.opts.EnqueuedTokenLimit; lim > 0 && s.enqueued(famGemini, model, "")+tokens > lim {
-		gemError(w, http.StatusTooManyRequests, fmt.Sprintf(
-			"Enqueued tokens for %s would exceed the limit of %s. Try again once some batches have ended.", model, commas(lim)))
-		return
-	}
-	seq := s.nextSeq()
-	id := gemID(s.opts.Seed, "gembatch", int(seq), 36)
-	if err := atomicfile.WriteFile(s.batchInput(id), buf.Bytes()); err != nil {
-		gemError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	b := &batchRec{ID: id, Family: famGemini, Seq: seq, Created: now, Model: model, Inline: true,
-		DisplayName: displayName, JobKey: jobKeyFromFilename(displayName), N: len(in.Requests), Tokens: tokens,
-		FailInjected: unit(h64(s.opts.Seed, "vfail", id, 0)) < s.opts.ValidationFailRate,
-		ExpireFate:   unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
-		Status:       stValidating}
-	s.drawBatchFates(b)
-	s.batches[id], s.active[id] = b, b
-	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famGemini)
-		fs.BatchesCreated++
-		st.ByFamily[famGemini] = fs
+	return s.ticked(func(now time.Time) error {
+		if err := s.gemCheckActive(); err != nil {
+			return err
+		}
+		if err := s.gemCheckTokens(model, tokens); err != nil {
+			return err
+		}
+		seq := s.nextSeq()
+		id := gemID(s.opts.Seed, "gembatch", int(seq), 36)
+		if err := atomicfile.WriteFile(s.batchInput(id), buf.Bytes()); err != nil {
+			return err
+		}
+		b := &batchRec{ID: id, Family: famGemini, Seq: seq, Created: now, Model: model, Inline: true,
+			DisplayName: displayName, JobKey: jobKeyFromFilename(displayName), N: len(in.Requests), Tokens: tokens,
+			FailInjected: s.fated("vfail", id, 0, s.opts.ValidationFailRate),
+			ExpireFate:   s.fated("expire", id, 0, s.opts.ExpireRate),
+			Status:       stValidating}
+		s.register(w, b, http.StatusOK, func() any { return s.gemBatchJSON(b, now) })
+		return nil
 	})
-	s.saveState()
-	s.logf("emulator: gemini batch %s created: %d inlined requests for %s", id, b.N, model)
-	answer := s.gemBatchJSON(b, now)
-	if s.forgets(b) {
-		s.forget(b)
-	}
-	writeJSON(w, http.StatusOK, answer)
 }
 
 // gemInlined reads the inlined responses of an ended inline batch.
@@ -417,93 +389,65 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 	return op
 }
 
-// gemLookupBatch finds a Gemini batch, writing NOT_FOUND if absent.
-func (s *Server) gemLookupBatch(w http.ResponseWriter, id string) *batchRec {
-	if b := s.batches[id]; b != nil && b.Family == famGemini {
-		return b
-	}
-	gemError(w, http.StatusNotFound, "Batch batches/"+id+" not found.")
-	return nil
-}
-
-func (s *Server) gemGetBatch(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	if b := s.gemLookupBatch(w, r.PathValue("name")); b != nil {
+func (s *Server) gemGetBatch(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(geminiFam, r.PathValue("name"), func(b *batchRec, now time.Time) error {
 		writeJSON(w, http.StatusOK, s.gemBatchJSON(b, now))
-	}
+		return nil
+	})
 }
 
 // gemBatchAction serves POST /batches/{id}:cancel. Cancel ends the batch
 // at once: requests already run keep their responses, the rest never run.
-func (s *Server) gemBatchAction(w http.ResponseWriter, r *http.Request) {
+func (s *Server) gemBatchAction(w http.ResponseWriter, r *http.Request) error {
 	id, action, _ := strings.Cut(r.PathValue("name"), ":")
 	if action != "cancel" {
-		gemError(w, http.StatusNotFound, "Unknown batch method "+action+".")
-		return
+		return errf(http.StatusNotFound, "Unknown batch method "+action+".")
 	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.gemLookupBatch(w, id)
-	if b == nil {
-		return
-	}
-	if !s.cancel(b, now) {
-		gemErrorStatus(w, http.StatusBadRequest, "FAILED_PRECONDITION", "Batch batches/"+id+" has already ended ("+gemState(b)+") and cannot be cancelled.")
-		return
-	}
-	s.apply(b, evCancelled, now)
-	writeJSON(w, http.StatusOK, map[string]any{})
+	return s.withBatch(geminiFam, id, func(b *batchRec, now time.Time) error {
+		if !s.cancel(b, now) {
+			return gemErr(http.StatusBadRequest, "FAILED_PRECONDITION", "Batch batches/"+id+" has already ended ("+gemState(b)+") and cannot be cancelled.")
+		}
+		s.apply(b, evCancelled, now)
+		writeJSON(w, http.StatusOK, map[string]any{})
+		return nil
+	})
 }
 
-func (s *Server) gemDeleteBatch(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.gemLookupBatch(w, r.PathValue("name"))
-	if b == nil {
-		return
-	}
-	if !terminal(b.Status) {
-		gemErrorStatus(w, http.StatusBadRequest, "FAILED_PRECONDITION", "Batch batches/"+b.ID+" has not ended; cancel it first.")
-		return
-	}
-	delete(s.batches, b.ID)
-	s.deleteBatchFiles(b.ID)
-	writeJSON(w, http.StatusOK, map[string]any{})
+func (s *Server) gemDeleteBatch(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(geminiFam, r.PathValue("name"), func(b *batchRec, _ time.Time) error {
+		if !terminal(b.Status) {
+			return gemErr(http.StatusBadRequest, "FAILED_PRECONDITION", "Batch batches/"+b.ID+" has not ended; cancel it first.")
+		}
+		s.deleteBatch(b)
+		writeJSON(w, http.StatusOK, map[string]any{})
+		return nil
+	})
 }
 
-func (s *Server) gemListBatches(w http.ResponseWriter, r *http.Request) {
-	size, token, ok := gemPage(w, r, 50, 1000)
-	if !ok {
-		return
+func (s *Server) gemListBatches(w http.ResponseWriter, r *http.Request) error {
+	size, token, err := gemPage(r, 50, 1000)
+	if err != nil {
+		return err
 	}
 	if r.URL.Query().Get("filter") != "" {
-		gemError(w, http.StatusBadRequest, "filter is not supported for batches of the Gemini Developer API.")
-		return
+		return errf(http.StatusBadRequest, "filter is not supported for batches of the Gemini Developer API.")
 	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	page, next := gemPaginate(s.sortedBatches(famGemini), token, size, func(b *batchRec) string { return b.ID })
-	ops := make([]any, len(page))
-	for i, b := range page {
-		ops[i] = s.gemBatchJSON(b, now)
-	}
-	out := map[string]any{}
-	if len(ops) > 0 {
-		out["operations"] = ops
-	}
-	if next != "" {
-		out["nextPageToken"] = next
-	}
-	writeJSON(w, http.StatusOK, out)
+	return s.ticked(func(now time.Time) error {
+		page, next := gemPaginate(s.sortedBatches(famGemini), token, size, func(b *batchRec) string { return b.ID })
+		ops := make([]any, len(page))
+		for i, b := range page {
+			ops[i] = s.gemBatchJSON(b, now)
+		}
+		out := map[string]any{}
+		if len(ops) > 0 {
+			out["operations"] = ops
+		}
+		if next != "" {
+			out["nextPageToken"] = next
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
 }
 
 // commitGeminiOutput makes the responses file of a Gemini batch: a

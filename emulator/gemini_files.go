@@ -2,10 +2,8 @@ package emulator
 
 import (
 	"encoding/base64"
-	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,97 +33,86 @@ func (s *Server) gemFileJSON(f *fileRec, r *http.Request, version string) map[st
 	return m
 }
 
-// gemLookupFile finds a Gemini file by id, writing NOT_FOUND if absent.
-// Caller holds s.mu.
-func (s *Server) gemLookupFile(w http.ResponseWriter, id string) *fileRec {
-	if f := s.files[id]; f != nil && f.Family == famGemini {
-		return f
-	}
-	gemErrorStatus(w, http.StatusForbidden, "PERMISSION_DENIED",
-		"You do not have permission to access the File "+id+" or it may not exist.")
-	return nil
+// gemErr is a Google error with an explicit status name (FAILED_PRECONDITION
+// answers 400 like INVALID_ARGUMENT).
+func gemErr(status int, name, msg string) *apiError {
+	return &apiError{Status: status, Type: name, Msg: msg}
 }
 
-func (s *Server) gemGetFile(w http.ResponseWriter, r *http.Request) {
+// withGemFile runs fn on Gemini file id with s.mu held; an unknown id is
+// PERMISSION_DENIED, as the API answers.
+func (s *Server) withGemFile(id string, fn func(f *fileRec) error) error {
+	return s.locked(func() error {
+		if f := s.files[id]; f != nil && f.Family == famGemini {
+			return fn(f)
+		}
+		return gemErr(http.StatusForbidden, "PERMISSION_DENIED",
+			"You do not have permission to access the File "+id+" or it may not exist.")
+	})
+}
+
+func (s *Server) gemGetFile(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	if id, ok := strings.CutSuffix(name, ":download"); ok {
-		s.gemServeFile(w, r, id)
-		return
+		return s.gemServeFile(w, r, id)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.gemLookupFile(w, name); f != nil {
+	return s.withGemFile(name, func(f *fileRec) error {
 		writeJSON(w, http.StatusOK, s.gemFileJSON(f, r, gemVersion(r.URL.Path)))
-	}
+		return nil
+	})
 }
 
 // gemDownload serves GET /download/{v}/files/{id}:download?alt=media, the
 // path of the docs' curl; the SDKs call /{v}/files/{id}:download.
-func (s *Server) gemDownload(w http.ResponseWriter, r *http.Request) {
+func (s *Server) gemDownload(w http.ResponseWriter, r *http.Request) error {
 	id, ok := strings.CutSuffix(r.PathValue("name"), ":download")
 	if !ok {
-		gemError(w, http.StatusNotFound, "Unknown download path "+r.URL.Path+".")
-		return
+		return errf(http.StatusNotFound, "Unknown download path "+r.URL.Path+".")
 	}
-	s.gemServeFile(w, r, id)
+	return s.gemServeFile(w, r, id)
 }
 
-func (s *Server) gemServeFile(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) gemServeFile(w http.ResponseWriter, r *http.Request, id string) error {
 	if r.URL.Query().Get("alt") != "media" {
-		gemError(w, http.StatusBadRequest, "Downloads need alt=media.")
-		return
+		return errf(http.StatusBadRequest, "Downloads need alt=media.")
 	}
-	s.mu.Lock()
-	f := s.gemLookupFile(w, id)
-	if f == nil {
-		s.mu.Unlock()
-		return
-	}
-	if f.Lost {
-		s.mu.Unlock()
-		gemError(w, http.StatusNotFound, "File files/"+id+" not found.")
-		return
-	}
-	cut := f.Source == "GENERATED" && s.truncates(f.ID)
-	in, err := os.Open(s.filePath(f.ID))
-	size := f.Bytes
-	s.mu.Unlock()
+	var in *os.File
+	var size int64
+	var cut bool
+	err := s.withGemFile(id, func(f *fileRec) error {
+		if f.Lost {
+			return errf(http.StatusNotFound, "File files/"+id+" not found.")
+		}
+		cut = f.Source == "GENERATED" && s.truncates(f.ID)
+		size = f.Bytes
+		var err error
+		in, err = os.Open(s.filePath(f.ID))
+		return err
+	})
 	if err != nil {
-		gemError(w, http.StatusInternalServerError, err.Error())
-		return
+		return err
 	}
 	defer in.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	if cut && size > 0 {
-		s.serveCut(w, size, in)
-	}
-	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-	w.WriteHeader(http.StatusOK)
-	io.Copy(w, in)
+	s.serveFile(w, in, size, cut)
+	return nil
 }
 
-func (s *Server) gemDeleteFile(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.gemLookupFile(w, r.PathValue("name"))
-	if f == nil {
-		return
-	}
-	delete(s.files, f.ID)
-	os.Remove(filepath.Join(s.dir, "files", f.ID+".json"))
-	os.Remove(s.filePath(f.ID))
-	writeJSON(w, http.StatusOK, map[string]any{})
+func (s *Server) gemDeleteFile(w http.ResponseWriter, r *http.Request) error {
+	return s.withGemFile(r.PathValue("name"), func(f *fileRec) error {
+		s.deleteFile(f)
+		writeJSON(w, http.StatusOK, map[string]any{})
+		return nil
+	})
 }
 
 // gemPage reads pageSize (default def, at most maxv) and pageToken.
-func gemPage(w http.ResponseWriter, r *http.Request, def, maxv int) (size int, token string, ok bool) {
+func gemPage(r *http.Request, def, maxv int) (size int, token string, err error) {
 	q := r.URL.Query()
 	size = def
 	if v := q.Get("pageSize"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			gemError(w, http.StatusBadRequest, "Invalid pageSize "+v+".")
-			return 0, "", false
+			return 0, "", errf(http.StatusBadRequest, "Invalid pageSize "+v+".")
 		}
 		if n > 0 {
 			size = min(n, maxv)
@@ -135,12 +122,11 @@ func gemPage(w http.ResponseWriter, r *http.Request, def, maxv int) (size int, t
 	if tok != "" {
 		b, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil {
-			gemError(w, http.StatusBadRequest, "Invalid pageToken.")
-			return 0, "", false
+			return 0, "", errf(http.StatusBadRequest, "Invalid pageToken.")
 		}
 		tok = string(b)
 	}
-	return size, tok, true
+	return size, tok, nil
 }
 
 // gemPaginate returns the page starting at the item whose id is token.
@@ -160,10 +146,10 @@ func gemPaginate[T any](all []T, token string, size int, id func(T) string) ([]T
 	return all[start:end], next
 }
 
-func (s *Server) gemListFiles(w http.ResponseWriter, r *http.Request) {
-	size, token, ok := gemPage(w, r, 10, 100)
-	if !ok {
-		return
+func (s *Server) gemListFiles(w http.ResponseWriter, r *http.Request) error {
+	size, token, err := gemPage(r, 10, 100)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,4 +173,5 @@ func (s *Server) gemListFiles(w http.ResponseWriter, r *http.Request) {
 		out["nextPageToken"] = next
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -61,50 +60,47 @@ func (s *Server) uploadLock(id string) *sync.Mutex {
 
 var gemFileIDRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
 
+// gemStartReq is the body of an upload's start: the file's metadata.
+type gemStartReq struct {
+	File *struct {
+		Name             string `json:"name"`
+		DisplayName      string `json:"displayName"`
+		DisplayNameSnake string `json:"display_name"`
+		MimeType         string `json:"mimeType"`
+		MimeTypeSnake    string `json:"mime_type"`
+	} `json:"file"`
+}
+
 // gemUpload serves POST /upload/{v}/files: with upload_id it is a command
 // on a session (upload, finalize, query, cancel), without it a start.
-func (s *Server) gemUpload(w http.ResponseWriter, r *http.Request) {
+func (s *Server) gemUpload(w http.ResponseWriter, r *http.Request) error {
 	if id := r.URL.Query().Get("upload_id"); id != "" {
-		s.gemUploadCommand(w, r, id)
-		return
+		return s.gemUploadCommand(w, r, id)
 	}
 	proto := strings.ToLower(r.Header.Get("X-Goog-Upload-Protocol"))
 	cmd := strings.ToLower(strings.TrimSpace(r.Header.Get("X-Goog-Upload-Command")))
 	if proto != "resumable" || cmd != "start" {
-		gemError(w, http.StatusBadRequest, "The emulator serves the resumable upload protocol only: send X-Goog-Upload-Protocol: resumable and X-Goog-Upload-Command: start.")
-		return
+		return errf(http.StatusBadRequest, "The emulator serves the resumable upload protocol only: send X-Goog-Upload-Protocol: resumable and X-Goog-Upload-Command: start.")
 	}
 	declared := int64(-1)
 	if v := r.Header.Get("X-Goog-Upload-Header-Content-Length"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			gemError(w, http.StatusBadRequest, "Invalid X-Goog-Upload-Header-Content-Length: "+v)
-			return
+			return errf(http.StatusBadRequest, "Invalid X-Goog-Upload-Header-Content-Length: "+v)
 		}
 		declared = n
 	}
 	if declared > s.opts.GeminiMaxFileBytes {
-		gemError(w, http.StatusBadRequest, fmt.Sprintf("File size %d bytes exceeds the maximum of %d bytes.", declared, s.opts.GeminiMaxFileBytes))
-		return
+		return errf(http.StatusBadRequest, fmt.Sprintf("File size %d bytes exceeds the maximum of %d bytes.", declared, s.opts.GeminiMaxFileBytes))
 	}
 	body, err := readLimited(r, 1<<20)
 	if err != nil {
-		gemError(w, http.StatusBadRequest, err.Error())
-		return
+		return errf(http.StatusBadRequest, err.Error())
 	}
-	var req struct {
-		File *struct {
-			Name             string `json:"name"`
-			DisplayName      string `json:"displayName"`
-			DisplayNameSnake string `json:"display_name"`
-			MimeType         string `json:"mimeType"`
-			MimeTypeSnake    string `json:"mime_type"`
-		} `json:"file"`
-	}
+	var req gemStartReq
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			gemError(w, http.StatusBadRequest, "Invalid JSON payload received. "+err.Error())
-			return
+		if req, err = parse[gemStartReq](body, geminiFam); err != nil {
+			return err
 		}
 	}
 	u := &gemUploadRec{Version: gemVersion(r.URL.Path), Declared: declared, Created: s.now(),
@@ -117,34 +113,33 @@ func (s *Server) gemUpload(w http.ResponseWriter, r *http.Request) {
 		if f.Name != "" {
 			id := strings.TrimPrefix(f.Name, "files/")
 			if !gemFileIDRe.MatchString(id) {
-				gemError(w, http.StatusBadRequest, "Invalid file name "+f.Name+": ids are up to 40 characters of [a-z0-9-], not starting or ending with '-'.")
-				return
+				return errf(http.StatusBadRequest, "Invalid file name "+f.Name+": ids are up to 40 characters of [a-z0-9-], not starting or ending with '-'.")
 			}
 			u.Name = "files/" + id
 		}
 	}
-	s.mu.Lock()
-	if u.Name != "" && s.files[strings.TrimPrefix(u.Name, "files/")] != nil {
-		s.mu.Unlock()
-		gemError(w, http.StatusConflict, "File "+u.Name+" already exists.")
-		return
+	if err := s.locked(func() error {
+		if u.Name != "" && s.files[strings.TrimPrefix(u.Name, "files/")] != nil {
+			return errf(http.StatusConflict, "File "+u.Name+" already exists.")
+		}
+		seq := s.nextSeq()
+		u.ID = "ABgVH" + b58ID(s.opts.Seed, "gemupload", "", int(seq), 40)
+		s.uploads[u.ID] = u
+		if err := os.WriteFile(s.uploadPath(u.ID, ".data"), nil, 0o644); err != nil {
+			delete(s.uploads, u.ID)
+			return err
+		}
+		s.saveUpload(u)
+		s.saveState()
+		return nil
+	}); err != nil {
+		return err
 	}
-	seq := s.nextSeq()
-	u.ID = "ABgVH" + b58ID(s.opts.Seed, "gemupload", "", int(seq), 40)
-	s.uploads[u.ID] = u
-	if err := os.WriteFile(s.uploadPath(u.ID, ".data"), nil, 0o644); err != nil {
-		delete(s.uploads, u.ID)
-		s.mu.Unlock()
-		gemError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	s.saveUpload(u)
-	s.saveState()
-	s.mu.Unlock()
 	w.Header().Set("X-Goog-Upload-URL", baseURL(r)+geminiPrefix+"/upload/"+u.Version+"/files?upload_id="+u.ID+"&upload_protocol=resumable")
 	w.Header().Set("X-Goog-Upload-Status", "active")
 	w.Header().Set("X-Goog-Upload-Chunk-Granularity", strconv.FormatInt(s.opts.GeminiUploadGranularity, 10))
 	writeJSON(w, http.StatusOK, map[string]any{})
+	return nil
 }
 
 func cmp(a, b string) string {
@@ -155,16 +150,14 @@ func cmp(a, b string) string {
 }
 
 // gemUploadCommand runs X-Goog-Upload-Command on an upload session.
-func (s *Server) gemUploadCommand(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) gemUploadCommand(w http.ResponseWriter, r *http.Request, id string) error {
 	lock := s.uploadLock(id)
 	lock.Lock()
 	defer lock.Unlock()
-	s.mu.Lock()
-	u := s.uploads[id]
-	s.mu.Unlock()
+	var u *gemUploadRec
+	s.locked(func() error { u = s.uploads[id]; return nil })
 	if u == nil {
-		gemError(w, http.StatusNotFound, "Upload session "+id+" not found (it expired, was cancelled, or never existed).")
-		return
+		return errf(http.StatusNotFound, "Upload session "+id+" not found (it expired, was cancelled, or never existed).")
 	}
 	var cmds []string
 	for _, c := range strings.Split(strings.ToLower(r.Header.Get("X-Goog-Upload-Command")), ",") {
@@ -176,29 +169,16 @@ func (s *Server) gemUploadCommand(w http.ResponseWriter, r *http.Request, id str
 		w.Header().Set("X-Goog-Upload-Status", st)
 		w.Header().Set("X-Goog-Upload-Size-Received", strconv.FormatInt(u.Received, 10))
 	}
-	final := func() {
-		s.mu.Lock()
-		f := s.files[u.FileID]
-		s.mu.Unlock()
-		status("final")
-		if f == nil {
-			writeJSON(w, http.StatusOK, map[string]any{})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"file": s.gemFileJSON(f, r, u.Version)})
-	}
 	switch {
 	case len(cmds) == 0:
-		gemError(w, http.StatusBadRequest, "Missing X-Goog-Upload-Command.")
-		return
+		return errf(http.StatusBadRequest, "Missing X-Goog-Upload-Command.")
 	case u.Cancelled:
 		status("cancelled")
-		gemError(w, http.StatusBadRequest, "Upload session "+id+" was cancelled.")
-		return
+		return errf(http.StatusBadRequest, "Upload session "+id+" was cancelled.")
 	case u.FileID != "":
 		io.Copy(io.Discard, r.Body)
-		final()
-		return
+		s.gemUploadFinal(w, r, u, status)
+		return nil
 	}
 	var upload, finalize bool
 	for _, c := range cmds {
@@ -206,68 +186,81 @@ func (s *Server) gemUploadCommand(w http.ResponseWriter, r *http.Request, id str
 		case "query":
 			status("active")
 			w.WriteHeader(http.StatusOK)
-			return
+			return nil
 		case "cancel":
 			u.Cancelled = true
 			s.saveUpload(u)
 			os.Remove(s.uploadPath(id, ".data"))
 			status("cancelled")
 			w.WriteHeader(http.StatusOK)
-			return
+			return nil
 		case "upload":
 			upload = true
 		case "finalize":
 			finalize = true
 		default:
 			status("active")
-			gemError(w, http.StatusBadRequest, "Unknown X-Goog-Upload-Command "+c+".")
-			return
+			return errf(http.StatusBadRequest, "Unknown X-Goog-Upload-Command "+c+".")
 		}
 	}
+	var err error
 	if upload {
-		off, err := strconv.ParseInt(r.Header.Get("X-Goog-Upload-Offset"), 10, 64)
-		if err != nil {
-			status("active")
-			gemError(w, http.StatusBadRequest, "Missing or invalid X-Goog-Upload-Offset.")
-			return
-		}
-		if off != u.Received {
-			io.Copy(io.Discard, r.Body)
-			status("active")
-			gemError(w, http.StatusBadRequest, fmt.Sprintf("X-Goog-Upload-Offset %d does not match the %d bytes received so far; query the session and resume from there.", off, u.Received))
-			return
-		}
-		n, err := s.gemReceive(u, r.Body, finalize)
-		if err != nil {
-			status("active")
-			var te *tooLargeErr
-			switch {
-			case errors.As(err, &te):
-				gemError(w, http.StatusRequestEntityTooLarge, te.Error())
-			case errors.Is(err, errGranularity):
-				gemError(w, http.StatusBadRequest, fmt.Sprintf("Upload chunks other than the last must be a multiple of %d bytes.", s.opts.GeminiUploadGranularity))
-			default:
-				gemError(w, http.StatusBadRequest, "Reading the upload chunk failed after "+strconv.FormatInt(n, 10)+" bytes: "+err.Error())
-			}
-			return
-		}
+		err = s.gemChunk(u, r, finalize)
 	}
-	if !finalize {
+	switch {
+	case err != nil:
+	case !finalize:
 		status("active")
 		w.WriteHeader(http.StatusOK)
-		return
+		return nil
+	case u.Declared >= 0 && u.Received != u.Declared:
+		err = errf(http.StatusBadRequest, fmt.Sprintf("Finalized with %d bytes received, but X-Goog-Upload-Header-Content-Length announced %d.", u.Received, u.Declared))
+	default:
+		err = s.gemFinalize(u)
 	}
-	if u.Declared >= 0 && u.Received != u.Declared {
+	if err != nil {
 		status("active")
-		gemError(w, http.StatusBadRequest, fmt.Sprintf("Finalized with %d bytes received, but X-Goog-Upload-Header-Content-Length announced %d.", u.Received, u.Declared))
+		return err
+	}
+	s.gemUploadFinal(w, r, u, status)
+	return nil
+}
+
+// gemUploadFinal answers a finalized session: its file.
+func (s *Server) gemUploadFinal(w http.ResponseWriter, r *http.Request, u *gemUploadRec, status func(string)) {
+	var f *fileRec
+	s.locked(func() error { f = s.files[u.FileID]; return nil })
+	status("final")
+	if f == nil {
+		writeJSON(w, http.StatusOK, map[string]any{})
 		return
 	}
-	if err := s.gemFinalize(u); err != nil {
-		status("active")
-		gemError(w, http.StatusInternalServerError, err.Error())
-		return
+	writeJSON(w, http.StatusOK, map[string]any{"file": s.gemFileJSON(f, r, u.Version)})
+}
+
+// gemChunk receives the chunk of an upload command at
+// X-Goog-Upload-Offset. Caller holds the session lock.
+func (s *Server) gemChunk(u *gemUploadRec, r *http.Request, last bool) error {
+	off, err := strconv.ParseInt(r.Header.Get("X-Goog-Upload-Offset"), 10, 64)
+	if err != nil {
+		return errf(http.StatusBadRequest, "Missing or invalid X-Goog-Upload-Offset.")
 	}
-	final()
+	if off != u.Received {
+		io.Copy(io.Discard, r.Body)
+		return errf(http.StatusBadRequest, fmt.Sprintf("X-Goog-Upload-Offset %d does not match the %d bytes received so far; query the session and resume from there.", off, u.Received))
+	}
+	n, err := s.gemReceive(u, r.Body, last)
+	var te *tooLargeErr
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te):
+		return errf(http.StatusRequestEntityTooLarge, te.Error())
+	case errors.Is(err, errGranularity):
+		return errf(http.StatusBadRequest, "Upload chunks other than the last must be a multiple of %d bytes.", s.opts.GeminiUploadGranularity)
+	default:
+		return errf(http.StatusBadRequest, "Reading the upload chunk failed after "+strconv.FormatInt(n, 10)+" bytes: "+err.Error())
+	}
 }
 
 type tooLargeErr struct{ max int64 }
@@ -310,9 +303,7 @@ func (s *Server) gemReceive(u *gemUploadRec, body io.Reader, last bool) (int64, 
 		f.Sync()
 	}
 	u.Received += keep
-	s.mu.Lock()
-	s.saveUpload(u)
-	s.mu.Unlock()
+	s.locked(func() error { s.saveUpload(u); return nil })
 	return n, rerr
 }
 
