@@ -269,13 +269,3 @@ var togetherFam = &family{
 	badBody: func(err error) *apiError { return errf(http.StatusBadRequest, "Invalid JSON body: "+err.Error()) },
 	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "Batch job "+id+" not found") },
 }
-
-// lookupBatch finds a batch of a family, writing the family's 404 if absent.
-func (s *Server) lookupBatch(w http.ResponseWriter, id, fam string) *batchRec {
-	if b := s.batches[id]; b != nil && b.Family == fam {
-		return b
-	}
-	f := familyByName(fam)
-	f.write(w, f.noBatch(id))
-	return nil
-}
