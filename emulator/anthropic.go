@@ -45,7 +45,9 @@ func (s *Server) anthropicRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/messages", h(s.antMessages))
 	mux.HandleFunc("POST /v1/messages/batches", h(s.antCreate))
 	mux.HandleFunc("GET /v1/messages/batches", h(s.antList))
-	mux.HandleFunc("GET /v1/messages/batches/{id}", h(s.antGet))
+	mux.HandleFunc("GET /v1/messages/batches/{id}", s.getBatch(anthropicFam, "id", func(b *batchRec, r *http.Request, _ time.Time) any {
+		return s.antBatchJSON(b, r)
+	}))
 	mux.HandleFunc("DELETE /v1/messages/batches/{id}", h(s.antDelete))
 	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", h(s.antCancel))
 	mux.HandleFunc("GET /v1/messages/batches/{id}/results", h(s.antResults))
@@ -241,13 +243,6 @@ func (s *Server) antBatchJSON(b *batchRec, r *http.Request) map[string]any {
 		"request_counts": counts, "ended_at": ts(b.endedAt()), "created_at": rfc3339(b.Created),
 		"expires_at": rfc3339(b.Created.Add(completionWindow)), "archived_at": nil,
 		"cancel_initiated_at": ts(b.CancellingAt), "results_url": results}
-}
-
-func (s *Server) antGet(w http.ResponseWriter, r *http.Request) error {
-	return s.withBatch(anthropicFam, r.PathValue("id"), func(b *batchRec, _ time.Time) error {
-		writeJSON(w, http.StatusOK, s.antBatchJSON(b, r))
-		return nil
-	})
 }
 
 func (s *Server) antList(w http.ResponseWriter, r *http.Request) error {

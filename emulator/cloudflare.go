@@ -202,21 +202,15 @@ func (s *Server) cfPoll(w http.ResponseWriter, account, id string) error {
 // JSONL results in f.
 func writeCFAnswer(bw io.Writer, f io.Reader, in, out int64) {
 	io.WriteString(bw, `{"result":{"responses":[`)
-	br := bufio.NewReaderSize(f, 64<<10)
 	first := true
-	for {
-		line, err := br.ReadBytes('\n')
-		if l := bytes.TrimSpace(line); len(l) > 0 {
-			if !first {
-				bw.Write([]byte{','})
-			}
-			first = false
-			bw.Write(l)
+	eachLine(f, func(l []byte, _ int) bool {
+		if !first {
+			bw.Write([]byte{','})
 		}
-		if err != nil {
-			break
-		}
-	}
+		first = false
+		bw.Write(l)
+		return true
+	})
 	fmt.Fprintf(bw, `],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}},"success":true,"errors":[],"messages":[]}`,
 		in, out, in+out)
 	io.WriteString(bw, "\n")

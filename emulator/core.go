@@ -24,7 +24,10 @@ package emulator
 //   - s.locked(fn) runs fn with s.mu held (released by defer);
 //     s.ticked(fn) does the same after advancing every batch to now;
 //     s.withBatch(fam, id, fn) adds the lookup of a batch of fam (its
-//     noBatch error when absent), so a handler never unlocks by hand.
+//     noBatch error when absent), so a handler never unlocks by hand;
+//     s.getBatch(fam, key, render) is a whole GET of one batch.
+//   - s.familyFiles(fam, keep) and s.sortedBatches(fam) list a family's
+//     files and batches, newest first; s.serveFile answers a file's bytes.
 //   - s.addBatch(b) registers a new batch (fates, persistence, counters).
 //
 // Routes are registered per family by s.<family>Routes(mux) (server.go).
@@ -34,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -140,6 +144,30 @@ func (s *Server) withBatch(f *family, id string, fn func(b *batchRec, now time.T
 		}
 		return fn(b, now)
 	})
+}
+
+// getBatch serves GET of one batch of family f, named by path value key,
+// as render has it.
+func (s *Server) getBatch(f *family, key string, render func(b *batchRec, r *http.Request, now time.Time) any) http.HandlerFunc {
+	return f.h(func(w http.ResponseWriter, r *http.Request) error {
+		return s.withBatch(f, r.PathValue(key), func(b *batchRec, now time.Time) error {
+			writeJSON(w, http.StatusOK, render(b, r, now))
+			return nil
+		})
+	})
+}
+
+// familyFiles lists the files of family fam that keep accepts (nil: all),
+// newest first. Caller holds s.mu.
+func (s *Server) familyFiles(fam string, keep func(f *fileRec) bool) []*fileRec {
+	var all []*fileRec
+	for _, f := range s.files {
+		if fileFamily(f) == fam && (keep == nil || keep(f)) {
+			all = append(all, f)
+		}
+	}
+	slices.SortFunc(all, func(a, b *fileRec) int { return int(b.Seq - a.Seq) })
+	return all
 }
 
 // familyByName is the error mapping of a family (OpenAI's for a name it

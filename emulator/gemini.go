@@ -35,7 +35,9 @@ func (s *Server) geminiRoutes(mux *http.ServeMux) {
 		mux.HandleFunc("POST "+p+"/models/{name}", h(s.gemModelCall))
 		mux.HandleFunc("POST "+p+"/tunedModels/{name}", h(s.gemModelCall))
 		mux.HandleFunc("GET "+p+"/batches", h(s.gemListBatches))
-		mux.HandleFunc("GET "+p+"/batches/{name}", h(s.gemGetBatch))
+		mux.HandleFunc("GET "+p+"/batches/{name}", s.getBatch(geminiFam, "name", func(b *batchRec, _ *http.Request, now time.Time) any {
+			return s.gemBatchJSON(b, now)
+		}))
 		mux.HandleFunc("POST "+p+"/batches/{name}", h(s.gemBatchAction))
 		mux.HandleFunc("DELETE "+p+"/batches/{name}", h(s.gemDeleteBatch))
 	}

@@ -1,11 +1,9 @@
 package emulator
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -245,31 +243,25 @@ func (s *Server) scanGemini(path string, size int64) (scanResult, error) {
 		return sc, err
 	}
 	defer in.Close()
-	br := bufio.NewReaderSize(in, 1<<20)
-	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			sc.n++
-			var ln struct {
-				Key     *string         `json:"key"`
-				Request json.RawMessage `json:"request"`
-			}
-			switch err := json.Unmarshal(t, &ln); {
-			case err != nil:
-				sc.add(fmt.Sprintf("line %d is not valid JSON: %v", lineNo, err))
-			case ln.Key == nil:
-				sc.add(fmt.Sprintf("line %d has no \"key\"", lineNo))
-			case len(ln.Request) == 0 || ln.Request[0] != '{':
-				sc.add(fmt.Sprintf("line %d: \"request\" must be a GenerateContentRequest object", lineNo))
-			default:
-				sc.tokens += approxTokens(len(ln.Request))
-			}
+	if err := eachLine(in, func(t []byte, lineNo int) bool {
+		sc.n++
+		var ln struct {
+			Key     *string         `json:"key"`
+			Request json.RawMessage `json:"request"`
 		}
-		if rerr == io.EOF {
-			break
-		} else if rerr != nil {
-			return sc, rerr
+		switch err := json.Unmarshal(t, &ln); {
+		case err != nil:
+			sc.add(fmt.Sprintf("line %d is not valid JSON: %v", lineNo, err))
+		case ln.Key == nil:
+			sc.add(fmt.Sprintf("line %d has no \"key\"", lineNo))
+		case len(ln.Request) == 0 || ln.Request[0] != '{':
+			sc.add(fmt.Sprintf("line %d: \"request\" must be a GenerateContentRequest object", lineNo))
+		default:
+			sc.tokens += approxTokens(len(ln.Request))
 		}
+		return true
+	}); err != nil {
+		return sc, err
 	}
 	if sc.n == 0 {
 		sc.add("the batch input file is empty")
@@ -389,13 +381,6 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 	return op
 }
 
-func (s *Server) gemGetBatch(w http.ResponseWriter, r *http.Request) error {
-	return s.withBatch(geminiFam, r.PathValue("name"), func(b *batchRec, now time.Time) error {
-		writeJSON(w, http.StatusOK, s.gemBatchJSON(b, now))
-		return nil
-	})
-}
-
 // gemBatchAction serves POST /batches/{id}:cancel. Cancel ends the batch
 // at once: requests already run keep their responses, the rest never run.
 func (s *Server) gemBatchAction(w http.ResponseWriter, r *http.Request) error {
@@ -433,19 +418,8 @@ func (s *Server) gemListBatches(w http.ResponseWriter, r *http.Request) error {
 		return errf(http.StatusBadRequest, "filter is not supported for batches of the Gemini Developer API.")
 	}
 	return s.ticked(func(now time.Time) error {
-		page, next := gemPaginate(s.sortedBatches(famGemini), token, size, func(b *batchRec) string { return b.ID })
-		ops := make([]any, len(page))
-		for i, b := range page {
-			ops[i] = s.gemBatchJSON(b, now)
-		}
-		out := map[string]any{}
-		if len(ops) > 0 {
-			out["operations"] = ops
-		}
-		if next != "" {
-			out["nextPageToken"] = next
-		}
-		writeJSON(w, http.StatusOK, out)
+		writeJSON(w, http.StatusOK, gemList(s.sortedBatches(famGemini), token, size, "operations",
+			func(b *batchRec) string { return b.ID }, func(b *batchRec) any { return s.gemBatchJSON(b, now) }))
 		return nil
 	})
 }

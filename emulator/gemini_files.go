@@ -151,27 +151,27 @@ func (s *Server) gemListFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var all []*fileRec
-	for _, f := range s.files {
-		if f.Family == famGemini {
-			all = append(all, f)
-		}
-	}
-	slices.SortFunc(all, func(a, b *fileRec) int { return int(b.Seq - a.Seq) })
-	page, next := gemPaginate(all, token, size, func(f *fileRec) string { return f.ID })
-	files := make([]any, len(page))
-	for i, f := range page {
-		files[i] = s.gemFileJSON(f, r, gemVersion(r.URL.Path))
-	}
+	return s.locked(func() error {
+		writeJSON(w, http.StatusOK, gemList(s.familyFiles(famGemini, nil), token, size, "files",
+			func(f *fileRec) string { return f.ID }, func(f *fileRec) any { return s.gemFileJSON(f, r, gemVersion(r.URL.Path)) }))
+		return nil
+	})
+}
+
+// gemList is the page of all starting at token, as a list answer: the
+// items (rendered) under key, omitted when none, and nextPageToken.
+func gemList[T any](all []T, token string, size int, key string, id func(T) string, render func(T) any) map[string]any {
+	page, next := gemPaginate(all, token, size, id)
 	out := map[string]any{}
-	if len(files) > 0 {
-		out["files"] = files
+	if len(page) > 0 {
+		items := make([]any, len(page))
+		for i, x := range page {
+			items[i] = render(x)
+		}
+		out[key] = items
 	}
 	if next != "" {
 		out["nextPageToken"] = next
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }

@@ -39,7 +39,9 @@ func (s *Server) mistralRoutes(mux *http.ServeMux) {
 		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batch/jobs", h(s.mistralCreate))
 	mux.HandleFunc("GET "+p+"/batch/jobs", h(s.mistralList))
-	mux.HandleFunc("GET "+p+"/batch/jobs/{id}", h(s.mistralGet))
+	mux.HandleFunc("GET "+p+"/batch/jobs/{id}", s.getBatch(mistralFam, "id", func(b *batchRec, r *http.Request, now time.Time) any {
+		return s.mistralJobJSON(b, now, r.URL.Query().Get("inline") == "true")
+	}))
 	mux.HandleFunc("POST "+p+"/batch/jobs/{id}/cancel", h(s.mistralCancel))
 	mux.HandleFunc("DELETE "+p+"/batch/jobs/{id}", h(s.mistralDelete))
 }
@@ -149,23 +151,19 @@ func (s *Server) mistralListFiles(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var all []*fileRec
-	for _, f := range s.files {
-		if f.Family == famMistral && (q.Get("purpose") == "" || f.Purpose == q.Get("purpose")) &&
-			(q.Get("sample_type") == "" || f.SampleType == q.Get("sample_type")) &&
-			(q.Get("search") == "" || strings.Contains(f.Filename, q.Get("search"))) {
-			all = append(all, f)
+	return s.locked(func() error {
+		all := s.familyFiles(famMistral, func(f *fileRec) bool {
+			return (q.Get("purpose") == "" || f.Purpose == q.Get("purpose")) &&
+				(q.Get("sample_type") == "" || f.SampleType == q.Get("sample_type")) &&
+				(q.Get("search") == "" || strings.Contains(f.Filename, q.Get("search")))
+		})
+		data := []any{}
+		for _, f := range pageSlice(all, page, size) {
+			data = append(data, s.mistralFileJSON(f))
 		}
-	}
-	slices.SortFunc(all, func(a, b *fileRec) int { return int(b.Seq - a.Seq) })
-	data := []any{}
-	for _, f := range pageSlice(all, page, size) {
-		data = append(data, s.mistralFileJSON(f))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": data, "object": "list", "total": len(all)})
-	return nil
+		writeJSON(w, http.StatusOK, map[string]any{"data": data, "object": "list", "total": len(all)})
+		return nil
+	})
 }
 
 // mistralCreateReq is the body of POST /batch/jobs.
@@ -364,13 +362,6 @@ func (s *Server) inlineOutputs(fileID string) []json.RawMessage {
 		}
 	}
 	return out
-}
-
-func (s *Server) mistralGet(w http.ResponseWriter, r *http.Request) error {
-	return s.withBatch(mistralFam, r.PathValue("id"), func(b *batchRec, now time.Time) error {
-		writeJSON(w, http.StatusOK, s.mistralJobJSON(b, now, r.URL.Query().Get("inline") == "true"))
-		return nil
-	})
 }
 
 func (s *Server) mistralCancel(w http.ResponseWriter, r *http.Request) error {

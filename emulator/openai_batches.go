@@ -1,11 +1,8 @@
 package emulator
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -27,7 +24,9 @@ func (s *Server) openaiRoutes(mux *http.ServeMux) {
 		s.fileRoutes(mux, p, s.oaiFiles())
 		mux.HandleFunc("POST "+p+"/batches", h(s.oaiCreateBatch))
 		mux.HandleFunc("GET "+p+"/batches", h(s.oaiListBatches))
-		mux.HandleFunc("GET "+p+"/batches/{id}", h(s.oaiGetBatch))
+		mux.HandleFunc("GET "+p+"/batches/{id}", s.getBatch(openaiFam, "id", func(b *batchRec, _ *http.Request, now time.Time) any {
+			return s.oaiBatchJSON(b, now)
+		}))
 		mux.HandleFunc("POST "+p+"/batches/{id}/cancel", h(s.oaiCancelBatch))
 		for _, ep := range []string{"/chat/completions", "/completions", "/embeddings", "/responses", "/moderations"} {
 			mux.HandleFunc("POST "+p+ep, s.oaiSync("/v1"+ep))
@@ -208,26 +207,20 @@ func scanFile(path string, size, maxBytes int64, maxRequests int, tooManyCode st
 		return sc, err
 	}
 	defer in.Close()
-	br := bufio.NewReaderSize(in, 1<<20)
 	seen := map[string]struct{}{}
 	add := func(e batchError) {
 		if len(sc.errs) < maxReportedErrors {
 			sc.errs = append(sc.errs, e)
 		}
 	}
-	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			sc.n++
-			if sc.n <= maxRequests {
-				scanLine(t, lineNo, seen, &sc, add)
-			}
+	if err := eachLine(in, func(t []byte, lineNo int) bool {
+		sc.n++
+		if sc.n <= maxRequests {
+			scanLine(t, lineNo, seen, &sc, add)
 		}
-		if rerr == io.EOF {
-			break
-		} else if rerr != nil {
-			return sc, rerr
-		}
+		return true
+	}); err != nil {
+		return sc, err
 	}
 	switch {
 	case sc.n == 0:
@@ -323,13 +316,6 @@ func (s *Server) oaiBatchJSON(b *batchRec, now time.Time) map[string]any {
 			"total_tokens": b.InputTokens + b.OutputTokens},
 		"metadata": md,
 	}
-}
-
-func (s *Server) oaiGetBatch(w http.ResponseWriter, r *http.Request) error {
-	return s.withBatch(openaiFam, r.PathValue("id"), func(b *batchRec, now time.Time) error {
-		writeJSON(w, http.StatusOK, s.oaiBatchJSON(b, now))
-		return nil
-	})
 }
 
 func (s *Server) oaiCancelBatch(w http.ResponseWriter, r *http.Request) error {

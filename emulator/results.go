@@ -2,10 +2,8 @@ package emulator
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -83,20 +81,19 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 		created = b.InProgressAt.Unix()
 	}
 	fz := &finalizer{s: s, b: b, tw: bufio.NewWriterSize(tmp, 1<<20), spans: make([]span, n), extras: map[int][]span{}}
-	br := bufio.NewReaderSize(in, 1<<20)
-	for i := 0; i < n; {
-		line, rerr := br.ReadBytes('\n')
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			r := s.runLine(b, i, t, isDone[i], undone, created)
-			fz.place(i, r)
-			fz.count(r)
-			i++
+	i := 0
+	err = eachLine(in, func(t []byte, _ int) bool {
+		if i >= n {
+			return false
 		}
-		if rerr == io.EOF {
-			break
-		} else if rerr != nil {
-			return rerr
-		}
+		r := s.runLine(b, i, t, isDone[i], undone, created)
+		fz.place(i, r)
+		fz.count(r)
+		i++
+		return i < n
+	})
+	if err != nil {
+		return err
 	}
 	if err := fz.tw.Flush(); err != nil {
 		return err

@@ -48,7 +48,9 @@ func (s *Server) togetherRoutes(mux *http.ServeMux) {
 		missing: togetherFileNotFound, errs: openaiFam, deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batches", batches(s.togetherCreate))
 	mux.HandleFunc("GET "+p+"/batches", s.togetherList)
-	mux.HandleFunc("GET "+p+"/batches/{id}", batches(s.togetherGet))
+	mux.HandleFunc("GET "+p+"/batches/{id}", s.getBatch(togetherFam, "id", func(b *batchRec, _ *http.Request, now time.Time) any {
+		return s.togetherJobJSON(b, now)
+	}))
 	mux.HandleFunc("POST "+p+"/batches/{id}/cancel", batches(s.togetherCancel))
 }
 
@@ -243,15 +245,8 @@ func fileExists(path string) bool {
 func (s *Server) togetherListFiles(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var all []*fileRec
-	for _, f := range s.files {
-		if f.Family == famTogether {
-			all = append(all, f)
-		}
-	}
-	slices.SortFunc(all, func(a, b *fileRec) int { return int(b.Seq - a.Seq) })
 	data := []any{}
-	for _, f := range all {
+	for _, f := range s.familyFiles(famTogether, nil) {
 		data = append(data, s.togetherFileJSON(f))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
@@ -354,13 +349,6 @@ func (s *Server) togetherJobJSON(b *batchRec, now time.Time) map[string]any {
 		"model_id": b.Model, "output_file_id": b.OutputFileID, "error_file_id": b.ErrorFileID,
 		"error": errMsg, "completed_at": ts(b.endedAt()),
 	}
-}
-
-func (s *Server) togetherGet(w http.ResponseWriter, r *http.Request) error {
-	return s.withBatch(togetherFam, r.PathValue("id"), func(b *batchRec, now time.Time) error {
-		writeJSON(w, http.StatusOK, s.togetherJobJSON(b, now))
-		return nil
-	})
 }
 
 // togetherCancel cancels a VALIDATING or IN_PROGRESS batch at once: the

@@ -1,11 +1,14 @@
 package emulator
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"net/http"
 	"strings"
@@ -207,6 +210,23 @@ func mistralError(w http.ResponseWriter, status int, typ, msg string) {
 // togetherError writes the batch error envelope {"error":"text"}.
 func togetherError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"error": msg})
+}
+
+// eachLine calls fn with each non-blank line of r, trimmed, and its line
+// number (from 1), until fn returns false or r ends.
+func eachLine(r io.Reader, fn func(t []byte, lineNo int) bool) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	for lineNo := 1; ; lineNo++ {
+		line, err := br.ReadBytes('\n')
+		if t := bytes.TrimSpace(line); len(t) > 0 && !fn(t, lineNo) {
+			return nil
+		}
+		if err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 }
 
 // writeJSONAtomic writes v as JSON to path through a synced temp file.
