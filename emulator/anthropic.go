@@ -217,12 +217,7 @@ func baseURL(r *http.Request) string {
 
 // antBatchJSON renders a MessageBatch.
 func (s *Server) antBatchJSON(b *batchRec, r *http.Request) map[string]any {
-	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return rfc3339(*t)
-	}
+	ts := func(t *time.Time) any { return optTime(t, func(t time.Time) any { return rfc3339(t) }) }
 	status := "in_progress"
 	counts := map[string]any{"processing": b.N, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
 	var results any

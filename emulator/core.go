@@ -27,7 +27,8 @@ package emulator
 //     noBatch error when absent), so a handler never unlocks by hand;
 //     s.getBatch(fam, key, render) is a whole GET of one batch.
 //   - s.familyFiles(fam, keep) and s.sortedBatches(fam) list a family's
-//     files and batches, newest first; s.serveFile answers a file's bytes.
+//     files and batches, newest first; s.openContent and s.serveOpened
+//     answer a file's bytes (opened under s.mu, sent after).
 //   - s.addBatch(b) registers a new batch (fates, persistence, counters).
 //
 // Routes are registered per family by s.<family>Routes(mux) (server.go).

@@ -3,7 +3,6 @@ package emulator
 import (
 	"encoding/base64"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,25 +75,16 @@ func (s *Server) gemServeFile(w http.ResponseWriter, r *http.Request, id string)
 	if r.URL.Query().Get("alt") != "media" {
 		return errf(http.StatusBadRequest, "Downloads need alt=media.")
 	}
-	var in *os.File
-	var size int64
-	var cut bool
+	var d content
 	err := s.withGemFile(id, func(f *fileRec) error {
 		if f.Lost {
 			return errf(http.StatusNotFound, "File files/"+id+" not found.")
 		}
-		cut = f.Source == "GENERATED" && s.truncates(f.ID)
-		size = f.Bytes
 		var err error
-		in, err = os.Open(s.filePath(f.ID))
+		d, err = s.openContent(f, f.Source == "GENERATED" && s.truncates(f.ID))
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	s.serveFile(w, in, size, cut)
-	return nil
+	return s.serveOpened(w, d, err)
 }
 
 func (s *Server) gemDeleteFile(w http.ResponseWriter, r *http.Request) error {

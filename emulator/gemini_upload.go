@@ -358,22 +358,3 @@ func fileSHA256(path string) (string, error) {
 	}
 	return base64.StdEncoding.EncodeToString(h.Sum(nil)), nil
 }
-
-// loadUploads reads the upload sessions of a DataDir.
-func (s *Server) loadUploads() error {
-	ents, err := os.ReadDir(filepath.Join(s.dir, "uploads"))
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		var u gemUploadRec
-		if err := readJSON(filepath.Join(s.dir, "uploads", e.Name()), &u); err != nil {
-			return err
-		}
-		s.uploads[u.ID] = &u
-	}
-	return nil
-}

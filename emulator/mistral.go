@@ -297,12 +297,7 @@ func compactJSON(b []byte) []byte {
 
 // mistralJobJSON renders a BatchJob as of now.
 func (s *Server) mistralJobJSON(b *batchRec, now time.Time, inline bool) map[string]any {
-	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return t.Unix()
-	}
+	ts := func(t *time.Time) any { return optTime(t, func(t time.Time) any { return t.Unix() }) }
 	var total, succeeded, failed int
 	switch b.Status {
 	case stInProgress, stCancelling:

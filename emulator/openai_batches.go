@@ -276,12 +276,7 @@ func (s *Server) scanLine(t []byte, lineNo int, ep string, seen map[string]struc
 
 // oaiBatchJSON renders the Batch object as of now.
 func (s *Server) oaiBatchJSON(b *batchRec, now time.Time) map[string]any {
-	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return t.Unix()
-	}
+	ts := func(t *time.Time) any { return optTime(t, func(t time.Time) any { return t.Unix() }) }
 	var total, completed, failed int
 	switch b.Status {
 	case stInProgress, stFinalizing, stCancelling:

@@ -259,11 +259,9 @@ var errNoFile = errors.New("no such file")
 // result file is no file; a result download may be cut short
 // (TruncateDownloadRate).
 func (s *Server) serveContent(w http.ResponseWriter, id, fam string) error {
-	var f *fileRec
-	var in *os.File
-	var cut bool
+	var d content
 	err := s.locked(func() error {
-		f = s.files[id]
+		f := s.files[id]
 		if f != nil && s.expired(f) {
 			s.bump(func(st *Stats) { st.ResultsExpired++ })
 			f = nil
@@ -274,29 +272,41 @@ func (s *Server) serveContent(w http.ResponseWriter, id, fam string) error {
 		if f.Result {
 			s.bump(func(st *Stats) { st.noteDownload(f.BatchID) })
 		}
-		cut = (f.Purpose == "batch_output" || f.Result) && s.truncates(f.ID)
 		var err error
-		in, err = os.Open(s.filePath(f.ID))
+		d, err = s.openContent(f, (f.Purpose == "batch_output" || f.Result) && s.truncates(f.ID))
 		return err
 	})
+	return s.serveOpened(w, d, err)
+}
+
+// content is a file opened under s.mu, answered after it is released.
+type content struct {
+	in   *os.File
+	size int64
+	cut  bool // the answer is cut short (TruncateDownloadRate)
+}
+
+// openContent opens the content of f. Caller holds s.mu.
+func (s *Server) openContent(f *fileRec, cut bool) (content, error) {
+	in, err := os.Open(s.filePath(f.ID))
+	return content{in: in, size: f.Bytes, cut: cut}, err
+}
+
+// serveOpened answers d as application/octet-stream, unless err (the
+// lookup's or openContent's) is to be answered instead.
+func (s *Server) serveOpened(w http.ResponseWriter, d content, err error) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	s.serveFile(w, in, f.Bytes, cut)
-	return nil
-}
-
-// serveFile answers the size bytes of in as application/octet-stream, cut
-// short when cut.
-func (s *Server) serveFile(w http.ResponseWriter, in io.Reader, size int64, cut bool) {
+	defer d.in.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if cut && size > 0 {
-		s.serveCut(w, size, in)
+	if d.cut && d.size > 0 {
+		s.serveCut(w, d.size, d.in)
 	}
-	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(d.size, 10))
 	w.WriteHeader(http.StatusOK)
-	io.Copy(w, in)
+	io.Copy(w, d.in)
+	return nil
 }
 
 func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) error {

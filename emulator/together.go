@@ -324,10 +324,7 @@ func (s *Server) togetherCreate(w http.ResponseWriter, r *http.Request) error {
 // togetherJobJSON renders a BatchJob as of now (times RFC 3339).
 func (s *Server) togetherJobJSON(b *batchRec, now time.Time) map[string]any {
 	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return t.UTC().Format(time.RFC3339)
+		return optTime(t, func(t time.Time) any { return t.UTC().Format(time.RFC3339) })
 	}
 	var size int64
 	if f := s.files[b.InputFileID]; f != nil {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
@@ -210,6 +211,14 @@ func mistralError(w http.ResponseWriter, status int, typ, msg string) {
 // togetherError writes the batch error envelope {"error":"text"}.
 func togetherError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"error": msg})
+}
+
+// optTime renders t with render, or null when t is nil.
+func optTime(t *time.Time, render func(time.Time) any) any {
+	if t == nil {
+		return nil
+	}
+	return render(*t)
 }
 
 // eachLine calls fn with each non-blank line of r, trimmed, and its line
