@@ -29,9 +29,15 @@ package emulator
 //   - s.familyFiles(fam, keep) and s.sortedBatches(fam) list a family's
 //     files and batches, newest first; s.openContent and s.serveOpened
 //     answer a file's bytes (opened under s.mu, sent after).
-//   - s.addBatch(b) registers a new batch (fates, persistence, counters).
+//   - Creating: s.spoolFile(fileID, check, newID) snapshots an input file
+//     into a new batch's spool (lock, tick, file check, link; unlock by
+//     defer); s.register(w, b, status, render) adds the batch (addBatch:
+//     fates, persistence, counters), answers it and forgets it when fated;
+//     s.newFile(w, u, mk, render) stores an upload (readUpload) as a file.
 //
-// Routes are registered per family by s.<family>Routes(mux) (server.go).
+// A new family is a family value, s.<family>Routes(mux) called from
+// routes() (server.go), and its name in familyByName, familyOf and
+// Families (util.go).
 
 import (
 	"encoding/json"
