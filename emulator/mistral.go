@@ -34,8 +34,8 @@ func (s *Server) mistralRoutes(mux *http.ServeMux) {
 	h := mistralFam.h
 	mux.HandleFunc("POST "+p+"/files", h(s.mistralUpload))
 	mux.HandleFunc("GET "+p+"/files", h(s.mistralListFiles))
-	s.fileRoutes(mux, p, fileAPI{fam: famMistral, errs: mistralFam, render: func(f *fileRec) any { return s.mistralFileJSON(f) },
-		missing: func(id string) *apiError { return mistralNotFound("File", id) },
+	s.fileRoutes(mux, p, fileAPI{fam: famMistral, render: func(f *fileRec) any { return s.mistralFileJSON(f) },
+		missing: missingFile(mistralFam, func(id string) *apiError { return mistralNotFound("File", id) }),
 		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batch/jobs", h(s.mistralCreate))
 	mux.HandleFunc("GET "+p+"/batch/jobs", h(s.mistralList))

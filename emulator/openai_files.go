@@ -188,23 +188,30 @@ func smallField(part io.Reader) string {
 	return strings.TrimSpace(string(b))
 }
 
-// fileAPI is how a family answers about its files: the owner family, the
-// envelope of its file errors, the file object, the 404 for an id it does
-// not know, and the answer to a delete.
+// fileAPI is how a family answers about its files: the file object, the
+// 404 for an id it does not know (missingFile makes one from an error),
+// and the answer to a delete.
 type fileAPI struct {
 	fam     string
-	errs    *family
 	render  func(*fileRec) any
-	missing func(id string) *apiError
+	missing func(w http.ResponseWriter, id string)
 	deleted func(*fileRec) any
+}
+
+// missingFile is a fileAPI's missing: the error notFound makes, in the
+// envelope of family f.
+func missingFile(f *family, notFound func(id string) *apiError) func(w http.ResponseWriter, id string) {
+	return func(w http.ResponseWriter, id string) { f.write(w, notFound(id)) }
 }
 
 // fileRoutes serves GET and DELETE p/files/{id} and GET
 // p/files/{id}/content for a family; each family sees only its own files.
 func (s *Server) fileRoutes(mux *http.ServeMux, p string, a fileAPI) {
-	withFile := func(r *http.Request, fn func(f *fileRec)) error {
-		return s.locked(func() error {
-			id := r.PathValue("id")
+	// withFile runs fn on the file named in the path, with s.mu held,
+	// or answers missing.
+	withFile := func(w http.ResponseWriter, r *http.Request, fn func(f *fileRec)) {
+		id := r.PathValue("id")
+		if s.locked(func() error {
 			f := s.files[id]
 			if f != nil && fileFamily(f) == a.fam && !s.expired(f) {
 				fn(f)
@@ -213,22 +220,24 @@ func (s *Server) fileRoutes(mux *http.ServeMux, p string, a fileAPI) {
 			if f != nil && s.expired(f) {
 				s.bump(func(st *Stats) { st.ResultsExpired++ })
 			}
-			return a.missing(id)
-		})
+			return errNoFile
+		}) != nil {
+			a.missing(w, id)
+		}
 	}
-	mux.HandleFunc("GET "+p+"/files/{id}", a.errs.h(func(w http.ResponseWriter, r *http.Request) error {
-		return withFile(r, func(f *fileRec) { writeJSON(w, http.StatusOK, a.render(f)) })
-	}))
-	mux.HandleFunc("DELETE "+p+"/files/{id}", a.errs.h(func(w http.ResponseWriter, r *http.Request) error {
-		return withFile(r, func(f *fileRec) {
+	mux.HandleFunc("GET "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
+		withFile(w, r, func(f *fileRec) { writeJSON(w, http.StatusOK, a.render(f)) })
+	})
+	mux.HandleFunc("DELETE "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
+		withFile(w, r, func(f *fileRec) {
 			s.deleteFile(f)
 			writeJSON(w, http.StatusOK, a.deleted(f))
 		})
-	}))
+	})
 	mux.HandleFunc("GET "+p+"/files/{id}/content", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		if err := s.serveContent(w, id, a.fam); errors.Is(err, errNoFile) {
-			a.errs.write(w, a.missing(id))
+			a.missing(w, id)
 		} else if err != nil {
 			familyByName(a.fam).fail(w, err)
 		}
@@ -244,10 +253,10 @@ func (s *Server) deleteFile(f *fileRec) {
 
 // oaiFiles is the OpenAI family's fileAPI.
 func (s *Server) oaiFiles() fileAPI {
-	return fileAPI{fam: famOpenAI, errs: openaiFam, render: func(f *fileRec) any { return s.fileJSON(f) },
-		missing: func(id string) *apiError {
+	return fileAPI{fam: famOpenAI, render: func(f *fileRec) any { return s.fileJSON(f) },
+		missing: missingFile(openaiFam, func(id string) *apiError {
 			return &apiError{Status: http.StatusNotFound, Msg: "No such File object: " + id, Param: "id"}
-		},
+		}),
 		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }}
 }
 

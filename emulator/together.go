@@ -45,7 +45,7 @@ func (s *Server) togetherRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+p+"/files/{id}/preprocess", files(s.togetherPreprocess))
 	mux.HandleFunc("GET "+p+"/files", s.togetherListFiles)
 	s.fileRoutes(mux, p, fileAPI{fam: famTogether, render: func(f *fileRec) any { return s.togetherFileJSON(f) },
-		missing: togetherFileNotFound, errs: openaiFam, deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
+		missing: missingFile(openaiFam, togetherFileNotFound), deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
 	mux.HandleFunc("POST "+p+"/batches", batches(s.togetherCreate))
 	mux.HandleFunc("GET "+p+"/batches", s.togetherList)
 	mux.HandleFunc("GET "+p+"/batches/{id}", s.getBatch(togetherFam, "id", func(b *batchRec, _ *http.Request, now time.Time) any {
