@@ -40,82 +40,64 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
-type antCreateError struct {
-	status int
-	typ    string
-	msg    string
+func (s *Server) anthropicRoutes(mux *http.ServeMux) {
+	h := anthropicFam.h
+	mux.HandleFunc("POST /v1/messages", h(s.antMessages))
+	mux.HandleFunc("POST /v1/messages/batches", h(s.antCreate))
+	mux.HandleFunc("GET /v1/messages/batches", h(s.antList))
+	mux.HandleFunc("GET /v1/messages/batches/{id}", s.getBatch(anthropicFam, "id", func(b *batchRec, r *http.Request, _ time.Time) any {
+		return s.antBatchJSON(b, r)
+	}))
+	mux.HandleFunc("DELETE /v1/messages/batches/{id}", h(s.antDelete))
+	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", h(s.antCancel))
+	mux.HandleFunc("GET /v1/messages/batches/{id}/results", h(s.antResults))
 }
-
-func (e *antCreateError) Error() string { return e.msg }
 
 // antCreate decodes {"requests":[…]} item by item with a json.Decoder,
 // validating each item and spooling it to disk, so a 256 MB body is never
 // held in memory as a value tree.
-func (s *Server) antCreate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) antCreate(w http.ResponseWriter, r *http.Request) error {
 	maxBytes := s.opts.AnthropicMaxBytes
-	tooLarge := &antCreateError{http.StatusRequestEntityTooLarge, "request_too_large",
-		fmt.Sprintf("Request exceeds the maximum size of %s bytes.", commas(maxBytes))}
+	tooLarge := errf(http.StatusRequestEntityTooLarge, "Request exceeds the maximum size of %s bytes.", commas(maxBytes))
 	if r.ContentLength > maxBytes {
-		antError(w, tooLarge.status, tooLarge.typ, tooLarge.msg)
-		return
+		return tooLarge
 	}
 	spool, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "antspool-*")
 	if err != nil {
-		antError(w, 500, "api_error", err.Error())
-		return
+		return err
 	}
 	defer func() { spool.Close(); os.Remove(spool.Name()) }()
 	n, tokens, model, err := s.antDecode(&limitReader{r: r.Body, n: maxBytes}, spool)
 	if err == nil {
 		err = spool.Close()
 	}
-	if err != nil {
-		var ce *antCreateError
-		switch {
-		case errors.Is(err, errTooLarge):
-			ce = tooLarge
-		case errors.As(err, &ce):
-		default:
-			ce = &antCreateError{400, "invalid_request_error", "invalid request body: " + err.Error()}
+	var ce *apiError
+	switch {
+	case err == nil:
+	case errors.Is(err, errTooLarge):
+		return tooLarge
+	case errors.As(err, &ce):
+		return ce
+	default:
+		return anthropicFam.badBody(err)
+	}
+	return s.ticked(func(now time.Time) error {
+		if lim := s.opts.EnqueuedTokenLimit; lim > 0 && s.enqueued(famAnthropic, model, "")+tokens > lim {
+			return errf(http.StatusTooManyRequests,
+				"Number of enqueued batch tokens for %s exceeds your organization's limit of %s. Try again once some batches have ended.",
+				model, commas(lim))
 		}
-		antError(w, ce.status, ce.typ, ce.msg)
-		return
-	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	if lim := s.opts.EnqueuedTokenLimit; lim > 0 && s.enqueued(famAnthropic, model, "")+tokens > lim {
-		antError(w, http.StatusTooManyRequests, "rate_limit_error", fmt.Sprintf(
-			"Number of enqueued batch tokens for %s exceeds your organization's limit of %s. Try again once some batches have ended.",
-			model, commas(lim)))
-		return
-	}
-	seq := s.nextSeq()
-	id := "msgbatch_01" + b58ID(s.opts.Seed, "msgbatch", "", int(seq), 22)
-	if err := os.Rename(spool.Name(), s.batchInput(id)); err != nil {
-		antError(w, 500, "api_error", err.Error())
-		return
-	}
-	b := &batchRec{ID: id, Family: famAnthropic, Seq: seq, Created: now, Model: model, N: n, Tokens: tokens,
-		ExpireFate: unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
-		Status:     stInProgress, InProgressAt: &now}
-	s.drawBatchFates(b)
-	s.batches[id], s.active[id] = b, b
-	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famAnthropic)
-		fs.BatchesCreated++
-		st.ByFamily[famAnthropic] = fs
+		seq := s.nextSeq()
+		id := "msgbatch_01" + b58ID(s.opts.Seed, "msgbatch", "", int(seq), 22)
+		if err := os.Rename(spool.Name(), s.batchInput(id)); err != nil {
+			return err
+		}
+		b := &batchRec{ID: id, Family: famAnthropic, Seq: seq, Created: now, Model: model, N: n, Tokens: tokens,
+			ExpireFate: s.fated("expire", id, 0, s.opts.ExpireRate),
+			Status:     stInProgress, InProgressAt: &now}
+		s.register(w, b, http.StatusOK, func() any { return s.antBatchJSON(b, r) })
+		return nil
 	})
-	s.saveState()
-	s.logf("emulator: anthropic batch %s created: %d requests", id, n)
-	answer := s.antBatchJSON(b, r)
-	if s.forgets(b) {
-		s.forget(b)
-	}
-	writeJSON(w, http.StatusOK, answer)
 }
 
 // antDecode streams the create body into spool as JSONL
@@ -123,9 +105,7 @@ func (s *Server) antCreate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) antDecode(body io.Reader, spool io.Writer) (n int, tokens int64, model string, err error) {
 	dec := json.NewDecoder(bufio.NewReaderSize(body, 256<<10))
 	bw := bufio.NewWriterSize(spool, 256<<10)
-	bad := func(format string, args ...any) error {
-		return &antCreateError{400, "invalid_request_error", fmt.Sprintf(format, args...)}
-	}
+	bad := func(format string, args ...any) error { return errf(http.StatusBadRequest, format, args...) }
 	if err := expectDelim(dec, '{'); err != nil {
 		return 0, 0, "", err
 	}
@@ -157,8 +137,7 @@ func (s *Server) antDecode(body io.Reader, spool io.Writer) (n int, tokens int64
 				return 0, 0, "", err
 			}
 			if n >= s.opts.AnthropicMaxRequests {
-				return 0, 0, "", &antCreateError{http.StatusRequestEntityTooLarge, "request_too_large",
-					fmt.Sprintf("A batch may contain at most %d requests.", s.opts.AnthropicMaxRequests)}
+				return 0, 0, "", errf(http.StatusRequestEntityTooLarge, "A batch may contain at most %d requests.", s.opts.AnthropicMaxRequests)
 			}
 			var p struct {
 				Model     string          `json:"model"`
@@ -238,12 +217,7 @@ func baseURL(r *http.Request) string {
 
 // antBatchJSON renders a MessageBatch.
 func (s *Server) antBatchJSON(b *batchRec, r *http.Request) map[string]any {
-	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return rfc3339(*t)
-	}
+	ts := func(t *time.Time) any { return optTime(t, func(t time.Time) any { return rfc3339(t) }) }
 	status := "in_progress"
 	counts := map[string]any{"processing": b.N, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
 	var results any
@@ -266,125 +240,93 @@ func (s *Server) antBatchJSON(b *batchRec, r *http.Request) map[string]any {
 		"cancel_initiated_at": ts(b.CancellingAt), "results_url": results}
 }
 
-func (s *Server) antGet(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	if b := s.lookupBatch(w, r.PathValue("id"), famAnthropic); b != nil {
-		writeJSON(w, http.StatusOK, s.antBatchJSON(b, r))
-	}
-}
-
-func (s *Server) antList(w http.ResponseWriter, r *http.Request) {
+func (s *Server) antList(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, ok := queryLimit(q.Get("limit"), 20, 1000)
 	if !ok {
-		antError(w, 400, "invalid_request_error", "limit: Input should be between 1 and 1000")
-		return
+		return errf(400, "limit: Input should be between 1 and 1000")
 	}
 	before, after := q.Get("before_id"), q.Get("after_id")
 	if before != "" && after != "" {
-		antError(w, 400, "invalid_request_error", "Only one of before_id and after_id may be given")
-		return
+		return errf(400, "Only one of before_id and after_id may be given")
 	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	all := s.sortedBatches(famAnthropic)
-	idx := func(id string) int { return slices.IndexFunc(all, func(b *batchRec) bool { return b.ID == id }) }
-	var page []*batchRec
-	var more bool
-	switch {
-	case before != "":
-		end := max(idx(before), 0)
-		start := max(end-limit, 0)
-		page, more = all[start:end], start > 0
-	default:
-		start := 0
-		if after != "" {
-			start = idx(after) + 1
-			if start == 0 {
-				start = len(all)
+	return s.ticked(func(time.Time) error {
+		all := s.sortedBatches(famAnthropic)
+		idx := func(id string) int { return slices.IndexFunc(all, func(b *batchRec) bool { return b.ID == id }) }
+		var page []*batchRec
+		var more bool
+		switch {
+		case before != "":
+			end := max(idx(before), 0)
+			start := max(end-limit, 0)
+			page, more = all[start:end], start > 0
+		default:
+			start := 0
+			if after != "" {
+				start = idx(after) + 1
+				if start == 0 {
+					start = len(all)
+				}
 			}
+			end := min(start+limit, len(all))
+			page, more = all[start:end], end < len(all)
 		}
-		end := min(start+limit, len(all))
-		page, more = all[start:end], end < len(all)
-	}
-	data := make([]any, len(page))
-	for i, b := range page {
-		data[i] = s.antBatchJSON(b, r)
-	}
-	var first, last any
-	if len(page) > 0 {
-		first, last = page[0].ID, page[len(page)-1].ID
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": data, "has_more": more, "first_id": first, "last_id": last})
+		data := make([]any, len(page))
+		for i, b := range page {
+			data[i] = s.antBatchJSON(b, r)
+		}
+		var first, last any
+		if len(page) > 0 {
+			first, last = page[0].ID, page[len(page)-1].ID
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": data, "has_more": more, "first_id": first, "last_id": last})
+		return nil
+	})
 }
 
-func (s *Server) antCancel(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.lookupBatch(w, r.PathValue("id"), famAnthropic)
-	if b == nil {
-		return
-	}
-	if !s.cancel(b, now) {
-		antError(w, http.StatusBadRequest, "invalid_request_error", "Message batch "+b.ID+" has already ended and cannot be canceled.")
-		return
-	}
-	writeJSON(w, http.StatusOK, s.antBatchJSON(b, r))
+func (s *Server) antCancel(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(anthropicFam, r.PathValue("id"), func(b *batchRec, now time.Time) error {
+		if !s.cancel(b, now) {
+			return errf(http.StatusBadRequest, "Message batch "+b.ID+" has already ended and cannot be canceled.")
+		}
+		writeJSON(w, http.StatusOK, s.antBatchJSON(b, r))
+		return nil
+	})
 }
 
-func (s *Server) antDelete(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.lookupBatch(w, r.PathValue("id"), famAnthropic)
-	if b == nil {
-		return
-	}
-	if !terminal(b.Status) {
-		antError(w, http.StatusBadRequest, "invalid_request_error",
-			"Message batch "+b.ID+" has not ended yet; cancel it and wait until it has ended before deleting it.")
-		return
-	}
-	delete(s.batches, b.ID)
-	s.deleteBatchFiles(b.ID)
-	writeJSON(w, http.StatusOK, map[string]any{"id": b.ID, "type": "message_batch_deleted"})
+func (s *Server) antDelete(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(anthropicFam, r.PathValue("id"), func(b *batchRec, _ time.Time) error {
+		if !terminal(b.Status) {
+			return errf(http.StatusBadRequest,
+				"Message batch "+b.ID+" has not ended yet; cancel it and wait until it has ended before deleting it.")
+		}
+		s.deleteBatch(b)
+		writeJSON(w, http.StatusOK, map[string]any{"id": b.ID, "type": "message_batch_deleted"})
+		return nil
+	})
 }
 
-func (s *Server) antResults(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	s.tick(now)
-	b := s.lookupBatch(w, r.PathValue("id"), famAnthropic)
-	if b == nil {
-		s.mu.Unlock()
-		return
-	}
-	if !terminal(b.Status) {
-		s.mu.Unlock()
-		antError(w, http.StatusBadRequest, "invalid_request_error",
-			"Message batch "+b.ID+" has not ended yet; results are not available.")
-		return
-	}
-	if b.OutputLost {
-		s.mu.Unlock()
-		antError(w, http.StatusNotFound, "not_found_error", "Results of message batch "+b.ID+" not found.")
-		return
-	}
-	cut := s.truncates(b.ID)
-	f, err := os.Open(s.batchResults(b.ID))
-	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-jsonl")
+func (s *Server) antResults(w http.ResponseWriter, r *http.Request) error {
+	var cut bool
+	var f *os.File
+	err := s.withBatch(anthropicFam, r.PathValue("id"), func(b *batchRec, _ time.Time) error {
+		switch {
+		case !terminal(b.Status):
+			return errf(http.StatusBadRequest, "Message batch "+b.ID+" has not ended yet; results are not available.")
+		case b.OutputLost:
+			return errf(http.StatusNotFound, "Results of message batch "+b.ID+" not found.")
+		}
+		cut = s.truncates(b.ID)
+		f, _ = os.Open(s.batchResults(b.ID))
+		return nil
+	})
 	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-jsonl")
+	if f == nil {
 		w.WriteHeader(http.StatusOK) // a failed batch has no results
-		return
+		return nil
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil {
@@ -395,30 +337,31 @@ func (s *Server) antResults(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	io.Copy(w, f)
+	return nil
 }
 
 // antMessages serves POST /v1/messages directly.
-func (s *Server) antMessages(w http.ResponseWriter, r *http.Request) {
+func (s *Server) antMessages(w http.ResponseWriter, r *http.Request) error {
 	body, err := readLimited(r, 32<<20)
 	if err != nil {
-		antError(w, http.StatusRequestEntityTooLarge, "request_too_large", err.Error())
-		return
+		return errf(http.StatusRequestEntityTooLarge, err.Error())
 	}
 	if !s.syncAdmit(w, famAnthropic) {
-		return
+		return nil
 	}
 	m := s.runAnthropic(body, "standard")
 	// Anthropic's custom_ids are job-wide in the emulator's count ("").
 	s.countSync(famAnthropic, "", r, m.status)
 	if s.syncWait(r) != nil {
-		return
+		return nil
 	}
 	if m.status != 200 {
 		var e struct{ Type, Message string }
 		json.Unmarshal(m.body, &e)
 		antError(w, m.status, e.Type, e.Message)
-		return
+		return nil
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(m.body)
+	return nil
 }

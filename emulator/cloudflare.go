@@ -11,7 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
+
+func (s *Server) cloudflareRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /client/v4/accounts/{account}/ai/run/{model...}", cloudflareFam.h(s.cfRun))
+}
 
 // cfEncodedSlash reports whether the request's path carries a
 // percent-encoded slash (%2F). The live API routes on the path as sent:
@@ -33,82 +38,83 @@ func cfHasCredentials(r *http.Request) bool {
 // with ?queueRequest=true and {"requests":[…]} it queues an async batch;
 // a body {"request_id":…} (with or without queueRequest) polls one; any
 // other body runs the model once, synchronously.
-func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) {
+// cfBad is a Cloudflare 400 with numeric code num.
+func cfBad(num int, msg string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Num: num, Msg: msg}
+}
+
+func (s *Server) cfRun(w http.ResponseWriter, r *http.Request) error {
 	account, model := r.PathValue("account"), r.PathValue("model")
 	maxBytes := s.opts.CloudflareMaxBytes
-	tooLarge := func() {
-		cfError(w, http.StatusRequestEntityTooLarge, 3006,
-			fmt.Sprintf("Request is too large: the payload must be under %s bytes.", commas(maxBytes)))
-	}
+	tooLarge := &apiError{Status: http.StatusRequestEntityTooLarge, Num: 3006,
+		Msg: fmt.Sprintf("Request is too large: the payload must be under %s bytes.", commas(maxBytes))}
 	if r.ContentLength >= maxBytes {
-		tooLarge()
-		return
+		return tooLarge
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes))
 	if err != nil {
-		cfError(w, http.StatusBadRequest, 3003, "Incomplete request: "+err.Error())
-		return
+		return cfBad(3003, "Incomplete request: "+err.Error())
 	}
 	if int64(len(body)) >= maxBytes {
-		tooLarge()
-		return
+		return tooLarge
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(body, &probe); err != nil || probe == nil {
-		cfError(w, http.StatusBadRequest, 5004, "Invalid data: the body must be a JSON object.")
-		return
+		return cloudflareFam.badBody(err)
 	}
 	if rid, ok := probe["request_id"]; ok && probe["requests"] == nil {
 		var id string
 		json.Unmarshal(rid, &id)
-		s.cfPoll(w, account, id)
-		return
+		return s.cfPoll(w, account, id)
 	}
-	queue := r.URL.Query().Get("queueRequest") == "true"
-	if !queue {
+	if r.URL.Query().Get("queueRequest") != "true" {
 		if probe["requests"] != nil {
-			cfError(w, http.StatusBadRequest, 5004, "Invalid data: 'requests' needs ?queueRequest=true.")
-			return
+			return cfBad(5004, "Invalid data: 'requests' needs ?queueRequest=true.")
 		}
-		res, _, _, err := s.runCloudflare(model, body)
-		status := http.StatusOK
-		if err != nil {
-			status = http.StatusBadRequest
-		}
-		// Counted like the batches' items: under no job, by custom_id
-		// (their external_reference).
-		s.countSync(famCloudflare, "", r, status)
-		if s.syncWait(r) != nil {
-			return
-		}
-		if err != nil {
-			cfError(w, status, 5004, err.Error())
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(res), "success": true,
-			"errors": []any{}, "messages": []any{}})
-		return
+		return s.cfRunSync(w, r, model, body)
 	}
 	// Only the async-capable models queue a batch: the live API refuses
 	// the others (5007), so the emulator does too unless told otherwise.
 	if !s.opts.CloudflareAnyModel && !slices.Contains(s.opts.CloudflareModels, model) {
-		cfError(w, http.StatusBadRequest, 5007, "No such model "+model+" or task (async batch queueing is not supported for it; "+
+		return cfBad(5007, "No such model "+model+" or task (async batch queueing is not supported for it; "+
 			"the emulator knows "+strings.Join(s.opts.CloudflareModels, ", ")+")")
-		return
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(probe["requests"], &items); err != nil || len(items) == 0 {
-		cfError(w, http.StatusBadRequest, 3003, "Incomplete request: 'requests' must be a non-empty array.")
-		return
+		return cfBad(3003, "Incomplete request: 'requests' must be a non-empty array.")
 	}
-	s.cfSubmit(w, account, model, items)
+	return s.cfSubmit(w, account, model, items)
 }
 
-func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []json.RawMessage) {
+// cfRunSync runs the model once, synchronously.
+func (s *Server) cfRunSync(w http.ResponseWriter, r *http.Request, model string, body []byte) error {
+	res, _, _, err := s.runCloudflare(model, body)
+	status := http.StatusOK
+	if err != nil {
+		status = http.StatusBadRequest
+	}
+	// Counted like the batches' items: under no job, by custom_id
+	// (their external_reference).
+	s.countSync(famCloudflare, "", r, status)
+	if s.syncWait(r) != nil {
+		return nil
+	}
+	if err != nil {
+		return cfBad(5004, err.Error())
+	}
+	writeJSON(w, http.StatusOK, cfOK(json.RawMessage(res)))
+	return nil
+}
+
+// cfOK is the v4 envelope of a successful answer.
+func cfOK(result any) map[string]any {
+	return map[string]any{"result": result, "success": true, "errors": []any{}, "messages": []any{}}
+}
+
+func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []json.RawMessage) error {
 	spool, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "cfspool-*")
 	if err != nil {
-		cfError(w, 500, 7500, err.Error())
-		return
+		return err
 	}
 	defer func() { spool.Close(); os.Remove(spool.Name()) }()
 	bw := bufio.NewWriter(spool)
@@ -120,8 +126,7 @@ func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []
 			err = validateCloudflare(model, it)
 		}
 		if err != nil {
-			cfError(w, http.StatusBadRequest, 5004, fmt.Sprintf("Invalid data in /requests/%d: %v", i, err))
-			return
+			return cfBad(5004, fmt.Sprintf("Invalid data in /requests/%d: %v", i, err))
 		}
 		line.Reset()
 		json.Compact(&line, it)
@@ -136,70 +141,48 @@ func (s *Server) cfSubmit(w http.ResponseWriter, account, model string, items []
 		err = spool.Close()
 	}
 	if err != nil {
-		cfError(w, 500, 7500, err.Error())
-		return
+		return err
 	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	seq := s.nextSeq()
-	id := uuidFrom(s.opts.Seed, "cfreq", "", int(seq))
-	if err := os.Rename(spool.Name(), s.batchInput(id)); err != nil {
-		cfError(w, 500, 7500, err.Error())
-		return
-	}
-	b := &batchRec{ID: id, Family: famCloudflare, Seq: seq, Created: now, Model: model, Account: account,
-		N: len(items), Tokens: tokens, Status: stValidating}
-	s.drawBatchFates(b)
-	s.batches[id], s.active[id] = b, b
-	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famCloudflare)
-		fs.BatchesCreated++
-		st.ByFamily[famCloudflare] = fs
+	return s.ticked(func(now time.Time) error {
+		seq := s.nextSeq()
+		id := uuidFrom(s.opts.Seed, "cfreq", "", int(seq))
+		if err := os.Rename(spool.Name(), s.batchInput(id)); err != nil {
+			return err
+		}
+		b := &batchRec{ID: id, Family: famCloudflare, Seq: seq, Created: now, Model: model, Account: account,
+			N: len(items), Tokens: tokens, Status: stValidating}
+		s.register(w, b, http.StatusOK, func() any {
+			return cfOK(map[string]any{"status": "queued", "request_id": id, "model": model})
+		})
+		return nil
 	})
-	s.saveState()
-	s.logf("emulator: cloudflare batch %s created: %d requests for %s", id, b.N, model)
-	if s.forgets(b) {
-		s.forget(b)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"result":  map[string]any{"status": "queued", "request_id": id, "model": model},
-		"success": true, "errors": []any{}, "messages": []any{}})
 }
 
-func (s *Server) cfPoll(w http.ResponseWriter, account, id string) {
-	now := s.now()
-	s.mu.Lock()
-	s.tick(now)
-	b := s.batches[id]
-	if b == nil || b.Family != famCloudflare || b.Account != account {
-		s.mu.Unlock()
-		cfError(w, http.StatusBadRequest, 5004, "Invalid data: unknown request_id "+id)
-		return
-	}
-	envelope := func(result any) map[string]any {
-		return map[string]any{"result": result, "success": true, "errors": []any{}, "messages": []any{}}
-	}
-	switch b.Status {
-	case stValidating:
-		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, envelope(map[string]any{"status": "queued", "request_id": id}))
-		return
-	case stInProgress:
-		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, envelope(map[string]any{"status": "running", "request_id": id}))
-		return
-	}
-	in, out := b.InputTokens, b.OutputTokens
-	cut := s.truncates(id)
-	f, err := os.Open(s.batchResults(id))
-	s.mu.Unlock()
-	if err != nil {
-		cfError(w, http.StatusInternalServerError, 7500, "Results are unavailable: "+err.Error())
-		return
+func (s *Server) cfPoll(w http.ResponseWriter, account, id string) error {
+	var in, out int64
+	var cut bool
+	var f *os.File
+	err := s.withBatch(cloudflareFam, id, func(b *batchRec, _ time.Time) error {
+		switch {
+		case b.Account != account:
+			return cloudflareFam.noBatch(id)
+		case b.Status == stValidating:
+			writeJSON(w, http.StatusOK, cfOK(map[string]any{"status": "queued", "request_id": id}))
+			return nil
+		case b.Status == stInProgress:
+			writeJSON(w, http.StatusOK, cfOK(map[string]any{"status": "running", "request_id": id}))
+			return nil
+		}
+		in, out = b.InputTokens, b.OutputTokens
+		cut = s.truncates(id)
+		var err error
+		if f, err = os.Open(s.batchResults(id)); err != nil {
+			return &apiError{Status: http.StatusInternalServerError, Num: 7500, Msg: "Results are unavailable: " + err.Error()}
+		}
+		return nil
+	})
+	if err != nil || f == nil {
+		return err
 	}
 	defer f.Close()
 	w.Header().Set("Content-Type", "application/json")
@@ -212,27 +195,22 @@ func (s *Server) cfPoll(w http.ResponseWriter, account, id string) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	writeCFAnswer(bw, f, in, out)
 	bw.Flush()
+	return nil
 }
 
 // writeCFAnswer streams {"result":{"responses":[…],"usage":{…}},…} from the
 // JSONL results in f.
 func writeCFAnswer(bw io.Writer, f io.Reader, in, out int64) {
 	io.WriteString(bw, `{"result":{"responses":[`)
-	br := bufio.NewReaderSize(f, 64<<10)
 	first := true
-	for {
-		line, err := br.ReadBytes('\n')
-		if l := bytes.TrimSpace(line); len(l) > 0 {
-			if !first {
-				bw.Write([]byte{','})
-			}
-			first = false
-			bw.Write(l)
+	eachLine(f, func(l []byte, _ int) bool {
+		if !first {
+			bw.Write([]byte{','})
 		}
-		if err != nil {
-			break
-		}
-	}
+		first = false
+		bw.Write(l)
+		return true
+	})
 	fmt.Fprintf(bw, `],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}},"success":true,"errors":[],"messages":[]}`,
 		in, out, in+out)
 	io.WriteString(bw, "\n")

@@ -28,13 +28,8 @@ var gemGRPCCode = map[string]int{
 	"DATA_LOSS": 15, "UNAUTHENTICATED": 16,
 }
 
-// gemError writes Google's envelope {"error":{"code","message","status"}}.
-func gemError(w http.ResponseWriter, status int, msg string) {
-	gemErrorStatus(w, status, "", msg)
-}
-
-// gemErrorStatus is gemError with an explicit status name (FAILED_PRECONDITION
-// answers 400 like INVALID_ARGUMENT).
+// gemErrorStatus writes Google's envelope {"error":{"code","message","status"}}
+// with status name name ("": the name of the HTTP status).
 func gemErrorStatus(w http.ResponseWriter, status int, name, msg string, details ...any) {
 	if name == "" {
 		name = gemStatusName[status]

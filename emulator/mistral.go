@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -30,16 +31,19 @@ func (s *Server) mistralRoutes(mux *http.ServeMux) {
 	for _, ep := range []string{"/chat/completions", "/embeddings"} {
 		mux.HandleFunc("POST "+p+ep, s.syncOpenAIShape(famMistral, "/v1"+ep))
 	}
-	mux.HandleFunc("POST "+p+"/files", s.mistralUpload)
-	mux.HandleFunc("GET "+p+"/files", s.mistralListFiles)
+	h := mistralFam.h
+	mux.HandleFunc("POST "+p+"/files", h(s.mistralUpload))
+	mux.HandleFunc("GET "+p+"/files", h(s.mistralListFiles))
 	s.fileRoutes(mux, p, fileAPI{fam: famMistral, render: func(f *fileRec) any { return s.mistralFileJSON(f) },
-		missing: func(w http.ResponseWriter, id string) { mistralNotFound(w, "File", id) },
+		missing: missingFile(mistralFam, func(id string) *apiError { return mistralNotFound("File", id) }),
 		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }})
-	mux.HandleFunc("POST "+p+"/batch/jobs", s.mistralCreate)
-	mux.HandleFunc("GET "+p+"/batch/jobs", s.mistralList)
-	mux.HandleFunc("GET "+p+"/batch/jobs/{id}", s.mistralGet)
-	mux.HandleFunc("POST "+p+"/batch/jobs/{id}/cancel", s.mistralCancel)
-	mux.HandleFunc("DELETE "+p+"/batch/jobs/{id}", s.mistralDelete)
+	mux.HandleFunc("POST "+p+"/batch/jobs", h(s.mistralCreate))
+	mux.HandleFunc("GET "+p+"/batch/jobs", h(s.mistralList))
+	mux.HandleFunc("GET "+p+"/batch/jobs/{id}", s.getBatch(mistralFam, "id", func(b *batchRec, r *http.Request, now time.Time) any {
+		return s.mistralJobJSON(b, now, r.URL.Query().Get("inline") == "true")
+	}))
+	mux.HandleFunc("POST "+p+"/batch/jobs/{id}/cancel", h(s.mistralCancel))
+	mux.HandleFunc("DELETE "+p+"/batch/jobs/{id}", h(s.mistralDelete))
 }
 
 // mistral422 writes the validation error {"detail":[{"loc","msg","type"}]}.
@@ -52,8 +56,13 @@ func mistral422(w http.ResponseWriter, loc []string, msg, typ string) {
 		map[string]any{"loc": l, "msg": msg, "type": typ}}})
 }
 
-func mistralNotFound(w http.ResponseWriter, what, id string) {
-	mistralError(w, http.StatusNotFound, "invalid_request_error", what+" "+id+" not found")
+// mistralInvalid is the validation error {"detail":[{"loc","msg","type"}]}.
+func mistralInvalid(loc []string, msg, typ string) *apiError {
+	return &apiError{Status: http.StatusUnprocessableEntity, Loc: loc, Msg: msg, Type: typ}
+}
+
+func mistralNotFound(what, id string) *apiError {
+	return errf(http.StatusNotFound, what+" "+id+" not found")
 }
 
 func (s *Server) mistralFileID(seq int64) string { return uuidFrom(s.opts.Seed, "mfile", "", int(seq)) }
@@ -73,15 +82,13 @@ func (s *Server) mistralFileJSON(f *fileRec) map[string]any {
 		"visibility": "workspace"}
 }
 
-func (s *Server) mistralUpload(w http.ResponseWriter, r *http.Request) {
+func (s *Server) mistralUpload(w http.ResponseWriter, r *http.Request) error {
 	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
 	if uerr != nil {
-		if uerr.status >= 500 || uerr.status == http.StatusRequestEntityTooLarge {
-			familyError(w, famMistral, uerr.status, uerr.msg)
-		} else {
-			mistral422(w, []string{uerr.param}, uerr.msg, "value_error")
+		if uerr.Status >= 500 || uerr.Status == http.StatusRequestEntityTooLarge {
+			return errf(uerr.Status, uerr.Msg)
 		}
-		return
+		return mistralInvalid([]string{uerr.Param}, uerr.Msg, "value_error")
 	}
 	defer u.discard()
 	purpose := u.fields["purpose"]
@@ -90,11 +97,9 @@ func (s *Server) mistralUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case u.tmp == nil:
-		mistral422(w, []string{"file"}, "Field required", "missing")
-		return
+		return mistralInvalid([]string{"file"}, "Field required", "missing")
 	case !slices.Contains(mistralPurposes, purpose):
-		mistral422(w, []string{"purpose"}, "Input should be 'batch', 'fine-tune' or 'ocr'", "enum")
-		return
+		return mistralInvalid([]string{"purpose"}, "Input should be 'batch', 'fine-tune' or 'ocr'", "enum")
 	}
 	sample := map[string]string{"batch": "batch_request", "fine-tune": "instruct", "ocr": "ocr_input"}[purpose]
 	now := s.now().Unix()
@@ -102,26 +107,19 @@ func (s *Server) mistralUpload(w http.ResponseWriter, r *http.Request) {
 	if v := u.fields["expiry"]; v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
-			mistral422(w, []string{"expiry"}, "Input should be a valid integer", "int_parsing")
-			return
+			return mistralInvalid([]string{"expiry"}, "Input should be a valid integer", "int_parsing")
 		}
 		e := now + n*3600
 		exp = &e
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seq := s.nextSeq()
-	f := &fileRec{ID: s.mistralFileID(seq), Seq: seq, CreatedAt: now, ExpiresAt: exp, Filename: u.filename,
-		Purpose: purpose, Family: famMistral, SampleType: sample}
-	if err := s.storeUpload(u, f); err != nil {
-		familyError(w, famMistral, 500, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, s.mistralFileJSON(f))
+	return s.newFile(w, u, func(seq int64) *fileRec {
+		return &fileRec{ID: s.mistralFileID(seq), Seq: seq, CreatedAt: now, ExpiresAt: exp, Filename: u.filename,
+			Purpose: purpose, Family: famMistral, SampleType: sample}
+	}, func(f *fileRec) any { return s.mistralFileJSON(f) })
 }
 
 // pageOf parses Mistral's page (from 0) and page_size (default 100).
-func pageOf(w http.ResponseWriter, q map[string][]string) (page, size int, ok bool) {
+func pageOf(q map[string][]string) (page, size int, err error) {
 	get := func(k string) string {
 		if v := q[k]; len(v) > 0 {
 			return v[0]
@@ -129,20 +127,17 @@ func pageOf(w http.ResponseWriter, q map[string][]string) (page, size int, ok bo
 		return ""
 	}
 	page, size = 0, 100
-	var err error
 	if v := get("page"); v != "" {
 		if page, err = strconv.Atoi(v); err != nil || page < 0 {
-			mistral422(w, []string{"query", "page"}, "Input should be a valid integer", "int_parsing")
-			return 0, 0, false
+			return 0, 0, mistralInvalid([]string{"query", "page"}, "Input should be a valid integer", "int_parsing")
 		}
 	}
 	if v := get("page_size"); v != "" {
 		if size, err = strconv.Atoi(v); err != nil || size < 1 {
-			mistral422(w, []string{"query", "page_size"}, "Input should be a valid integer", "int_parsing")
-			return 0, 0, false
+			return 0, 0, mistralInvalid([]string{"query", "page_size"}, "Input should be a valid integer", "int_parsing")
 		}
 	}
-	return page, size, true
+	return page, size, nil
 }
 
 func pageSlice[T any](all []T, page, size int) []T {
@@ -150,60 +145,59 @@ func pageSlice[T any](all []T, page, size int) []T {
 	return all[lo:min(lo+size, len(all))]
 }
 
-func (s *Server) mistralListFiles(w http.ResponseWriter, r *http.Request) {
+func (s *Server) mistralListFiles(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	page, size, ok := pageOf(w, q)
-	if !ok {
-		return
+	page, size, err := pageOf(q)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var all []*fileRec
-	for _, f := range s.files {
-		if f.Family == famMistral && (q.Get("purpose") == "" || f.Purpose == q.Get("purpose")) &&
-			(q.Get("sample_type") == "" || f.SampleType == q.Get("sample_type")) &&
-			(q.Get("search") == "" || strings.Contains(f.Filename, q.Get("search"))) {
-			all = append(all, f)
+	return s.locked(func() error {
+		all := s.familyFiles(famMistral, func(f *fileRec) bool {
+			return (q.Get("purpose") == "" || f.Purpose == q.Get("purpose")) &&
+				(q.Get("sample_type") == "" || f.SampleType == q.Get("sample_type")) &&
+				(q.Get("search") == "" || strings.Contains(f.Filename, q.Get("search")))
+		})
+		data := []any{}
+		for _, f := range pageSlice(all, page, size) {
+			data = append(data, s.mistralFileJSON(f))
 		}
-	}
-	slices.SortFunc(all, func(a, b *fileRec) int { return int(b.Seq - a.Seq) })
-	data := []any{}
-	for _, f := range pageSlice(all, page, size) {
-		data = append(data, s.mistralFileJSON(f))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": data, "object": "list", "total": len(all)})
+		writeJSON(w, http.StatusOK, map[string]any{"data": data, "object": "list", "total": len(all)})
+		return nil
+	})
 }
 
-func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		InputFiles   []string          `json:"input_files"`
-		Requests     []json.RawMessage `json:"requests"`
-		Endpoint     string            `json:"endpoint"`
-		Model        *string           `json:"model"`
-		AgentID      *string           `json:"agent_id"`
-		Metadata     map[string]any    `json:"metadata"`
-		TimeoutHours *int              `json:"timeout_hours"`
-	}
-	body, err := readLimited(r, 64<<20)
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
+// mistralCreateReq is the body of POST /batch/jobs.
+type mistralCreateReq struct {
+	InputFiles   []string          `json:"input_files"`
+	Requests     []json.RawMessage `json:"requests"`
+	Endpoint     string            `json:"endpoint"`
+	Model        *string           `json:"model"`
+	AgentID      *string           `json:"agent_id"`
+	Metadata     map[string]any    `json:"metadata"`
+	TimeoutHours *int              `json:"timeout_hours"`
+}
+
+func (req *mistralCreateReq) check() error {
 	switch {
-	case err != nil:
-		mistral422(w, nil, "JSON decode error: "+err.Error(), "json_invalid")
-		return
 	case req.Endpoint == "":
-		mistral422(w, []string{"endpoint"}, "Field required", "missing")
-		return
+		return mistralInvalid([]string{"endpoint"}, "Field required", "missing")
 	case !slices.Contains(mistralEndpoints, req.Endpoint):
-		mistral422(w, []string{"endpoint"}, fmt.Sprintf("Input should be one of %s", strings.Join(mistralEndpoints, ", ")), "enum")
-		return
+		return mistralInvalid([]string{"endpoint"}, fmt.Sprintf("Input should be one of %s", strings.Join(mistralEndpoints, ", ")), "enum")
 	case len(req.InputFiles) == 0 && len(req.Requests) == 0:
-		mistral422(w, []string{"input_files"}, "Either input_files or requests must be given", "value_error")
-		return
+		return mistralInvalid([]string{"input_files"}, "Either input_files or requests must be given", "value_error")
 	case req.TimeoutHours != nil && (*req.TimeoutHours < 1 || *req.TimeoutHours > 168):
-		mistral422(w, []string{"timeout_hours"}, "Input should be between 1 and 168", "value_error")
-		return
+		return mistralInvalid([]string{"timeout_hours"}, "Input should be between 1 and 168", "value_error")
+	}
+	return nil
+}
+
+func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) error {
+	req, err := decode[mistralCreateReq](r, 64<<20, mistralFam)
+	if err == nil {
+		err = req.check()
+	}
+	if err != nil {
+		return err
 	}
 	md := map[string]string{}
 	for k, v := range req.Metadata {
@@ -221,27 +215,24 @@ func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) {
 	if req.TimeoutHours != nil {
 		hours = *req.TimeoutHours
 	}
-	now := s.now()
-	s.mu.Lock()
-	s.tick(now)
 	var files []*fileRec
-	for _, id := range req.InputFiles {
-		f := s.files[id]
-		if f == nil || f.Family != famMistral {
-			s.mu.Unlock()
-			mistralNotFound(w, "File", id)
-			return
+	var sp spooled
+	err = s.ticked(func(now time.Time) error {
+		for _, id := range req.InputFiles {
+			f := s.files[id]
+			if f == nil || f.Family != famMistral {
+				return mistralNotFound("File", id)
+			}
+			files = append(files, f)
 		}
-		files = append(files, f)
-	}
-	seq := s.nextSeq()
-	id := uuidFrom(s.opts.Seed, "mjob", "", int(seq))
-	err = s.spoolInputs(id, files, req.Requests)
-	s.mu.Unlock()
+		sp = spooled{seq: s.nextSeq(), now: now}
+		sp.id = uuidFrom(s.opts.Seed, "mjob", "", int(sp.seq))
+		return s.spoolInputs(sp.id, files, req.Requests)
+	})
 	if err != nil {
-		familyError(w, famMistral, http.StatusInternalServerError, err.Error())
-		return
+		return err
 	}
+	id, now := sp.id, sp.now
 	var size int64
 	var name string
 	for _, f := range files {
@@ -252,10 +243,9 @@ func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) {
 		maxRequests: s.opts.MistralMaxRequests, jobModel: model})
 	if err != nil {
 		os.Remove(s.batchInput(id))
-		familyError(w, famMistral, http.StatusInternalServerError, err.Error())
-		return
+		return err
 	}
-	b := &batchRec{ID: id, Family: famMistral, Seq: seq, Created: now, Endpoint: req.Endpoint, Model: model,
+	b := &batchRec{ID: id, Family: famMistral, Seq: sp.seq, Created: now, Endpoint: req.Endpoint, Model: model,
 		InputFiles: req.InputFiles, Metadata: md, WindowSec: int64(hours) * 3600,
 		JobKey: jobKeyOpenAI(md, name), N: sc.n, Tokens: sc.tokens, ScanErrors: sc.errs,
 		FailInjected: s.fated("vfail", id, 0, s.opts.ValidationFailRate),
@@ -264,14 +254,10 @@ func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) {
 	if len(req.Metadata) == 0 {
 		b.Metadata = nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.addBatch(b)
-	answer := s.mistralJobJSON(b, now, false)
-	if s.forgets(b) {
-		s.forget(b)
-	}
-	writeJSON(w, http.StatusOK, answer)
+	return s.locked(func() error {
+		s.register(w, b, http.StatusOK, func() any { return s.mistralJobJSON(b, now, false) })
+		return nil
+	})
 }
 
 // spoolInputs writes a batch's input (its files one after another, or the
@@ -311,12 +297,7 @@ func compactJSON(b []byte) []byte {
 
 // mistralJobJSON renders a BatchJob as of now.
 func (s *Server) mistralJobJSON(b *batchRec, now time.Time, inline bool) map[string]any {
-	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return t.Unix()
-	}
+	ts := func(t *time.Time) any { return optTime(t, func(t time.Time) any { return t.Unix() }) }
 	var total, succeeded, failed int
 	switch b.Status {
 	case stInProgress, stCancelling:
@@ -378,64 +359,38 @@ func (s *Server) inlineOutputs(fileID string) []json.RawMessage {
 	return out
 }
 
-func (s *Server) mistralGet(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	if b := s.lookupBatch(w, r.PathValue("id"), famMistral); b != nil {
-		writeJSON(w, http.StatusOK, s.mistralJobJSON(b, now, r.URL.Query().Get("inline") == "true"))
-	}
+func (s *Server) mistralCancel(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(mistralFam, r.PathValue("id"), func(b *batchRec, now time.Time) error {
+		if !s.cancel(b, now) {
+			return errf(http.StatusBadRequest, "Batch job %s is %s and cannot be cancelled.", b.ID, mistralStatuses[b.Status])
+		}
+		writeJSON(w, http.StatusOK, s.mistralJobJSON(b, now, false))
+		return nil
+	})
 }
 
-func (s *Server) mistralCancel(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.lookupBatch(w, r.PathValue("id"), famMistral)
-	if b == nil {
-		return
-	}
-	if !s.cancel(b, now) {
-		mistralError(w, http.StatusBadRequest, "invalid_request_error",
-			fmt.Sprintf("Batch job %s is %s and cannot be cancelled.", b.ID, mistralStatuses[b.Status]))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.mistralJobJSON(b, now, false))
+func (s *Server) mistralDelete(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(mistralFam, r.PathValue("id"), func(b *batchRec, _ time.Time) error {
+		if !terminal(b.Status) {
+			return errf(http.StatusBadRequest, "Batch job %s is %s: only a finished job can be deleted.", b.ID, mistralStatuses[b.Status])
+		}
+		s.deleteBatch(b)
+		writeJSON(w, http.StatusOK, map[string]any{"id": b.ID, "object": "batch", "deleted": true})
+		return nil
+	})
 }
 
-func (s *Server) mistralDelete(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.lookupBatch(w, r.PathValue("id"), famMistral)
-	if b == nil {
-		return
-	}
-	if !terminal(b.Status) {
-		mistralError(w, http.StatusBadRequest, "invalid_request_error",
-			fmt.Sprintf("Batch job %s is %s: only a finished job can be deleted.", b.ID, mistralStatuses[b.Status]))
-		return
-	}
-	delete(s.batches, b.ID)
-	s.deleteBatchFiles(b.ID)
-	writeJSON(w, http.StatusOK, map[string]any{"id": b.ID, "object": "batch", "deleted": true})
-}
-
-func (s *Server) mistralList(w http.ResponseWriter, r *http.Request) {
+func (s *Server) mistralList(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	page, size, ok := pageOf(w, q)
-	if !ok {
-		return
+	page, size, err := pageOf(q)
+	if err != nil {
+		return err
 	}
 	var after time.Time
 	if v := q.Get("created_after"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			mistral422(w, []string{"query", "created_after"}, "Input should be a valid datetime", "datetime_parsing")
-			return
+			return mistralInvalid([]string{"query", "created_after"}, "Input should be a valid datetime", "datetime_parsing")
 		}
 		after = t
 	}
@@ -444,14 +399,17 @@ func (s *Server) mistralList(w http.ResponseWriter, r *http.Request) {
 		order = "-created"
 	}
 	if order != "created" && order != "-created" {
-		mistral422(w, []string{"query", "order_by"}, "Input should be 'created' or '-created'", "enum")
-		return
+		return mistralInvalid([]string{"query", "order_by"}, "Input should be 'created' or '-created'", "enum")
 	}
 	statuses := q["status"]
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
+	return s.ticked(func(now time.Time) error {
+		s.mistralListPage(w, q, now, after, order, statuses, page, size)
+		return nil
+	})
+}
+
+// mistralListPage answers one page of the listing. Caller holds s.mu.
+func (s *Server) mistralListPage(w http.ResponseWriter, q url.Values, now, after time.Time, order string, statuses []string, page, size int) {
 	var all []*batchRec
 	for _, b := range s.sortedBatches(famMistral) {
 		if (q.Get("model") == "" || b.Model == q.Get("model")) && (after.IsZero() || b.Created.After(after)) &&

@@ -1,11 +1,8 @@
 package emulator
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -19,104 +16,149 @@ var batchEndpoints = []string{"/v1/responses", "/v1/chat/completions", "/v1/embe
 // maxReportedErrors caps errors.data of a failed validation.
 const maxReportedErrors = 100
 
-func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		InputFileID        string            `json:"input_file_id"`
-		Endpoint           string            `json:"endpoint"`
-		CompletionWindow   string            `json:"completion_window"`
-		Metadata           map[string]string `json:"metadata"`
-		OutputExpiresAfter *struct {
-			Anchor  string `json:"anchor"`
-			Seconds int64  `json:"seconds"`
-		} `json:"output_expires_after"`
+func (s *Server) openaiRoutes(mux *http.ServeMux) {
+	h := openaiFam.h
+	for _, p := range []string{"/v1", "/openai/v1"} {
+		mux.HandleFunc("POST "+p+"/files", h(s.oaiUploadFile))
+		mux.HandleFunc("GET "+p+"/files", h(s.oaiListFiles))
+		s.fileRoutes(mux, p, s.oaiFiles())
+		mux.HandleFunc("POST "+p+"/batches", h(s.oaiCreateBatch))
+		mux.HandleFunc("GET "+p+"/batches", h(s.oaiListBatches))
+		mux.HandleFunc("GET "+p+"/batches/{id}", s.getBatch(openaiFam, "id", func(b *batchRec, _ *http.Request, now time.Time) any {
+			return s.oaiBatchJSON(b, now)
+		}))
+		mux.HandleFunc("POST "+p+"/batches/{id}/cancel", h(s.oaiCancelBatch))
+		for _, ep := range []string{"/chat/completions", "/completions", "/embeddings", "/responses", "/moderations"} {
+			mux.HandleFunc("POST "+p+ep, s.oaiSync("/v1"+ep))
+		}
 	}
-	body, err := readLimited(r, 1<<20)
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	bad := func(msg, param, code string) { oaiError(w, 400, "invalid_request_error", msg, param, code) }
+}
+
+// oaiCreateReq is the body of POST /batches.
+type oaiCreateReq struct {
+	InputFileID        string            `json:"input_file_id"`
+	Endpoint           string            `json:"endpoint"`
+	CompletionWindow   string            `json:"completion_window"`
+	Metadata           map[string]string `json:"metadata"`
+	OutputExpiresAfter *struct {
+		Anchor  string `json:"anchor"`
+		Seconds int64  `json:"seconds"`
+	} `json:"output_expires_after"`
+}
+
+// oaiBad is OpenAI's 400 invalid_request_error with a param and a code.
+func oaiBad(msg, param, code string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Msg: msg, Param: param, Code: code}
+}
+
+// check validates a create request the way the Batch API does.
+func (req *oaiCreateReq) check() error {
 	switch {
-	case err != nil:
-		bad("We could not parse the JSON body of your request: "+err.Error(), "", "")
-		return
 	case req.InputFileID == "":
-		bad("Missing required parameter: 'input_file_id'.", "input_file_id", "missing_required_parameter")
-		return
+		return oaiBad("Missing required parameter: 'input_file_id'.", "input_file_id", "missing_required_parameter")
 	case req.Endpoint == "":
-		bad("Missing required parameter: 'endpoint'.", "endpoint", "missing_required_parameter")
-		return
+		return oaiBad("Missing required parameter: 'endpoint'.", "endpoint", "missing_required_parameter")
 	case !slices.Contains(batchEndpoints, normEndpoint(req.Endpoint)):
-		bad(fmt.Sprintf("Invalid value: '%s'. Supported values are: %q.", req.Endpoint, batchEndpoints), "endpoint", "invalid_value")
-		return
+		return oaiBad(fmt.Sprintf("Invalid value: '%s'. Supported values are: %q.", req.Endpoint, batchEndpoints), "endpoint", "invalid_value")
 	case req.CompletionWindow == "":
-		bad("Missing required parameter: 'completion_window'.", "completion_window", "missing_required_parameter")
-		return
+		return oaiBad("Missing required parameter: 'completion_window'.", "completion_window", "missing_required_parameter")
 	case req.CompletionWindow != "24h":
-		bad("Invalid value: '"+req.CompletionWindow+"'. Supported values are: '24h'.", "completion_window", "invalid_value")
-		return
+		return oaiBad("Invalid value: '"+req.CompletionWindow+"'. Supported values are: '24h'.", "completion_window", "invalid_value")
 	case len(req.Metadata) > 16:
-		bad(fmt.Sprintf("Invalid 'metadata': too many properties. Expected an object with at most 16 properties, but got an object with %d properties instead.", len(req.Metadata)), "metadata", "object_above_max_properties")
-		return
+		return oaiBad(fmt.Sprintf("Invalid 'metadata': too many properties. Expected an object with at most 16 properties, but got an object with %d properties instead.", len(req.Metadata)), "metadata", "object_above_max_properties")
 	case req.OutputExpiresAfter != nil && (req.OutputExpiresAfter.Anchor != "created_at" ||
 		req.OutputExpiresAfter.Seconds < 3600 || req.OutputExpiresAfter.Seconds > 2592000):
-		bad("Invalid 'output_expires_after': anchor must be 'created_at' and seconds between 3600 and 2592000.", "output_expires_after", "invalid_value")
-		return
+		return oaiBad("Invalid 'output_expires_after': anchor must be 'created_at' and seconds between 3600 and 2592000.", "output_expires_after", "invalid_value")
 	}
 	for k, v := range req.Metadata {
 		if utf8.RuneCountInString(k) > 64 || utf8.RuneCountInString(v) > 512 {
-			bad("Invalid 'metadata': keys are at most 64 characters and values at most 512 characters.", "metadata", "invalid_value")
-			return
+			return oaiBad("Invalid 'metadata': keys are at most 64 characters and values at most 512 characters.", "metadata", "invalid_value")
 		}
 	}
+	return nil
+}
 
-	// Snapshot the input file into the batch's spool, then scan it unlocked.
-	now := s.now()
-	s.mu.Lock()
-	s.tick(now)
-	f := s.files[req.InputFileID]
-	if f == nil || f.Family != "" {
-		s.mu.Unlock()
-		oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+req.InputFileID, "input_file_id", "")
-		return
+// spooled is a new batch's input, snapshotted into its spool under s.mu:
+// its id, sequence number, creation time and input file.
+type spooled struct {
+	id  string
+	seq int64
+	now time.Time
+	f   *fileRec
+}
+
+// spoolFile snapshots input file fileID into the spool of a new batch
+// (id made by newID from its sequence number): lookup checks the file (nil:
+// unknown) and answers the refusal.
+func (s *Server) spoolFile(fileID string, lookup func(f *fileRec) error, newID func(seq int64) string) (spooled, error) {
+	var sp spooled
+	err := s.ticked(func(now time.Time) error {
+		f := s.files[fileID]
+		if err := lookup(f); err != nil {
+			return err
+		}
+		sp = spooled{seq: s.nextSeq(), now: now, f: f}
+		sp.id = newID(sp.seq)
+		return linkOrCopy(s.filePath(f.ID), s.batchInput(sp.id))
+	})
+	return sp, err
+}
+
+// register registers a new batch and answers it (render, status), then
+// forgets it when it is fated to be forgotten. Caller holds s.mu.
+func (s *Server) register(w http.ResponseWriter, b *batchRec, status int, render func() any) {
+	s.addBatch(b)
+	answer := render()
+	if s.forgets(b) {
+		s.forget(b)
 	}
-	if f.Purpose != "batch" {
-		s.mu.Unlock()
-		bad("The input file must have purpose 'batch', not '"+f.Purpose+"'.", "input_file_id", "invalid_value")
-		return
-	}
-	seq := s.nextSeq()
-	id := "batch_" + hexID(s.opts.Seed, "batch", "", int(seq), 16)
-	err = linkOrCopy(s.filePath(f.ID), s.batchInput(id))
-	s.mu.Unlock()
+	writeJSON(w, status, answer)
+}
+
+func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) error {
+	req, err := decode[oaiCreateReq](r, 1<<20, openaiFam)
 	if err != nil {
-		oaiError(w, http.StatusInternalServerError, "server_error", err.Error(), "", "")
-		return
+		return err
 	}
+	if err := req.check(); err != nil {
+		return err
+	}
+	// Snapshot the input file into the batch's spool, then scan it unlocked.
+	sp, err := s.spoolFile(req.InputFileID, func(f *fileRec) error {
+		switch {
+		case f == nil || f.Family != "":
+			return &apiError{Status: http.StatusNotFound, Msg: "No such File object: " + req.InputFileID, Param: "input_file_id"}
+		case f.Purpose != "batch":
+			return oaiBad("The input file must have purpose 'batch', not '"+f.Purpose+"'.", "input_file_id", "invalid_value")
+		}
+		return nil
+	}, func(seq int64) string { return "batch_" + hexID(s.opts.Seed, "batch", "", int(seq), 16) })
+	if err != nil {
+		return err
+	}
+	id, f, now := sp.id, sp.f, sp.now
 	sc, err := s.scanOpenAI(s.batchInput(id), req.Endpoint, f.Bytes)
 	if err != nil {
 		os.Remove(s.batchInput(id))
-		oaiError(w, http.StatusInternalServerError, "server_error", err.Error(), "", "")
-		return
+		return err
 	}
 
-	b := &batchRec{ID: id, Family: famOpenAI, Seq: seq, Created: now, Endpoint: req.Endpoint, Model: sc.model,
+	b := &batchRec{ID: id, Family: famOpenAI, Seq: sp.seq, Created: now, Endpoint: req.Endpoint, Model: sc.model,
 		InputFileID: f.ID, CompletionWindow: req.CompletionWindow, Metadata: req.Metadata,
 		JobKey: jobKeyOpenAI(req.Metadata, f.Filename), N: sc.n, Tokens: sc.tokens, ScanErrors: sc.errs,
-		FailInjected: unit(h64(s.opts.Seed, "vfail", id, 0)) < s.opts.ValidationFailRate,
-		ExpireFate:   unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
+		FailInjected: s.fated("vfail", id, 0, s.opts.ValidationFailRate),
+		ExpireFate:   s.fated("expire", id, 0, s.opts.ExpireRate),
 		Status:       stValidating}
 	if req.OutputExpiresAfter != nil {
 		b.OutputExpiresSec = req.OutputExpiresAfter.Seconds
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.addBatch(b)
-	s.bump(func(st *Stats) { st.noteOutputExpiry(b.OutputExpiresSec) })
-	answer := s.oaiBatchJSON(b, now)
-	if s.forgets(b) {
-		s.forget(b)
-	}
-	writeJSON(w, http.StatusOK, answer)
+	return s.locked(func() error {
+		s.register(w, b, http.StatusOK, func() any {
+			s.bump(func(st *Stats) { st.noteOutputExpiry(b.OutputExpiresSec) })
+			return s.oaiBatchJSON(b, now)
+		})
+		return nil
+	})
 }
 
 type scanResult struct {
@@ -165,26 +207,20 @@ func scanFile(path string, size, maxBytes int64, maxRequests int, tooManyCode st
 		return sc, err
 	}
 	defer in.Close()
-	br := bufio.NewReaderSize(in, 1<<20)
 	seen := map[string]struct{}{}
 	add := func(e batchError) {
 		if len(sc.errs) < maxReportedErrors {
 			sc.errs = append(sc.errs, e)
 		}
 	}
-	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			sc.n++
-			if sc.n <= maxRequests {
-				scanLine(t, lineNo, seen, &sc, add)
-			}
+	if err := eachLine(in, func(t []byte, lineNo int) bool {
+		sc.n++
+		if sc.n <= maxRequests {
+			scanLine(t, lineNo, seen, &sc, add)
 		}
-		if rerr == io.EOF {
-			break
-		} else if rerr != nil {
-			return sc, rerr
-		}
+		return true
+	}); err != nil {
+		return sc, err
 	}
 	switch {
 	case sc.n == 0:
@@ -240,12 +276,7 @@ func (s *Server) scanLine(t []byte, lineNo int, ep string, seen map[string]struc
 
 // oaiBatchJSON renders the Batch object as of now.
 func (s *Server) oaiBatchJSON(b *batchRec, now time.Time) map[string]any {
-	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return t.Unix()
-	}
+	ts := func(t *time.Time) any { return optTime(t, func(t time.Time) any { return t.Unix() }) }
 	var total, completed, failed int
 	switch b.Status {
 	case stInProgress, stFinalizing, stCancelling:
@@ -282,69 +313,32 @@ func (s *Server) oaiBatchJSON(b *batchRec, now time.Time) map[string]any {
 	}
 }
 
-// lookupBatch finds a batch of a family, writing the family's 404 if absent.
-func (s *Server) lookupBatch(w http.ResponseWriter, id, family string) *batchRec {
-	if b := s.batches[id]; b != nil && b.Family == family {
-		return b
-	}
-	switch family {
-	case famAnthropic:
-		antError(w, http.StatusNotFound, "not_found_error", "Message batch "+id+" not found.")
-	case famMistral:
-		mistralNotFound(w, "Batch job", id)
-	case famTogether:
-		togetherError(w, http.StatusNotFound, "Batch job "+id+" not found")
-	default:
-		oaiError(w, http.StatusNotFound, "invalid_request_error", "No batch found with id '"+id+"'.", "batch_id", "")
-	}
-	return nil
-}
-
-func (s *Server) oaiGetBatch(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	if b := s.lookupBatch(w, r.PathValue("id"), famOpenAI); b != nil {
+func (s *Server) oaiCancelBatch(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(openaiFam, r.PathValue("id"), func(b *batchRec, now time.Time) error {
+		if !s.cancel(b, now) {
+			return errf(http.StatusBadRequest, "Cannot cancel a batch with status '%s'.", b.Status)
+		}
 		writeJSON(w, http.StatusOK, s.oaiBatchJSON(b, now))
-	}
+		return nil
+	})
 }
 
-func (s *Server) oaiCancelBatch(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.lookupBatch(w, r.PathValue("id"), famOpenAI)
-	if b == nil {
-		return
-	}
-	if !s.cancel(b, now) {
-		oaiError(w, http.StatusBadRequest, "invalid_request_error",
-			fmt.Sprintf("Cannot cancel a batch with status '%s'.", b.Status), "", "")
-		return
-	}
-	writeJSON(w, http.StatusOK, s.oaiBatchJSON(b, now))
-}
-
-func (s *Server) oaiListBatches(w http.ResponseWriter, r *http.Request) {
+func (s *Server) oaiListBatches(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, ok := queryLimit(q.Get("limit"), 20, 100)
 	if !ok {
-		oaiError(w, 400, "invalid_request_error", "Invalid 'limit': must be between 1 and 100.", "limit", "invalid_value")
-		return
+		return oaiBad("Invalid 'limit': must be between 1 and 100.", "limit", "invalid_value")
 	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	all := s.sortedBatches(famOpenAI)
-	page, more := paginateAfter(all, q.Get("after"), limit, func(b *batchRec) string { return b.ID })
-	data := make([]any, len(page))
-	for i, b := range page {
-		data[i] = s.oaiBatchJSON(b, now)
-	}
-	writeJSON(w, http.StatusOK, listJSON(data, page, more, func(b *batchRec) string { return b.ID }))
+	return s.ticked(func(now time.Time) error {
+		all := s.sortedBatches(famOpenAI)
+		page, more := paginateAfter(all, q.Get("after"), limit, func(b *batchRec) string { return b.ID })
+		data := make([]any, len(page))
+		for i, b := range page {
+			data[i] = s.oaiBatchJSON(b, now)
+		}
+		writeJSON(w, http.StatusOK, listJSON(data, page, more, func(b *batchRec) string { return b.ID }))
+		return nil
+	})
 }
 
 // sortedBatches lists a family's batches newest first.

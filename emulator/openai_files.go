@@ -59,13 +59,6 @@ type received struct {
 	fields   map[string]string
 }
 
-// uploadErr is why an upload was refused, in OpenAI's terms (each family
-// renders it in its envelope).
-type uploadErr struct {
-	status           int
-	msg, param, code string
-}
-
 // discard removes the upload's file unless it was stored.
 func (u *received) discard() {
 	if u != nil && u.tmp != nil {
@@ -76,10 +69,10 @@ func (u *received) discard() {
 
 // readUpload receives a multipart/form-data body whose "file" part is at
 // most maxBytes. A body without a file part is no error (u.tmp is nil).
-func (s *Server) readUpload(r *http.Request, maxBytes int64) (*received, *uploadErr) {
+func (s *Server) readUpload(r *http.Request, maxBytes int64) (*received, *apiError) {
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return nil, &uploadErr{400, "Expected a multipart/form-data request body: " + err.Error(), "", ""}
+		return nil, errf(400, "Expected a multipart/form-data request body: "+err.Error())
 	}
 	u := &received{fields: map[string]string{}}
 	for {
@@ -89,7 +82,7 @@ func (s *Server) readUpload(r *http.Request, maxBytes int64) (*received, *upload
 		}
 		if err != nil {
 			u.discard()
-			return nil, &uploadErr{400, "Malformed multipart body: " + err.Error(), "", ""}
+			return nil, errf(400, "Malformed multipart body: "+err.Error())
 		}
 		if part.FormName() != "file" {
 			u.fields[part.FormName()] = smallField(part)
@@ -97,21 +90,21 @@ func (s *Server) readUpload(r *http.Request, maxBytes int64) (*received, *upload
 		}
 		if u.tmp != nil {
 			u.discard()
-			return nil, &uploadErr{400, "Only one 'file' part is allowed.", "file", ""}
+			return nil, &apiError{Status: 400, Msg: "Only one 'file' part is allowed.", Param: "file"}
 		}
 		if u.tmp, err = os.CreateTemp(filepath.Join(s.dir, "tmp"), "upload-*"); err != nil {
-			return nil, &uploadErr{500, err.Error(), "", ""}
+			return nil, errf(500, err.Error())
 		}
 		u.filename = part.FileName()
 		n, err := io.Copy(io.MultiWriter(u.tmp, &u.lc), io.LimitReader(part, maxBytes+1))
 		if err != nil {
 			u.discard()
-			return nil, &uploadErr{400, "Reading the uploaded file failed: " + err.Error(), "file", ""}
+			return nil, &apiError{Status: 400, Msg: "Reading the uploaded file failed: " + err.Error(), Param: "file"}
 		}
 		if n > maxBytes {
 			u.discard()
-			return nil, &uploadErr{http.StatusRequestEntityTooLarge,
-				"File is too large: the maximum size is " + commas(maxBytes) + " bytes.", "file", "file_too_large"}
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge,
+				Msg: "File is too large: the maximum size is " + commas(maxBytes) + " bytes.", Param: "file", Code: "file_too_large"}
 		}
 	}
 }
@@ -139,37 +132,23 @@ func (s *Server) storeUpload(u *received, f *fileRec) error {
 	return nil
 }
 
-// write answers the refusal in the OpenAI envelope.
-func (e *uploadErr) write(w http.ResponseWriter) {
-	typ := "invalid_request_error"
-	if e.status >= 500 {
-		typ = "server_error"
-	}
-	oaiError(w, e.status, typ, e.msg, e.param, e.code)
-}
-
 // oaiUploadFile stores a multipart upload (CreateFileRequest).
-func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) error {
 	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
 	if uerr != nil {
-		uerr.write(w)
-		return
+		return uerr
 	}
 	defer u.discard()
 	purpose, anchor, secs := u.fields["purpose"], u.fields["expires_after[anchor]"], u.fields["expires_after[seconds]"]
 	switch {
 	case u.tmp == nil:
-		oaiError(w, 400, "invalid_request_error", "Missing required parameter: 'file'.", "file", "missing_required_parameter")
-		return
+		return oaiBad("Missing required parameter: 'file'.", "file", "missing_required_parameter")
 	case purpose == "":
-		oaiError(w, 400, "invalid_request_error", "Missing required parameter: 'purpose'.", "purpose", "missing_required_parameter")
-		return
+		return oaiBad("Missing required parameter: 'purpose'.", "purpose", "missing_required_parameter")
 	case !slices.Contains(filePurposes, purpose):
-		oaiError(w, 400, "invalid_request_error", "Invalid value for 'purpose': '"+purpose+"'.", "purpose", "invalid_value")
-		return
+		return oaiBad("Invalid value for 'purpose': '"+purpose+"'.", "purpose", "invalid_value")
 	case purpose == "batch" && !strings.HasSuffix(strings.ToLower(u.filename), ".jsonl"):
-		oaiError(w, 400, "invalid_request_error", "Invalid file format for Batch API. Must be .jsonl", "file", "invalid_file_format")
-		return
+		return oaiBad("Invalid file format for Batch API. Must be .jsonl", "file", "invalid_file_format")
 	}
 	now := s.now().Unix()
 	var exp *int64
@@ -180,22 +159,27 @@ func (s *Server) oaiUploadFile(w http.ResponseWriter, r *http.Request) {
 	if secs != "" || anchor != "" {
 		n, err := strconv.ParseInt(secs, 10, 64)
 		if err != nil || n < 3600 || n > 2592000 || anchor != "created_at" {
-			oaiError(w, 400, "invalid_request_error",
-				"Invalid 'expires_after': anchor must be 'created_at' and seconds between 3600 and 2592000.", "expires_after", "invalid_value")
-			return
+			return oaiBad("Invalid 'expires_after': anchor must be 'created_at' and seconds between 3600 and 2592000.", "expires_after", "invalid_value")
 		}
 		e := now + n
 		exp = &e
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seq := s.nextSeq()
-	f := &fileRec{ID: s.fileID(seq), Seq: seq, CreatedAt: now, ExpiresAt: exp, Filename: u.filename, Purpose: purpose}
-	if err := s.storeUpload(u, f); err != nil {
-		oaiError(w, 500, "server_error", err.Error(), "", "")
-		return
-	}
-	writeJSON(w, http.StatusOK, s.fileJSON(f))
+	return s.newFile(w, u, func(seq int64) *fileRec {
+		return &fileRec{ID: s.fileID(seq), Seq: seq, CreatedAt: now, ExpiresAt: exp, Filename: u.filename, Purpose: purpose}
+	}, func(f *fileRec) any { return s.fileJSON(f) })
+}
+
+// newFile stores an upload as a new file (made by mk from its sequence
+// number) and answers it (render).
+func (s *Server) newFile(w http.ResponseWriter, u *received, mk func(seq int64) *fileRec, render func(*fileRec) any) error {
+	return s.locked(func() error {
+		f := mk(s.nextSeq())
+		if err := s.storeUpload(u, f); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, render(f))
+		return nil
+	})
 }
 
 func smallField(part io.Reader) string {
@@ -205,7 +189,8 @@ func smallField(part io.Reader) string {
 }
 
 // fileAPI is how a family answers about its files: the file object, the
-// 404 for an id it does not know, and the answer to a delete.
+// 404 for an id it does not know (missingFile makes one from an error),
+// and the answer to a delete.
 type fileAPI struct {
 	fam     string
 	render  func(*fileRec) any
@@ -213,37 +198,49 @@ type fileAPI struct {
 	deleted func(*fileRec) any
 }
 
+// missingFile is a fileAPI's missing: the error notFound makes, in the
+// envelope of family f.
+func missingFile(f *family, notFound func(id string) *apiError) func(w http.ResponseWriter, id string) {
+	return func(w http.ResponseWriter, id string) { f.write(w, notFound(id)) }
+}
+
 // fileRoutes serves GET and DELETE p/files/{id} and GET
 // p/files/{id}/content for a family; each family sees only its own files.
 func (s *Server) fileRoutes(mux *http.ServeMux, p string, a fileAPI) {
-	lookup := func(w http.ResponseWriter, r *http.Request) *fileRec {
+	// withFile runs fn on the file named in the path, with s.mu held,
+	// or answers missing.
+	withFile := func(w http.ResponseWriter, r *http.Request, fn func(f *fileRec)) {
 		id := r.PathValue("id")
-		if f := s.files[id]; f != nil && fileFamily(f) == a.fam && !s.expired(f) {
-			return f
+		if s.locked(func() error {
+			f := s.files[id]
+			if f != nil && fileFamily(f) == a.fam && !s.expired(f) {
+				fn(f)
+				return nil
+			}
+			if f != nil && s.expired(f) {
+				s.bump(func(st *Stats) { st.ResultsExpired++ })
+			}
+			return errNoFile
+		}) != nil {
+			a.missing(w, id)
 		}
-		if f := s.files[id]; f != nil && s.expired(f) {
-			s.bump(func(st *Stats) { st.ResultsExpired++ })
-		}
-		a.missing(w, id)
-		return nil
 	}
 	mux.HandleFunc("GET "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if f := lookup(w, r); f != nil {
-			writeJSON(w, http.StatusOK, a.render(f))
-		}
+		withFile(w, r, func(f *fileRec) { writeJSON(w, http.StatusOK, a.render(f)) })
 	})
 	mux.HandleFunc("DELETE "+p+"/files/{id}", func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if f := lookup(w, r); f != nil {
+		withFile(w, r, func(f *fileRec) {
 			s.deleteFile(f)
 			writeJSON(w, http.StatusOK, a.deleted(f))
-		}
+		})
 	})
 	mux.HandleFunc("GET "+p+"/files/{id}/content", func(w http.ResponseWriter, r *http.Request) {
-		s.serveContent(w, r.PathValue("id"), a.fam, func(id string) { a.missing(w, id) })
+		id := r.PathValue("id")
+		if err := s.serveContent(w, id, a.fam); errors.Is(err, errNoFile) {
+			a.missing(w, id)
+		} else if err != nil {
+			familyByName(a.fam).fail(w, err)
+		}
 	})
 }
 
@@ -257,69 +254,82 @@ func (s *Server) deleteFile(f *fileRec) {
 // oaiFiles is the OpenAI family's fileAPI.
 func (s *Server) oaiFiles() fileAPI {
 	return fileAPI{fam: famOpenAI, render: func(f *fileRec) any { return s.fileJSON(f) },
-		missing: func(w http.ResponseWriter, id string) {
-			oaiError(w, http.StatusNotFound, "invalid_request_error", "No such File object: "+id, "id", "")
-		},
+		missing: missingFile(openaiFam, func(id string) *apiError {
+			return &apiError{Status: http.StatusNotFound, Msg: "No such File object: " + id, Param: "id"}
+		}),
 		deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "object": "file", "deleted": true} }}
 }
 
+// errNoFile: serveContent found no such file of the family.
+var errNoFile = errors.New("no such file")
+
 // serveContent streams the content of file id of family fam as
-// application/octet-stream (missing writes the family's 404). A lost
-// result file answers 404; a result download may be cut short
+// application/octet-stream (errNoFile when there is no such file). A lost
+// result file is no file; a result download may be cut short
 // (TruncateDownloadRate).
-func (s *Server) serveContent(w http.ResponseWriter, id, fam string, missing func(id string)) {
-	s.mu.Lock()
-	f := s.files[id]
-	if f != nil && s.expired(f) {
-		s.bump(func(st *Stats) { st.ResultsExpired++ })
-		f = nil
-	}
-	if f != nil && (fileFamily(f) != fam || f.Lost || f.Pending) {
-		f = nil
-	}
-	if f != nil && f.Result {
-		s.bump(func(st *Stats) { st.noteDownload(f.BatchID) })
-	}
-	var in *os.File
-	var err error
-	var cut bool
-	if f != nil {
-		in, err = os.Open(s.filePath(f.ID))
-		cut = (f.Purpose == "batch_output" || f.Result) && s.truncates(f.ID)
-	}
-	s.mu.Unlock()
-	if f == nil {
-		missing(id)
-		return
-	}
-	if err != nil {
-		familyError(w, fam, http.StatusInternalServerError, err.Error())
-		return
-	}
-	defer in.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	if cut && f.Bytes > 0 {
-		s.serveCut(w, f.Bytes, in)
-	}
-	w.Header().Set("Content-Length", strconv.FormatInt(f.Bytes, 10))
-	w.WriteHeader(http.StatusOK)
-	io.Copy(w, in)
+func (s *Server) serveContent(w http.ResponseWriter, id, fam string) error {
+	var d content
+	err := s.locked(func() error {
+		f := s.files[id]
+		if f != nil && s.expired(f) {
+			s.bump(func(st *Stats) { st.ResultsExpired++ })
+			f = nil
+		}
+		if f == nil || fileFamily(f) != fam || f.Lost || f.Pending {
+			return errNoFile
+		}
+		if f.Result {
+			s.bump(func(st *Stats) { st.noteDownload(f.BatchID) })
+		}
+		var err error
+		d, err = s.openContent(f, (f.Purpose == "batch_output" || f.Result) && s.truncates(f.ID))
+		return err
+	})
+	return s.serveOpened(w, d, err)
 }
 
-func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) {
+// content is a file opened under s.mu, answered after it is released.
+type content struct {
+	in   *os.File
+	size int64
+	cut  bool // the answer is cut short (TruncateDownloadRate)
+}
+
+// openContent opens the content of f. Caller holds s.mu.
+func (s *Server) openContent(f *fileRec, cut bool) (content, error) {
+	in, err := os.Open(s.filePath(f.ID))
+	return content{in: in, size: f.Bytes, cut: cut}, err
+}
+
+// serveOpened answers d as application/octet-stream, unless err (the
+// lookup's or openContent's) is to be answered instead.
+func (s *Server) serveOpened(w http.ResponseWriter, d content, err error) error {
+	if err != nil {
+		return err
+	}
+	defer d.in.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if d.cut && d.size > 0 {
+		s.serveCut(w, d.size, d.in)
+	}
+	w.Header().Set("Content-Length", strconv.FormatInt(d.size, 10))
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, d.in)
+	return nil
+}
+
+func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, ok := queryLimit(q.Get("limit"), 10000, 10000)
 	if !ok {
-		oaiError(w, 400, "invalid_request_error", "Invalid 'limit': must be between 1 and 10000.", "limit", "invalid_value")
-		return
+		return oaiBad("Invalid 'limit': must be between 1 and 10000.", "limit", "invalid_value")
 	}
 	order := q.Get("order")
 	if order == "" {
 		order = "desc"
 	}
 	if order != "asc" && order != "desc" {
-		oaiError(w, 400, "invalid_request_error", "Invalid 'order': must be 'asc' or 'desc'.", "order", "invalid_value")
-		return
+		return oaiBad("Invalid 'order': must be 'asc' or 'desc'.", "order", "invalid_value")
 	}
 	purpose := q.Get("purpose")
 	s.mu.Lock()
@@ -342,6 +352,7 @@ func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) {
 		data[i] = s.fileJSON(f)
 	}
 	writeJSON(w, http.StatusOK, listJSON(data, page, more, func(f *fileRec) string { return f.ID }))
+	return nil
 }
 
 func queryLimit(v string, def, maxv int) (int, bool) {

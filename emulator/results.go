@@ -2,10 +2,8 @@ package emulator
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -55,6 +53,11 @@ type span struct {
 // finalize runs the done lines of b (the first done*N lines of its processing
 // order), turns the others into expired/cancelled results, and writes the
 // result files in processing order. Caller holds s.mu.
+//
+// Its rules have one home each: finalizer.place (where a result line goes
+// and what the hostile knobs do to it), finalizer.count (what it counts
+// for), writeInOrder (processing order), commitResults (the family's result
+// files) and noteFinalized (the counters).
 func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time) error {
 	n := b.N
 	order := s.perm(b)
@@ -77,96 +80,137 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 	if b.InProgressAt != nil {
 		created = b.InProgressAt.Unix()
 	}
-	spans := make([]span, n)
-	extras := map[int][]span{} // hostile extra lines, written before line i
-	tw := bufio.NewWriterSize(tmp, 1<<20)
-	br := bufio.NewReaderSize(in, 1<<20)
-	var off int64
-	var c lineCounts
-	var processed, dups int64
-	var h hostileCounts
-	put := func(data []byte, dest int) span {
-		tw.Write(data)
-		tw.WriteByte('\n')
-		sp := span{off: off, n: int32(len(data) + 1), dest: uint8(dest)}
-		off += int64(len(data) + 1)
-		return sp
-	}
-	for i := 0; i < n; {
-		line, rerr := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			r := s.runLine(b, i, bytes.TrimSpace(line), isDone[i], undone, created)
-			if r.dest != destNone {
-				data := r.data
-				lf := s.lineFaultsOf(b, i)
-				switch {
-				case lf.malformed:
-					data = s.malform(b, i, data)
-					h.malformed++
-				case lf.dup && r.kind == outSucceeded:
-					dest := r.dest
-					if filesFamily(b.Family) {
-						dest = destErr
-					}
-					extras[i] = append(extras[i], put(s.conflicting(b, i, data), dest))
-					h.duplicated++
-				case lf.dup:
-					extras[i] = append(extras[i], put(data, r.dest))
-					h.duplicated++
-				}
-				if lf.ghost {
-					extras[i] = append(extras[i], put(s.ghost(b, i, r.data), r.dest))
-					h.unknown++
-				}
-				spans[i] = put(data, r.dest)
-				switch {
-				case lf.malformed:
-				case b.OutputLost && r.dest == destOut:
-					h.lost++
-				case r.kind == outSucceeded:
-					h.succeeded++
-				}
-			}
-			switch r.kind {
-			case outSucceeded:
-				c.Succeeded++
-			case outOmitted:
-				c.Succeeded++
-				c.Omitted++
-			case outErrored:
-				c.Errored++
-			case outExpired:
-				c.Expired++
-			case outCancelled:
-				c.Cancelled++
-			}
-			if r.executed() {
-				processed++
-				b.InputTokens += r.in
-				b.OutputTokens += r.out
-				if r.customID != "" && s.processed.mark(b.Family, b.JobKey, r.customID) {
-					dups++
-				}
-			}
-			i++
+	fz := &finalizer{s: s, b: b, tw: bufio.NewWriterSize(tmp, 1<<20), spans: make([]span, n), extras: map[int][]span{}}
+	i := 0
+	err = eachLine(in, func(t []byte, _ int) bool {
+		if i >= n {
+			return false
 		}
-		if rerr == io.EOF {
-			break
-		} else if rerr != nil {
-			return rerr
-		}
-	}
-	if err := tw.Flush(); err != nil {
+		r := s.runLine(b, i, t, isDone[i], undone, created)
+		fz.place(i, r)
+		fz.count(r)
+		i++
+		return i < n
+	})
+	if err != nil {
 		return err
 	}
+	if err := fz.tw.Flush(); err != nil {
+		return err
+	}
+	outW, errW, err := s.writeInOrder(b, tmp, order, fz.spans, fz.extras)
+	if err == nil {
+		err = s.commitResults(b, outW, errW, t)
+	}
+	if err != nil {
+		return err
+	}
+	b.Counts = fz.c
+	s.noteFinalized(b, fz)
+	return nil
+}
 
-	// Write the destination files in processing order.
-	var outW, errW *resultFile
+// finalizer is the state of one finalize: the result lines spooled to a
+// temp file in input order (spans, and the hostile extra lines written
+// before line i in extras) and what they count for.
+type finalizer struct {
+	s      *Server
+	b      *batchRec
+	tw     *bufio.Writer
+	off    int64
+	spans  []span
+	extras map[int][]span
+	c      lineCounts
+	// processed: lines executed; dups: executed custom_ids already
+	// executed before.
+	processed, dups int64
+	h               hostileCounts
+}
+
+// put spools one line for dest.
+func (fz *finalizer) put(data []byte, dest int) span {
+	fz.tw.Write(data)
+	fz.tw.WriteByte('\n')
+	sp := span{off: fz.off, n: int32(len(data) + 1), dest: uint8(dest)}
+	fz.off += int64(len(data) + 1)
+	return sp
+}
+
+// place spools the result line of input line i, as the hostile knobs
+// have it: malformed, duplicated (a conflicting copy goes to the error
+// file of a files family), followed by a line of an unknown custom_id.
+func (fz *finalizer) place(i int, r lineResult) {
+	if r.dest == destNone {
+		return
+	}
+	s, b := fz.s, fz.b
+	data := r.data
+	lf := s.lineFaultsOf(b, i)
+	switch {
+	case lf.malformed:
+		data = s.malform(b, i, data)
+		fz.h.malformed++
+	case lf.dup && r.kind == outSucceeded:
+		dest := r.dest
+		if filesFamily(b.Family) {
+			dest = destErr
+		}
+		fz.extras[i] = append(fz.extras[i], fz.put(s.conflicting(b, i, data), dest))
+		fz.h.duplicated++
+	case lf.dup:
+		fz.extras[i] = append(fz.extras[i], fz.put(data, r.dest))
+		fz.h.duplicated++
+	}
+	if lf.ghost {
+		fz.extras[i] = append(fz.extras[i], fz.put(s.ghost(b, i, r.data), r.dest))
+		fz.h.unknown++
+	}
+	fz.spans[i] = fz.put(data, r.dest)
+	switch {
+	case lf.malformed:
+	case b.OutputLost && r.dest == destOut:
+		fz.h.lost++
+	case r.kind == outSucceeded:
+		fz.h.succeeded++
+	}
+}
+
+// count adds a line's outcome to the batch's counts, and an executed
+// line's tokens and custom_id to the batch and the processed set.
+func (fz *finalizer) count(r lineResult) {
+	switch r.kind {
+	case outSucceeded:
+		fz.c.Succeeded++
+	case outOmitted:
+		fz.c.Succeeded++
+		fz.c.Omitted++
+	case outErrored:
+		fz.c.Errored++
+	case outExpired:
+		fz.c.Expired++
+	case outCancelled:
+		fz.c.Cancelled++
+	}
+	if !r.executed() {
+		return
+	}
+	b := fz.b
+	fz.processed++
+	b.InputTokens += r.in
+	b.OutputTokens += r.out
+	if r.customID != "" && fz.s.processed.mark(b.Family, b.JobKey, r.customID) {
+		fz.dups++
+	}
+}
+
+// writeInOrder copies the spooled lines to the destination files in
+// processing order: output and error files for a files family, one
+// results file otherwise (errW is outW).
+func (s *Server) writeInOrder(b *batchRec, tmp *os.File, order []int32, spans []span, extras map[int][]span) (outW, errW *resultFile, err error) {
+	outW = s.newResultFile()
+	errW = outW
 	if filesFamily(b.Family) {
-		outW, errW = s.newResultFile(), s.newResultFile()
-	} else {
-		outW = s.newResultFile()
-		errW = outW
+		errW = s.newResultFile()
 	}
 	buf := make([]byte, 0, 4096)
 	for _, i := range order {
@@ -179,18 +223,28 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 			}
 			buf = buf[:sp.n]
 			if _, err := tmp.ReadAt(buf, sp.off); err != nil {
-				return err
+				return nil, nil, err
 			}
 			w := outW
 			if sp.dest == destErr {
 				w = errW
 			}
 			if err := w.write(buf); err != nil {
-				return err
+				return nil, nil, err
 			}
 		}
 	}
-	if filesFamily(b.Family) {
+	return outW, errW, nil
+}
+
+// commitResults makes the result files of b its family's: an output and
+// an error File (OpenAI, Mistral, Together), a GENERATED responses file
+// (Gemini from a file), or the batch's results (the others, and Gemini's
+// inlined requests).
+func (s *Server) commitResults(b *batchRec, outW, errW *resultFile, t time.Time) error {
+	var err error
+	switch {
+	case filesFamily(b.Family):
 		exp := s.resultExpiry(b, t)
 		if b.OutputFileID, err = s.commitOutputFile(b, outW, false, t, exp); err != nil {
 			return err
@@ -199,17 +253,18 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 			f.Lost = true
 			s.saveFile(f)
 		}
-		if b.ErrorFileID, err = s.commitOutputFile(b, errW, true, t, exp); err != nil {
-			return err
-		}
-	} else if b.Family == famGemini && !b.Inline {
-		if err := s.commitGeminiOutput(b, outW, t); err != nil {
-			return err
-		}
-	} else if err := outW.commit(s.batchResults(b.ID)); err != nil {
+		b.ErrorFileID, err = s.commitOutputFile(b, errW, true, t, exp)
 		return err
+	case b.Family == famGemini && !b.Inline:
+		return s.commitGeminiOutput(b, outW, t)
+	default:
+		return outW.commit(s.batchResults(b.ID))
 	}
-	b.Counts = c
+}
+
+// noteFinalized adds a finalized batch's lines to the counters.
+func (s *Server) noteFinalized(b *batchRec, fz *finalizer) {
+	c, h, processed, dups := fz.c, fz.h, fz.processed, fz.dups
 	s.bump(func(st *Stats) {
 		st.RequestsProcessed += processed
 		st.RequestsProcessedMoreThanOnce += dups
@@ -230,7 +285,6 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 	if dups > 0 {
 		s.logf("emulator: batch %s executed %d custom_ids that were already executed", b.ID, dups)
 	}
-	return nil
 }
 
 // resultFile is a result file being written in tmp/.

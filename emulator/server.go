@@ -163,26 +163,9 @@ func (s *Server) nextSeq() int64 {
 
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	for _, p := range []string{"/v1", "/openai/v1"} {
-		mux.HandleFunc("POST "+p+"/files", s.oaiUploadFile)
-		mux.HandleFunc("GET "+p+"/files", s.oaiListFiles)
-		s.fileRoutes(mux, p, s.oaiFiles())
-		mux.HandleFunc("POST "+p+"/batches", s.oaiCreateBatch)
-		mux.HandleFunc("GET "+p+"/batches", s.oaiListBatches)
-		mux.HandleFunc("GET "+p+"/batches/{id}", s.oaiGetBatch)
-		mux.HandleFunc("POST "+p+"/batches/{id}/cancel", s.oaiCancelBatch)
-		for _, ep := range []string{"/chat/completions", "/completions", "/embeddings", "/responses", "/moderations"} {
-			mux.HandleFunc("POST "+p+ep, s.oaiSync("/v1"+ep))
-		}
-	}
-	mux.HandleFunc("POST /v1/messages", s.antMessages)
-	mux.HandleFunc("POST /v1/messages/batches", s.antCreate)
-	mux.HandleFunc("GET /v1/messages/batches", s.antList)
-	mux.HandleFunc("GET /v1/messages/batches/{id}", s.antGet)
-	mux.HandleFunc("DELETE /v1/messages/batches/{id}", s.antDelete)
-	mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.antCancel)
-	mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.antResults)
-	mux.HandleFunc("POST /client/v4/accounts/{account}/ai/run/{model...}", s.cfRun)
+	s.openaiRoutes(mux)
+	s.anthropicRoutes(mux)
+	s.cloudflareRoutes(mux)
 	s.mistralRoutes(mux)
 	s.togetherRoutes(mux)
 	s.geminiRoutes(mux)

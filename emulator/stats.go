@@ -258,9 +258,7 @@ func (s *Server) countSync(family, job string, r *http.Request, status int) {
 	ok := status >= 200 && status < 300
 	dup := false
 	if cid, err := url.PathUnescape(r.Header.Get(HeaderSyncCustomID)); ok && err == nil && cid != "" {
-		s.mu.Lock()
-		dup = s.processed.mark(family, job, cid)
-		s.mu.Unlock()
+		s.locked(func() error { dup = s.processed.mark(family, job, cid); return nil })
 	}
 	s.bump(func(st *Stats) {
 		st.SyncRequests++

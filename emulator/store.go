@@ -193,7 +193,24 @@ func (s *Server) load() error {
 		s.idSeq = st.IDSeq
 		s.stats = st.Stats
 	}
-	ents, err := os.ReadDir(filepath.Join(s.dir, "files"))
+	if err := loadRecords(filepath.Join(s.dir, "files"), func(f *fileRec) { s.files[f.ID] = f }); err != nil {
+		return err
+	}
+	if err := loadRecords(filepath.Join(s.dir, "batches"), func(b *batchRec) {
+		s.batches[b.ID] = b
+		if !terminal(b.Status) {
+			s.active[b.ID] = b
+		}
+	}); err != nil {
+		return err
+	}
+	return loadRecords(filepath.Join(s.dir, "uploads"), func(u *gemUploadRec) { s.uploads[u.ID] = u })
+}
+
+// loadRecords reads each record (NAME.json, not hidden) of dir and hands
+// it to add.
+func loadRecords[T any](dir string, add func(*T)) error {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
@@ -201,31 +218,13 @@ func (s *Server) load() error {
 		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		var f fileRec
-		if err := readJSON(filepath.Join(s.dir, "files", e.Name()), &f); err != nil {
+		v := new(T)
+		if err := readJSON(filepath.Join(dir, e.Name()), v); err != nil {
 			return err
 		}
-		s.files[f.ID] = &f
+		add(v)
 	}
-	ents, err = os.ReadDir(filepath.Join(s.dir, "batches"))
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
-			continue
-		}
-		var b batchRec
-		if err := readJSON(filepath.Join(s.dir, "batches", name), &b); err != nil {
-			return err
-		}
-		s.batches[b.ID] = &b
-		if !terminal(b.Status) {
-			s.active[b.ID] = &b
-		}
-	}
-	return s.loadUploads()
+	return nil
 }
 
 func readJSON(path string, v any) error {
@@ -281,6 +280,12 @@ func (s *Server) saveState() {
 	if err := writeJSONAtomic(filepath.Join(s.dir, "state.json"), st); err != nil {
 		s.logf("emulator: saving state: %v", err)
 	}
+}
+
+// deleteBatch removes an ended batch and its files. Caller holds s.mu.
+func (s *Server) deleteBatch(b *batchRec) {
+	delete(s.batches, b.ID)
+	s.deleteBatchFiles(b.ID)
 }
 
 // deleteBatchFiles removes a batch's metadata, spooled input and results.

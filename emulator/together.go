@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
@@ -39,25 +38,28 @@ func (s *Server) togetherRoutes(mux *http.ServeMux) {
 	for _, ep := range []string{"/chat/completions", "/completions"} {
 		mux.HandleFunc("POST "+p+ep, s.syncOpenAIShape(famTogether, "/v1"+ep))
 	}
-	mux.HandleFunc("POST "+p+"/files/upload", s.togetherUploadMultipart)
-	mux.HandleFunc("POST "+p+"/files", s.togetherFiles)
+	files, batches := openaiFam.h, togetherFam.h // the file endpoints answer errors in OpenAI's envelope
+	mux.HandleFunc("POST "+p+"/files/upload", files(s.togetherUploadMultipart))
+	mux.HandleFunc("POST "+p+"/files", files(s.togetherFiles))
 	mux.HandleFunc("PUT "+togetherUploadPath+"{id}", s.togetherPut)
-	mux.HandleFunc("POST "+p+"/files/{id}/preprocess", s.togetherPreprocess)
+	mux.HandleFunc("POST "+p+"/files/{id}/preprocess", files(s.togetherPreprocess))
 	mux.HandleFunc("GET "+p+"/files", s.togetherListFiles)
 	s.fileRoutes(mux, p, fileAPI{fam: famTogether, render: func(f *fileRec) any { return s.togetherFileJSON(f) },
-		missing: togetherFileNotFound, deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
-	mux.HandleFunc("POST "+p+"/batches", s.togetherCreate)
+		missing: missingFile(openaiFam, togetherFileNotFound), deleted: func(f *fileRec) any { return map[string]any{"id": f.ID, "deleted": true} }})
+	mux.HandleFunc("POST "+p+"/batches", batches(s.togetherCreate))
 	mux.HandleFunc("GET "+p+"/batches", s.togetherList)
-	mux.HandleFunc("GET "+p+"/batches/{id}", s.togetherGet)
-	mux.HandleFunc("POST "+p+"/batches/{id}/cancel", s.togetherCancel)
+	mux.HandleFunc("GET "+p+"/batches/{id}", s.getBatch(togetherFam, "id", func(b *batchRec, _ *http.Request, now time.Time) any {
+		return s.togetherJobJSON(b, now)
+	}))
+	mux.HandleFunc("POST "+p+"/batches/{id}/cancel", batches(s.togetherCancel))
 }
 
 func (s *Server) togetherFileID(seq int64) string {
 	return "file-" + uuidFrom(s.opts.Seed, "tfile", "", int(seq))
 }
 
-func togetherFileNotFound(w http.ResponseWriter, id string) {
-	oaiError(w, http.StatusNotFound, "invalid_request_error", "File "+id+" not found", "", "not_found")
+func togetherFileNotFound(id string) *apiError {
+	return &apiError{Status: http.StatusNotFound, Msg: "File " + id + " not found", Code: "not_found"}
 }
 
 func (s *Server) togetherFileJSON(f *fileRec) map[string]any {
@@ -79,47 +81,42 @@ func (s *Server) signature(id string) string {
 
 // togetherCheckFields validates the fields of an upload: purpose and
 // file_name required, file_type jsonl (the emulator reads only JSONL).
-func togetherCheckFields(w http.ResponseWriter, purpose, name, ftype string) bool {
+func togetherCheckFields(purpose, name, ftype string) error {
 	switch {
 	case purpose == "":
-		oaiError(w, 400, "invalid_request_error", "purpose is required", "purpose", "")
+		return oaiBad("purpose is required", "purpose", "")
 	case purpose != "batch-api" && purpose != "fine-tune" && purpose != "eval":
-		oaiError(w, 400, "invalid_request_error", "Invalid purpose '"+purpose+"'", "purpose", "")
+		return oaiBad("Invalid purpose '"+purpose+"'", "purpose", "")
 	case name == "":
-		oaiError(w, 400, "invalid_request_error", "file_name is required", "file_name", "")
+		return oaiBad("file_name is required", "file_name", "")
 	case ftype != "" && ftype != "jsonl":
-		oaiError(w, 400, "invalid_request_error", "file_type '"+ftype+"' is not served by the emulator (jsonl only)", "file_type", "")
-	default:
-		return true
+		return oaiBad("file_type '"+ftype+"' is not served by the emulator (jsonl only)", "file_type", "")
 	}
-	return false
+	return nil
 }
 
 // togetherUploadMultipart is the Go SDK's POST /files/upload.
-func (s *Server) togetherUploadMultipart(w http.ResponseWriter, r *http.Request) {
-	s.togetherMultipart(w, r, true)
+func (s *Server) togetherUploadMultipart(w http.ResponseWriter, r *http.Request) error {
+	return s.togetherMultipart(w, r, true)
 }
 
 // togetherFiles is POST /files: multipart with a file part (the docs'
 // curl), or the first step of the redirect flow (a form without the file,
 // urlencoded or multipart).
-func (s *Server) togetherFiles(w http.ResponseWriter, r *http.Request) {
+func (s *Server) togetherFiles(w http.ResponseWriter, r *http.Request) error {
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "multipart/form-data" {
-		s.togetherMultipart(w, r, false)
-		return
+		return s.togetherMultipart(w, r, false)
 	}
 	if err := r.ParseForm(); err != nil {
-		oaiError(w, 400, "invalid_request_error", "Malformed form body: "+err.Error(), "", "")
-		return
+		return errf(400, "Malformed form body: "+err.Error())
 	}
-	s.togetherAnnounce(w, r, r.PostForm.Get("purpose"), r.PostForm.Get("file_name"), r.PostForm.Get("file_type"))
+	return s.togetherAnnounce(w, r, r.PostForm.Get("purpose"), r.PostForm.Get("file_name"), r.PostForm.Get("file_type"))
 }
 
-func (s *Server) togetherMultipart(w http.ResponseWriter, r *http.Request, needFile bool) {
+func (s *Server) togetherMultipart(w http.ResponseWriter, r *http.Request, needFile bool) error {
 	u, uerr := s.readUpload(r, s.opts.MaxFileBytes)
 	if uerr != nil {
-		uerr.write(w)
-		return
+		return uerr
 	}
 	defer u.discard()
 	name := u.fields["file_name"]
@@ -127,45 +124,40 @@ func (s *Server) togetherMultipart(w http.ResponseWriter, r *http.Request, needF
 		name = u.filename
 	}
 	if u.tmp == nil && !needFile {
-		s.togetherAnnounce(w, r, u.fields["purpose"], name, u.fields["file_type"])
-		return
+		return s.togetherAnnounce(w, r, u.fields["purpose"], name, u.fields["file_type"])
 	}
 	if u.tmp == nil {
-		oaiError(w, 400, "invalid_request_error", "file is required", "file", "")
-		return
+		return oaiBad("file is required", "file", "")
 	}
-	if !togetherCheckFields(w, u.fields["purpose"], name, u.fields["file_type"]) {
-		return
+	if err := togetherCheckFields(u.fields["purpose"], name, u.fields["file_type"]); err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seq := s.nextSeq()
-	f := &fileRec{ID: s.togetherFileID(seq), Seq: seq, CreatedAt: s.now().Unix(), Filename: name,
-		Purpose: u.fields["purpose"], Family: famTogether, Processed: true}
-	if err := s.storeUpload(u, f); err != nil {
-		oaiError(w, 500, "server_error", err.Error(), "", "")
-		return
-	}
-	writeJSON(w, http.StatusOK, s.togetherFileJSON(f))
+	return s.newFile(w, u, func(seq int64) *fileRec {
+		return &fileRec{ID: s.togetherFileID(seq), Seq: seq, CreatedAt: s.now().Unix(), Filename: name,
+			Purpose: u.fields["purpose"], Family: famTogether, Processed: true}
+	}, func(f *fileRec) any { return s.togetherFileJSON(f) })
 }
 
 // togetherAnnounce answers the first step of the redirect flow: a pending
 // file, 302 to its signed upload URL, and its id in X-Together-File-Id.
-func (s *Server) togetherAnnounce(w http.ResponseWriter, r *http.Request, purpose, name, ftype string) {
-	if !togetherCheckFields(w, purpose, name, ftype) {
-		return
+func (s *Server) togetherAnnounce(w http.ResponseWriter, r *http.Request, purpose, name, ftype string) error {
+	if err := togetherCheckFields(purpose, name, ftype); err != nil {
+		return err
 	}
-	s.mu.Lock()
-	seq := s.nextSeq()
-	f := &fileRec{ID: s.togetherFileID(seq), Seq: seq, CreatedAt: s.now().Unix(), Filename: name,
-		Purpose: purpose, Family: famTogether, Pending: true, Signed: true}
-	s.files[f.ID] = f
-	s.saveFile(f)
-	s.mu.Unlock()
+	var f *fileRec
+	s.locked(func() error {
+		seq := s.nextSeq()
+		f = &fileRec{ID: s.togetherFileID(seq), Seq: seq, CreatedAt: s.now().Unix(), Filename: name,
+			Purpose: purpose, Family: famTogether, Pending: true, Signed: true}
+		s.files[f.ID] = f
+		s.saveFile(f)
+		return nil
+	})
 	loc := "http://" + r.Host + togetherUploadPath + f.ID + "?signature=" + s.signature(f.ID)
 	w.Header().Set("Location", loc)
 	w.Header().Set("X-Together-File-Id", f.ID)
 	w.WriteHeader(http.StatusFound)
+	return nil
 }
 
 // togetherPut stores the bytes PUT to a signed upload URL (200, empty
@@ -179,11 +171,14 @@ func (s *Server) togetherPut(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "<Error><Code>SignatureDoesNotMatch</Code></Error>")
 		return
 	}
-	s.mu.Lock()
-	f := s.files[id]
-	ok := f != nil && f.Family == famTogether && f.Signed
-	s.mu.Unlock()
-	if !ok {
+	var f *fileRec
+	if s.locked(func() error {
+		f = s.files[id]
+		if f != nil && f.Family == famTogether && f.Signed {
+			return nil
+		}
+		return errNoFile
+	}) != nil {
 		w.WriteHeader(http.StatusNotFound)
 		io.WriteString(w, "<Error><Code>NoSuchUpload</Code></Error>")
 		return
@@ -225,20 +220,21 @@ func (s *Server) togetherPut(w http.ResponseWriter, r *http.Request) {
 // togetherPreprocess is the Python SDKs' last step of a redirect upload:
 // the file must have its bytes (the PUT already made it usable).
 // Repeating it answers the file again.
-func (s *Server) togetherPreprocess(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.togetherFile(w, r)
-	if f == nil {
-		return
-	}
-	if f.Pending && !fileExists(s.filePath(f.ID)) {
-		oaiError(w, 400, "invalid_request_error", "File "+f.ID+" has no content: PUT it to the upload URL first", "", "")
-		return
-	}
-	f.Pending, f.Processed = false, true
-	s.saveFile(f)
-	writeJSON(w, http.StatusOK, s.togetherFileJSON(f))
+func (s *Server) togetherPreprocess(w http.ResponseWriter, r *http.Request) error {
+	return s.locked(func() error {
+		id := r.PathValue("id")
+		f := s.files[id]
+		switch {
+		case f == nil || f.Family != famTogether:
+			return togetherFileNotFound(id)
+		case f.Pending && !fileExists(s.filePath(f.ID)):
+			return errf(400, "File "+f.ID+" has no content: PUT it to the upload URL first")
+		}
+		f.Pending, f.Processed = false, true
+		s.saveFile(f)
+		writeJSON(w, http.StatusOK, s.togetherFileJSON(f))
+		return nil
+	})
 }
 
 func fileExists(path string) bool {
@@ -246,122 +242,89 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-func (s *Server) togetherFile(w http.ResponseWriter, r *http.Request) *fileRec {
-	id := r.PathValue("id")
-	if f := s.files[id]; f != nil && f.Family == famTogether {
-		return f
-	}
-	togetherFileNotFound(w, id)
-	return nil
-}
-
 func (s *Server) togetherListFiles(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var all []*fileRec
-	for _, f := range s.files {
-		if f.Family == famTogether {
-			all = append(all, f)
-		}
-	}
-	slices.SortFunc(all, func(a, b *fileRec) int { return int(b.Seq - a.Seq) })
 	data := []any{}
-	for _, f := range all {
+	for _, f := range s.familyFiles(famTogether, nil) {
 		data = append(data, s.togetherFileJSON(f))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-func (s *Server) togetherCreate(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Endpoint         string `json:"endpoint"`
-		InputFileID      string `json:"input_file_id"`
-		CompletionWindow string `json:"completion_window"`
-		Priority         *int   `json:"priority"`
-		ModelID          string `json:"model_id"`
-	}
-	body, err := readLimited(r, 1<<20)
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
+// togetherCreateReq is the body of POST /batches.
+type togetherCreateReq struct {
+	Endpoint         string `json:"endpoint"`
+	InputFileID      string `json:"input_file_id"`
+	CompletionWindow string `json:"completion_window"`
+	Priority         *int   `json:"priority"`
+	ModelID          string `json:"model_id"`
+}
+
+func (req *togetherCreateReq) check() error {
 	switch {
-	case err != nil:
-		togetherError(w, 400, "Invalid JSON body: "+err.Error())
-		return
 	case req.InputFileID == "":
-		togetherError(w, 400, "input_file_id is required")
-		return
+		return errf(400, "input_file_id is required")
 	case req.Endpoint == "":
-		togetherError(w, 400, "endpoint is required")
-		return
+		return errf(400, "endpoint is required")
 	case !slices.Contains(togetherEndpoints, req.Endpoint):
-		togetherError(w, 400, fmt.Sprintf("Invalid endpoint %q: supported endpoints are %s", req.Endpoint, strings.Join(togetherEndpoints, ", ")))
-		return
+		return errf(400, "Invalid endpoint %q: supported endpoints are %s", req.Endpoint, strings.Join(togetherEndpoints, ", "))
 	case req.CompletionWindow != "" && req.CompletionWindow != "24h":
-		togetherError(w, 400, "Invalid completion_window: only 24h is supported")
-		return
+		return errf(400, "Invalid completion_window: only 24h is supported")
 	}
-	now := s.now()
-	s.mu.Lock()
-	s.tick(now)
-	f := s.files[req.InputFileID]
-	switch {
-	case f == nil || f.Family != famTogether:
-		s.mu.Unlock()
-		togetherError(w, 400, "Input file "+req.InputFileID+" not found")
-		return
-	case !f.Processed:
-		s.mu.Unlock()
-		togetherError(w, 400, "Input file "+req.InputFileID+" has not been processed")
-		return
-	case f.Purpose != "batch-api":
-		s.mu.Unlock()
-		togetherError(w, 400, "Input file "+req.InputFileID+" has purpose "+f.Purpose+", not batch-api")
-		return
+	return nil
+}
+
+func (s *Server) togetherCreate(w http.ResponseWriter, r *http.Request) error {
+	req, err := decode[togetherCreateReq](r, 1<<20, togetherFam)
+	if err == nil {
+		err = req.check()
 	}
-	seq := s.nextSeq()
-	id := uuidFrom(s.opts.Seed, "tbatch", "", int(seq))
-	err = linkOrCopy(s.filePath(f.ID), s.batchInput(id))
-	s.mu.Unlock()
 	if err != nil {
-		togetherError(w, 500, err.Error())
-		return
+		return err
 	}
+	sp, err := s.spoolFile(req.InputFileID, func(f *fileRec) error {
+		switch {
+		case f == nil || f.Family != famTogether:
+			return errf(400, "Input file "+req.InputFileID+" not found")
+		case !f.Processed:
+			return errf(400, "Input file "+req.InputFileID+" has not been processed")
+		case f.Purpose != "batch-api":
+			return errf(400, "Input file "+req.InputFileID+" has purpose "+f.Purpose+", not batch-api")
+		}
+		return nil
+	}, func(seq int64) string { return uuidFrom(s.opts.Seed, "tbatch", "", int(seq)) })
+	if err != nil {
+		return err
+	}
+	id, f, now := sp.id, sp.f, sp.now
 	sc, err := s.scanBodyLines(s.batchInput(id), f.Bytes, bodyScan{maxBytes: s.opts.TogetherMaxBytes,
 		maxRequests: s.opts.TogetherMaxRequests, maxCustomID: 64, jobModel: req.ModelID})
 	if err != nil {
 		os.Remove(s.batchInput(id))
-		togetherError(w, 500, err.Error())
-		return
+		return err
 	}
-	b := &batchRec{ID: id, Family: famTogether, Seq: seq, Created: now, Endpoint: req.Endpoint, Model: sc.model,
+	b := &batchRec{ID: id, Family: famTogether, Seq: sp.seq, Created: now, Endpoint: req.Endpoint, Model: sc.model,
 		InputFileID: f.ID, CompletionWindow: "24h", JobKey: jobKeyFromFilename(f.Filename),
 		N: sc.n, Tokens: sc.tokens, ScanErrors: sc.errs,
 		FailInjected: s.fated("vfail", id, 0, s.opts.ValidationFailRate),
 		ExpireFate:   s.fated("expire", id, 0, s.opts.ExpireRate),
 		Status:       stValidating}
-	if req.ModelID == "" {
-		b.Model = sc.model
-	} else {
+	if req.ModelID != "" {
 		b.Model = req.ModelID
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.addBatch(b)
-	answer := map[string]any{"job": s.togetherJobJSON(b, now), "warning": ""}
-	if s.forgets(b) {
-		s.forget(b)
-	}
-	writeJSON(w, http.StatusCreated, answer)
+	return s.locked(func() error {
+		s.register(w, b, http.StatusCreated, func() any {
+			return map[string]any{"job": s.togetherJobJSON(b, now), "warning": ""}
+		})
+		return nil
+	})
 }
 
 // togetherJobJSON renders a BatchJob as of now (times RFC 3339).
 func (s *Server) togetherJobJSON(b *batchRec, now time.Time) map[string]any {
 	ts := func(t *time.Time) any {
-		if t == nil {
-			return nil
-		}
-		return t.UTC().Format(time.RFC3339)
+		return optTime(t, func(t time.Time) any { return t.UTC().Format(time.RFC3339) })
 	}
 	var size int64
 	if f := s.files[b.InputFileID]; f != nil {
@@ -385,35 +348,19 @@ func (s *Server) togetherJobJSON(b *batchRec, now time.Time) map[string]any {
 	}
 }
 
-func (s *Server) togetherGet(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	if b := s.lookupBatch(w, r.PathValue("id"), famTogether); b != nil {
-		writeJSON(w, http.StatusOK, s.togetherJobJSON(b, now))
-	}
-}
-
 // togetherCancel cancels a VALIDATING or IN_PROGRESS batch at once: the
 // requests done so far stay in its output, the others are in no file.
-func (s *Server) togetherCancel(w http.ResponseWriter, r *http.Request) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	b := s.lookupBatch(w, r.PathValue("id"), famTogether)
-	if b == nil {
-		return
-	}
-	if b.Status != stValidating && b.Status != stInProgress {
-		togetherError(w, http.StatusBadRequest, fmt.Sprintf("Batch job %s is %s and cannot be cancelled", b.ID, togetherStatuses[b.Status]))
-		return
-	}
-	if s.cancel(b, now) {
-		s.apply(b, evCancelled, now)
-	}
-	writeJSON(w, http.StatusOK, s.togetherJobJSON(b, now))
+func (s *Server) togetherCancel(w http.ResponseWriter, r *http.Request) error {
+	return s.withBatch(togetherFam, r.PathValue("id"), func(b *batchRec, now time.Time) error {
+		if b.Status != stValidating && b.Status != stInProgress {
+			return errf(http.StatusBadRequest, "Batch job %s is %s and cannot be cancelled", b.ID, togetherStatuses[b.Status])
+		}
+		if s.cancel(b, now) {
+			s.apply(b, evCancelled, now)
+		}
+		writeJSON(w, http.StatusOK, s.togetherJobJSON(b, now))
+		return nil
+	})
 }
 
 func (s *Server) togetherList(w http.ResponseWriter, r *http.Request) {

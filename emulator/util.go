@@ -1,14 +1,18 @@
 package emulator
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sluice-batch/sluice/internal/atomicfile"
 )
@@ -209,48 +213,28 @@ func togetherError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"error": msg})
 }
 
-// familyError writes a generic error in the envelope of the request's
-// family (see errorFamily).
-func familyError(w http.ResponseWriter, fam string, status int, msg string) {
-	switch fam {
-	case famMistral:
-		typ := "invalid_request_error"
-		switch {
-		case status == 401:
-			typ = "unauthorized"
-		case status == 429:
-			typ = "rate_limited"
-		case status >= 500:
-			typ = "internal_server_error"
+// optTime renders t with render, or null when t is nil.
+func optTime(t *time.Time, render func(time.Time) any) any {
+	if t == nil {
+		return nil
+	}
+	return render(*t)
+}
+
+// eachLine calls fn with each non-blank line of r, trimmed, and its line
+// number (from 1), until fn returns false or r ends.
+func eachLine(r io.Reader, fn func(t []byte, lineNo int) bool) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	for lineNo := 1; ; lineNo++ {
+		line, err := br.ReadBytes('\n')
+		if t := bytes.TrimSpace(line); len(t) > 0 && !fn(t, lineNo) {
+			return nil
 		}
-		mistralError(w, status, typ, msg)
-	case famTogether:
-		togetherError(w, status, msg)
-	case famAnthropic:
-		typ := map[int]string{400: "invalid_request_error", 401: "authentication_error",
-			404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
-			429: "rate_limit_error", 529: "overloaded_error"}[status]
-		if typ == "" {
-			typ = "api_error"
+		if err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
 		}
-		antError(w, status, typ, msg)
-	case famGemini:
-		gemError(w, status, msg)
-	case famCloudflare:
-		code := map[int]int{400: 5004, 401: 10000, 404: 7003, 405: 7001, 413: 3006, 429: 3040}[status]
-		if code == 0 {
-			code = 7000 + status%100
-		}
-		cfError(w, status, code, msg)
-	default:
-		typ, code := "invalid_request_error", ""
-		switch {
-		case status == 429:
-			typ, code = "requests", "rate_limit_exceeded"
-		case status >= 500:
-			typ = "server_error"
-		}
-		oaiError(w, status, typ, msg, "", code)
 	}
 }
 
