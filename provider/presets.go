@@ -316,6 +316,13 @@ func Resolve(p Preset, family Family, raw string) (Preset, *url.URL, error) {
 	if raw == "" {
 		raw = p.BaseURL
 	}
+	if raw == "" {
+		where := "--base-url"
+		if p.BaseURLEnv != "" {
+			where += " or " + p.BaseURLEnv
+		}
+		return p, nil, fmt.Errorf("provider %s needs a base URL (%s)", p.Name, where)
+	}
 	base, err := url.Parse(strings.TrimRight(raw, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return p, nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
