@@ -43,6 +43,7 @@ var Families = []Family{
 	{"azure", "/openai/v1", "AZURE_OPENAI_BASE_URL"},
 	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
 	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
+	{famXAI, xaiPrefix, "XAI_BASE_URL"},
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root
@@ -67,6 +68,8 @@ func familyOf(path string) string {
 		return famMistral
 	case strings.HasPrefix(path, "/together/"):
 		return famTogether
+	case strings.HasPrefix(path, "/xai/"):
+		return famXAI
 	case strings.HasPrefix(path, geminiPrefix+"/"):
 		return famGemini
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
@@ -226,6 +229,8 @@ func familyError(w http.ResponseWriter, fam string, status int, msg string) {
 		mistralError(w, status, typ, msg)
 	case famTogether:
 		togetherError(w, status, msg)
+	case famXAI:
+		xaiError(w, status, msg)
 	case famAnthropic:
 		typ := map[int]string{400: "invalid_request_error", 401: "authentication_error",
 			404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
 	"github.com/sluice-batch/sluice/provider/together"
+	"github.com/sluice-batch/sluice/provider/xai"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -49,6 +50,11 @@ type netFlags struct {
 		downloadPath string
 		mimeType     string
 	}
+	xai struct {
+		input      string
+		addBytes   int64
+		cancelPath string
+	}
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -64,6 +70,9 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
 	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
 	fs.StringVar(&n.gemini.mimeType, "gemini-mime-type", "", "--provider gemini: mimeType of uploaded chunk files (default application/jsonl; Google's docs pass jsonl)")
+	fs.StringVar(&n.xai.input, "xai-input", xai.InputRequests, "--provider xai: how a batch gets its requests: requests (add-requests calls of at most --xai-add-bytes) or file (a JSONL file uploaded to /v1/files, then create with input_file_id)")
+	fs.Int64Var(&n.xai.addBytes, "xai-add-bytes", xai.DefaultAddBytes, "--provider xai: bytes of one add-requests call at most (the docs' 25 MB)")
+	fs.StringVar(&n.xai.cancelPath, "xai-cancel-path", xai.CancelColon, "--provider xai: cancel call, :cancel (POST /v1/batches/{id}:cancel, the proto's method) or /cancel (POST /v1/batches/{id}/cancel)")
 	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
 }
 
@@ -229,6 +238,8 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		}
 		prov, err = gemini.New(gemini.Config{Config: pc, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
 			SDKDownloadPath: n.gemini.downloadPath == "api", MimeType: n.gemini.mimeType})
+	case provider.FamilyXAI:
+		prov, err = xai.New(xai.Config{Config: pc, Input: n.xai.input, AddBytes: n.xai.addBytes, CancelPath: n.xai.cancelPath})
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}
