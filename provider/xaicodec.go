@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/sluice-batch/sluice"
@@ -30,16 +29,13 @@ func (c XAICodec) Validate(it *sluice.Item) error {
 func (XAICodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
 
 func (XAICodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
-	body := it.Body
-	if it.ModelFromJob {
-		var err error
-		if body, err = withModel(body, it.Model); err != nil {
-			return dst, err
-		}
+	body, err := itemBody(it)
+	if err != nil {
+		return dst, err
 	}
 	dst = append(dst, `{"batch_request_id":`...)
 	dst = appendJSONString(dst, it.CustomID)
 	dst = append(dst, `,"batch_request":{"chat_get_completion":`...)
-	dst = append(dst, bytes.TrimSpace(body)...)
+	dst = append(dst, body...)
 	return append(dst, "}}\n"...), nil
 }
