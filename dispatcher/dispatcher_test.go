@@ -68,7 +68,7 @@ func TestBadCredentialsOnPollStopTheRun(t *testing.T) {
 	if out, err := dispatcher.New(r.db, r.prov, r.job, opts).Run(context.Background(), nil); err != nil || out != dispatcher.Stopped {
 		t.Fatalf("first run: %v %v", out, err)
 	}
-	bad, err := openai.New(openai.Config{Preset: provider.Presets["openai"], BaseURL: r.url + "/v1", APIKey: "revoked", Retry: fastRetry})
+	bad, err := openai.New(openai.Config{Config: provider.Config{Preset: provider.Presets["openai"], BaseURL: r.url + "/v1", APIKey: "revoked", Retry: fastRetry}})
 	if err != nil {
 		t.Fatal(err)
 	}

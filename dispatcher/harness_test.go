@@ -61,17 +61,17 @@ func newRig(t *testing.T, presetName string, lines []string, lim sluice.Limits, 
 	rl := httpx.RateLimit{PerSecond: -1}
 	switch p.Family {
 	case provider.FamilyOpenAI:
-		prov, err = openai.New(openai.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	case provider.FamilyAnthropic:
-		prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: srv.URL, APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = anthropic.New(anthropic.Config{Config: provider.Config{Preset: p, BaseURL: srv.URL, APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	case provider.FamilyCloudflare:
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: srv.URL + "/client/v4", AccountID: "acct", APIToken: "k", Retry: fastRetry, RateLimit: rl, TempDir: t.TempDir()})
 	case provider.FamilyMistral:
-		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: srv.URL + "/mistral", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = mistral.New(mistral.Config{Config: provider.Config{Preset: p, BaseURL: srv.URL + "/mistral", APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	case provider.FamilyTogether:
-		prov, err = together.New(together.Config{Preset: p, BaseURL: srv.URL + "/together/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = together.New(together.Config{Config: provider.Config{Preset: p, BaseURL: srv.URL + "/together/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	case provider.FamilyGemini:
-		prov, err = gemini.New(gemini.Config{Preset: p, BaseURL: srv.URL + "/gemini", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = gemini.New(gemini.Config{Config: provider.Config{Preset: p, BaseURL: srv.URL + "/gemini", APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -37,9 +37,9 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 		}
 		var prov sluice.Provider
 		if name == "openai" {
-			prov, err = openai.New(openai.Config{Preset: p, BaseURL: "http://127.0.0.1:1/v1", APIKey: "k"})
+			prov, err = openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: "http://127.0.0.1:1/v1", APIKey: "k"}})
 		} else {
-			prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: "http://127.0.0.1:1", APIKey: "k"})
+			prov, err = anthropic.New(anthropic.Config{Config: provider.Config{Preset: p, BaseURL: "http://127.0.0.1:1", APIKey: "k"}})
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -188,8 +188,7 @@ func TestStreamCutMidway(t *testing.T) {
 			r := newRig(t, "openai", lines, sluice.Limits{MaxBatchRequests: 4}, 3, emulator.Options{Seed: 6})
 			proxy, base := newCutProxy(t, r.url, tc.cuts)
 			p, _ := provider.Lookup("openai")
-			prov, err := openai.New(openai.Config{Preset: p, BaseURL: base + "/v1", APIKey: "k", Retry: fastRetry,
-				RateLimit: httpx.RateLimit{PerSecond: -1}})
+			prov, err := openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: base + "/v1", APIKey: "k", Retry: fastRetry, RateLimit: httpx.RateLimit{PerSecond: -1}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -180,7 +180,7 @@ func (s *Server) familyFiles(fam string, keep func(f *fileRec) bool) []*fileRec 
 // familyByName is the error mapping of a family (OpenAI's for a name it
 // does not know).
 func familyByName(name string) *family {
-	for _, f := range []*family{anthropicFam, cloudflareFam, geminiFam, mistralFam, togetherFam} {
+	for _, f := range []*family{anthropicFam, cloudflareFam, geminiFam, mistralFam, togetherFam, xaiFam} {
 		if f.name == name {
 			return f
 		}
@@ -303,4 +303,11 @@ var togetherFam = &family{
 	write:   func(w http.ResponseWriter, e *apiError) { togetherError(w, e.Status, e.Msg) },
 	badBody: func(err error) *apiError { return errf(http.StatusBadRequest, "Invalid JSON body: "+err.Error()) },
 	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "Batch job "+id+" not found") },
+}
+
+var xaiFam = &family{
+	name:    famXAI,
+	write:   func(w http.ResponseWriter, e *apiError) { xaiError(w, e.Status, e.Msg) },
+	badBody: func(err error) *apiError { return errf(http.StatusBadRequest, "Invalid JSON body: "+err.Error()) },
+	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "Batch "+id+" not found") },
 }

@@ -2,7 +2,7 @@
 // drives: OpenAI (and OpenAI-compatible, incl. Azure v1 paths) Files +
 // Batches, Anthropic Message Batches, Cloudflare Workers AI async batch,
 // the Gemini Developer API's Batch Mode with the Files API, Mistral batch
-// jobs and Together batches, all on one
+// jobs, Together batches and xAI batches, all on one
 // http.Handler, with a fake model, the providers' real limits and
 // fault injection. It is sluice's embedded default provider and the ground
 // truth of its integration tests; the facts it follows are in docs/providers.md.
@@ -43,6 +43,13 @@
 //	GET /together/v1/files  GET|DELETE /together/v1/files/{id}  GET /together/v1/files/{id}/content
 //	POST /together/v1/batches (201 {job, warning})  GET /together/v1/batches (bare array)
 //	GET /together/v1/batches/{id}  POST /together/v1/batches/{id}/cancel
+//
+// xAI (base URL .../xai/v1; docs/providers/xai.md):
+//
+//	POST /xai/v1/batches {name, input_file_id?}  GET /xai/v1/batches
+//	GET /xai/v1/batches/{id}  POST /xai/v1/batches/{id}:cancel (or /cancel)
+//	POST|GET /xai/v1/batches/{id}/requests  GET /xai/v1/batches/{id}/results
+//	POST|GET /xai/v1/files  GET|DELETE /xai/v1/files/{id}
 //
 // Mistral states: QUEUED 10%, RUNNING 90%, SUCCESS; past timeout_hours
 // TIMEOUT_EXCEEDED; cancel goes CANCELLATION_REQUESTED, then CANCELLED

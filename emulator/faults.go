@@ -145,6 +145,11 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) 
 			mistralError(w, http.StatusUnauthorized, "unauthorized", "Unauthorized")
 			return false
 		}
+	case famXAI:
+		if bearer != key {
+			xaiError(w, http.StatusUnauthorized, "Incorrect API key provided. Obtain an API key from https://console.x.ai.")
+			return false
+		}
 	case famTogether:
 		if strings.HasPrefix(r.URL.Path, togetherUploadPath) {
 			return true // a signed URL: its signature is checked by the handler

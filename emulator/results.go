@@ -412,6 +412,8 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 		return s.runBodyLine(b, i, line, done, undone, created)
 	case famGemini:
 		return s.runGeminiLine(b, i, line, done, undone)
+	case famXAI:
+		return s.runXAILine(b, i, line, done, undone, created)
 	}
 	return s.runOpenAILine(b, i, line, done, undone, created)
 }

@@ -41,6 +41,8 @@ type Server struct {
 	stats   Stats
 
 	syncWin syncWindow // SyncLimit's window
+
+	xai xaiState // xAI's batches (xai.go), guarded by mu
 }
 
 // New creates a Server. With opts.DataDir it loads the state left there by an
@@ -76,6 +78,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if err := s.initDirs(); err != nil {
+		return nil, err
+	}
+	if err := s.xaiLoad(); err != nil {
 		return nil, err
 	}
 	if s.persist {
@@ -169,6 +174,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.mistralRoutes(mux)
 	s.togetherRoutes(mux)
 	s.geminiRoutes(mux)
+	s.xaiRoutes(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})

@@ -47,6 +47,7 @@ var Families = []Family{
 	{"azure", "/openai/v1", "AZURE_OPENAI_BASE_URL"},
 	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
 	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
+	{famXAI, xaiPrefix, "XAI_BASE_URL"},
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root
@@ -71,6 +72,8 @@ func familyOf(path string) string {
 		return famMistral
 	case strings.HasPrefix(path, "/together/"):
 		return famTogether
+	case strings.HasPrefix(path, "/xai/"):
+		return famXAI
 	case strings.HasPrefix(path, geminiPrefix+"/"):
 		return famGemini
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):

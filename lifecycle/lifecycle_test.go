@@ -97,11 +97,11 @@ func providerFor(t *testing.T, p provider.Preset, url string) sluice.Provider {
 	var err error
 	switch p.Family {
 	case provider.FamilyOpenAI:
-		prov, err = openai.New(openai.Config{Preset: p, BaseURL: url + "/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: url + "/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	case provider.FamilyMistral:
-		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: url + "/mistral", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = mistral.New(mistral.Config{Config: provider.Config{Preset: p, BaseURL: url + "/mistral", APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	case provider.FamilyTogether:
-		prov, err = together.New(together.Config{Preset: p, BaseURL: url + "/together/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl})
+		prov, err = together.New(together.Config{Config: provider.Config{Preset: p, BaseURL: url + "/together/v1", APIKey: "k", Retry: fastRetry, RateLimit: rl}})
 	default:
 		t.Fatalf("no client for family %s in this test", p.Family)
 	}

@@ -18,6 +18,7 @@ func TestBuiltinPricesCoverPresetsAndEmulatorModels(t *testing.T) {
 		{"local", "gpt-4o-mini"}, {"azure", "gpt-4o"}, {"openai", "gpt-4o-mini-2024-07-18"},
 		{"anthropic", "claude-sonnet-4-5"}, {"anthropic", "claude-3-5-haiku-latest"},
 		{"cloudflare", "@cf/meta/llama-3.1-8b-instruct"}, {"cloudflare", "@cf/baai/bge-m3"},
+		{"xai", "grok-4"}, {"xai", "grok-4-fast-reasoning"}, {"xai", "grok-3-mini"},
 		// local runs every family's lines: each at its provider's price.
 		{"local", "gemini-2.5-flash"}, {"local", "claude-haiku-4-5"}, {"local", "@cf/meta/llama-3.1-8b-instruct"},
 	} {

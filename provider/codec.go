@@ -275,18 +275,28 @@ func (c BodyLineCodec) Validate(it *sluice.Item) error {
 func (BodyLineCodec) Envelope() sluice.Envelope { return sluice.Envelope{} }
 
 func (BodyLineCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
-	body := it.Body
-	if it.ModelFromJob {
-		var err error
-		if body, err = withModel(body, it.Model); err != nil {
-			return dst, err
-		}
+	body, err := itemBody(it)
+	if err != nil {
+		return dst, err
 	}
 	dst = append(dst, `{"custom_id":`...)
 	dst = appendJSONString(dst, it.CustomID)
 	dst = append(dst, `,"body":`...)
-	dst = append(dst, bytes.TrimSpace(body)...)
+	dst = append(dst, body...)
 	return append(dst, "}\n"...), nil
+}
+
+// itemBody is an item's body as a line carries it: the job's model put in
+// when it comes from the job, spaces trimmed.
+func itemBody(it *sluice.Item) ([]byte, error) {
+	body := it.Body
+	if it.ModelFromJob {
+		var err error
+		if body, err = withModel(body, it.Model); err != nil {
+			return nil, err
+		}
+	}
+	return bytes.TrimSpace(body), nil
 }
 
 // FamilyOf is the API family whose batch endpoint url is: Anthropic's

@@ -29,6 +29,7 @@ const (
 	FamilyMistral    Family = "mistral"    // Files + /v1/batch/jobs (docs/providers/mistral.md)
 	FamilyTogether   Family = "together"   // Files (redirect upload) + /v1/batches (docs/providers/together.md)
 	FamilyGemini     Family = "gemini"     // Gemini Developer API Batch Mode + Files API
+	FamilyXAI        Family = "xai"        // xAI batches: named batch, add-requests calls, paginated results (docs/providers/xai.md)
 )
 
 // Preset is everything sluice knows about one provider by default. Every
@@ -240,6 +241,23 @@ var Presets = map[string]Preset{
 		Window: "48h, then BATCH_STATE_EXPIRED",
 		// Retention of results is undocumented: unknown (--results-retention).
 	},
+	"xai": {
+		Name: "xai", Family: FamilyXAI, BaseURL: "https://api.x.ai/v1", BaseURLEnv: "XAI_BASE_URL",
+		KeyEnv: []string{"XAI_API_KEY"}, AuthHeader: "Authorization",
+		// No per-batch size is documented: batches over 100,000 requests
+		// "may be throttled", so 100,000 is the bound; 200 MB is sluice's
+		// choice (eight add-requests calls of 25 MB). docs/providers/xai.md.
+		Limits:      sluice.Limits{MaxBatchBytes: 200_000_000, MaxBatchRequests: 100_000},
+		Endpoints:   []string{"/v1/chat/completions"},
+		InputFormat: "OpenAI chat completions body; sent as {batch_request_id, batch_request:{chat_get_completion}}",
+		// At most 100 add-requests calls per 30 s per team (and one batch
+		// created per second, paced apart in provider/xai).
+		RequestsPerSecond: 3, Burst: 5,
+		Window: "none documented (most finish within 24h); done when state.num_pending is 0",
+		Notes:  "batch created by name, requests added in calls of at most 25 MB, results paginated; one batch created per second",
+		Quirks: []string{"POST /v1/batches {name}, then POST /v1/batches/{id}/requests", "no status: done when state.num_pending is 0",
+			"results paginated (pagination_token)", "one batch created per second per team", "JSONL input file (input_file_id) with --xai-input file"},
+	},
 }
 
 // outputMax is the longest output_expires_after OpenAI accepts, and its
@@ -294,6 +312,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return NewBodyLineCodec(p.Name, p.Endpoints, p.MaxCustomID)
 	case FamilyGemini:
 		return GeminiCodec{}
+	case FamilyXAI:
+		return XAICodec{MaxCustomID: p.MaxCustomID}
 	}
 	if p.Name == "local" {
 		// The built-in emulator serves every family: so does local.
@@ -315,6 +335,13 @@ func Resolve(p Preset, family Family, raw string) (Preset, *url.URL, error) {
 	}
 	if raw == "" {
 		raw = p.BaseURL
+	}
+	if raw == "" {
+		where := "--base-url"
+		if p.BaseURLEnv != "" {
+			where += " or " + p.BaseURLEnv
+		}
+		return p, nil, fmt.Errorf("provider %s needs a base URL (%s)", p.Name, where)
 	}
 	base, err := url.Parse(strings.TrimRight(raw, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {

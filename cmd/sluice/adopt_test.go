@@ -48,6 +48,9 @@ var adoptFamilies = []adoptFamily{
 	}},
 	{name: "mistral", files: true, line: adoptChatLine("mistral-small-latest"), env: func(addr, key string) []string { return familyEnv("mistral", key, addr) }},
 	{name: "together", files: true, line: adoptChatLine("meta-llama/Llama-3.3-70B-Instruct-Turbo"), env: func(addr, key string) []string { return familyEnv("together", key, addr) }},
+	{name: "xai", line: adoptChatLine("grok-4-fast"), env: func(addr, key string) []string {
+		return []string{"XAI_API_KEY=" + key, "XAI_BASE_URL=http://" + addr + "/xai/v1"}
+	}},
 	{name: "gemini", files: true, env: geminiEnv, line: func(id, prompt string) string {
 		return fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1beta/models/gemini-2.5-flash:generateContent","body":{"contents":[{"role":"user","parts":[{"text":%q}]}],"generationConfig":{"maxOutputTokens":64}}}`, id, prompt)
 	}},

@@ -18,11 +18,11 @@ func newEmulateCmd(g *globalFlags) *cobra.Command {
 	var o emulator.Options
 	cmd := &cobra.Command{
 		Use:   "emulate",
-		Short: "Serve the local provider emulator (OpenAI, Anthropic, Cloudflare, Gemini, Mistral and Together batch APIs on one port)",
+		Short: "Serve the local provider emulator (OpenAI, Anthropic, Cloudflare, Gemini, Mistral, Together and xAI batch APIs on one port)",
 		Long: `emulate serves a faithful local copy of the OpenAI Files and Batches API (and
 every OpenAI-compatible one), Anthropic Message Batches, Cloudflare Workers
-AI async batch, Gemini Batch Mode with the Files API, Mistral batch jobs and
-Together batches, with a deterministic fake model, the real limits, and fault
+AI async batch, Gemini Batch Mode with the Files API, Mistral batch jobs,
+Together batches and xAI batches, with a deterministic fake model, the real limits, and fault
 injection. It prints every family's base URL at start; point an SDK at it:
 
   OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=any
@@ -31,6 +31,7 @@ injection. It prints every family's base URL at start; point an SDK at it:
   GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8080/gemini GEMINI_API_KEY=any
   MISTRAL_BASE_URL=http://127.0.0.1:8080/mistral MISTRAL_API_KEY=any
   TOGETHER_BASE_URL=http://127.0.0.1:8080/together/v1 TOGETHER_API_KEY=any
+  XAI_BASE_URL=http://127.0.0.1:8080/xai/v1 XAI_API_KEY=any
 
 When $SLUICE_EMULATOR_API_KEY is set, only that key is accepted (else any).
 GET /_emulator/info answers {"base_urls": {family: URL}}; GET /_emulator/stats

@@ -66,6 +66,9 @@ var matrixProviders = []matrixProvider{
 		return familyEnv("together", key, addr)
 	}},
 	{name: "gemini", input: writeGeminiInput, reconciles: true, env: geminiEnv},
+	{name: "xai", input: writeMTInput, reconciles: true, env: func(addr, key string) []string {
+		return []string{"XAI_API_KEY=" + key, "XAI_BASE_URL=http://" + addr + "/xai/v1"}
+	}},
 	{name: "local", input: writeInput, reconciles: true},
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-batch/sluice/provider/mistral"
 	"github.com/sluice-batch/sluice/provider/openai"
 	"github.com/sluice-batch/sluice/provider/together"
+	"github.com/sluice-batch/sluice/provider/xai"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -50,6 +51,11 @@ type netFlags struct {
 		downloadPath string
 		mimeType     string
 	}
+	xai struct {
+		input      string
+		addBytes   int64
+		cancelPath string
+	}
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -65,6 +71,9 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
 	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
 	fs.StringVar(&n.gemini.mimeType, "gemini-mime-type", "", "--provider gemini: mimeType of uploaded chunk files (default application/jsonl; Google's docs pass jsonl)")
+	fs.StringVar(&n.xai.input, "xai-input", xai.InputRequests, "--provider xai: how a batch gets its requests: requests (add-requests calls of at most --xai-add-bytes) or file (a JSONL file uploaded to /v1/files, then create with input_file_id)")
+	fs.Int64Var(&n.xai.addBytes, "xai-add-bytes", xai.DefaultAddBytes, "--provider xai: bytes of one add-requests call at most (the docs' 25 MB)")
+	fs.StringVar(&n.xai.cancelPath, "xai-cancel-path", xai.CancelColon, "--provider xai: cancel call, :cancel (POST /v1/batches/{id}:cancel, the proto's method) or /cancel (POST /v1/batches/{id}/cancel)")
 	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
 }
 
@@ -198,13 +207,13 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	}
 	var prov sluice.Provider
 	var err error
+	// What every family's client takes; each case adds its own.
+	pc := provider.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog}
 	switch p.Family {
 	case provider.FamilyOpenAI:
-		prov, err = openai.New(openai.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
-			CompletionWindow: n.completionWindow, Limits: f.limits, Logger: plog, OutputExpiresAfter: n.sentExpiry(p)})
+		prov, err = openai.New(openai.Config{Config: pc, CompletionWindow: n.completionWindow, OutputExpiresAfter: n.sentExpiry(p)})
 	case provider.FamilyAnthropic:
-		prov, err = anthropic.New(anthropic.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
-			Limits: f.limits, Logger: plog,
+		prov, err = anthropic.New(anthropic.Config{Config: pc,
 			// Batches this job already records are never adopted by Find.
 			Claimed: func(id string) bool { return db.BatchKnown(context.WithoutCancel(ctx), id) }})
 	case provider.FamilyCloudflare:
@@ -220,24 +229,23 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		prov, err = cloudflare.New(cloudflare.Config{Preset: p, BaseURL: baseURL, AccountID: acct, APIToken: key,
 			Retry: retry, RateLimit: rl, Limits: f.limits, Logger: plog, TempDir: tmp})
 	case provider.FamilyMistral:
-		prov, err = mistral.New(mistral.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
-			Limits: f.limits, Logger: plog, TimeoutHours: n.mistralTimeout})
+		prov, err = mistral.New(mistral.Config{Config: pc, TimeoutHours: n.mistralTimeout})
 	case provider.FamilyTogether:
-		prov, err = together.New(together.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
-			Limits: f.limits, Logger: plog, Upload: n.togetherUpload, CompletionWindow: n.completionWindow})
+		prov, err = together.New(together.Config{Config: pc, Upload: n.togetherUpload, CompletionWindow: n.completionWindow})
 	case provider.FamilyGemini:
 		if dp := n.gemini.downloadPath; dp != "download" && dp != "api" {
 			closer()
 			return nil, nil, usageErr("--gemini-download-path %q: want download or api", dp)
 		}
-		prov, err = gemini.New(gemini.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
-			Limits: f.limits, Logger: plog, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
+		prov, err = gemini.New(gemini.Config{Config: pc, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
 			SDKDownloadPath: n.gemini.downloadPath == "api", MimeType: n.gemini.mimeType})
+	case provider.FamilyXAI:
+		prov, err = xai.New(xai.Config{Config: pc, Input: n.xai.input, AddBytes: n.xai.addBytes, CancelPath: n.xai.cancelPath})
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}
 	if err == nil && p.Name == "local" {
-		prov, err = localFamilies(ctx, prov, strings.TrimSuffix(baseURL, "/v1"), stateDir, retry, rl, f, plog, db)
+		prov, err = localFamilies(ctx, prov, strings.TrimSuffix(baseURL, "/v1"), stateDir, pc, db)
 	}
 	if err != nil {
 		closer()
@@ -248,15 +256,15 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 
 // localFamilies makes --provider local take every family's lines: the
 // in-process emulator at root serves them all (see lifecycle.MixedLocal).
-func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir string, retry httpx.Retry, rl httpx.RateLimit,
-	f *jobFlags, log zerolog.Logger, db tracker.Backend) (sluice.Provider, error) {
+func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir string, pc provider.Config, db tracker.Backend) (sluice.Provider, error) {
 	local := provider.Presets["local"]
+	retry, rl, log := pc.Retry, pc.RateLimit, pc.Logger
 	// Each family's client keeps its wire format and limits, but calls the
 	// in-process emulator at local's rate, not the real API's.
 	ap := provider.Presets["anthropic"]
 	ap.Name, ap.RequestsPerSecond, ap.Burst = local.Name, local.RequestsPerSecond, local.Burst
-	an, err := anthropic.New(anthropic.Config{Preset: ap, BaseURL: root, APIKey: "local", Retry: retry, RateLimit: rl,
-		Limits: f.limits, Logger: log,
+	pc.Preset, pc.BaseURL, pc.APIKey = ap, root, "local"
+	an, err := anthropic.New(anthropic.Config{Config: pc,
 		Claimed: func(id string) bool { return db.BatchKnown(context.WithoutCancel(ctx), id) }})
 	if err != nil {
 		return nil, err
@@ -268,14 +276,14 @@ func localFamilies(ctx context.Context, oa sluice.Provider, root, stateDir strin
 		return nil, err
 	}
 	cf, err := cloudflare.New(cloudflare.Config{Preset: cp, BaseURL: root + "/client/v4", AccountID: "local", APIToken: "local",
-		Retry: retry, RateLimit: rl, Limits: f.limits, Logger: log, TempDir: tmp})
+		Retry: retry, RateLimit: rl, Limits: pc.Limits, Logger: log, TempDir: tmp})
 	if err != nil {
 		return nil, err
 	}
 	gp := provider.Presets["gemini"]
 	gp.Name = local.Name
-	gm, err := gemini.New(gemini.Config{Preset: gp, BaseURL: root + "/gemini", APIKey: "local", Retry: retry, RateLimit: rl,
-		Limits: f.limits, Logger: log})
+	pc.Preset, pc.BaseURL = gp, root+"/gemini"
+	gm, err := gemini.New(gemini.Config{Config: pc})
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
@@ -28,31 +26,18 @@ import (
 const DefaultVersion = "2023-06-01"
 
 // Config configures a Client. The zero Preset means the "anthropic"
-// preset.
+// preset; BaseURL is without /v1, as the SDKs take it
+// (https://api.anthropic.com); APIKey is sent as x-api-key; Header is sent
+// with every request (anthropic-workspace-id, ...); FindWindow is how long
+// after the intent a batch may have been created (default 15 min: the
+// retries of one create fit in 10).
 type Config struct {
-	Preset  provider.Preset
-	BaseURL string // without /v1, as the SDKs take it: https://api.anthropic.com
-	APIKey  string // sent as x-api-key
-	HTTP    *http.Client
-	Retry   httpx.Retry
-	// RateLimit defaults to the preset's; Limiter, when set, is shared.
-	RateLimit httpx.RateLimit
-	Limiter   *httpx.Limiter
-	Version   string   // anthropic-version (default DefaultVersion)
-	Beta      []string // anthropic-beta values, if any
-	// Header is sent with every request (anthropic-workspace-id, ...).
-	Header http.Header
-	Limits sluice.Limits // put over the preset's limits
-	Logger zerolog.Logger
-	// MaxLine bounds one result line in Decode (default
-	// provider.DefaultMaxLine).
-	MaxLine int
-	Clock   httpx.Clock
+	provider.Config
+	Version string   // anthropic-version (default DefaultVersion)
+	Beta    []string // anthropic-beta values, if any
 	// FindSkew is how much earlier than the intent a batch may be stamped
-	// by the provider's clock (default DefaultFindSkew); FindWindow how long after
-	// the intent it may have been created (default 15 min: the retries of
-	// one create fit in 10).
-	FindSkew, FindWindow time.Duration
+	// by the provider's clock (default DefaultFindSkew).
+	FindSkew time.Duration
 	// Claimed, when set, reports whether a batch id is already recorded
 	// for some chunk: Find never adopts those.
 	Claimed func(batchID string) bool
@@ -72,15 +57,8 @@ const DefaultFindSkew = 2 * time.Second
 
 // Client implements sluice.Provider for Anthropic.
 type Client struct {
-	preset  provider.Preset
-	base    *url.URL
-	hc      *httpx.Client
-	limits  sluice.Limits
-	maxLine int
-	clock   httpx.Clock
-	log     zerolog.Logger
+	provider.Base
 	skew    time.Duration
-	window  time.Duration
 	claimed func(string) bool
 	own     sync.Map                // batch ids this process created or adopted
 	rt      provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
@@ -90,60 +68,32 @@ var _ sluice.Provider = (*Client)(nil)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p, base, err := provider.Resolve(cfg.Preset, provider.FamilyAnthropic, cfg.BaseURL)
-	if err != nil {
-		return nil, err
-	}
-	c := &Client{preset: p, base: base, limits: p.Limits.Override(cfg.Limits), maxLine: cfg.MaxLine,
-		clock: cfg.Clock, log: cfg.Logger, skew: cfg.FindSkew, window: cfg.FindWindow, claimed: cfg.Claimed}
-	if c.clock == nil {
-		c.clock = httpx.SystemClock{}
-	}
-	if c.skew <= 0 {
-		c.skew = DefaultFindSkew
-	}
-	if c.window <= 0 {
-		c.window = 15 * time.Minute
-	}
-	hdr := cfg.Header.Clone()
-	if hdr == nil {
-		hdr = http.Header{}
-	}
 	v := cfg.Version
 	if v == "" {
 		v = DefaultVersion
 	}
-	hdr.Set("anthropic-version", v)
+	hdr := http.Header{"Anthropic-Version": {v}}
 	if len(cfg.Beta) > 0 {
 		hdr.Set("anthropic-beta", strings.Join(cfg.Beta, ","))
 	}
-	c.hc = httpx.New(httpx.Config{
-		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
-		RateLimit:  cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}),
-		AuthHeader: "x-api-key", APIKey: cfg.APIKey,
-		Header: hdr, Errors: httpx.AnthropicErrors, Clock: c.clock, Logger: cfg.Logger,
-	})
+	base, err := provider.NewBase(cfg.Config, provider.FamilyAnthropic, provider.Wire{
+		AuthHeader: "x-api-key", Errors: httpx.AnthropicErrors, Header: hdr, FindWindow: 15 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{Base: base, skew: cfg.FindSkew, claimed: cfg.Claimed}
+	if c.skew <= 0 {
+		c.skew = DefaultFindSkew
+	}
 	return c, nil
 }
-
-func (c *Client) Name() string          { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec   { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits { return c.limits }
 
 // Capabilities: no files (the chunk is the create call's body), and
 // Untagged: Anthropic batches carry no metadata, so the dispatcher creates
 // them one at a time for Find to adopt safely.
 func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Untagged: true} }
 
-func (c *Client) url(path string, q url.Values) string {
-	u := *c.base
-	u.Path = strings.TrimRight(u.Path, "/") + path
-	u.RawPath = ""
-	if len(q) > 0 {
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
-}
+func (c *Client) url(path string, q url.Values) string { return c.Join(path, q) }
 
 func (c *Client) batchURL(id, suffix string) string {
 	return c.url("/v1/messages/batches/"+url.PathEscape(id)+suffix, nil)
@@ -162,21 +112,21 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, _ string) (slu
 	if err != nil {
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
 	}
-	start := c.clock.Now()
+	start := c.Clock.Now()
 	var adopted *messageBatch
 	call := httpx.Call{
 		Method: http.MethodPost, URL: c.url("/v1/messages/batches", nil),
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: body,
 		Reconcile: func(ctx context.Context) (bool, error) {
-			b, err := c.find(ctx, ref, start, c.clock.Now())
+			b, err := c.find(ctx, ref, start, c.Clock.Now())
 			adopted = b
 			return b != nil, err
 		},
 	}
 	var w messageBatch
-	switch err := c.hc.JSON(ctx, call, &w); {
+	switch err := c.HC.JSON(ctx, call, &w); {
 	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
+		c.Log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
 		w = *adopted
 	case err != nil:
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
@@ -190,7 +140,7 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, _ string) (slu
 // Poll reads GET /v1/messages/batches/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
 	var w messageBatch
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.batchURL(batchID, "")}, &w); err != nil {
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.batchURL(batchID, "")}, &w); err != nil {
 		return sluice.Batch{}, notFound("poll batch "+batchID, err)
 	}
 	return w.toBatch(), nil
@@ -200,7 +150,7 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 // canceling; requests already running may still finish.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
 	var w messageBatch
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.batchURL(batchID, "/cancel")}, &w); err != nil {
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.batchURL(batchID, "/cancel")}, &w); err != nil {
 		return sluice.Batch{}, notFound("cancel batch "+batchID, err)
 	}
 	return w.toBatch(), nil
@@ -212,12 +162,12 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 // to another host.
 func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
 	src := c.batchURL(b.ID, "/results")
-	if u, err := url.Parse(b.OutputFileID); err == nil && b.OutputFileID != "" && u.Scheme == c.base.Scheme && u.Host == c.base.Host {
+	if u, err := url.Parse(b.OutputFileID); err == nil && b.OutputFileID != "" && u.Scheme == c.URL.Scheme && u.Host == c.URL.Host {
 		src = b.OutputFileID
 	}
 	path := filepath.Join(dir, provider.SafeFileName(b.ID)+".results.jsonl")
 	call := httpx.Call{Method: http.MethodGet, URL: src, Header: http.Header{"Accept": {"application/x-jsonl"}}}
-	if _, err := c.hc.Download(ctx, call, path); err != nil {
+	if _, err := c.HC.Download(ctx, call, path); err != nil {
 		return nil, notFound("download results of batch "+b.ID, err)
 	}
 	return []string{path}, nil

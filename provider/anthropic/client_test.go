@@ -41,8 +41,7 @@ func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) 
 
 func newClient(t *testing.T, base string, mod ...func(*anthropic.Config)) *anthropic.Client {
 	t.Helper()
-	cfg := anthropic.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()),
-		RateLimit: httpx.RateLimit{PerSecond: -1}}
+	cfg := anthropic.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
 	for _, m := range mod {
 		m(&cfg)
 	}

@@ -52,7 +52,7 @@ type resultLine struct {
 // returns a *sluice.MalformedLines naming each skipped file:line. Any other
 // error (a file that cannot be read) ends Decode.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, c.maxLine, DecodeLine, fn)
+	return provider.DecodeJSONL(ctx, files, c.MaxLine, DecodeLine, fn)
 }
 
 // DecodeLine turns one results line into a Result.

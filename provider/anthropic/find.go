@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
@@ -50,7 +51,7 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 // FindSince is Find with the intent time given: it adopts a batch created
 // between since - FindSkew and since + FindWindow.
 func (c *Client) FindSince(ctx context.Context, ref sluice.BatchRef, since time.Time) (string, error) {
-	b, err := c.find(ctx, ref, since, since.Add(c.window))
+	b, err := c.find(ctx, ref, since, since.Add(c.FindBack))
 	if err != nil {
 		return "", fmt.Errorf("find batch of chunk %d: %w", ref.Chunk, err)
 	}
@@ -65,38 +66,37 @@ func (c *Client) FindSince(ctx context.Context, ref sluice.BatchRef, since time.
 func (c *Client) find(ctx context.Context, ref sluice.BatchRef, from, to time.Time) (*messageBatch, error) {
 	lo, hi := from.Add(-c.skew), to.Add(c.skew)
 	var found []messageBatch
-	after := ""
-	for page := 0; page < 10_000; page++ {
-		q := url.Values{"limit": {"100"}}
-		if after != "" {
-			q.Set("after_id", after)
-		}
-		var l struct {
-			Data    []messageBatch `json:"data"`
-			HasMore bool           `json:"has_more"`
-			LastID  string         `json:"last_id"`
-		}
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/v1/messages/batches", q)}, &l); err != nil {
-			return nil, err
-		}
-		allOld := len(l.Data) > 0
-		for _, b := range l.Data {
-			if b.CreatedAt.IsZero() || !b.CreatedAt.Before(lo) {
-				allOld = false
+	l := provider.Listing[messageBatch]{
+		Page: func(ctx context.Context, after string) (provider.Page[messageBatch], error) {
+			q := url.Values{"limit": {"100"}}
+			if after != "" {
+				q.Set("after_id", after)
 			}
-			if b.CreatedAt.Before(lo) || b.CreatedAt.After(hi) || b.total() != ref.Requests || c.isClaimed(b.ID) {
-				continue
+			var l struct {
+				Data    []messageBatch `json:"data"`
+				HasMore bool           `json:"has_more"`
+				LastID  string         `json:"last_id"`
 			}
-			found = append(found, b)
+			if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/v1/messages/batches", q)}, &l); err != nil {
+				return provider.Page[messageBatch]{}, err
+			}
+			last := ""
+			if len(l.Data) > 0 {
+				last = l.Data[len(l.Data)-1].ID
+			}
+			return provider.Page[messageBatch]{Items: l.Data, Next: provider.Cursor(l.HasMore, l.LastID, last)}, nil
+		},
+		Created: func(b *messageBatch) time.Time { return b.CreatedAt },
+		Cutoff:  lo,
+	}
+	err := l.Each(ctx, func(b *messageBatch) bool {
+		if !b.CreatedAt.Before(lo) && !b.CreatedAt.After(hi) && b.total() == ref.Requests && !c.isClaimed(b.ID) {
+			found = append(found, *b)
 		}
-		next := l.LastID
-		if next == "" && len(l.Data) > 0 {
-			next = l.Data[len(l.Data)-1].ID
-		}
-		if !l.HasMore || allOld || next == "" || next == after {
-			break
-		}
-		after = next
+		return false
+	})
+	if err != nil {
+		return nil, err
 	}
 	switch len(found) {
 	case 0:

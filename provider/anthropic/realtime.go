@@ -30,7 +30,7 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []b
 	if err := json.Unmarshal(item, &it); err != nil || it.CustomID == "" || len(it.Params) == 0 {
 		return sluice.Result{}, fmt.Errorf("chunk %d: an item is not a batch request (%v)", ref.Chunk, err)
 	}
-	return provider.CallSync(ctx, c.hc, provider.SyncCall{Job: ref.Job, CustomID: it.CustomID, URL: c.url("/v1/messages", nil),
+	return provider.CallSync(ctx, c.HC, provider.SyncCall{Job: ref.Job, CustomID: it.CustomID, URL: c.url("/v1/messages", nil),
 		Body: it.Params, Limits: &c.rt, Headers: provider.AnthropicRateHeaders,
 		Answer: func(resp *http.Response, b []byte, res *sluice.Result) error {
 			var buf bytes.Buffer

@@ -22,8 +22,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
@@ -39,24 +37,14 @@ const DefaultMimeType = "application/jsonl"
 // 48 hours a batch may live before it expires, and a margin.
 const DefaultFindWindow = 72 * time.Hour
 
-// Config configures a Client. The zero Preset means the "gemini" preset.
+// Config configures a Client. The zero Preset means the "gemini" preset;
+// BaseURL is without the version, as the Google SDKs take it
+// (https://generativelanguage.googleapis.com); APIKey is sent as
+// x-goog-api-key; FindWindow defaults to 72 h.
 type Config struct {
-	Preset provider.Preset
-	// BaseURL without the version, as the Google SDKs take it:
-	// https://generativelanguage.googleapis.com.
-	BaseURL string
+	provider.Config
 	// APIVersion is put after the base URL (default the preset's, v1beta).
 	APIVersion string
-	APIKey     string // sent as x-goog-api-key
-	HTTP       *http.Client
-	Retry      httpx.Retry
-	// RateLimit defaults to the preset's; Limiter, when set, is shared.
-	RateLimit httpx.RateLimit
-	Limiter   *httpx.Limiter
-	Limits    sluice.Limits // put over the preset's limits
-	// Header is sent with every request.
-	Header http.Header
-	Logger zerolog.Logger
 	// ChunkSize is the bytes of one upload request (default 8 MiB), rounded
 	// up to the granularity the server announces.
 	ChunkSize int64
@@ -65,61 +53,37 @@ type Config struct {
 	// SDKDownloadPath downloads responses from /{version}/files/{id}:download
 	// (what the SDKs call) instead of the docs' /download/{version}/….
 	SDKDownloadPath bool
-	// FindWindow is how far back Find looks (default 72 h).
-	FindWindow time.Duration
-	// MaxLine bounds one result line in Decode (default
-	// provider.DefaultMaxLine).
-	MaxLine int
-	Clock   httpx.Clock
 }
 
 // Client implements sluice.Provider for the Gemini Developer API.
 type Client struct {
-	preset   provider.Preset
-	base     *url.URL
-	version  string
-	hc       *httpx.Client // retrying client
-	once     *httpx.Client // one attempt per call: upload chunks, whose retries resume from the server's offset
-	retry    httpx.Retry
-	limits   sluice.Limits
-	chunk    int64
-	mime     string
-	sdkDL    bool
-	findBack time.Duration
-	maxLine  int
-	clock    httpx.Clock
-	log      zerolog.Logger
+	provider.Base
+	version string
+	once    *httpx.Client // one attempt per call: upload chunks, whose retries resume from the server's offset
+	retry   httpx.Retry
+	chunk   int64
+	mime    string
+	sdkDL   bool
 }
 
 var _ sluice.Provider = (*Client)(nil)
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p := cfg.Preset
-	if p.Name == "" {
-		p = provider.Presets["gemini"]
-	}
-	if p.Family != provider.FamilyGemini {
-		return nil, fmt.Errorf("gemini: preset %q is of family %q", p.Name, p.Family)
-	}
-	raw := cfg.BaseURL
-	if raw == "" {
-		raw = p.BaseURL
-	}
-	base, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
+	wire := provider.Wire{AuthHeader: "x-goog-api-key", Errors: GoogleErrors, FindWindow: DefaultFindWindow}
+	base, err := provider.NewBase(cfg.Config, provider.FamilyGemini, wire)
+	if err != nil {
+		return nil, err
 	}
 	for _, v := range []string{"/v1beta", "/v1"} {
-		if strings.HasSuffix(base.Path, v) {
-			return nil, fmt.Errorf("provider %s: base URL %q ends in the API version; give it without (like https://generativelanguage.googleapis.com) and set the version apart", p.Name, raw)
+		if strings.HasSuffix(base.URL.Path, v) {
+			return nil, fmt.Errorf("provider %s: base URL %q ends in the API version; give it without (like https://generativelanguage.googleapis.com) and set the version apart", base.Preset.Name, cfg.BaseURL)
 		}
 	}
-	c := &Client{preset: p, base: base, version: cfg.APIVersion, limits: p.Limits.Override(cfg.Limits),
-		chunk: cfg.ChunkSize, mime: cfg.MimeType, sdkDL: cfg.SDKDownloadPath, findBack: cfg.FindWindow,
-		maxLine: cfg.MaxLine, clock: cfg.Clock, log: cfg.Logger, retry: cfg.Retry.WithDefaults()}
+	c := &Client{Base: base, version: cfg.APIVersion, chunk: cfg.ChunkSize, mime: cfg.MimeType,
+		sdkDL: cfg.SDKDownloadPath, retry: cfg.Retry.WithDefaults()}
 	if c.version == "" {
-		c.version = p.APIVersion
+		c.version = c.Preset.APIVersion
 	}
 	if c.version == "" {
 		c.version = "v1beta"
@@ -130,27 +94,12 @@ func New(cfg Config) (*Client, error) {
 	if c.mime == "" {
 		c.mime = DefaultMimeType
 	}
-	if c.findBack <= 0 {
-		c.findBack = DefaultFindWindow
-	}
-	if c.clock == nil {
-		c.clock = httpx.SystemClock{}
-	}
-	hc := httpx.Config{
-		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
-		RateLimit:  cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}),
-		AuthHeader: "x-goog-api-key", APIKey: cfg.APIKey,
-		Header: cfg.Header, Errors: GoogleErrors, Clock: c.clock, Logger: cfg.Logger,
-	}
-	c.hc = httpx.New(hc)
-	hc.Limiter, hc.Retry = c.hc.Limiter(), httpx.Retry{MaxAttempts: 1}
+	hc := c.HTTPConfig(cfg.Config, wire)
+	hc.Retry = httpx.Retry{MaxAttempts: 1}
 	c.once = httpx.New(hc)
 	return c, nil
 }
 
-func (c *Client) Name() string                      { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits             { return c.limits }
 func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
 
 // url is base/{version}/path with query q.
@@ -158,15 +107,7 @@ func (c *Client) url(path string, q url.Values) string {
 	return c.urlAt("/"+c.version+path, q)
 }
 
-func (c *Client) urlAt(path string, q url.Values) string {
-	u := *c.base
-	u.Path = strings.TrimRight(u.Path, "/") + path
-	u.RawPath = ""
-	if len(q) > 0 {
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
-}
+func (c *Client) urlAt(path string, q url.Values) string { return c.Join(path, q) }
 
 // DisplayName is the display name of the batch made for ref:
 // sluice-<job>-c<chunk>-a<attempt>-d<digest> (provider.BaseName). Find
@@ -231,9 +172,9 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 		},
 	}
 	var op operation
-	switch err := c.hc.JSON(ctx, call, &op); {
+	switch err := c.HC.JSON(ctx, call, &op); {
 	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("batch_id", adopted.Name).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
+		c.Log.Info().Str("batch_id", adopted.Name).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
 		return adopted.toBatch(), nil
 	case err != nil:
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, keyErr(err))
@@ -246,7 +187,7 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 // Poll reads GET /{v}/batches/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
 	var op operation
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/"+batchName(batchID), nil)}, &op); err != nil {
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/"+batchName(batchID), nil)}, &op); err != nil {
 		return sluice.Batch{}, notFound("poll batch "+batchID, err)
 	}
 	return op.toBatch(), nil
@@ -255,7 +196,7 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 // Cancel asks POST /{v}/batches/{id}:cancel, then reads the batch. A batch
 // that has already ended (400 FAILED_PRECONDITION) is just read.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/"+batchName(batchID)+":cancel", nil), Header: jsonHeader}, nil)
+	err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/"+batchName(batchID)+":cancel", nil), Header: jsonHeader}, nil)
 	var ae *sluice.APIError
 	if err != nil && !(errors.As(err, &ae) && ae.Code == "FAILED_PRECONDITION") {
 		return sluice.Batch{}, notFound("cancel batch "+batchID, err)
@@ -276,7 +217,7 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 		src = c.url("/files/"+url.PathEscape(id)+":download", url.Values{"alt": {"media"}})
 	}
 	path := filepath.Join(dir, provider.SafeFileName(b.ID)+".responses.jsonl")
-	if _, err := c.hc.Download(ctx, httpx.Call{Method: http.MethodGet, URL: src}, path); err != nil {
+	if _, err := c.HC.Download(ctx, httpx.Call{Method: http.MethodGet, URL: src}, path); err != nil {
 		return nil, notFound(fmt.Sprintf("download responses file %s of batch %s", b.OutputFileID, b.ID), err)
 	}
 	return []string{path}, nil
@@ -291,7 +232,7 @@ func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...str
 		if id == "" {
 			continue
 		}
-		err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: c.url("/"+fileName(id), nil)}, nil)
+		err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodDelete, URL: c.url("/"+fileName(id), nil)}, nil)
 		var ae *sluice.APIError
 		if err != nil && !(errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusForbidden)) {
 			errs = append(errs, fmt.Errorf("delete file %s: %w", id, keyErr(err)))

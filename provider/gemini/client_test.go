@@ -34,8 +34,7 @@ func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) 
 
 func newClient(t *testing.T, base string, mod ...func(*gemini.Config)) *gemini.Client {
 	t.Helper()
-	cfg := gemini.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()),
-		RateLimit: httpx.RateLimit{PerSecond: -1}}
+	cfg := gemini.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
 	for _, m := range mod {
 		m(&cfg)
 	}

@@ -25,7 +25,7 @@ import (
 // A line that does not parse is skipped and Decode goes on; it then
 // returns a *sluice.MalformedLines naming each skipped file:line.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, c.maxLine, DecodeLine, fn)
+	return provider.DecodeJSONL(ctx, files, c.MaxLine, DecodeLine, fn)
 }
 
 // DecodeLine turns one responses-file line into a Result.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
@@ -16,9 +17,6 @@ import (
 // listPage is the page size asked of listings (the Files API serves at
 // most 100 per page).
 const listPage = 100
-
-// maxPages bounds a listing, whatever the server says about more pages.
-const maxPages = 10_000
 
 // Find looks for what a previous run made for ref: the batch whose
 // displayName is DisplayName(ref), which carries ref's digest, made from
@@ -51,95 +49,47 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 
 func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*operation, error) {
 	want := DisplayName(ref)
-	cutoff := c.clock.Now().Add(-c.findBack)
-	var live, dead *operation
-	err := listPages(ctx, c, "/batches", "operations", func(ops []operation) bool {
-		allOld := len(ops) > 0
-		for i := range ops {
-			op := &ops[i]
-			if t := op.Metadata.CreateTime; t.IsZero() || !t.Before(cutoff) {
-				allOld = false
-			}
-			if op.Metadata.DisplayName != want || !provider.MadeFrom(op.Metadata.InputConfig.FileName, ref) {
-				continue
-			}
-			switch op.toBatch().Status {
-			case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
-				if dead == nil {
-					dead = op
-				}
-			default:
-				live = op
-				return true
-			}
-		}
-		return allOld
-	})
-	if err != nil {
-		return nil, err
-	}
-	if live != nil {
-		return live, nil
-	}
-	return dead, nil
+	l := provider.Listing[operation]{Page: pages[operation](c, "/batches", "operations"),
+		Created: func(op *operation) time.Time { return op.Metadata.CreateTime }, Cutoff: c.Cutoff()}
+	return l.Adopt(ctx, func(op *operation) bool {
+		return op.Metadata.DisplayName == want && provider.MadeFrom(op.Metadata.InputConfig.FileName, ref)
+	}, func(op *operation) sluice.BatchStatus { return op.toBatch().Status })
 }
 
 func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject, error) {
 	if ref.Digest == "" {
 		return nil, nil // no name proves a file is this chunk's (provider.MatchesFile)
 	}
-	cutoff := c.clock.Now().Add(-c.findBack)
-	var found *fileObject
-	err := listPages(ctx, c, "/files", "files", func(files []fileObject) bool {
-		allOld := len(files) > 0
-		for i := range files {
-			f := &files[i]
-			if f.CreateTime.IsZero() || !f.CreateTime.Before(cutoff) {
-				allOld = false
-			}
-			if provider.MatchesFile(f.DisplayName, int64(f.SizeBytes), ref) && (f.State == "" || f.State == "ACTIVE") {
-				found = f
-				return true
-			}
-		}
-		return allOld
+	l := provider.Listing[fileObject]{Page: pages[fileObject](c, "/files", "files"),
+		Created: func(f *fileObject) time.Time { return f.CreateTime }, Cutoff: c.Cutoff()}
+	return l.First(ctx, func(f *fileObject) bool {
+		return provider.MatchesFile(f.DisplayName, int64(f.SizeBytes), ref) && (f.State == "" || f.State == "ACTIVE")
 	})
-	if err != nil {
-		return nil, err
-	}
-	return found, nil
 }
 
-// listPages walks a listing at path (GET /{v}{path}, pageSize listPage,
-// paged with pageToken), handing visit the entries under key of each page,
-// until visit says stop, the last page, a repeated page token, or maxPages.
-func listPages[T any](ctx context.Context, c *Client, path, key string, visit func([]T) (stop bool)) error {
-	token := ""
-	for page := 0; page < maxPages; page++ {
+// pages reads the pages of a listing at path (GET /{v}{path}, pageSize
+// listPage, paged with pageToken), the entries under key of each.
+func pages[T any](c *Client, path, key string) func(context.Context, string) (provider.Page[T], error) {
+	return func(ctx context.Context, token string) (provider.Page[T], error) {
 		q := url.Values{"pageSize": {strconv.Itoa(listPage)}}
 		if token != "" {
 			q.Set("pageToken", token)
 		}
 		var l map[string]json.RawMessage
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(path, q)}, &l); err != nil {
-			return err
+		var p provider.Page[T]
+		if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(path, q)}, &l); err != nil {
+			return p, err
 		}
-		var items []T
 		if raw, ok := l[key]; ok {
-			if err := json.Unmarshal(raw, &items); err != nil {
-				return fmt.Errorf("list %s: %w", path, err)
+			if err := json.Unmarshal(raw, &p.Items); err != nil {
+				return p, fmt.Errorf("list %s: %w", path, err)
 			}
 		}
-		var next string
 		if raw, ok := l["nextPageToken"]; ok {
-			if err := json.Unmarshal(raw, &next); err != nil {
-				return fmt.Errorf("list %s: %w", path, err)
+			if err := json.Unmarshal(raw, &p.Next); err != nil {
+				return p, fmt.Errorf("list %s: %w", path, err)
 			}
 		}
-		if visit(items) || next == "" || next == token {
-			return nil
-		}
-		token = next
+		return p, nil
 	}
-	return nil
 }

@@ -29,7 +29,7 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []b
 	if err := json.Unmarshal(item, &it); err != nil || it.Key == "" || len(it.Request) == 0 || ref.Model == "" {
 		return sluice.Result{}, fmt.Errorf("chunk %d: an item is not a batch request (%v)", ref.Chunk, err)
 	}
-	res, err := provider.CallSync(ctx, c.hc, provider.SyncCall{Job: ref.Job, CustomID: it.Key,
+	res, err := provider.CallSync(ctx, c.HC, provider.SyncCall{Job: ref.Job, CustomID: it.Key,
 		URL: c.url("/"+modelName(ref.Model)+":generateContent", nil), Body: it.Request,
 		Answer: func(_ *http.Response, b []byte, res *sluice.Result) error {
 			var buf bytes.Buffer

@@ -48,7 +48,7 @@ func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error
 		}
 		f, err := c.sendChunks(ctx, upURL, ref.Path, size, gran)
 		if errors.Is(err, errSessionGone) && start < maxStarts {
-			c.log.Warn().Int64("chunk", ref.Chunk).Msg("upload session lost at the server; starting the upload over")
+			c.Log.Warn().Int64("chunk", ref.Chunk).Msg("upload session lost at the server; starting the upload over")
 			continue
 		}
 		if err != nil {
@@ -79,7 +79,7 @@ func (c *Client) startUpload(ctx context.Context, name string, size int64) (stri
 		}}
 	var raw string
 	var gran int64
-	err = c.hc.Send(ctx, call, func(resp *http.Response) error {
+	err = c.HC.Send(ctx, call, func(resp *http.Response) error {
 		defer resp.Body.Close()
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		raw = resp.Header.Get("X-Goog-Upload-URL")
@@ -96,7 +96,7 @@ func (c *Client) startUpload(ctx context.Context, name string, size int64) (stri
 	if err != nil {
 		return "", 0, fmt.Errorf("X-Goog-Upload-URL %q: %w", raw, err)
 	}
-	u.Scheme, u.Host = c.base.Scheme, c.base.Host
+	u.Scheme, u.Host = c.URL.Scheme, c.URL.Host
 	return u.String(), gran, nil
 }
 
@@ -184,42 +184,59 @@ func (c *Client) sendChunks(ctx context.Context, upURL, path string, size, gran 
 			return fileObject{}, fmt.Errorf("chunk at offset %d: %d attempts failed: %w", offset, failures, err)
 		}
 		wait := c.retry.Backoff(failures, 0.5)
-		c.log.Debug().Int64("offset", offset).Dur("wait", wait).Str("error", c.hc.Redact(err.Error())).Msg("upload chunk failed; querying the session")
+		c.Log.Debug().Int64("offset", offset).Dur("wait", wait).Str("error", c.HC.Redact(err.Error())).Msg("upload chunk failed; querying the session")
 		select {
 		case <-ctx.Done():
 			return fileObject{}, ctx.Err()
-		case <-c.clock.After(wait):
+		case <-c.Clock.After(wait):
 		}
-		q, err := c.query(ctx, upURL)
-		if err != nil {
-			var ae *sluice.APIError
-			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-				return fileObject{}, fmt.Errorf("%w: %w", errSessionGone, err)
-			}
-			return fileObject{}, fmt.Errorf("query upload session: %w", err)
+		f, at, err := c.resumeAt(ctx, upURL, size, offset)
+		if err != nil || f != nil {
+			return derefFile(f), err
 		}
-		switch {
-		case q.status == "final":
-			if q.file.Name == "" {
-				return fileObject{}, errors.New("the session is final but the query answer carries no file")
-			}
-			return q.file, nil
-		case q.status != "active":
-			return fileObject{}, fmt.Errorf("%w: status %q", errSessionGone, q.status)
-		case q.received < 0 || q.received > size:
-			return fileObject{}, fmt.Errorf("query answered %d bytes received of %d", q.received, size)
-		}
-		if q.received != offset {
-			c.log.Info().Int64("offset", offset).Int64("server_offset", q.received).Msg("upload resumes from the server's offset")
-		}
-		offset = q.received
+		offset = at
 	}
+}
+
+// resumeAt queries the session after a failed chunk: the file when the
+// upload is complete after all, else the offset to resume from.
+func (c *Client) resumeAt(ctx context.Context, upURL string, size, offset int64) (*fileObject, int64, error) {
+	q, err := c.query(ctx, upURL)
+	if err != nil {
+		var ae *sluice.APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			return nil, 0, fmt.Errorf("%w: %w", errSessionGone, err)
+		}
+		return nil, 0, fmt.Errorf("query upload session: %w", err)
+	}
+	switch {
+	case q.status == "final":
+		if q.file.Name == "" {
+			return nil, 0, errors.New("the session is final but the query answer carries no file")
+		}
+		return &q.file, 0, nil
+	case q.status != "active":
+		return nil, 0, fmt.Errorf("%w: status %q", errSessionGone, q.status)
+	case q.received < 0 || q.received > size:
+		return nil, 0, fmt.Errorf("query answered %d bytes received of %d", q.received, size)
+	}
+	if q.received != offset {
+		c.Log.Info().Int64("offset", offset).Int64("server_offset", q.received).Msg("upload resumes from the server's offset")
+	}
+	return nil, q.received, nil
+}
+
+func derefFile(f *fileObject) fileObject {
+	if f == nil {
+		return fileObject{}
+	}
+	return *f
 }
 
 // query asks the session how many bytes it holds.
 func (c *Client) query(ctx context.Context, upURL string) (chunkAnswer, error) {
 	var a chunkAnswer
-	err := c.hc.Send(ctx, httpx.Call{Method: http.MethodPost, URL: upURL,
+	err := c.HC.Send(ctx, httpx.Call{Method: http.MethodPost, URL: upURL,
 		Header: http.Header{"X-Goog-Upload-Command": {"query"}}}, func(resp *http.Response) (err error) {
 		a, err = readChunkAnswer(resp)
 		return err

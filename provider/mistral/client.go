@@ -19,47 +19,28 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/httpx"
-	"github.com/sluice-batch/sluice/provider/openai"
 )
 
-// Config configures a Client.
+// Config configures a Client: the zero Preset means the "mistral"
+// preset; APIKey is sent as Authorization: Bearer; FindWindow defaults to
+// 7 days.
 type Config struct {
-	Preset  provider.Preset // default: provider.Presets["mistral"]
-	BaseURL string          // default: the preset's
-	APIKey  string          // sent as Authorization: Bearer
-	HTTP    *http.Client
-	Retry   httpx.Retry
-	// RateLimit defaults to the preset's; Limiter, when set, is shared.
-	RateLimit httpx.RateLimit
-	Limiter   *httpx.Limiter
-	Limits    sluice.Limits // put over the preset's limits
-	Logger    zerolog.Logger
+	provider.Config
 	// TimeoutHours is sent on create as timeout_hours (default 24, the
 	// API's default).
 	TimeoutHours int
-	// FindWindow is how far back Find looks (default 7 days).
-	FindWindow time.Duration
-	// MaxLine bounds one result line in Decode.
-	MaxLine int
-	Clock   httpx.Clock
 }
 
 // Client implements sluice.Provider for Mistral.
 type Client struct {
-	openai.Files // Fetch, Decode, StreamResults, Forget
-	preset       provider.Preset
+	provider.Base
+	compat.Files        // Fetch, Decode, StreamResults, Forget
 	base         string // scheme://host/path, without a trailing /v1
-	hc           *httpx.Client
-	limits       sluice.Limits
 	timeout      int
-	findBack     time.Duration
-	clock        httpx.Clock
-	log          zerolog.Logger
 	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
 }
 
@@ -70,38 +51,22 @@ var (
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p, base, err := provider.Resolve(cfg.Preset, provider.FamilyMistral, cfg.BaseURL)
+	base, err := provider.NewBase(cfg.Config, provider.FamilyMistral,
+		provider.Wire{Errors: httpx.MistralErrors, FindWindow: compat.DefaultFindWindow})
 	if err != nil {
 		return nil, err
 	}
-	base.Path = strings.TrimSuffix(base.Path, "/v1")
-	base.RawQuery, base.Fragment = "", ""
-	c := &Client{
-		preset: p, base: base.String(), limits: p.Limits.Override(cfg.Limits), timeout: cfg.TimeoutHours,
-		findBack: cfg.FindWindow, clock: cfg.Clock, log: cfg.Logger,
-	}
+	u := *base.URL
+	u.Path = strings.TrimSuffix(u.Path, "/v1")
+	u.RawQuery = ""
+	c := &Client{Base: base, base: u.String(), timeout: cfg.TimeoutHours}
 	if c.timeout <= 0 {
 		c.timeout = 24
 	}
-	if c.findBack <= 0 {
-		c.findBack = openai.DefaultFindWindow
-	}
-	if c.clock == nil {
-		c.clock = httpx.SystemClock{}
-	}
-	c.hc = httpx.New(httpx.Config{
-		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
-		RateLimit:  cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}),
-		AuthHeader: "Authorization", AuthScheme: "Bearer", APIKey: cfg.APIKey,
-		Errors: httpx.MistralErrors, Clock: c.clock, Logger: cfg.Logger,
-	})
-	c.Files = openai.Files{HC: c.hc, FileURL: c.fileURL, MaxLine: cfg.MaxLine, Log: cfg.Logger}
+	c.Files = compat.Files{Base: &c.Base, FileURL: c.fileURL}
 	return c, nil
 }
 
-func (c *Client) Name() string                      { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits             { return c.limits }
 func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
 
 // url is the base URL joined with /v1 and path, with query q.
@@ -226,21 +191,21 @@ func (j *job) metadata() map[string]string {
 // in_progress, SUCCESS completed, FAILED failed, TIMEOUT_EXCEEDED expired
 // (its unfinished requests are retried), CANCELLATION_REQUESTED cancelling,
 // CANCELLED cancelled. Unknown statuses are polled on as in_progress.
-func MapStatus(s string) sluice.BatchStatus { return openai.MapStatus(s) }
+func MapStatus(s string) sluice.BatchStatus { return compat.MapStatus(s) }
 
 // Upload streams the chunk file to POST /v1/files as multipart/form-data
 // (purpose=batch, then file named sluice-<job>-c<chunk>-a<attempt>-d<digest>.jsonl).
 // A connection lost after the whole file was sent is settled by listing
 // files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
-	id, _, err := openai.UploadChunk(ctx, c.hc, c.url("/files", nil), []httpx.Field{{Name: "purpose", Value: "batch"}}, ref,
+	id, _, err := compat.UploadChunk(ctx, c.HC, c.url("/files", nil), []httpx.Field{{Name: "purpose", Value: "batch"}}, ref,
 		func(ctx context.Context) (string, error) {
 			f, err := c.findFile(ctx, ref)
 			if f == nil {
 				return "", err
 			}
 			return f.ID, err
-		}, c.log)
+		}, c.Log)
 	return id, err
 }
 
@@ -254,28 +219,25 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	}
 	req := createRequest{InputFiles: []string{fileID}, Endpoint: ref.URL, Model: ref.Model,
 		Metadata: provider.Metadata(ref), TimeoutHours: c.timeout}
-	return openai.CreateBatch(ctx, c.hc, c.url("/batch/jobs", nil), req, ref, func(ctx context.Context) (*job, error) {
+	return compat.CreateBatch(ctx, c.HC, c.url("/batch/jobs", nil), req, ref, func(ctx context.Context) (*job, error) {
 		return c.findJob(ctx, ref)
-	}, (*job).toBatch, c.log)
+	}, (*job).toBatch, c.Log)
 }
 
 // Poll reads GET /v1/batch/jobs/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
-	return openai.BatchCall(ctx, c.hc, http.MethodGet, c.jobURL(batchID), "poll batch "+batchID, (*job).toBatch)
+	return compat.BatchCall(ctx, c.HC, http.MethodGet, c.jobURL(batchID), "poll batch "+batchID, (*job).toBatch)
 }
 
 // Cancel asks POST /v1/batch/jobs/{id}/cancel; the job goes
 // CANCELLATION_REQUESTED, then CANCELLED. A refused cancel of a job that
-// has ended answers the job (openai.CancelBatch).
+// has ended answers the job (compat.CancelBatch).
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	return openai.CancelBatch(ctx, c.hc, c.jobURL(batchID)+"/cancel", c.jobURL(batchID), batchID, (*job).toBatch)
+	return compat.CancelBatch(ctx, c.HC, c.jobURL(batchID)+"/cancel", c.jobURL(batchID), batchID, (*job).toBatch)
 }
 
 // listPage is the page size of listings (the API's default).
 const listPage = 100
-
-// maxPages bounds a listing, whatever the server says about its total.
-const maxPages = 10_000
 
 // Find looks for what a previous run made for ref: the job whose metadata
 // names ref's job, chunk, attempt and digest, made from ref's file when the
@@ -307,35 +269,18 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 	return "", "", nil
 }
 
-func (c *Client) cutoff() int64 { return c.clock.Now().Add(-c.findBack).Unix() }
-
 // findJob returns the job made for ref, or nil.
 func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error) {
-	cutoff := c.cutoff()
-	var pick provider.Adopt[job]
-	seen := 0
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"page": {strconv.Itoa(page)}, "page_size": {strconv.Itoa(listPage)}, "order_by": {"-created"}}
-		var l jobList
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batch/jobs", q)}, &l); err != nil {
-			return nil, err
-		}
-		allOld := len(l.Data) > 0
-		for i := range l.Data {
-			j := &l.Data[i]
-			if j.CreatedAt == 0 || j.CreatedAt >= cutoff {
-				allOld = false
-			}
-			if provider.MatchesMetadata(j.metadata(), j.inputFile(), ref) && pick.Offer(j, MapStatus(j.Status)) {
-				return j, nil
-			}
-		}
-		seen += len(l.Data)
-		if len(l.Data) < listPage || allOld || (l.Total > 0 && seen >= l.Total) {
-			break
-		}
+	l := provider.Listing[job]{
+		Page: func(ctx context.Context, token string) (provider.Page[job], error) {
+			return page[jobList](ctx, c, "/batch/jobs", url.Values{"order_by": {"-created"}}, token,
+				func(l *jobList) ([]job, int) { return l.Data, l.Total })
+		},
+		Created: func(j *job) time.Time { return unix(j.CreatedAt) },
+		Cutoff:  c.Cutoff(),
 	}
-	return pick.Best(), nil
+	return l.Adopt(ctx, func(j *job) bool { return provider.MatchesMetadata(j.metadata(), j.inputFile(), ref) },
+		func(j *job) sluice.BatchStatus { return MapStatus(j.Status) })
 }
 
 // findFile returns the newest batch file uploaded for ref, or nil.
@@ -343,24 +288,44 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 	if ref.Digest == "" {
 		return nil, nil // no name proves a file is this chunk's (provider.MatchesFile)
 	}
+	l := provider.Listing[fileObject]{Page: func(ctx context.Context, token string) (provider.Page[fileObject], error) {
+		return page[fileList](ctx, c, "/files", url.Values{"purpose": {"batch"}}, token,
+			func(l *fileList) ([]fileObject, int) { return l.Data, l.Total })
+	}}
 	var best *fileObject
-	seen := 0
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"page": {strconv.Itoa(page)}, "page_size": {strconv.Itoa(listPage)}, "purpose": {"batch"}}
-		var l fileList
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files", q)}, &l); err != nil {
-			return nil, err
+	err := l.Each(ctx, func(f *fileObject) bool {
+		if provider.MatchesFile(f.Filename, f.Bytes, ref) && (best == nil || f.CreatedAt > best.CreatedAt) {
+			best = f
 		}
-		for i := range l.Data {
-			f := l.Data[i]
-			if provider.MatchesFile(f.Filename, f.Bytes, ref) && (best == nil || f.CreatedAt > best.CreatedAt) {
-				best = &f
-			}
-		}
-		seen += len(l.Data)
-		if len(l.Data) < listPage || (l.Total > 0 && seen >= l.Total) {
-			break
-		}
+		return false
+	})
+	return best, err
+}
+
+// page reads page token (a page number; "" is 0) of the listing at path,
+// an L, whose entries and total parts gives. The next page is the one
+// after, unless this one was short or the total is reached.
+func page[L, T any](ctx context.Context, c *Client, path string, q url.Values, token string,
+	parts func(*L) ([]T, int)) (provider.Page[T], error) {
+	n, _ := strconv.Atoi(token)
+	q.Set("page", strconv.Itoa(n))
+	q.Set("page_size", strconv.Itoa(listPage))
+	var l L
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(path, q)}, &l); err != nil {
+		return provider.Page[T]{}, err
 	}
-	return best, nil
+	items, total := parts(&l)
+	p := provider.Page[T]{Items: items}
+	if seen := n*listPage + len(items); len(items) == listPage && (total <= 0 || seen < total) {
+		p.Next = strconv.Itoa(n + 1)
+	}
+	return p, nil
+}
+
+// unix is a creation time of unix seconds (zero when 0: unknown).
+func unix(s int64) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(s, 0)
 }

@@ -17,8 +17,7 @@ import (
 
 func newClient(t *testing.T, base string, mod ...func(*mistral.Config)) *mistral.Client {
 	t.Helper()
-	cfg := mistral.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()),
-		RateLimit: httpx.RateLimit{PerSecond: -1}}
+	cfg := mistral.Config{Config: provider.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
 	for _, m := range mod {
 		m(&cfg)
 	}

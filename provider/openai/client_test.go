@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/openai"
@@ -28,8 +29,7 @@ func newClient(t *testing.T, preset, base string, mod ...func(*openai.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := openai.Config{Preset: p, BaseURL: base, APIKey: testKey,
-		Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}
+	cfg := openai.Config{Config: provider.Config{Preset: p, BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -274,13 +274,13 @@ func TestAuthFailureIsAPIError(t *testing.T) {
 }
 
 func TestNewNeedsBaseURL(t *testing.T) {
-	if _, err := openai.New(openai.Config{Preset: provider.Presets["azure"]}); err == nil {
+	if _, err := openai.New(openai.Config{Config: provider.Config{Preset: provider.Presets["azure"]}}); err == nil {
 		t.Fatal("azure without a base URL")
 	}
-	if _, err := openai.New(openai.Config{Preset: provider.Presets["anthropic"], BaseURL: "http://x"}); err == nil {
+	if _, err := openai.New(openai.Config{Config: provider.Config{Preset: provider.Presets["anthropic"], BaseURL: "http://x"}}); err == nil {
 		t.Fatal("anthropic preset accepted")
 	}
-	c, err := openai.New(openai.Config{Preset: provider.Presets["groq"]})
+	c, err := openai.New(openai.Config{Config: provider.Config{Preset: provider.Presets["groq"]}})
 	if err != nil || c.Name() != "groq" || !c.Capabilities().Files || c.Limits().MaxBatchBytes != 100_000_000 {
 		t.Fatalf("groq: %v", err)
 	}
@@ -293,7 +293,7 @@ func TestStatusMapping(t *testing.T) {
 		"failed": sluice.BatchFailed, "expired": sluice.BatchExpired, "cancelling": sluice.BatchCancelling,
 		"CANCELING": sluice.BatchCancelling, "cancelled": sluice.BatchCancelled, "something_new": sluice.BatchInProgress,
 	} {
-		if got := openai.MapStatus(in); got != want {
+		if got := compat.MapStatus(in); got != want {
 			t.Errorf("%s: %s, want %s", in, got, want)
 		}
 	}

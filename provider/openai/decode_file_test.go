@@ -88,8 +88,7 @@ func fetchBenchResults() (dir string, files []string, size int64, err error) {
 	if err != nil {
 		return dir, nil, 0, err
 	}
-	c, err := openai.New(openai.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: testKey,
-		RateLimit: httpx.RateLimit{PerSecond: -1}})
+	c, err := openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: testKey, RateLimit: httpx.RateLimit{PerSecond: -1}}})
 	if err != nil {
 		return dir, nil, 0, err
 	}
@@ -126,7 +125,7 @@ func BenchmarkDecodeFile(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := openai.New(openai.Config{Preset: p, APIKey: testKey})
+	c, err := openai.New(openai.Config{Config: provider.Config{Preset: p, APIKey: testKey}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,8 +162,7 @@ func benchBatch(b *testing.B) (*openai.Client, sluice.Batch, int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := openai.New(openai.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: testKey,
-		RateLimit: httpx.RateLimit{PerSecond: -1}})
+	c, err := openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: srv.URL + "/v1", APIKey: testKey, RateLimit: httpx.RateLimit{PerSecond: -1}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
 
@@ -35,13 +36,13 @@ func TestDecodeLineKinds(t *testing.T) {
 		{`{"custom_id":"a","response":null,"error":{"code":"server_error","message":"m"}}`, sluice.ResultRetryable, 0, 0},
 		{`{"custom_id":"a","response":null,"error":{"code":"invalid_request","message":"m"}}`, sluice.ResultFailed, 0, 0},
 	} {
-		r, err := openai.DecodeLine([]byte(tc.line))
+		r, err := compat.DecodeLine([]byte(tc.line))
 		if err != nil || r.Kind != tc.kind || r.CustomID != "a" || r.Usage.InputTokens != tc.in || r.Usage.OutputTokens != tc.out {
 			t.Errorf("%s: %+v %v", tc.line, r, err)
 		}
 	}
 	for _, bad := range []string{`{"response":{"status_code":200}}`, `{"custom_id":"a"}`, `{"custom_id":"a","response":null,"error":null}`, `[1]`, `{`} {
-		if _, err := openai.DecodeLine([]byte(bad)); err == nil {
+		if _, err := compat.DecodeLine([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
 	}
@@ -90,7 +91,7 @@ func FuzzDecodeLine(f *testing.F) {
 	f.Add([]byte(`{"custom_id":"a","response":null,"error":{"code":"batch_expired","message":"m"}}`))
 	f.Add([]byte(`{"custom_id":"","response":{"status_code":"x"}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		r, err := openai.DecodeLine(line)
+		r, err := compat.DecodeLine(line)
 		if err == nil && (r.CustomID == "" || (r.Line.Response == nil && r.Line.Error == nil)) {
 			t.Fatalf("accepted %q as %+v", line, r)
 		}
@@ -102,7 +103,7 @@ func FuzzDecodeLine(f *testing.F) {
 // instead: sluice.Result).
 func TestDecodeLineOwnsItsBytes(t *testing.T) {
 	line := []byte(`{"id":"r1","custom_id":"a","response":{"status_code":200,"request_id":"q","body":{"x":1}},"error":null}`)
-	r, err := openai.DecodeLine(line)
+	r, err := compat.DecodeLine(line)
 	if err != nil {
 		t.Fatal(err)
 	}

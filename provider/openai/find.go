@@ -10,15 +10,13 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
 // listPage is the page size of listings: the spec allows up to 100 batches
 // and 10,000 files per page; 100 is what every compatible provider takes.
 const listPage = 100
-
-// maxPages bounds a listing, whatever the server says about has_more.
-const maxPages = 10_000
 
 // Find looks for what a previous run made for ref: the batch whose
 // metadata names ref's job, chunk, attempt and digest, made from ref's file
@@ -48,42 +46,19 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 	return "", "", nil
 }
 
-func (c *Client) cutoff() time.Time { return c.clock.Now().Add(-c.findBack) }
-
 // findBatch returns the batch made for ref, or nil.
 func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*batchObject, error) {
-	cutoff := c.cutoff()
-	var pick provider.Adopt[batchObject]
-	after := ""
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"limit": {strconv.Itoa(listPage)}}
-		if after != "" {
-			q.Set("after", after)
-		}
-		var l batchList
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches", q)}, &l); err != nil {
-			return nil, err
-		}
-		allOld := len(l.Data) > 0
-		for i := range l.Data {
-			b := &l.Data[i]
-			if b.CreatedAt.IsZero() || !b.CreatedAt.Before(cutoff) {
-				allOld = false
-			}
-			if provider.MatchesMetadata(b.Metadata, b.InputFileID, ref) && pick.Offer(b, MapStatus(b.Status)) {
-				return b, nil
-			}
-		}
-		next := l.LastID
-		if next == "" && len(l.Data) > 0 {
-			next = l.Data[len(l.Data)-1].ID
-		}
-		if !l.HasMore || allOld || next == "" || next == after {
-			break
-		}
-		after = next
+	l := provider.Listing[batchObject]{
+		Page: func(ctx context.Context, after string) (provider.Page[batchObject], error) {
+			return page[batchList](ctx, c, "/batches", url.Values{}, after, func(l *batchList) ([]batchObject, bool, string) {
+				return l.Data, l.HasMore, l.LastID
+			}, func(b *batchObject) string { return b.ID })
+		},
+		Created: func(b *batchObject) time.Time { return b.CreatedAt.Time },
+		Cutoff:  c.Cutoff(),
 	}
-	return pick.Best(), nil
+	return l.Adopt(ctx, func(b *batchObject) bool { return provider.MatchesMetadata(b.Metadata, b.InputFileID, ref) },
+		func(b *batchObject) sluice.BatchStatus { return compat.MapStatus(b.Status) })
 }
 
 // findFile returns the newest batch file uploaded for ref, or nil.
@@ -91,35 +66,37 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 	if ref.Digest == "" {
 		return nil, nil // no name proves a file is this chunk's (provider.MatchesFile)
 	}
-	cutoff := c.cutoff()
-	after := ""
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"purpose": {"batch"}, "limit": {strconv.Itoa(listPage)}, "order": {"desc"}}
-		if after != "" {
-			q.Set("after", after)
-		}
-		var l fileList
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files", q)}, &l); err != nil {
-			return nil, err
-		}
-		allOld := len(l.Data) > 0
-		for i := range l.Data {
-			f := &l.Data[i]
-			if f.CreatedAt.IsZero() || !f.CreatedAt.Before(cutoff) {
-				allOld = false
-			}
-			if provider.MatchesFile(f.Filename, f.Bytes, ref) && f.Status != "error" && f.Status != "deleted" {
-				return f, nil
-			}
-		}
-		next := l.LastID
-		if next == "" && len(l.Data) > 0 {
-			next = l.Data[len(l.Data)-1].ID
-		}
-		if !l.HasMore || allOld || next == "" || next == after {
-			break
-		}
-		after = next
+	l := provider.Listing[fileObject]{
+		Page: func(ctx context.Context, after string) (provider.Page[fileObject], error) {
+			q := url.Values{"purpose": {"batch"}, "order": {"desc"}}
+			return page[fileList](ctx, c, "/files", q, after, func(l *fileList) ([]fileObject, bool, string) {
+				return l.Data, l.HasMore, l.LastID
+			}, func(f *fileObject) string { return f.ID })
+		},
+		Created: func(f *fileObject) time.Time { return f.CreatedAt.Time },
+		Cutoff:  c.Cutoff(),
 	}
-	return nil, nil
+	return l.First(ctx, func(f *fileObject) bool {
+		return provider.MatchesFile(f.Filename, f.Bytes, ref) && f.Status != "error" && f.Status != "deleted"
+	})
+}
+
+// page reads one page of the listing at path (GET path?limit=listPage&after=),
+// an L, whose entries, has_more and last_id parts gives.
+func page[L, T any](ctx context.Context, c *Client, path string, q url.Values, after string,
+	parts func(*L) ([]T, bool, string), id func(*T) string) (provider.Page[T], error) {
+	q.Set("limit", strconv.Itoa(listPage))
+	if after != "" {
+		q.Set("after", after)
+	}
+	var l L
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(path, q)}, &l); err != nil {
+		return provider.Page[T]{}, err
+	}
+	items, more, last := parts(&l)
+	lastEntry := ""
+	if len(items) > 0 {
+		lastEntry = id(&items[len(items)-1])
+	}
+	return provider.Page[T]{Items: items, Next: provider.Cursor(more, last, lastEntry)}, nil
 }

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider/compat"
 )
 
 // createBatchRequest is the spec's CreateBatchRequest.
@@ -77,7 +77,7 @@ type batchList struct {
 func (w *batchObject) toBatch() sluice.Batch {
 	b := sluice.Batch{
 		ID:             w.ID,
-		Status:         MapStatus(w.Status),
+		Status:         compat.MapStatus(w.Status),
 		ProviderStatus: w.Status,
 		OutputFileID:   w.OutputFileID,
 		ErrorFileID:    w.ErrorFileID,
@@ -95,41 +95,6 @@ func (w *batchObject) toBatch() sluice.Batch {
 		b.Total, b.Completed, b.Failed = rc.Total, rc.Completed, rc.Failed
 	}
 	return b
-}
-
-// MapStatus maps a batch status onto sluice's, case-insensitively and
-// ignoring '_', '-' and spaces: Azure's documents show "Validating" and
-// "InProgress", Together's "CANCELING", Mistral's "TIMEOUT_EXCEEDED" and
-// "CANCELLATION_REQUESTED". An unknown status maps to
-// in_progress (the batch is polled on; its word is kept verbatim in
-// ProviderStatus).
-func MapStatus(s string) sluice.BatchStatus {
-	k := strings.Map(func(r rune) rune {
-		switch r {
-		case '_', '-', ' ':
-			return -1
-		}
-		return r
-	}, strings.ToLower(s))
-	switch k {
-	case "validating", "queued", "pending":
-		return sluice.BatchValidating
-	case "inprogress", "running":
-		return sluice.BatchInProgress
-	case "finalizing":
-		return sluice.BatchFinalizing
-	case "completed", "succeeded", "success":
-		return sluice.BatchCompleted
-	case "failed":
-		return sluice.BatchFailed
-	case "expired", "timeoutexceeded":
-		return sluice.BatchExpired
-	case "cancelling", "canceling", "cancellationrequested":
-		return sluice.BatchCancelling
-	case "cancelled", "canceled":
-		return sluice.BatchCancelled
-	}
-	return sluice.BatchInProgress
 }
 
 // flexTime reads unix seconds (OpenAI) or an RFC 3339 string (Azure's

@@ -24,12 +24,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/httpx"
-	"github.com/sluice-batch/sluice/provider/openai"
 )
 
 // Upload flows.
@@ -38,39 +36,25 @@ const (
 	UploadMultipart = "multipart" // POST /files/upload multipart (Go SDK)
 )
 
-// Config configures a Client.
+// Config configures a Client: the zero Preset means the "together"
+// preset; BaseURL is with /v1; APIKey is sent as Authorization: Bearer.
 type Config struct {
-	Preset  provider.Preset // default: provider.Presets["together"]
-	BaseURL string          // with /v1; default: the preset's
-	APIKey  string          // sent as Authorization: Bearer
-	HTTP    *http.Client
-	Retry   httpx.Retry
-	// RateLimit defaults to the preset's; Limiter, when set, is shared.
-	RateLimit httpx.RateLimit
-	Limiter   *httpx.Limiter
-	Limits    sluice.Limits // put over the preset's limits
-	Logger    zerolog.Logger
+	provider.Config
 	// Upload is UploadRedirect (default) or UploadMultipart.
 	Upload string
 	// CompletionWindow is sent on create (default the preset's, "24h").
 	CompletionWindow string
-	// MaxLine bounds one result line in Decode.
-	MaxLine int
-	Clock   httpx.Clock
 }
 
 // Client implements sluice.Provider for Together.
 type Client struct {
-	openai.Files // Fetch, Decode, StreamResults, Forget
-	preset       provider.Preset
+	provider.Base
+	compat.Files // Fetch, Decode, StreamResults, Forget
 	base         string
-	hc           *httpx.Client // the API, redirects followed
 	noRedir      *httpx.Client // the API, 302 answered (upload step 1)
 	signed       *httpx.Client // signed upload URLs: no API key
 	upload       string
 	window       string
-	limits       sluice.Limits
-	log          zerolog.Logger
 	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
 }
 
@@ -81,13 +65,14 @@ var (
 
 // New returns a client for cfg.
 func New(cfg Config) (*Client, error) {
-	p, base, err := provider.Resolve(cfg.Preset, provider.FamilyTogether, cfg.BaseURL)
+	wire := provider.Wire{Errors: httpx.OpenAIErrors}
+	base, err := provider.NewBase(cfg.Config, provider.FamilyTogether, wire)
 	if err != nil {
 		return nil, err
 	}
-	base.RawQuery, base.Fragment = "", ""
-	c := &Client{preset: p, base: base.String(), upload: cfg.Upload, window: cfg.CompletionWindow,
-		limits: p.Limits.Override(cfg.Limits), log: cfg.Logger}
+	u := *base.URL
+	u.RawQuery = ""
+	c := &Client{Base: base, base: u.String(), upload: cfg.Upload, window: cfg.CompletionWindow}
 	switch c.upload {
 	case "":
 		c.upload = UploadRedirect
@@ -96,40 +81,23 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("together: unknown upload flow %q (want %s or %s)", c.upload, UploadRedirect, UploadMultipart)
 	}
 	if c.window == "" {
-		c.window = p.CompletionWindow
+		c.window = c.Preset.CompletionWindow
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = httpx.SystemClock{}
+	hcCfg := c.HTTPConfig(cfg.Config, wire)
+	if hcCfg.HTTP == nil {
+		hcCfg.HTTP = httpx.DefaultHTTPClient()
 	}
-	rl := cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst})
-	lim := cfg.Limiter
-	if lim == nil {
-		lim = httpx.NewLimiter(rl, clock)
-	}
-	hcCfg := httpx.Config{
-		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: lim,
-		AuthHeader: "Authorization", AuthScheme: "Bearer", APIKey: cfg.APIKey,
-		Errors: httpx.OpenAIErrors, Clock: clock, Logger: cfg.Logger,
-	}
-	c.hc = httpx.New(hcCfg)
-	base0 := cfg.HTTP
-	if base0 == nil {
-		base0 = httpx.DefaultHTTPClient()
-	}
+	base0 := hcCfg.HTTP
 	nr := *base0
 	nr.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	hcCfg.HTTP = &nr
 	c.noRedir = httpx.New(hcCfg)
 	hcCfg.HTTP, hcCfg.APIKey = base0, ""
 	c.signed = httpx.New(hcCfg)
-	c.Files = openai.Files{HC: c.hc, FileURL: c.fileURL, MaxLine: cfg.MaxLine, Log: cfg.Logger}
+	c.Files = compat.Files{Base: &c.Base, FileURL: c.fileURL}
 	return c, nil
 }
 
-func (c *Client) Name() string                      { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits             { return c.limits }
 func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
 
 func (c *Client) url(path string) string    { return c.base + path }
@@ -174,7 +142,7 @@ type job struct {
 
 // toBatch maps a job onto sluice's Batch.
 func (j *job) toBatch() sluice.Batch {
-	b := sluice.Batch{ID: j.ID, Status: openai.MapStatus(j.Status), ProviderStatus: j.Status,
+	b := sluice.Batch{ID: j.ID, Status: compat.MapStatus(j.Status), ProviderStatus: j.Status,
 		OutputFileID: j.OutputFileID, ErrorFileID: j.ErrorFileID}
 	if j.Error != "" {
 		b.Errors = []sluice.BatchError{{Message: j.Error}}
@@ -239,7 +207,7 @@ func (c *Client) uploadRedirect(ctx context.Context, ref sluice.BatchRef) (strin
 		return "", fmt.Errorf("PUT to the signed upload URL: %w", err)
 	}
 	var f fileObject
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.fileURL(id) + "/preprocess"}, &f); err != nil {
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.fileURL(id) + "/preprocess"}, &f); err != nil {
 		return "", fmt.Errorf("preprocess file %s: %w", id, err)
 	}
 	if f.ID != "" && f.ID != id {
@@ -256,7 +224,7 @@ func (c *Client) uploadRedirect(ctx context.Context, ref sluice.BatchRef) (strin
 // was sent is settled by listing files before the upload is repeated.
 func (c *Client) uploadMultipart(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	name := provider.UploadName(ref)
-	id, raw, err := openai.UploadChunk(ctx, c.hc, c.url("/files/upload"), []httpx.Field{{Name: "file_name", Value: name},
+	id, raw, err := compat.UploadChunk(ctx, c.HC, c.url("/files/upload"), []httpx.Field{{Name: "file_name", Value: name},
 		{Name: "purpose", Value: "batch-api"}, {Name: "file_type", Value: "jsonl"}}, ref,
 		func(ctx context.Context) (string, error) {
 			f, err := c.findFile(ctx, ref)
@@ -264,7 +232,7 @@ func (c *Client) uploadMultipart(ctx context.Context, ref sluice.BatchRef) (stri
 				return "", err
 			}
 			return f.ID, err
-		}, c.log)
+		}, c.Log)
 	if err != nil || raw == nil {
 		return id, err
 	}
@@ -295,13 +263,13 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: no input file id", ref.Chunk)
 	}
 	req := createRequest{Endpoint: ref.URL, InputFileID: fileID, CompletionWindow: c.window, ModelID: ref.Model}
-	return openai.CreateBatch(ctx, c.hc, c.url("/batches"), req, ref, func(ctx context.Context) (*created, error) {
+	return compat.CreateBatch(ctx, c.HC, c.url("/batches"), req, ref, func(ctx context.Context) (*created, error) {
 		j, err := c.findJob(ctx, func(id string) bool { return id == fileID })
 		if j == nil {
 			return nil, err
 		}
 		return &created{Job: j}, err
-	}, c.createdBatch, c.log)
+	}, c.createdBatch, c.Log)
 }
 
 // created is the answer to create.
@@ -316,22 +284,22 @@ func (c *Client) createdBatch(w *created) sluice.Batch {
 		return sluice.Batch{}
 	}
 	if w.Warning != "" {
-		c.log.Warn().Str("batch_id", w.Job.ID).Str("warning", w.Warning).Msg("together: warning on batch create")
+		c.Log.Warn().Str("batch_id", w.Job.ID).Str("warning", w.Warning).Msg("together: warning on batch create")
 	}
 	return w.Job.toBatch()
 }
 
 // Poll reads GET /batches/{id}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
-	return openai.BatchCall(ctx, c.hc, http.MethodGet, c.batchURL(batchID), "poll batch "+batchID, (*job).toBatch)
+	return compat.BatchCall(ctx, c.HC, http.MethodGet, c.batchURL(batchID), "poll batch "+batchID, (*job).toBatch)
 }
 
 // Cancel asks POST /batches/{id}/cancel. A refused cancel of a batch that
-// has ended answers the batch (openai.CancelBatch): the emulator, like the
+// has ended answers the batch (compat.CancelBatch): the emulator, like the
 // API as documented, cancels at once, so a cancel repeated after a lost
 // answer is refused.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	return openai.CancelBatch(ctx, c.hc, c.batchURL(batchID)+"/cancel", c.batchURL(batchID), batchID, (*job).toBatch)
+	return compat.CancelBatch(ctx, c.HC, c.batchURL(batchID)+"/cancel", c.batchURL(batchID), batchID, (*job).toBatch)
 }
 
 // Find looks for what a previous run made for ref: the usable files
@@ -351,9 +319,9 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 	}
 	if len(leftovers) > 0 {
 		if err := c.Forget(ctx, ref, leftovers...); err != nil {
-			c.log.Debug().Err(err).Msg("deleting the leftovers of interrupted uploads failed")
+			c.Log.Debug().Err(err).Msg("deleting the leftovers of interrupted uploads failed")
 		} else {
-			c.log.Info().Strs("file_ids", leftovers).Msg("deleted the leftovers of interrupted uploads")
+			c.Log.Info().Strs("file_ids", leftovers).Msg("deleted the leftovers of interrupted uploads")
 		}
 	}
 	ids := map[string]bool{}
@@ -399,7 +367,7 @@ func (c *Client) findFiles(ctx context.Context, ref sluice.BatchRef) ([]fileObje
 	var l struct {
 		Data []fileObject `json:"data"`
 	}
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files")}, &l); err != nil {
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/files")}, &l); err != nil {
 		return nil, nil, err
 	}
 	var usable []fileObject
@@ -421,7 +389,7 @@ func (c *Client) findFiles(ctx context.Context, ref sluice.BatchRef) ([]fileObje
 // nil.
 func (c *Client) findJob(ctx context.Context, made func(fileID string) bool) (*job, error) {
 	var raw json.RawMessage
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches")}, &raw); err != nil {
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url("/batches")}, &raw); err != nil {
 		return nil, err
 	}
 	var l []job
@@ -430,7 +398,7 @@ func (c *Client) findJob(ctx context.Context, made func(fileID string) bool) (*j
 	}
 	var pick provider.Adopt[job]
 	for i := range l {
-		if made(l[i].InputFileID) && pick.Offer(&l[i], openai.MapStatus(l[i].Status)) {
+		if made(l[i].InputFileID) && pick.Offer(&l[i], compat.MapStatus(l[i].Status)) {
 			break
 		}
 	}

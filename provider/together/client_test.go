@@ -20,8 +20,7 @@ import (
 
 func newClient(t *testing.T, base string, mod ...func(*together.Config)) *together.Client {
 	t.Helper()
-	cfg := together.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()),
-		RateLimit: httpx.RateLimit{PerSecond: -1}}
+	cfg := together.Config{Config: provider.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
 	for _, m := range mod {
 		m(&cfg)
 	}

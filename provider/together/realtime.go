@@ -5,18 +5,18 @@ import (
 	"strings"
 
 	"github.com/sluice-batch/sluice"
-	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/provider/compat"
 )
 
 var _ sluice.RealtimeCaller = (*Client)(nil)
 
 // CallRealtime implements sluice.RealtimeCaller: the chunk item's body is
 // POSTed, as written, to the batch's endpoint (ref.URL) under the base URL
-// (openai.SyncCall).
+// (compat.SyncCall).
 func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []byte) (sluice.Result, error) {
-	l, err := openai.ParseBodyLine(ref, item)
+	l, err := compat.ParseBodyLine(ref, item)
 	if err != nil {
 		return sluice.Result{}, err
 	}
-	return openai.SyncCall(ctx, c.hc, &c.rt, c.url(strings.TrimPrefix(ref.URL, "/v1")), ref.Job, l.CustomID, l.Body)
+	return compat.SyncCall(ctx, c.HC, &c.rt, c.url(strings.TrimPrefix(ref.URL, "/v1")), ref.Job, l.CustomID, l.Body)
 }

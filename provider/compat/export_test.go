@@ -1,4 +1,4 @@
-package openai
+package compat
 
 // DecodeLineStd is DecodeLine without its fast path (decode_fast_test.go).
 var DecodeLineStd = decodeLineStd

@@ -1,4 +1,4 @@
-package openai_test
+package compat_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-batch/sluice/internal/wire"
-	"github.com/sluice-batch/sluice/provider/openai"
+	"github.com/sluice-batch/sluice/provider/compat"
 )
 
 var fastSeeds = []string{
@@ -91,8 +91,8 @@ func FuzzDecodeLineFast(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		got, err := openai.DecodeLine(line)
-		want, werr := openai.DecodeLineStd(line)
+		got, err := compat.DecodeLine(line)
+		want, werr := compat.DecodeLineStd(line)
 		if (err != nil) != (werr != nil) {
 			t.Fatalf("%q: error %v, encoding/json's %v", line, err, werr)
 		}
@@ -100,7 +100,7 @@ func FuzzDecodeLineFast(f *testing.F) {
 			t.Fatalf("%q:\n got %+v\nwant %+v", line, got, want)
 		}
 		if json.Valid(line) {
-			if u, w := openai.Usage(line), openai.UsageGJSON(line); u != w {
+			if u, w := compat.Usage(line), compat.UsageGJSON(line); u != w {
 				t.Fatalf("usage of %q: %+v, gjson's %+v", line, u, w)
 			}
 		}
@@ -135,8 +135,8 @@ func BenchmarkDecodeLine(b *testing.B) {
 		name string
 		fn   func([]byte) error
 	}{
-		{"encoding/json", func(l []byte) error { _, err := openai.DecodeLineStd(l); return err }},
-		{"DecodeLine", func(l []byte) error { _, err := openai.DecodeLine(l); return err }},
+		{"encoding/json", func(l []byte) error { _, err := compat.DecodeLineStd(l); return err }},
+		{"DecodeLine", func(l []byte) error { _, err := compat.DecodeLine(l); return err }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -1,8 +1,7 @@
-package openai
+package compat
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -55,27 +54,6 @@ func (e *lineError) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Decode streams the output and error files, one line at a time (lines of
-// tens of MB are fine; nothing is loaded whole), and calls fn once per
-// line:
-//   - a response with a 2xx status_code: ResultSucceeded;
-//   - a response with 408, 429 or 5xx: ResultRetryable; other statuses:
-//     ResultFailed;
-//   - no response, an error: ResultRetryable for batch_expired,
-//     batch_cancelled, cancelled, rate_limit_exceeded, server_error (see
-//     provider.CodeKind), else ResultFailed.
-//
-// Usage comes from response.body.usage (prompt_tokens/completion_tokens,
-// or input_tokens/output_tokens for /v1/responses). A line that does not
-// parse (not JSON, no custom_id, neither a response nor an error, cut
-// short, over the line bound) is skipped and Decode goes on; it then
-// returns a *sluice.MalformedLines naming each skipped file:line. Any
-// other error (a file that cannot be read) ends Decode.
-// lookup is not needed: every line carries its custom_id.
-func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, c.maxLine, decodeLent, fn)
-}
-
 // DecodeLine turns one output or error file line into a Result that owns
 // its bytes.
 func DecodeLine(line []byte) (sluice.Result, error) {
@@ -105,96 +83,117 @@ func decodeLent(line []byte) (sluice.Result, error) {
 // a value of another type, an escaped custom_id, an error) is left to
 // decodeLineStd. Usage is read as usage reads it.
 func decodeResponse(line []byte) (res sluice.Result, ok bool) {
-	var (
-		id, resp, status, reqID, body []byte
-		bodyCompact                   bool
-		top, inResp                   uint // keys seen, by index in topKeys and respKeys
-		us                            []byte
-		usDone                        bool
-		uvals                         [4][]byte // of usageKeys
-	)
-	var path [3][]byte // the keys of the objects Walk is in
-	if !jsonscan.Walk(line, 4, func(depth int, key, v []byte, canonical bool) bool {
-		if v == nil { // entering key's object
-			path[depth-1] = key
-			return true
-		}
-		switch depth {
-		case 1:
-			switch k := member(key, topKeys, &top); k {
-			case 0: // custom_id
-				id = v
-				return plainString(v) && len(v) > 2
-			case 1: // response
-				resp = v
-				return v[0] == '{'
-			case 2: // error
-				return string(v) == "null"
-			case 3: // id
-				return v[0] == '"' || string(v) == "null"
-			default:
-				return k == noMember
-			}
-		case 2:
-			if string(path[0]) != "response" {
-				return true
-			}
-			switch k := member(key, respKeys, &inResp); k {
-			case 0:
-				status = v
-			case 1:
-				reqID = v
-				return plainString(v)
-			case 2:
-				body, bodyCompact = v, canonical
-			default:
-				return k == noMember
-			}
-			return true
-		case 3:
-			if usDone || string(path[0]) != "response" || string(path[1]) != "body" {
-				return true
-			}
-			if bytes.IndexByte(key, '\\') >= 0 {
-				return false // usage unescapes keys: encoding/json's path decides
-			}
-			if string(key) == "usage" {
-				us, usDone = v, true
-			}
-			return true
-		case 4:
-			if usDone || string(path[0]) != "response" || string(path[1]) != "body" || string(path[2]) != "usage" {
-				return true
-			}
-			if bytes.IndexByte(key, '\\') >= 0 {
-				return false
-			}
-			for i, name := range usageKeys {
-				if string(key) == name && uvals[i] == nil {
-					uvals[i] = v
-				}
-			}
-		}
-		return true
-	}) || id == nil || resp == nil || status == nil || body == nil {
+	var sc respScan
+	if !jsonscan.Walk(line, 4, sc.visit) || sc.id == nil || sc.resp == nil || sc.status == nil || sc.body == nil {
 		return res, false
 	}
-	code, err := strconv.Atoi(string(status))
+	return sc.result()
+}
+
+// respScan is what decodeResponse's walk found of a line.
+type respScan struct {
+	id, resp, status, reqID, body []byte
+	bodyCompact                   bool
+	top, inResp                   uint // keys seen, by index in topKeys and respKeys
+	us                            []byte
+	usDone                        bool
+	uvals                         [4][]byte // of usageKeys
+	path                          [3][]byte // the keys of the objects Walk is in
+}
+
+// visit is the jsonscan.Walk callback: false ends the walk, leaving the
+// line to decodeLineStd.
+func (sc *respScan) visit(depth int, key, v []byte, canonical bool) bool {
+	if v == nil { // entering key's object
+		sc.path[depth-1] = key
+		return true
+	}
+	switch depth {
+	case 1:
+		return sc.topMember(key, v)
+	case 2:
+		if string(sc.path[0]) != "response" {
+			return true
+		}
+		return sc.respMember(key, v, canonical)
+	case 3:
+		if sc.usDone || string(sc.path[0]) != "response" || string(sc.path[1]) != "body" {
+			return true
+		}
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return false // usage unescapes keys: encoding/json's path decides
+		}
+		if string(key) == "usage" {
+			sc.us, sc.usDone = v, true
+		}
+	case 4:
+		if sc.usDone || string(sc.path[0]) != "response" || string(sc.path[1]) != "body" || string(sc.path[2]) != "usage" {
+			return true
+		}
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return false
+		}
+		for i, name := range usageKeys {
+			if string(key) == name && sc.uvals[i] == nil {
+				sc.uvals[i] = v
+			}
+		}
+	}
+	return true
+}
+
+// topMember reads a member of the line's object.
+func (sc *respScan) topMember(key, v []byte) bool {
+	switch k := member(key, topKeys, &sc.top); k {
+	case 0: // custom_id
+		sc.id = v
+		return plainString(v) && len(v) > 2
+	case 1: // response
+		sc.resp = v
+		return v[0] == '{'
+	case 2: // error
+		return string(v) == "null"
+	case 3: // id
+		return v[0] == '"' || string(v) == "null"
+	default:
+		return k == noMember
+	}
+}
+
+// respMember reads a member of the line's response.
+func (sc *respScan) respMember(key, v []byte, canonical bool) bool {
+	switch k := member(key, respKeys, &sc.inResp); k {
+	case 0:
+		sc.status = v
+	case 1:
+		sc.reqID = v
+		return plainString(v)
+	case 2:
+		sc.body, sc.bodyCompact = v, canonical
+	default:
+		return k == noMember
+	}
+	return true
+}
+
+// result is the Result of a walk that found the line's parts.
+func (sc *respScan) result() (res sluice.Result, ok bool) {
+	code, err := strconv.Atoi(string(sc.status))
 	if err != nil || code == 0 {
 		return res, false
 	}
-	cid := string(id[1 : len(id)-1])
-	r := &sluice.Response{StatusCode: code, Body: body} // line's bytes: DecodeLine copies them
-	if reqID != nil {
-		r.RequestID = string(reqID[1 : len(reqID)-1])
+	cid := string(sc.id[1 : len(sc.id)-1])
+	r := &sluice.Response{StatusCode: code, Body: sc.body} // line's bytes: DecodeLine copies them
+	if sc.reqID != nil {
+		r.RequestID = string(sc.reqID[1 : len(sc.reqID)-1])
 	}
-	if bodyCompact {
+	if sc.bodyCompact {
 		r.MarkCompact()
 	}
 	u := sluice.Usage{}
-	if us != nil && us[0] == '{' {
+	if sc.us != nil && sc.us[0] == '{' {
 		var uok bool
-		if u, uok = usageOf(uvals); !uok {
+		if u, uok = usageOf(sc.uvals); !uok {
 			u = usageGJSON(r.Body)
 		}
 	}
