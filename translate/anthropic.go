@@ -1,8 +1,6 @@
 package translate
 
 import (
-	"bytes"
-	"encoding/json"
 	"slices"
 	"strings"
 
@@ -292,30 +290,16 @@ func anthropicResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 				return false
 			}
 			if name.Str == formatTool {
-				var buf bytes.Buffer
-				if json.Compact(&buf, []byte(input.Raw)) != nil {
-					buf.Reset()
-					buf.WriteString(input.Raw)
-				}
-				text.Write(buf.Bytes())
+				text.WriteString(compact(input.Raw))
 				hasText = true
 				return true
-			}
-			if nCalls > 0 {
-				calls = append(calls, ',')
 			}
 			callID := b.Get("id").String()
 			if callID == "" {
 				callID = "call_" + itoa(nCalls)
 			}
 			nCalls++
-			calls = append(calls, `{"id":`...)
-			calls = appendString(calls, callID)
-			calls = append(calls, `,"type":"function","function":{"name":`...)
-			calls = appendStr(calls, name)
-			calls = append(calls, `,"arguments":`...)
-			calls = appendJSONString(calls, input.Raw)
-			calls = append(calls, "}}"...)
+			calls = appendCall(calls, callID, name, input)
 		}
 		return true
 	})

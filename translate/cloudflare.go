@@ -1,10 +1,6 @@
 package translate
 
-import (
-	"bytes"
-	"encoding/json"
-	"github.com/tidwall/gjson"
-)
+import "github.com/tidwall/gjson"
 
 // Cloudflare translates to and from Workers AI text generation: the input
 // {messages, max_tokens, temperature, ...} of an LLM (the model is named
@@ -125,12 +121,7 @@ func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 		ch.text = &s
 	case resp.IsObject() || resp.IsArray():
 		// JSON mode answers with the JSON value itself.
-		var buf bytes.Buffer
-		if json.Compact(&buf, []byte(resp.Raw)) != nil {
-			buf.Reset()
-			buf.WriteString(resp.Raw)
-		}
-		s := buf.String()
+		s := compact(resp.Raw)
 		ch.text = &s
 	case !present(resp):
 	default:
@@ -151,28 +142,12 @@ func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 			err = errf("", "a tool call needs a name")
 			return false
 		}
-		if n > 0 {
-			ch.calls = append(ch.calls, ',')
-		}
 		id := tc.Get("id").String()
 		if id == "" {
 			id = "call_" + itoa(n)
 		}
 		n++
-		ch.calls = append(ch.calls, `{"id":`...)
-		ch.calls = appendString(ch.calls, id)
-		ch.calls = append(ch.calls, `,"type":"function","function":{"name":`...)
-		ch.calls = appendStr(ch.calls, name)
-		ch.calls = append(ch.calls, `,"arguments":`...)
-		switch {
-		case args.Type == gjson.String:
-			ch.calls = appendStr(ch.calls, args)
-		case args.IsObject():
-			ch.calls = appendJSONString(ch.calls, args.Raw)
-		default:
-			ch.calls = append(ch.calls, `"{}"`...)
-		}
-		ch.calls = append(ch.calls, "}}"...)
+		ch.calls = appendCall(ch.calls, id, name, args)
 		return true
 	})
 	if err != nil {

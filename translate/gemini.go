@@ -272,25 +272,15 @@ func geminiResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 					return false
 				}
 				args := fc.Get("args")
-				if n > 0 {
-					ch.calls = append(ch.calls, ',')
+				if !args.IsObject() {
+					args = gjson.Result{} // written as "{}"
 				}
 				id := fc.Get("id").String()
 				if id == "" {
 					id = "call_" + itoa(ci) + "_" + itoa(n)
 				}
 				n++
-				ch.calls = append(ch.calls, `{"id":`...)
-				ch.calls = appendString(ch.calls, id)
-				ch.calls = append(ch.calls, `,"type":"function","function":{"name":`...)
-				ch.calls = appendStr(ch.calls, name)
-				ch.calls = append(ch.calls, `,"arguments":`...)
-				if args.IsObject() {
-					ch.calls = appendJSONString(ch.calls, args.Raw)
-				} else {
-					ch.calls = append(ch.calls, `"{}"`...)
-				}
-				ch.calls = append(ch.calls, "}}"...)
+				ch.calls = appendCall(ch.calls, id, name, args)
 			}
 			return true
 		})
