@@ -54,10 +54,8 @@ var anthropicTurns = turns{target: "anthropic",
 func jsonMode(c *chat) bool { return present(c.format) && c.format.Get("type").Str != "text" }
 
 func anthropicEmit(dst []byte, c *chat, model string, _ []param) ([]byte, error) {
-	first := true
-	dst = append(dst, '{')
-	dst = appendKey(dst, &first, "model")
-	dst = appendString(dst, model)
+	first := false
+	dst = openBody(dst, model)
 	dst = appendKey(dst, &first, "max_tokens")
 	dst = append(dst, c.maxTokens.Raw...)
 	// System and developer messages go to "system"; they must come first.

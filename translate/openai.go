@@ -59,10 +59,8 @@ func compatContent(dst []byte, m *msg) ([]byte, error) {
 // are written in style and whose sampling parameters are fields.
 func compatEmitter(style *chatStyle, fields []rename) func([]byte, *chat, string, []param) ([]byte, error) {
 	return func(dst []byte, c *chat, model string, pass []param) ([]byte, error) {
-		first := true
-		dst = append(dst, '{')
-		dst = appendKey(dst, &first, "model")
-		dst = appendString(dst, model)
+		first := false
+		dst = openBody(dst, model)
 		dst = appendKey(dst, &first, "messages")
 		dst, _ = appendMessages(dst, c, style) // compatContent never fails
 		if present(c.maxTokens) {

@@ -260,6 +260,13 @@ func appendFields(dst []byte, first *bool, c *chat, rs []rename) []byte {
 
 // ---- writers the emitters share ----
 
+// openBody opens a native body that names its model: {"model":MODEL (the
+// next key is written after a comma).
+func openBody(dst []byte, model string) []byte {
+	dst = append(dst, `{"model":`...)
+	return appendString(dst, model)
+}
+
 // appendStrings writes a JSON array of gjson strings.
 func appendStrings(dst []byte, ss []gjson.Result) []byte {
 	dst = append(dst, '[')
