@@ -26,16 +26,26 @@ type spec struct {
 
 // request is the spec as a Target's request function.
 func (s *spec) request(dst []byte, c *chat, model string, warn func(Warning)) ([]byte, error) {
-	pass, err := others(c, s.name, warn, s.pass)
+	pass, err := s.check(c, warn)
 	if err != nil {
 		return dst, err
 	}
+	return s.emit(dst, c, model, pass)
+}
+
+// check judges the parameters no common field holds (others), then checks
+// the rules in order; it returns the parameters of s.pass that are set.
+func (s *spec) check(c *chat, warn func(Warning)) ([]param, error) {
+	pass, err := others(c, s.name, warn, s.pass)
+	if err != nil {
+		return nil, err
+	}
 	for i := range s.rules {
 		if err := s.rules[i].check(c, warn); err != nil {
-			return dst, err
+			return nil, err
 		}
 	}
-	return s.emit(dst, c, model, pass)
+	return pass, nil
 }
 
 type ruleKind uint8
