@@ -201,22 +201,10 @@ func (e *ending) describe(missing int) []string {
 // transaction records it all. A crash anywhere before that commit leaves
 // the chunk as it was, and the same work is redone.
 func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.ChunkState, fill func(*ending) error) error {
-	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests),
-		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests),
-		outcomes: make([]sluice.Outcome, 0, c.Requests)}
-	if err := d.store.ChunkRequests(ctx, d.job.ID, c.ID, func(r *sluice.Request) error {
-		if r.State != sluice.RequestPending {
-			return fmt.Errorf("chunk %d: request %q is already %s", c.ID, r.CustomID, r.State)
-		}
-		e.byID[r.CustomID] = len(e.reqs)
-		e.ids = append(e.ids, r.CustomID)
-		e.reqs = append(e.reqs, *r)
-		return nil
-	}); err != nil {
-		return fatal(err)
+	e, err := d.newEnding(ctx, c)
+	if err != nil {
+		return err
 	}
-	e.rank = make([]int8, len(e.reqs))
-	e.held = map[int]sluice.Result{}
 	rel := filepath.Join("results", fmt.Sprintf("c%06d-a%d.results", c.ID, c.Attempt))
 	path := filepath.Join(d.job.Dir, rel)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -234,42 +222,9 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 		}
 		return fmt.Errorf("chunk %d: read results: %w", c.ID, err)
 	}
-	code, msg := e.missingCode, e.missingMsg
-	if code == "" {
-		code, msg = sluice.CodeMissingResult, "the provider returned no result for this request"
-		if e.malformed != nil && e.malformed.Count > 0 {
-			msg = fmt.Sprintf("the provider returned no readable result for this request; its output had %d malformed line(s): %s",
-				e.malformed.Count, e.malformed.Summary(3))
-		}
-	}
-	missing := 0
-	for i, rank := range e.rank {
-		switch rank {
-		case rankSucceeded:
-			continue
-		case rankFailed:
-			if err := e.final(i, true, e.held[i].Line); err != nil {
-				return err
-			}
-			continue
-		case rankRetryable:
-			if e.canRetry() {
-				e.retry = append(e.retry, i)
-				continue
-			}
-			if err := e.final(i, true, e.held[i].Line); err != nil {
-				return err
-			}
-			continue
-		}
-		missing++
-		if e.canRetry() {
-			e.retry = append(e.retry, i)
-			continue
-		}
-		if err := e.final(i, true, sluice.OutputLine{Error: &sluice.LineError{Code: code, Message: msg}}); err != nil {
-			return err
-		}
+	missing, err := e.settle()
+	if err != nil {
+		return err
 	}
 	if err := e.w.Flush(); err != nil {
 		return fatal(err)
@@ -287,31 +242,7 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 			return fatal(fmt.Errorf("chunk %d: regroup retries: %w", c.ID, err))
 		}
 	}
-	c.State = sluice.ChunkDone
-	if e.failed {
-		c.State = sluice.ChunkFailed
-	}
-	c.ResultsPath = rel
-	c.EndedAt = d.now()
-	c.InputTokens += e.usage.InputTokens
-	c.OutputTokens += e.usage.OutputTokens
-	if d.caps.UsagePerBatch && e.usage.InputTokens > 0 {
-		// The batch's usage covers every request it answered.
-		e.usageEst = 0
-		for i, rank := range e.rank {
-			if rank != rankNone {
-				e.usageEst += e.reqs[i].Tokens
-			}
-		}
-	}
-	c.UsageEstTokens += e.usageEst
-	if notes := e.describe(missing); len(notes) > 0 {
-		code := e.notesCode
-		if code == "" || len(notes) > len(e.notes) {
-			code = sluice.CodeProviderOutput
-		}
-		c.SetError(code, strings.Join(notes, "; "))
-	}
+	e.record(rel, missing)
 	// What the tracker is about to record must outlive this machine.
 	for _, rel := range append([]string{rel}, chunkPaths(fin.NewChunks)...) {
 		if err := d.put(ctx, rel); err != nil {
@@ -339,6 +270,107 @@ func (d *Dispatcher) conclude(ctx context.Context, c *sluice.Chunk, from sluice.
 	ev.Int("final", len(e.outcomes)).Int("retried", len(e.retry)).Int("missing", missing).
 		Int64("input_tokens", e.usage.InputTokens).Int64("output_tokens", e.usage.OutputTokens).Msg("chunk recorded")
 	return nil
+}
+
+// newEnding reads the requests of chunk c, every one still pending, into
+// an ending.
+func (d *Dispatcher) newEnding(ctx context.Context, c *sluice.Chunk) (*ending, error) {
+	e := &ending{d: d, c: c, byID: make(map[string]int, c.Requests),
+		ids: make([]string, 0, c.Requests), reqs: make([]sluice.Request, 0, c.Requests),
+		outcomes: make([]sluice.Outcome, 0, c.Requests)}
+	if err := d.store.ChunkRequests(ctx, d.job.ID, c.ID, func(r *sluice.Request) error {
+		if r.State != sluice.RequestPending {
+			return fmt.Errorf("chunk %d: request %q is already %s", c.ID, r.CustomID, r.State)
+		}
+		e.byID[r.CustomID] = len(e.reqs)
+		e.ids = append(e.ids, r.CustomID)
+		e.reqs = append(e.reqs, *r)
+		return nil
+	}); err != nil {
+		return nil, fatal(err)
+	}
+	e.rank = make([]int8, len(e.reqs))
+	e.held = map[int]sluice.Result{}
+	return e, nil
+}
+
+// settle decides every request by the best result it got: a success is
+// final already; an error that may be retried is, while the chunk can
+// retry, else it is final like any other error; a request without a result
+// is retried, or failed with the reason of missingReason. It returns how
+// many had no result.
+func (e *ending) settle() (missing int, err error) {
+	code, msg := e.missingReason()
+	for i, rank := range e.rank {
+		var line sluice.OutputLine
+		switch rank {
+		case rankSucceeded:
+			continue
+		case rankFailed:
+			line = e.held[i].Line
+		case rankRetryable:
+			if e.canRetry() {
+				e.retry = append(e.retry, i)
+				continue
+			}
+			line = e.held[i].Line
+		default:
+			missing++
+			if e.canRetry() {
+				e.retry = append(e.retry, i)
+				continue
+			}
+			line = sluice.OutputLine{Error: &sluice.LineError{Code: code, Message: msg}}
+		}
+		if err := e.final(i, true, line); err != nil {
+			return missing, err
+		}
+	}
+	return missing, nil
+}
+
+// missingReason is the error of a request the provider returned no result
+// for.
+func (e *ending) missingReason() (sluice.ErrorCode, string) {
+	if e.missingCode != "" {
+		return e.missingCode, e.missingMsg
+	}
+	if e.malformed != nil && e.malformed.Count > 0 {
+		return sluice.CodeMissingResult, fmt.Sprintf("the provider returned no readable result for this request; its output had %d malformed line(s): %s",
+			e.malformed.Count, e.malformed.Summary(3))
+	}
+	return sluice.CodeMissingResult, "the provider returned no result for this request"
+}
+
+// record sets what the tracker records of the chunk itself: its end state,
+// results file, token counts and what its output said.
+func (e *ending) record(rel string, missing int) {
+	c, d := e.c, e.d
+	c.State = sluice.ChunkDone
+	if e.failed {
+		c.State = sluice.ChunkFailed
+	}
+	c.ResultsPath = rel
+	c.EndedAt = d.now()
+	c.InputTokens += e.usage.InputTokens
+	c.OutputTokens += e.usage.OutputTokens
+	if d.caps.UsagePerBatch && e.usage.InputTokens > 0 {
+		// The batch's usage covers every request it answered.
+		e.usageEst = 0
+		for i, rank := range e.rank {
+			if rank != rankNone {
+				e.usageEst += e.reqs[i].Tokens
+			}
+		}
+	}
+	c.UsageEstTokens += e.usageEst
+	if notes := e.describe(missing); len(notes) > 0 {
+		code := e.notesCode
+		if code == "" || len(notes) > len(e.notes) {
+			code = sluice.CodeProviderOutput
+		}
+		c.SetError(code, strings.Join(notes, "; "))
+	}
 }
 
 func chunkPaths(cs []*sluice.Chunk) []string {

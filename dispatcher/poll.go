@@ -170,46 +170,10 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 	if !b.ResultsExpireAt.IsZero() {
 		c.ResultsExpireAt = b.ResultsExpireAt // the provider's word
 	}
-	ref := c.Ref(d.job.Dir)
+	if b.Status == sluice.BatchFailed && b.QueueFull() {
+		return d.queueRefused(ctx, c, b)
+	}
 	if b.Status == sluice.BatchFailed {
-		if b.QueueFull() {
-			// A chunk refused while it was alone at the provider is itself
-			// over the limit: it is split, and a chunk of one request, which
-			// cannot be, fails after a few such refusals (split.go).
-			alone, known := d.wasAlone(c.ID)
-			if !known {
-				alone, known = d.aloneInStore(ctx, c)
-			}
-			switch {
-			case alone:
-				c.QueueRefusals++
-			case known:
-				c.QueueRefusals = 0
-			}
-			if alone && c.Requests > 1 && d.job.State != sluice.JobCancelled {
-				return true, d.splitRefused(ctx, c, b)
-			}
-			if c.QueueRefusals >= d.opts.MaxQueueRefusals {
-				msg := aloneMessage(c, c.QueueRefusals, b)
-				log.Error().Str("reason", msg).Msg("request over the provider's enqueued-token limit by itself; it fails")
-				return true, d.failForGood(ctx, c, sluice.ChunkSubmitted, sluice.CodeQueueFull, msg)
-			}
-			// The provider's enqueued-token queue is full: wait for our own
-			// batches of this model to drain, then submit again, without
-			// spending an attempt.
-			d.setQueueFull(c.Model)
-			c.State, c.BatchID, c.Stuck = sluice.ChunkPending, "", ""
-			if c.FileID != "" && d.caps.Files {
-				c.State = sluice.ChunkUploaded
-			}
-			c.SetError(sluice.CodeQueueFull, firstMessage(b.Errors))
-			c.NextPollAt = d.nextPoll(c.Polls)
-			log.Warn().Str("reason", "token_limit_exceeded").Msg("provider queue full; will resubmit when our batches drain")
-			if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
-				return false, fatal(err)
-			}
-			return true, nil
-		}
 		code, msg := sluice.CodeBatchFailed, "the provider failed the batch"
 		if len(b.Errors) > 0 && b.Errors[0].Code != "" {
 			// The provider's own code, verbatim (docs/contract.md).
@@ -224,110 +188,28 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 	// (sluice.ResultStreamer), else downloaded to raw files and read back.
 	// Either way nothing is recorded before conclude commits the chunk's
 	// results file and FinishChunk runs (docs/crash-safety.md).
-	stuck, wasStuck := c.Stuck, c.Stuck != ""
-	var bad *sluice.MalformedLines
-	finish := func(read func(lookup func(int) (string, bool), add func(sluice.Result) error) error) error {
-		bad = nil
-		select {
-		case d.concluding <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		defer func() { <-d.concluding }()
-		return d.conclude(ctx, c, sluice.ChunkSubmitted, func(e *ending) error {
-			if b.Status == sluice.BatchCancelled && !wasStuck {
-				// A batch cancelled before it ran some lines (in validating,
-				// it ran none) leaves them out of its files: they were
-				// cancelled, not lost.
-				e.missingCode, e.missingMsg = sluice.CodeBatchCancelled, "the batch was cancelled before this request ran"
-			}
-			if wasStuck {
-				// Cancelled by us: what it finished is kept, the rest retried.
-				e.notes = append(e.notes, fmt.Sprintf("%s; cancelled at the provider (ended %s), its finished lines kept",
-					stuck, b.Status))
-				e.notesCode = sluice.CodeBatchStuck
-				e.missingCode, e.missingMsg = sluice.CodeBatchStuck, "the batch was "+stuck+" and cancelled; this request got no result"
-			}
-			add := e.add
-			if rt, ok := d.prov.Codec().(sluice.ResultTranslator); ok {
-				add = func(r sluice.Result) error {
-					rt.TranslateResult(ref, &r)
-					return e.add(r)
-				}
-			}
-			err := read(e.lookup, add)
-			if errors.As(err, &bad) {
-				// Lines that do not parse were skipped; every other line was
-				// read. Their requests count as missing.
-				e.malformed = bad
-				return nil
-			}
-			return err
-		})
-	}
+	r := &reading{d: d, c: c, b: b, ref: c.Ref(d.job.Dir), stuck: c.Stuck}
 	dir := filepath.Join(d.job.Dir, "results", fmt.Sprintf("raw-c%06d-a%d", c.ID, c.Attempt))
-	streamer, streams := d.prov.(sluice.ResultStreamer)
-	streams = streams && streamer.StreamsResults(ref)
-	var err error
-	if streams {
-		err = finish(func(lookup func(int) (string, bool), add func(sluice.Result) error) error {
-			var addErr error
-			err := streamer.StreamResults(ctx, ref, b, lookup, func(r sluice.Result) error {
-				if err := add(r); err != nil {
-					addErr = err
-					return err
-				}
-				return nil
-			})
-			if err != nil && addErr == nil && !errors.As(err, new(*sluice.MalformedLines)) {
-				// The download failed: the ending is dropped, nothing of it
-				// recorded.
-				return &unfetchedError{err}
-			}
-			return err
-		})
-		if errors.Is(err, sluice.ErrStreamBroken) && ctx.Err() == nil {
-			// The download broke after some lines were read: they were
-			// dropped with the ending. Start over from files, where the
-			// HTTP layer repeats a cut download (docs/crash-safety.md): a
-			// break mid-stream costs a download, not one of the batch's
-			// fetch tries, as it did before results were streamed.
-			log.Warn().Err(err).Msg("results download broke mid-stream; nothing of it kept; downloading them to files instead")
-			streams = false
-		}
-	}
+	streams, err := r.stream(ctx)
 	if !streams {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return false, fatal(err)
 		}
-		files, ferr := d.prov.Fetch(ctx, ref, b, dir)
+		files, ferr := d.prov.Fetch(ctx, r.ref, b, dir)
 		if ferr != nil {
 			if ctx.Err() == nil && !local(ferr) {
 				os.Remove(dir) // only if empty: a partial fetch is kept for the next try
 			}
 			return d.unfetched(ctx, c, ferr)
 		}
-		err = finish(func(lookup func(int) (string, bool), add func(sluice.Result) error) error {
-			return d.prov.Decode(ctx, ref, files, lookup, add)
+		err = r.finish(ctx, func(lookup func(int) (string, bool), add func(sluice.Result) error) error {
+			return d.prov.Decode(ctx, r.ref, files, lookup, add)
 		})
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		var ue *unfetchedError
-		if errors.As(err, &ue) {
-			return d.unfetched(ctx, c, ue.err)
-		}
-		if errors.Is(err, ErrFatal) {
-			return false, err
-		}
-		if local(err) {
-			return false, fatal(err)
-		}
-		return d.fetchFailed(ctx, c, sluice.CodeResultsUnreadable, err.Error())
+		return d.unread(ctx, c, err)
 	}
-	switch {
+	switch bad := r.bad; {
 	case bad != nil && streams:
 		d.keepRaw(ctx, c, b, dir, bad)
 	case bad != nil:
@@ -339,6 +221,153 @@ func (d *Dispatcher) ended(ctx context.Context, c *sluice.Chunk, b sluice.Batch)
 	}
 	log.Info().Str("status", string(b.Status)).Msg("batch finished")
 	return true, nil
+}
+
+// queueRefused handles a batch the provider failed because its
+// enqueued-token queue was full. A chunk refused while it was alone at the
+// provider is itself over the limit: it is split, and a chunk of one
+// request, which cannot be, fails after a few such refusals (split.go).
+// Otherwise the chunk waits for our own batches of its model to drain,
+// then is submitted again, without spending an attempt.
+func (d *Dispatcher) queueRefused(ctx context.Context, c *sluice.Chunk, b sluice.Batch) (bool, error) {
+	log := d.chunkLog(c)
+	alone, known := d.wasAlone(c.ID)
+	if !known {
+		alone, known = d.aloneInStore(ctx, c)
+	}
+	switch {
+	case alone:
+		c.QueueRefusals++
+	case known:
+		c.QueueRefusals = 0
+	}
+	if alone && c.Requests > 1 && d.job.State != sluice.JobCancelled {
+		return true, d.splitRefused(ctx, c, b)
+	}
+	if c.QueueRefusals >= d.opts.MaxQueueRefusals {
+		msg := aloneMessage(c, c.QueueRefusals, b)
+		log.Error().Str("reason", msg).Msg("request over the provider's enqueued-token limit by itself; it fails")
+		return true, d.failForGood(ctx, c, sluice.ChunkSubmitted, sluice.CodeQueueFull, msg)
+	}
+	d.setQueueFull(c.Model)
+	c.State, c.BatchID, c.Stuck = sluice.ChunkPending, "", ""
+	if c.FileID != "" && d.caps.Files {
+		c.State = sluice.ChunkUploaded
+	}
+	c.SetError(sluice.CodeQueueFull, firstMessage(b.Errors))
+	c.NextPollAt = d.nextPoll(c.Polls)
+	log.Warn().Str("reason", "token_limit_exceeded").Msg("provider queue full; will resubmit when our batches drain")
+	if err := d.store.UpdateChunk(ctx, c, sluice.ChunkSubmitted); err != nil {
+		return false, fatal(err)
+	}
+	return true, nil
+}
+
+// reading is the reading of an ended batch's results into conclude.
+type reading struct {
+	d     *Dispatcher
+	c     *sluice.Chunk
+	b     sluice.Batch
+	ref   sluice.BatchRef
+	stuck string                 // why we cancelled the batch ("": we did not)
+	bad   *sluice.MalformedLines // lines that did not parse, of the last read
+}
+
+// finish concludes the chunk with the results read (one conclude at a
+// time per Dispatcher).
+func (r *reading) finish(ctx context.Context, read func(lookup func(int) (string, bool), add func(sluice.Result) error) error) error {
+	d, b := r.d, r.b
+	r.bad = nil
+	select {
+	case d.concluding <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-d.concluding }()
+	return d.conclude(ctx, r.c, sluice.ChunkSubmitted, func(e *ending) error {
+		if b.Status == sluice.BatchCancelled && r.stuck == "" {
+			// A batch cancelled before it ran some lines (in validating,
+			// it ran none) leaves them out of its files: they were
+			// cancelled, not lost.
+			e.missingCode, e.missingMsg = sluice.CodeBatchCancelled, "the batch was cancelled before this request ran"
+		}
+		if r.stuck != "" {
+			// Cancelled by us: what it finished is kept, the rest retried.
+			e.notes = append(e.notes, fmt.Sprintf("%s; cancelled at the provider (ended %s), its finished lines kept",
+				r.stuck, b.Status))
+			e.notesCode = sluice.CodeBatchStuck
+			e.missingCode, e.missingMsg = sluice.CodeBatchStuck, "the batch was "+r.stuck+" and cancelled; this request got no result"
+		}
+		add := e.add
+		if rt, ok := d.prov.Codec().(sluice.ResultTranslator); ok {
+			add = func(res sluice.Result) error {
+				rt.TranslateResult(r.ref, &res)
+				return e.add(res)
+			}
+		}
+		err := read(e.lookup, add)
+		if errors.As(err, &r.bad) {
+			// Lines that do not parse were skipped; every other line was
+			// read. Their requests count as missing.
+			e.malformed = r.bad
+			return nil
+		}
+		return err
+	})
+}
+
+// stream reads the results as they download, when the provider can; it
+// reports false when they are to be downloaded to files instead.
+func (r *reading) stream(ctx context.Context) (bool, error) {
+	streamer, ok := r.d.prov.(sluice.ResultStreamer)
+	if !ok || !streamer.StreamsResults(r.ref) {
+		return false, nil
+	}
+	err := r.finish(ctx, func(lookup func(int) (string, bool), add func(sluice.Result) error) error {
+		var addErr error
+		err := streamer.StreamResults(ctx, r.ref, r.b, lookup, func(res sluice.Result) error {
+			if err := add(res); err != nil {
+				addErr = err
+				return err
+			}
+			return nil
+		})
+		if err != nil && addErr == nil && !errors.As(err, new(*sluice.MalformedLines)) {
+			// The download failed: the ending is dropped, nothing of it
+			// recorded.
+			return &unfetchedError{err}
+		}
+		return err
+	})
+	if errors.Is(err, sluice.ErrStreamBroken) && ctx.Err() == nil {
+		// The download broke after some lines were read: they were
+		// dropped with the ending. Start over from files, where the
+		// HTTP layer repeats a cut download (docs/crash-safety.md): a
+		// break mid-stream costs a download, not one of the batch's
+		// fetch tries, as it did before results were streamed.
+		r.d.chunkLog(r.c).Warn().Err(err).Msg("results download broke mid-stream; nothing of it kept; downloading them to files instead")
+		return false, nil
+	}
+	return true, err
+}
+
+// unread handles results that were fetched (or streamed) but could not
+// be read into the chunk's ending.
+func (d *Dispatcher) unread(ctx context.Context, c *sluice.Chunk, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	var ue *unfetchedError
+	if errors.As(err, &ue) {
+		return d.unfetched(ctx, c, ue.err)
+	}
+	if errors.Is(err, ErrFatal) {
+		return false, err
+	}
+	if local(err) {
+		return false, fatal(err)
+	}
+	return d.fetchFailed(ctx, c, sluice.CodeResultsUnreadable, err.Error())
 }
 
 // unfetchedError is a failed download of a batch's results, met while

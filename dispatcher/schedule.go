@@ -229,121 +229,138 @@ func (s *sched) loop(ctx context.Context, stop <-chan struct{}) (Outcome, error)
 func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time) {
 	d := s.d
 	now := d.now()
-	wake = now.Add(d.opts.MaxPollInterval)
-	if !d.opts.Deadline.IsZero() && d.opts.Deadline.Before(wake) {
-		wake = d.opts.Deadline
+	p := &passState{now: now, wake: now.Add(d.opts.MaxPollInterval), fallback: d.fallbackOn(),
+		cancelled: d.job.State == sluice.JobCancelled, slots: d.opts.Concurrency - len(s.busy)}
+	if !d.opts.Deadline.IsZero() && d.opts.Deadline.Before(p.wake) {
+		p.wake = d.opts.Deadline
 	}
-	fallback := d.fallbackOn()
-	if fa := d.opts.FallbackAt; d.rt != nil && !fallback && !fa.IsZero() && fa.Before(wake) {
-		wake = fa
+	if fa := d.opts.FallbackAt; d.rt != nil && !p.fallback && !fa.IsZero() && fa.Before(p.wake) {
+		p.wake = fa
 	}
-	var adm *admission
-	var polls []*sluice.Chunk // due polls, started once the rest had their slots
-	cancelled := d.job.State == sluice.JobCancelled
-	slots := d.opts.Concurrency - len(s.busy)
-	nowNS, wakeNS := now.UnixNano(), wake.UnixNano()
+	nowNS, wakeNS := now.UnixNano(), p.wake.UnixNano()
 	for i := range s.slim {
-		if e := &s.slim[i]; e.idle || e.live && e.due > nowNS && !d.opts.Once && len(s.notBefore) == 0 && !fallback {
+		if e := &s.slim[i]; e.idle || e.live && e.due > nowNS && !d.opts.Once && len(s.notBefore) == 0 && !p.fallback {
 			if !e.idle {
 				wakeNS = min(wakeNS, e.due)
 			}
 			continue
 		}
 		c := s.chunks[i]
-		if c.State.Terminal() {
-			continue
-		}
-		if _, ok := s.busy[c.ID]; ok {
-			continue
-		}
-		if len(s.notBefore) > 0 {
-			if t, ok := s.notBefore[c.ID]; ok {
-				if now.Before(t) {
-					wake = earlier(wake, t)
-					continue
-				}
-				delete(s.notBefore, c.ID)
-			}
-		}
-		if d.opts.Once && s.visited[c.ID] >= s.gen {
-			continue
-		}
-		var k step
-		switch c.State {
-		case sluice.ChunkPending, sluice.ChunkUploaded:
-			if d.realtimeChunk(c.ID) || fallback && !cancelled {
-				if slots <= 0 {
-					continue
-				}
-				if adm == nil {
-					adm = s.admission(ctx)
-				}
-				if !cancelled && !adm.admitRealtime(c) {
-					continue // a cancelled job's realtime chunk sends nothing more
-				}
-				k = stepRealtime
-				break
-			}
-			if cancelled {
-				k = stepAbandon
-				break
-			}
-			if s.lessons(ctx); d.tooBig(c) {
-				k = stepRecut // over the budget as the provider counts: cut smaller first
-				break
-			}
-			if c.NextPollAt.After(now) && !d.opts.Once {
-				wake = earlier(wake, c.NextPollAt) // backing off after a refused submission
-				continue
-			}
-			if slots <= 0 {
-				continue
-			}
-			if adm == nil {
-				adm = s.admission(ctx)
-			}
-			if !adm.admit(c) {
-				continue
-			}
-			k = stepSubmit
-		case sluice.ChunkSubmitted:
-			if !d.opts.Once && c.NextPollAt.After(now) && !(fallback && c.Stuck == "") {
-				wake = earlier(wake, c.NextPollAt)
-				continue
-			}
-			polls = append(polls, c)
-			continue
-		case sluice.ChunkUploading, sluice.ChunkCreating:
-			// Left by a crashed run (or an answer lost) and not settled
-			// yet (see reconcile).
-			if c.NextPollAt.After(now) {
-				wake = earlier(wake, c.NextPollAt)
-				continue
-			}
-			k = stepReconcile
-		default:
-			continue
-		}
-		if slots <= 0 {
+		k := s.want(ctx, p, c)
+		if k == 0 || p.slots <= 0 {
 			continue
 		}
 		s.start(ctx, k, c)
-		slots--
+		p.slots--
 		started = true
 	}
 	// Results that expire soonest are fetched first (docs/providers.md,
 	// "Results expire"); chunks without a known expiry come last.
-	slices.SortStableFunc(polls, byExpiry)
-	for _, c := range polls {
-		if slots <= 0 {
+	slices.SortStableFunc(p.polls, byExpiry)
+	for _, c := range p.polls {
+		if p.slots <= 0 {
 			break
 		}
 		s.start(ctx, stepPoll, c)
-		slots--
+		p.slots--
 		started = true
 	}
-	capped = adm != nil && adm.spend != nil && adm.spend.blocked > 0 && adm.flying == 0
-	return started, capped, earlier(wake, time.Unix(0, wakeNS))
+	capped = p.adm != nil && p.adm.spend != nil && p.adm.spend.blocked > 0 && p.adm.flying == 0
+	return started, capped, earlier(p.wake, time.Unix(0, wakeNS))
+}
+
+// passState is what one pass knows and has decided so far.
+type passState struct {
+	now                 time.Time
+	wake                time.Time // when the next chunk falls due
+	fallback, cancelled bool
+	slots               int             // free slots left
+	adm                 *admission      // counted when a submission is first due
+	polls               []*sluice.Chunk // due polls, started once the rest had their slots
+}
+
+// admission returns the pass's admission counts, counting them the first
+// time.
+func (p *passState) admission(ctx context.Context, s *sched) *admission {
+	if p.adm == nil {
+		p.adm = s.admission(ctx)
+	}
+	return p.adm
+}
+
+// want is the step chunk c is due for in this pass (0: none now), by its
+// state; a due poll is queued in p.polls instead, and a chunk that waits
+// moves p.wake to its due time.
+func (s *sched) want(ctx context.Context, p *passState, c *sluice.Chunk) step {
+	d := s.d
+	if c.State.Terminal() {
+		return 0
+	}
+	if _, ok := s.busy[c.ID]; ok {
+		return 0
+	}
+	if len(s.notBefore) > 0 {
+		if t, ok := s.notBefore[c.ID]; ok {
+			if p.now.Before(t) {
+				p.wake = earlier(p.wake, t)
+				return 0
+			}
+			delete(s.notBefore, c.ID)
+		}
+	}
+	if d.opts.Once && s.visited[c.ID] >= s.gen {
+		return 0
+	}
+	switch c.State {
+	case sluice.ChunkPending, sluice.ChunkUploaded:
+		return s.wantSubmit(ctx, p, c)
+	case sluice.ChunkSubmitted:
+		if !d.opts.Once && c.NextPollAt.After(p.now) && !(p.fallback && c.Stuck == "") {
+			p.wake = earlier(p.wake, c.NextPollAt)
+			return 0
+		}
+		p.polls = append(p.polls, c)
+	case sluice.ChunkUploading, sluice.ChunkCreating:
+		// Left by a crashed run (or an answer lost) and not settled
+		// yet (see reconcile).
+		if c.NextPollAt.After(p.now) {
+			p.wake = earlier(p.wake, c.NextPollAt)
+			return 0
+		}
+		return stepReconcile
+	}
+	return 0
+}
+
+// wantSubmit is the step a chunk not yet submitted is due for: sent
+// through the synchronous API, abandoned (a cancelled job), cut smaller,
+// or submitted, as the free slots and the admission rules allow.
+func (s *sched) wantSubmit(ctx context.Context, p *passState, c *sluice.Chunk) step {
+	d := s.d
+	if d.realtimeChunk(c.ID) || p.fallback && !p.cancelled {
+		if p.slots <= 0 {
+			return 0
+		}
+		adm := p.admission(ctx, s)
+		if !p.cancelled && !adm.admitRealtime(c) {
+			return 0 // a cancelled job's realtime chunk sends nothing more
+		}
+		return stepRealtime
+	}
+	if p.cancelled {
+		return stepAbandon
+	}
+	if s.lessons(ctx); d.tooBig(c) {
+		return stepRecut // over the budget as the provider counts: cut smaller first
+	}
+	if c.NextPollAt.After(p.now) && !d.opts.Once {
+		p.wake = earlier(p.wake, c.NextPollAt) // backing off after a refused submission
+		return 0
+	}
+	if p.slots <= 0 || !p.admission(ctx, s).admit(c) {
+		return 0
+	}
+	return stepSubmit
 }
 
 // byExpiry orders chunks by ResultsExpireAt, soonest first, unknown last.

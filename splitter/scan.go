@@ -555,8 +555,7 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 	i := s.i + 1
 	start := i
 	var t textCounts // counted text, when count
-	var nonASCIIBytes, escExtra int
-	fix := false // an escape the canonical form writes otherwise
+	var st strStats
 	for {
 		if count {
 			for i+8 <= len(b) {
@@ -588,61 +587,18 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 			if count {
 				// What is neither a letter nor a space among the ASCII
 				// characters (an escape is one) is "other".
-				t.other += int64(i-start-nonASCIIBytes-escExtra) - t.letters - t.spaces
+				t.other += int64(i-start-st.nonASCII-st.escExtra) - t.letters - t.spaces
 				s.text.add(&t)
 			}
-			if fix && s.rec {
+			if st.fix && s.rec {
 				s.cn.fix(s.i, i+1, false)
 			}
 			s.i = i + 1
 			return esc, true
 		case c == '\\':
 			esc = true
-			if i+1 >= len(b) {
-				return esc, s.truncated()
-			}
-			switch b[i+1] {
-			case '"', '\\', 'b', 'f', 'n', 'r', 't':
-				i += 2
-				escExtra++
-			case '/':
-				i += 2
-				escExtra++
-				fix = true
-			case 'u':
-				var v rune
-				for k := 2; k < 6; k++ {
-					if i+k >= len(b) {
-						return esc, s.truncated()
-					}
-					h := hexVal(b[i+k])
-					if h < 0 {
-						return esc, s.fail("invalid JSON at column %d: invalid escape sequence in a string", i+1)
-					}
-					v = v<<4 | rune(h)
-				}
-				if v >= 0x20 || !canonicalControl(v, b[i+4], b[i+5]) {
-					fix = true
-				}
-				i += 6
-				if v < utf8.RuneSelf {
-					escExtra += 5
-				} else {
-					// Counted as the character it stands for, not as ASCII.
-					nonASCIIBytes += 6
-					switch {
-					case !count:
-					case v >= 0xD800 && v < 0xDC00: // a surrogate pair's first half: the pair is one character
-						t.astral++
-					case v >= 0xDC00 && v < 0xE000: // its second half
-					default:
-						var e [4]byte
-						n := utf8.EncodeRune(e[:], v)
-						t.addRune(e[0], n)
-					}
-				}
-			default:
-				return esc, s.fail("invalid JSON at column %d: invalid escape sequence %q in a string", i+1, string(b[i:i+2]))
+			if i, ok = s.escape(i, count, &t, &st); !ok {
+				return esc, false
 			}
 		case c < 0x20:
 			return esc, s.fail("control character %U in a string at column %d (must be escaped)", rune(c), i+1)
@@ -656,13 +612,74 @@ func (s *scanner) str(count bool) (esc, ok bool) {
 			if n == 0 {
 				return esc, s.fail("invalid UTF-8 at column %d", i+1)
 			}
-			nonASCIIBytes += n
+			st.nonASCII += n
 			if count {
 				t.addRune(c, n)
 			}
 			i += n
 		}
 	}
+}
+
+// strStats is what a string's escapes and non-ASCII characters add up to,
+// for its counts and its canonical form.
+type strStats struct {
+	nonASCII int  // bytes of non-ASCII characters, and of escapes that stand for one
+	escExtra int  // bytes of escapes beyond the ASCII character each stands for
+	fix      bool // an escape the canonical form writes otherwise
+}
+
+// escape reads the escape sequence at s.b[i] == '\\' in a string, adds it
+// to st (and, with count, to t) and returns the index past it; false when
+// it is invalid or cut short (the scanner's error set).
+func (s *scanner) escape(i int, count bool, t *textCounts, st *strStats) (int, bool) {
+	b := s.b
+	if i+1 >= len(b) {
+		return i, s.truncated()
+	}
+	switch b[i+1] {
+	case '"', '\\', 'b', 'f', 'n', 'r', 't':
+		st.escExtra++
+		return i + 2, true
+	case '/':
+		st.escExtra++
+		st.fix = true
+		return i + 2, true
+	case 'u':
+	default:
+		return i, s.fail("invalid JSON at column %d: invalid escape sequence %q in a string", i+1, string(b[i:i+2]))
+	}
+	var v rune
+	for k := 2; k < 6; k++ {
+		if i+k >= len(b) {
+			return i, s.truncated()
+		}
+		h := hexVal(b[i+k])
+		if h < 0 {
+			return i, s.fail("invalid JSON at column %d: invalid escape sequence in a string", i+1)
+		}
+		v = v<<4 | rune(h)
+	}
+	if v >= 0x20 || !canonicalControl(v, b[i+4], b[i+5]) {
+		st.fix = true
+	}
+	if v < utf8.RuneSelf {
+		st.escExtra += 5
+		return i + 6, true
+	}
+	// Counted as the character it stands for, not as ASCII.
+	st.nonASCII += 6
+	switch {
+	case !count:
+	case v >= 0xD800 && v < 0xDC00: // a surrogate pair's first half: the pair is one character
+		t.astral++
+	case v >= 0xDC00 && v < 0xE000: // its second half
+	default:
+		var e [4]byte
+		n := utf8.EncodeRune(e[:], v)
+		t.addRune(e[0], n)
+	}
+	return i + 6, true
 }
 
 // utf8Len returns the length of the valid UTF-8 sequence starting b (whose

@@ -1,8 +1,7 @@
 package translate
 
 import (
-	"bytes"
-	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -10,155 +9,75 @@ import (
 
 // Anthropic translates to and from the Messages API (the params of a
 // Message Batches request).
-var Anthropic = register(&Target{Name: "anthropic", request: anthropicRequest, result: anthropicResult, errBody: anthropicError})
+var Anthropic = register(&Target{Name: "anthropic", request: anthropicSpec.request, result: anthropicResult, errBody: anthropicError})
 
 var anthropicImageTypes = map[string]bool{"image/jpeg": true, "image/png": true, "image/gif": true, "image/webp": true}
 
-func anthropicRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byte, error) {
-	const target = "anthropic"
-	if _, err := others(c, target, warn, nil); err != nil {
-		return dst, err
-	}
-	imageDetail(c, target, warn)
-	if err := noPenalties(c, target); err != nil {
-		return dst, err
-	}
-	if err := noLogprobs(c, target); err != nil {
-		return dst, err
-	}
-	if err := oneChoice(c, target); err != nil {
-		return dst, err
-	}
-	if !present(c.maxTokens) {
-		return dst, errf("max_tokens", "anthropic requires max_tokens (or max_completion_tokens) on every request")
-	}
-	if present(c.temperature) && (c.temperature.Float() < 0 || c.temperature.Float() > 1) {
-		return dst, errf("temperature", "anthropic takes 0 to 1, got %s", c.temperature.Raw)
-	}
-	if present(c.topP) && (c.topP.Float() < 0 || c.topP.Float() > 1) {
-		return dst, errf("top_p", "must be between 0 and 1, got %s", c.topP.Raw)
-	}
-	if present(c.reasoning) {
-		return dst, errf("reasoning_effort", "anthropic's extended thinking takes a token budget, not an effort; no faithful mapping")
-	}
-	if present(c.seed) {
-		warn(Warning{Param: "seed", Reason: "anthropic has no seed; the answer is sampled the same way without it"})
-	}
-	jsonMode := present(c.format) && c.format.Get("type").Str != "text"
-	if jsonMode && len(c.tools) > 0 {
-		return dst, errf("response_format", "anthropic answers in JSON through a forced tool call, which cannot be combined with tools")
-	}
+var anthropicSpec = spec{name: "anthropic", emit: anthropicEmit, rules: rules(
+	one(noDetail("anthropic")),
+	noPenalties("anthropic"),
+	noLogprobs("anthropic"),
+	one(
+		oneChoice("anthropic"),
+		required("max_tokens", "anthropic requires max_tokens (or max_completion_tokens) on every request"),
+		bounded("temperature", 0, 1, "anthropic takes 0 to 1"),
+		bounded("top_p", 0, 1, "must be between 0 and 1"),
+		refused("reasoning_effort", nil, "anthropic's extended thinking takes a token budget, not an effort; no faithful mapping"),
+		warned("seed", nil, "anthropic has no seed; the answer is sampled the same way without it"),
+		refused("response_format", func(c *chat, _ gjson.Result) bool { return jsonMode(c) && len(c.tools) > 0 },
+			"anthropic answers in JSON through a forced tool call, which cannot be combined with tools"),
+		noNames("anthropic", named),
+		refused("stop", func(c *chat, _ gjson.Result) bool { return slices.ContainsFunc(c.stop, isBlank) },
+			"anthropic rejects stop sequences that are empty or only whitespace"),
+		noStrict("anthropic has no strict mode; the tool's schema is still sent and followed", strictTool),
+	))}
 
-	first := true
-	dst = append(dst, '{')
-	dst = appendKey(dst, &first, "model")
-	dst = appendString(dst, model)
+var anthropicSampling = renames("temperature", "temperature", "top_p", "top_p")
+
+var anthropicTool = toolShape{open: `{"name":`, params: `,"input_schema":`, noParams: `{"type":"object","properties":{}}`, close: "}"}
+
+var anthropicTurns = turns{target: "anthropic",
+	user: `{"role":"user","content":`, assistant: `{"role":"assistant","content":`, close: "}",
+	results: `{"role":"user","content":[`,
+	content: func(dst []byte, m *msg) ([]byte, error) { return anthropicContent(dst, m.parts) },
+	reply:   anthropicAssistant,
+	result: func(dst []byte, t *msg) ([]byte, error) {
+		dst = append(dst, `{"type":"tool_result","tool_use_id":`...)
+		dst = appendStr(dst, t.toolCallID)
+		dst = append(dst, `,"content":`...)
+		dst, err := anthropicContent(dst, t.parts)
+		return append(dst, '}'), err
+	},
+}
+
+// jsonMode reports whether the request wants a JSON answer.
+func jsonMode(c *chat) bool { return present(c.format) && c.format.Get("type").Str != "text" }
+
+func anthropicEmit(dst []byte, c *chat, model string, _ []param) ([]byte, error) {
+	first := false
+	dst = openBody(dst, model)
 	dst = appendKey(dst, &first, "max_tokens")
 	dst = append(dst, c.maxTokens.Raw...)
-
 	// System and developer messages go to "system"; they must come first.
-	i := 0
-	for ; i < len(c.messages) && (c.messages[i].role == "system" || c.messages[i].role == "developer"); i++ {
-	}
-	if i > 0 {
+	sys := leadingSystem(c)
+	var err error
+	if sys > 0 {
 		dst = appendKey(dst, &first, "system")
-		if t, ok := singleText(c.messages[0].parts); i == 1 && ok {
+		if t, ok := singleText(c.messages[0].parts); sys == 1 && ok {
 			dst = appendStr(dst, t)
-		} else {
-			dst = append(dst, '[')
-			n := 0
-			for _, m := range c.messages[:i] {
-				for _, p := range m.parts {
-					if p.kind == "image" {
-						return dst, errf(p.path(), "anthropic takes no images in the system prompt")
-					}
-					if n > 0 {
-						dst = append(dst, ',')
-					}
-					n++
-					dst = append(dst, `{"type":"text","text":`...)
-					dst = appendStr(dst, p.text)
-					dst = append(dst, '}')
-				}
-			}
-			dst = append(dst, ']')
-		}
-	}
-	for _, m := range c.messages {
-		if present(m.name) {
-			return dst, errf(m.path()+".name", "anthropic has no participant names, and the name can change the answer")
-		}
-	}
-	dst = appendKey(dst, &first, "messages")
-	dst = append(dst, '[')
-	n := 0
-	for j := i; j < len(c.messages); j++ {
-		m := &c.messages[j]
-		if n > 0 {
-			dst = append(dst, ',')
-		}
-		n++
-		var err error
-		switch m.role {
-		case "system", "developer":
-			return dst, errf(m.path()+".role", "anthropic takes system instructions only before the conversation, not after its first turn")
-		case "user":
-			dst = append(dst, `{"role":"user","content":`...)
-			dst, err = anthropicContent(dst, m.parts)
-			dst = append(dst, '}')
-		case "assistant":
-			dst = append(dst, `{"role":"assistant","content":`...)
-			dst, err = anthropicAssistant(dst, m)
-			dst = append(dst, '}')
-		case "tool":
-			// Consecutive tool results form one user turn, as Anthropic
-			// wants the results of parallel calls together.
-			dst = append(dst, `{"role":"user","content":[`...)
-			for k := j; k < len(c.messages) && c.messages[k].role == "tool"; k++ {
-				if k > j {
-					dst = append(dst, ',')
-				}
-				t := &c.messages[k]
-				dst = append(dst, `{"type":"tool_result","tool_use_id":`...)
-				dst = appendStr(dst, t.toolCallID)
-				dst = append(dst, `,"content":`...)
-				dst, err = anthropicContent(dst, t.parts)
-				if err != nil {
-					return dst, err
-				}
-				dst = append(dst, '}')
-				j = k
-			}
-			dst = append(dst, "]}"...)
-		}
-		if err != nil {
+		} else if dst, err = appendSystemParts(dst, c.messages[:sys], `{"type":"text","text":`, "anthropic takes no images in the system prompt"); err != nil {
 			return dst, err
 		}
 	}
-	dst = append(dst, ']')
-
+	dst = appendKey(dst, &first, "messages")
+	if dst, err = appendTurns(dst, c, sys, &anthropicTurns); err != nil {
+		return dst, err
+	}
 	if len(c.stop) > 0 {
 		dst = appendKey(dst, &first, "stop_sequences")
-		dst = append(dst, '[')
-		for k, s := range c.stop {
-			if strings.TrimSpace(s.String()) == "" {
-				return dst, errf("stop", "anthropic rejects stop sequences that are empty or only whitespace")
-			}
-			if k > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendStr(dst, s)
-		}
-		dst = append(dst, ']')
+		dst = appendStrings(dst, c.stop)
 	}
-	if present(c.temperature) {
-		dst = appendKey(dst, &first, "temperature")
-		dst = append(dst, c.temperature.Raw...)
-	}
-	if present(c.topP) {
-		dst = appendKey(dst, &first, "top_p")
-		dst = append(dst, c.topP.Raw...)
-	}
+	dst = appendFields(dst, &first, c, anthropicSampling)
 	if present(c.user) {
 		dst = appendKey(dst, &first, "metadata")
 		dst = append(dst, `{"user_id":`...)
@@ -167,62 +86,45 @@ func anthropicRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]
 	}
 	if len(c.tools) > 0 {
 		dst = appendKey(dst, &first, "tools")
-		dst = append(dst, '[')
-		for k, t := range c.tools {
-			if k > 0 {
-				dst = append(dst, ',')
-			}
-			if t.strict.Type == gjson.True {
-				warn(Warning{Param: "tools.function.strict", Reason: "anthropic has no strict mode; the tool's schema is still sent and followed"})
-			}
-			dst = append(dst, `{"name":`...)
-			dst = appendStr(dst, t.name)
-			if present(t.description) {
-				dst = append(dst, `,"description":`...)
-				dst = appendStr(dst, t.description)
-			}
-			dst = append(dst, `,"input_schema":`...)
-			if present(t.parameters) {
-				dst = append(dst, t.parameters.Raw...)
-			} else {
-				dst = append(dst, `{"type":"object","properties":{}}`...)
-			}
-			dst = append(dst, '}')
-		}
-		dst = append(dst, ']')
-		var err error
+		dst = appendTools(dst, c.tools, &anthropicTool)
 		if dst, err = anthropicToolChoice(dst, &first, c); err != nil {
 			return dst, err
 		}
 	}
-	if jsonMode {
-		// JSON mode: a tool whose input schema is the wanted answer, and a
-		// tool_choice that forces it; Result turns its input back into
-		// the message content.
-		schema := `{"type":"object"}`
-		desc := "Give the answer as this tool's input."
-		if c.format.Get("type").Str == "json_schema" {
-			js := c.format.Get("json_schema")
-			if s := js.Get("schema"); present(s) {
-				if t := s.Get("type"); t.Exists() && t.String() != "object" {
-					return dst, errf("response_format.json_schema.schema", "anthropic needs a schema whose root is an object")
-				}
-				schema = s.Raw
-			}
-			if d := js.Get("description"); d.Type == gjson.String && d.Str != "" {
-				desc = d.String()
-			}
+	if jsonMode(c) {
+		if dst, err = anthropicFormat(dst, &first, c.format); err != nil {
+			return dst, err
 		}
-		dst = appendKey(dst, &first, "tools")
-		dst = append(dst, `[{"name":"`+formatTool+`","description":`...)
-		dst = appendString(dst, desc)
-		dst = append(dst, `,"input_schema":`...)
-		dst = append(dst, schema...)
-		dst = append(dst, `}]`...)
-		dst = appendKey(dst, &first, "tool_choice")
-		dst = append(dst, `{"type":"tool","name":"`+formatTool+`"}`...)
 	}
 	return append(dst, '}'), nil
+}
+
+// anthropicFormat writes JSON mode: a tool whose input schema is the
+// wanted answer, and a tool_choice that forces it; Result turns its input
+// back into the message content.
+func anthropicFormat(dst []byte, first *bool, format gjson.Result) ([]byte, error) {
+	schema := `{"type":"object"}`
+	desc := "Give the answer as this tool's input."
+	if format.Get("type").Str == "json_schema" {
+		js := format.Get("json_schema")
+		if s := js.Get("schema"); present(s) {
+			if t := s.Get("type"); t.Exists() && t.String() != "object" {
+				return dst, errf("response_format.json_schema.schema", "anthropic needs a schema whose root is an object")
+			}
+			schema = s.Raw
+		}
+		if d := js.Get("description"); d.Type == gjson.String && d.Str != "" {
+			desc = d.String()
+		}
+	}
+	dst = appendKey(dst, first, "tools")
+	dst = append(dst, `[{"name":"`+formatTool+`","description":`...)
+	dst = appendString(dst, desc)
+	dst = append(dst, `,"input_schema":`...)
+	dst = append(dst, schema...)
+	dst = append(dst, `}]`...)
+	dst = appendKey(dst, first, "tool_choice")
+	return append(dst, `{"type":"tool","name":"`+formatTool+`"}`...), nil
 }
 
 func anthropicToolChoice(dst []byte, first *bool, c *chat) ([]byte, error) {
@@ -386,30 +288,16 @@ func anthropicResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 				return false
 			}
 			if name.Str == formatTool {
-				var buf bytes.Buffer
-				if json.Compact(&buf, []byte(input.Raw)) != nil {
-					buf.Reset()
-					buf.WriteString(input.Raw)
-				}
-				text.Write(buf.Bytes())
+				text.WriteString(compact(input.Raw))
 				hasText = true
 				return true
-			}
-			if nCalls > 0 {
-				calls = append(calls, ',')
 			}
 			callID := b.Get("id").String()
 			if callID == "" {
 				callID = "call_" + itoa(nCalls)
 			}
 			nCalls++
-			calls = append(calls, `{"id":`...)
-			calls = appendString(calls, callID)
-			calls = append(calls, `,"type":"function","function":{"name":`...)
-			calls = appendStr(calls, name)
-			calls = append(calls, `,"arguments":`...)
-			calls = appendJSONString(calls, input.Raw)
-			calls = append(calls, "}}"...)
+			calls = appendCall(calls, callID, name, input)
 		}
 		return true
 	})

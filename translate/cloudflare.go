@@ -1,160 +1,74 @@
 package translate
 
-import (
-	"bytes"
-	"encoding/json"
-	"github.com/tidwall/gjson"
-)
+import "github.com/tidwall/gjson"
 
 // Cloudflare translates to and from Workers AI text generation: the input
 // {messages, max_tokens, temperature, ...} of an LLM (the model is named
 // by the run URL, not the body), and its output {response, tool_calls,
 // usage}, or an OpenAI-shaped chat completion for the models that answer
 // in that shape.
-var Cloudflare = register(&Target{Name: "cloudflare", request: cloudflareRequest, result: cloudflareResult, errBody: cloudflareError})
+var Cloudflare = register(&Target{Name: "cloudflare", request: cloudflareSpec.request, result: cloudflareResult, errBody: cloudflareError})
 
-func cloudflareRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byte, error) {
-	const target = "cloudflare"
-	if _, err := others(c, target, warn, nil); err != nil {
-		return dst, err
-	}
-	imageDetail(c, target, warn)
-	if present(c.logitBias) && len(c.logitBias.Map()) > 0 {
-		return dst, errf("logit_bias", "cloudflare has no logit bias")
-	}
-	if err := noLogprobs(c, target); err != nil {
-		return dst, err
-	}
-	if err := oneChoice(c, target); err != nil {
-		return dst, err
-	}
-	if len(c.stop) > 0 {
-		return dst, errf("stop", "Workers AI text generation takes no stop sequences")
-	}
-	if present(c.reasoning) {
-		return dst, errf("reasoning_effort", "has no equivalent on cloudflare")
-	}
-	if c.parallel.Type == gjson.False && len(c.tools) > 0 {
-		return dst, errf("parallel_tool_calls", "Workers AI cannot be told to make one tool call at a time")
-	}
-	if present(c.user) {
-		warn(Warning{Param: "user", Reason: "an end-user id for abuse monitoring; it does not change the answer"})
-	}
-	tools := c.tools
-	if tc := c.toolChoice; present(tc) {
-		switch {
-		case tc.Type == gjson.String && tc.Str == "auto":
-		case tc.Type == gjson.String && tc.Str == "none":
-			tools = nil // the model cannot call what it is not given
-		default:
-			return dst, errf("tool_choice", "Workers AI takes no tool_choice; only auto and none can be honoured")
-		}
-	}
-	for _, m := range c.messages {
-		if present(m.name) {
-			return dst, errf(m.path()+".name", "Workers AI has no participant names, and the name can change the answer")
-		}
-	}
+var cloudflareSpec = spec{name: "cloudflare", emit: cloudflareEmit, rules: rules(
+	one(noDetail("cloudflare"), noLogitBias("cloudflare")),
+	noLogprobs("cloudflare"),
+	one(
+		oneChoice("cloudflare"),
+		refused("stop", anyStop, "Workers AI text generation takes no stop sequences"),
+		refused("reasoning_effort", nil, "has no equivalent on cloudflare"),
+		refused("parallel_tool_calls", serialTools, "Workers AI cannot be told to make one tool call at a time"),
+		userLeftOut,
+		refused("tool_choice", func(_ *chat, tc gjson.Result) bool {
+			return present(tc) && (tc.Type != gjson.String || tc.Str != "auto" && tc.Str != "none")
+		}, "Workers AI takes no tool_choice; only auto and none can be honoured"),
+		noNames("Workers AI", named),
+		noStrict("Workers AI has no strict mode; the tool's schema is still sent", func(c *chat, t *tool) bool {
+			return strictTool(c, t) && !noTools(c)
+		}),
+	))}
 
+// noTools reports whether tool_choice is none: the model cannot call what
+// it is not given, so the tools are not sent.
+func noTools(c *chat) bool { return c.toolChoice.Type == gjson.String && c.toolChoice.Str == "none" }
+
+var cloudflareFields = renames("max_tokens", "max_tokens", "temperature", "temperature", "top_p", "top_p", "seed", "seed",
+	"presence_penalty", "presence_penalty", "frequency_penalty", "frequency_penalty")
+
+var cloudflareTool = toolShape{open: `{"type":"function","function":{"name":`, params: `,"parameters":`,
+	noParams: `{"type":"object","properties":{}}`, close: "}}"}
+
+var cloudflareStyle = chatStyle{id: idAsWritten, content: func(dst []byte, m *msg) ([]byte, error) {
+	dst = append(dst, `,"content":`...)
+	return cloudflareContent(dst, m.parts)
+}}
+
+func cloudflareEmit(dst []byte, c *chat, _ string, _ []param) ([]byte, error) {
 	first := true
 	dst = append(dst, '{')
 	dst = appendKey(dst, &first, "messages")
-	dst = append(dst, '[')
-	for i := range c.messages {
-		m := &c.messages[i]
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		role := m.role
-		if role == "developer" {
-			role = "system"
-		}
-		dst = append(dst, `{"role":"`...)
-		dst = append(dst, role...)
-		dst = append(dst, `","content":`...)
-		var err error
-		if dst, err = cloudflareContent(dst, m.parts); err != nil {
-			return dst, err
-		}
-		if m.role == "tool" {
-			dst = append(dst, `,"tool_call_id":`...)
-			dst = appendStr(dst, m.toolCallID)
-		}
-		if len(m.toolCalls) > 0 {
-			dst = append(dst, `,"tool_calls":[`...)
-			for k, tc := range m.toolCalls {
-				if k > 0 {
-					dst = append(dst, ',')
-				}
-				dst = append(dst, `{"id":`...)
-				dst = appendStr(dst, tc.id)
-				dst = append(dst, `,"type":"function","function":{"name":`...)
-				dst = appendStr(dst, tc.name)
-				dst = append(dst, `,"arguments":`...)
-				dst = appendString(dst, tc.args)
-				dst = append(dst, "}}"...)
-			}
-			dst = append(dst, ']')
+	dst, err := appendMessages(dst, c, &cloudflareStyle)
+	if err != nil {
+		return dst, err
+	}
+	dst = appendFields(dst, &first, c, cloudflareFields)
+	switch c.format.Get("type").Str {
+	case "json_object":
+		dst = appendKey(dst, &first, "response_format")
+		dst = append(dst, `{"type":"json_object"}`...)
+	case "json_schema":
+		// Workers AI's JSON mode takes the schema itself in json_schema.
+		dst = appendKey(dst, &first, "response_format")
+		dst = append(dst, `{"type":"json_schema","json_schema":`...)
+		if s := c.format.Get("json_schema.schema"); present(s) {
+			dst = append(dst, s.Raw...)
+		} else {
+			dst = append(dst, `{"type":"object"}`...)
 		}
 		dst = append(dst, '}')
 	}
-	dst = append(dst, ']')
-	if present(c.maxTokens) {
-		dst = appendKey(dst, &first, "max_tokens")
-		dst = append(dst, c.maxTokens.Raw...)
-	}
-	for _, f := range [...]struct {
-		key string
-		v   gjson.Result
-	}{{"temperature", c.temperature}, {"top_p", c.topP}, {"seed", c.seed},
-		{"presence_penalty", c.presence}, {"frequency_penalty", c.frequency}} {
-		if present(f.v) {
-			dst = appendKey(dst, &first, f.key)
-			dst = append(dst, f.v.Raw...)
-		}
-	}
-	if present(c.format) {
-		switch c.format.Get("type").Str {
-		case "json_object":
-			dst = appendKey(dst, &first, "response_format")
-			dst = append(dst, `{"type":"json_object"}`...)
-		case "json_schema":
-			// Workers AI's JSON mode takes the schema itself in json_schema.
-			dst = appendKey(dst, &first, "response_format")
-			dst = append(dst, `{"type":"json_schema","json_schema":`...)
-			if s := c.format.Get("json_schema.schema"); present(s) {
-				dst = append(dst, s.Raw...)
-			} else {
-				dst = append(dst, `{"type":"object"}`...)
-			}
-			dst = append(dst, '}')
-		}
-	}
-	if len(tools) > 0 {
+	if len(c.tools) > 0 && !noTools(c) {
 		dst = appendKey(dst, &first, "tools")
-		dst = append(dst, '[')
-		for k, t := range tools {
-			if k > 0 {
-				dst = append(dst, ',')
-			}
-			if t.strict.Type == gjson.True {
-				warn(Warning{Param: "tools.function.strict", Reason: "Workers AI has no strict mode; the tool's schema is still sent"})
-			}
-			dst = append(dst, `{"type":"function","function":{"name":`...)
-			dst = appendStr(dst, t.name)
-			if present(t.description) {
-				dst = append(dst, `,"description":`...)
-				dst = appendStr(dst, t.description)
-			}
-			dst = append(dst, `,"parameters":`...)
-			if present(t.parameters) {
-				dst = append(dst, t.parameters.Raw...)
-			} else {
-				dst = append(dst, `{"type":"object","properties":{}}`...)
-			}
-			dst = append(dst, "}}"...)
-		}
-		dst = append(dst, ']')
+		dst = appendTools(dst, c.tools, &cloudflareTool)
 	}
 	return append(dst, '}'), nil
 }
@@ -207,12 +121,7 @@ func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 		ch.text = &s
 	case resp.IsObject() || resp.IsArray():
 		// JSON mode answers with the JSON value itself.
-		var buf bytes.Buffer
-		if json.Compact(&buf, []byte(resp.Raw)) != nil {
-			buf.Reset()
-			buf.WriteString(resp.Raw)
-		}
-		s := buf.String()
+		s := compact(resp.Raw)
 		ch.text = &s
 	case !present(resp):
 	default:
@@ -233,28 +142,12 @@ func cloudflareResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 			err = errf("", "a tool call needs a name")
 			return false
 		}
-		if n > 0 {
-			ch.calls = append(ch.calls, ',')
-		}
 		id := tc.Get("id").String()
 		if id == "" {
 			id = "call_" + itoa(n)
 		}
 		n++
-		ch.calls = append(ch.calls, `{"id":`...)
-		ch.calls = appendString(ch.calls, id)
-		ch.calls = append(ch.calls, `,"type":"function","function":{"name":`...)
-		ch.calls = appendStr(ch.calls, name)
-		ch.calls = append(ch.calls, `,"arguments":`...)
-		switch {
-		case args.Type == gjson.String:
-			ch.calls = appendStr(ch.calls, args)
-		case args.IsObject():
-			ch.calls = appendJSONString(ch.calls, args.Raw)
-		default:
-			ch.calls = append(ch.calls, `"{}"`...)
-		}
-		ch.calls = append(ch.calls, "}}"...)
+		ch.calls = appendCall(ch.calls, id, name, args)
 		return true
 	})
 	if err != nil {

@@ -11,243 +11,176 @@ import (
 // Gemini translates to and from the Gemini API's GenerateContentRequest
 // and GenerateContentResponse (the model is named by the URL, not the
 // body).
-var Gemini = register(&Target{Name: "gemini", request: geminiRequest, result: geminiResult, errBody: geminiError})
+var Gemini = register(&Target{Name: "gemini", request: geminiSpec.request, result: geminiResult, errBody: geminiError})
 
 var imageExt = map[string]string{
 	".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif",
 	".webp": "image/webp", ".heic": "image/heic", ".heif": "image/heif",
 }
 
-func geminiRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]byte, error) {
-	const target = "gemini"
-	if _, err := others(c, target, warn, nil); err != nil {
-		return dst, err
-	}
-	imageDetail(c, target, warn)
-	if present(c.logitBias) && len(c.logitBias.Map()) > 0 {
-		return dst, errf("logit_bias", "gemini has no logit bias")
-	}
-	if err := noLogprobs(c, target); err != nil {
-		return dst, err
-	}
-	if len(c.stop) > 5 {
-		return dst, errf("stop", "gemini takes at most 5 stop sequences")
-	}
-	if present(c.reasoning) {
-		return dst, errf("reasoning_effort", "gemini's thinking takes a budget or a level that depends on the model; no faithful mapping")
-	}
-	if c.parallel.Type == gjson.False && len(c.tools) > 0 {
-		return dst, errf("parallel_tool_calls", "gemini cannot be told to make one function call at a time")
-	}
-	if present(c.user) {
-		warn(Warning{Param: "user", Reason: "an end-user id for abuse monitoring; it does not change the answer"})
-	}
-	for _, m := range c.messages {
-		if present(m.name) {
-			return dst, errf(m.path()+".name", "gemini has no participant names, and the name can change the answer")
-		}
-	}
+var geminiSpec = spec{name: "gemini", emit: geminiEmit, rules: rules(
+	one(noDetail("gemini"), noLogitBias("gemini")),
+	noLogprobs("gemini"),
+	one(
+		refused("stop", func(c *chat, _ gjson.Result) bool { return len(c.stop) > 5 }, "gemini takes at most 5 stop sequences"),
+		refused("reasoning_effort", nil, "gemini's thinking takes a budget or a level that depends on the model; no faithful mapping"),
+		refused("parallel_tool_calls", serialTools, "gemini cannot be told to make one function call at a time"),
+		userLeftOut,
+		noNames("gemini", named),
+		noStrict("gemini has no strict mode; the function's schema is still sent", strictTool),
+	))}
+
+// geminiConfig are the parameters of generationConfig sent as they are.
+var geminiConfig = renames("temperature", "temperature", "top_p", "topP", "max_tokens", "maxOutputTokens",
+	"n", "candidateCount", "seed", "seed", "presence_penalty", "presencePenalty", "frequency_penalty", "frequencyPenalty")
+
+var geminiTool = toolShape{open: `{"name":`, params: `,"parametersJsonSchema":`, close: "}"}
+
+func geminiEmit(dst []byte, c *chat, _ string, _ []param) ([]byte, error) {
 	// Tool results name the function; OpenAI names the call: look the
 	// call up in the assistant turns before.
 	names := map[string]string{}
-
+	sys := leadingSystem(c)
 	first := true
 	dst = append(dst, '{')
-	i := 0
-	for ; i < len(c.messages) && (c.messages[i].role == "system" || c.messages[i].role == "developer"); i++ {
-	}
 	dst = appendKey(dst, &first, "contents")
-	dst = append(dst, '[')
-	n := 0
-	for j := i; j < len(c.messages); j++ {
-		m := &c.messages[j]
-		if n > 0 {
-			dst = append(dst, ',')
+	dst, err := appendTurns(dst, c, sys, &turns{target: "gemini",
+		user: `{"role":"user","parts":[`, assistant: `{"role":"model","parts":[`, close: "]}",
+		results: `{"role":"user","parts":[`,
+		content: func(dst []byte, m *msg) ([]byte, error) { return geminiParts(dst, m.parts, false) },
+		reply:   func(dst []byte, m *msg) ([]byte, error) { return geminiModelTurn(dst, m, names) },
+		result:  func(dst []byte, m *msg) ([]byte, error) { return geminiFunctionResponse(dst, m, names) },
+	})
+	if err != nil {
+		return dst, err
+	}
+	if sys > 0 {
+		dst = appendKey(dst, &first, "systemInstruction")
+		dst = append(dst, `{"parts":`...)
+		if dst, err = appendSystemParts(dst, c.messages[:sys], `{"text":`, "gemini takes no images in the system instruction"); err != nil {
+			return dst, err
 		}
-		n++
-		var err error
-		switch m.role {
-		case "system", "developer":
-			return dst, errf(m.path()+".role", "gemini takes system instructions only before the conversation, not after its first turn")
-		case "user":
-			dst = append(dst, `{"role":"user","parts":[`...)
-			dst, err = geminiParts(dst, m.parts, false)
-			dst = append(dst, "]}"...)
-		case "assistant":
-			dst = append(dst, `{"role":"model","parts":[`...)
-			dst, err = geminiParts(dst, m.parts, true)
-			for _, tc := range m.toolCalls {
-				if dst[len(dst)-1] != '[' {
-					dst = append(dst, ',')
-				}
-				names[tc.id.Str] = tc.name.Str
-				dst = append(dst, `{"functionCall":{"name":`...)
-				dst = appendStr(dst, tc.name)
-				dst = append(dst, `,"args":`...)
-				dst = append(dst, tc.args...)
-				dst = append(dst, "}}"...)
-			}
-			if dst[len(dst)-1] == '[' {
-				return dst, errf(m.path()+".content", "gemini rejects an empty model turn")
-			}
-			dst = append(dst, "]}"...)
-		case "tool":
-			// Consecutive tool results form one turn.
-			dst = append(dst, `{"role":"user","parts":[`...)
-			for k := j; k < len(c.messages) && c.messages[k].role == "tool"; k++ {
-				t := &c.messages[k]
-				name, ok := names[t.toolCallID.Str]
-				if !ok {
-					return dst, errf(t.path()+".tool_call_id", "names no tool call of an earlier assistant message; gemini needs the function's name")
-				}
-				if k > j {
-					dst = append(dst, ',')
-				}
-				dst = append(dst, `{"functionResponse":{"name":`...)
-				dst = appendString(dst, name)
-				dst = append(dst, `,"response":`...)
-				txt, ok := singleText(t.parts)
-				if !ok {
-					var sb strings.Builder
-					for _, p := range t.parts {
-						if p.kind == "image" {
-							return dst, errf(p.path(), "gemini takes no images in a function response")
-						}
-						sb.WriteString(text(p.text))
-					}
-					txt = gjson.Result{Type: gjson.String, Str: sb.String()}
-				}
-				// A JSON object result is the response; anything else is
-				// wrapped as {"content": text}.
-				if s := strings.TrimSpace(text(txt)); gjson.Valid(s) && gjson.Parse(s).IsObject() {
-					dst = append(dst, s...)
-				} else {
-					dst = append(dst, `{"content":`...)
-					dst = appendStr(dst, txt)
-					dst = append(dst, '}')
-				}
-				dst = append(dst, "}}"...)
-				j = k
-			}
-			dst = append(dst, "]}"...)
-		}
-		if err != nil {
+		dst = append(dst, '}')
+	}
+	if len(c.tools) > 0 {
+		dst = appendKey(dst, &first, "tools")
+		dst = append(dst, `[{"functionDeclarations":`...)
+		dst = appendTools(dst, c.tools, &geminiTool)
+		dst = append(dst, "}]"...)
+		if dst, err = geminiToolConfig(dst, &first, c.toolChoice); err != nil {
 			return dst, err
 		}
 	}
-	dst = append(dst, ']')
-	if i > 0 {
-		dst = appendKey(dst, &first, "systemInstruction")
-		dst = append(dst, `{"parts":[`...)
-		k := 0
-		for _, m := range c.messages[:i] {
-			for _, p := range m.parts {
-				if p.kind == "image" {
-					return dst, errf(p.path(), "gemini takes no images in the system instruction")
-				}
-				if k > 0 {
-					dst = append(dst, ',')
-				}
-				k++
-				dst = append(dst, `{"text":`...)
-				dst = appendStr(dst, p.text)
-				dst = append(dst, '}')
-			}
-		}
-		dst = append(dst, "]}"...)
-	}
-	tools := c.tools
-	if len(tools) > 0 {
-		dst = appendKey(dst, &first, "tools")
-		dst = append(dst, `[{"functionDeclarations":[`...)
-		for k, t := range tools {
-			if k > 0 {
-				dst = append(dst, ',')
-			}
-			if t.strict.Type == gjson.True {
-				warn(Warning{Param: "tools.function.strict", Reason: "gemini has no strict mode; the function's schema is still sent"})
-			}
-			dst = append(dst, `{"name":`...)
-			dst = appendStr(dst, t.name)
-			if present(t.description) {
-				dst = append(dst, `,"description":`...)
-				dst = appendStr(dst, t.description)
-			}
-			if present(t.parameters) {
-				dst = append(dst, `,"parametersJsonSchema":`...)
-				dst = append(dst, t.parameters.Raw...)
-			}
-			dst = append(dst, '}')
-		}
-		dst = append(dst, "]}]"...)
-		if tc := c.toolChoice; present(tc) {
-			mode, name := "", ""
-			switch {
-			case tc.Type == gjson.String && tc.Str == "none":
-				mode = "NONE"
-			case tc.Type == gjson.String && tc.Str == "auto":
-				mode = "AUTO"
-			case tc.Type == gjson.String && tc.Str == "required":
-				mode = "ANY"
-			case tc.IsObject() && tc.Get("type").Str == "function" && tc.Get("function.name").String() != "":
-				mode, name = "ANY", tc.Get("function.name").String()
-			default:
-				return dst, errf("tool_choice", "only none, auto, required or a named function can be translated")
-			}
-			dst = appendKey(dst, &first, "toolConfig")
-			dst = append(dst, `{"functionCallingConfig":{"mode":"`...)
-			dst = append(dst, mode...)
-			dst = append(dst, '"')
-			if name != "" {
-				dst = append(dst, `,"allowedFunctionNames":[`...)
-				dst = appendString(dst, name)
-				dst = append(dst, ']')
-			}
-			dst = append(dst, "}}"...)
-		}
-	}
-	// generationConfig
+	// generationConfig, left out when it would be empty.
+	was, mark := first, len(dst)
+	dst = appendKey(dst, &first, "generationConfig")
+	dst = append(dst, '{')
 	gfirst := true
-	gen := func(key string) {
-		if gfirst {
-			dst = appendKey(dst, &first, "generationConfig")
-			dst = append(dst, '{')
-		}
-		dst = appendKey(dst, &gfirst, key)
-	}
-	for _, f := range [...]struct {
-		key string
-		v   gjson.Result
-	}{{"temperature", c.temperature}, {"topP", c.topP}, {"maxOutputTokens", c.maxTokens},
-		{"candidateCount", c.n}, {"seed", c.seed}, {"presencePenalty", c.presence}, {"frequencyPenalty", c.frequency}} {
-		if present(f.v) {
-			gen(f.key)
-			dst = append(dst, f.v.Raw...)
-		}
-	}
+	dst = appendFields(dst, &gfirst, c, geminiConfig)
 	if len(c.stop) > 0 {
-		gen("stopSequences")
-		dst = append(dst, '[')
-		for k, s := range c.stop {
-			if k > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendStr(dst, s)
-		}
-		dst = append(dst, ']')
+		dst = appendKey(dst, &gfirst, "stopSequences")
+		dst = appendStrings(dst, c.stop)
 	}
 	if present(c.format) && c.format.Get("type").Str != "text" {
-		gen("responseMimeType")
+		dst = appendKey(dst, &gfirst, "responseMimeType")
 		dst = append(dst, `"application/json"`...)
 		if s := c.format.Get("json_schema.schema"); present(s) {
-			gen("responseJsonSchema")
+			dst = appendKey(dst, &gfirst, "responseJsonSchema")
 			dst = append(dst, s.Raw...)
 		}
 	}
-	if !gfirst {
+	if gfirst {
+		dst, first = dst[:mark], was
+	} else {
 		dst = append(dst, '}')
 	}
 	return append(dst, '}'), nil
+}
+
+// geminiModelTurn writes the parts of an assistant turn: its text, then
+// its function calls, whose names it records by call id.
+func geminiModelTurn(dst []byte, m *msg, names map[string]string) ([]byte, error) {
+	dst, err := geminiParts(dst, m.parts, true)
+	if err != nil {
+		return dst, err
+	}
+	for _, tc := range m.toolCalls {
+		if dst[len(dst)-1] != '[' {
+			dst = append(dst, ',')
+		}
+		names[tc.id.Str] = tc.name.Str
+		dst = append(dst, `{"functionCall":{"name":`...)
+		dst = appendStr(dst, tc.name)
+		dst = append(dst, `,"args":`...)
+		dst = append(dst, tc.args...)
+		dst = append(dst, "}}"...)
+	}
+	if dst[len(dst)-1] == '[' {
+		return dst, errf(m.path()+".content", "gemini rejects an empty model turn")
+	}
+	return dst, nil
+}
+
+// geminiFunctionResponse writes a tool message as a functionResponse
+// part: a JSON object result is the response; anything else is wrapped
+// as {"content": text}.
+func geminiFunctionResponse(dst []byte, t *msg, names map[string]string) ([]byte, error) {
+	name, ok := names[t.toolCallID.Str]
+	if !ok {
+		return dst, errf(t.path()+".tool_call_id", "names no tool call of an earlier assistant message; gemini needs the function's name")
+	}
+	dst = append(dst, `{"functionResponse":{"name":`...)
+	dst = appendString(dst, name)
+	dst = append(dst, `,"response":`...)
+	txt, ok := singleText(t.parts)
+	if !ok {
+		var sb strings.Builder
+		for _, p := range t.parts {
+			if p.kind == "image" {
+				return dst, errf(p.path(), "gemini takes no images in a function response")
+			}
+			sb.WriteString(text(p.text))
+		}
+		txt = gjson.Result{Type: gjson.String, Str: sb.String()}
+	}
+	if s := strings.TrimSpace(text(txt)); gjson.Valid(s) && gjson.Parse(s).IsObject() {
+		dst = append(dst, s...)
+	} else {
+		dst = append(dst, `{"content":`...)
+		dst = appendStr(dst, txt)
+		dst = append(dst, '}')
+	}
+	return append(dst, "}}"...), nil
+}
+
+// geminiToolConfig writes toolConfig for a tool_choice.
+func geminiToolConfig(dst []byte, first *bool, tc gjson.Result) ([]byte, error) {
+	if !present(tc) {
+		return dst, nil
+	}
+	mode, name := "", ""
+	switch {
+	case tc.Type == gjson.String && tc.Str == "none":
+		mode = "NONE"
+	case tc.Type == gjson.String && tc.Str == "auto":
+		mode = "AUTO"
+	case tc.Type == gjson.String && tc.Str == "required":
+		mode = "ANY"
+	case tc.IsObject() && tc.Get("type").Str == "function" && tc.Get("function.name").String() != "":
+		mode, name = "ANY", tc.Get("function.name").String()
+	default:
+		return dst, errf("tool_choice", "only none, auto, required or a named function can be translated")
+	}
+	dst = appendKey(dst, first, "toolConfig")
+	dst = append(dst, `{"functionCallingConfig":{"mode":"`...)
+	dst = append(dst, mode...)
+	dst = append(dst, '"')
+	if name != "" {
+		dst = append(dst, `,"allowedFunctionNames":[`...)
+		dst = appendString(dst, name)
+		dst = append(dst, ']')
+	}
+	return append(dst, "}}"...), nil
 }
 
 // geminiParts writes content parts (after an opening '[').
@@ -339,25 +272,15 @@ func geminiResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 					return false
 				}
 				args := fc.Get("args")
-				if n > 0 {
-					ch.calls = append(ch.calls, ',')
+				if !args.IsObject() {
+					args = gjson.Result{} // written as "{}"
 				}
 				id := fc.Get("id").String()
 				if id == "" {
 					id = "call_" + itoa(ci) + "_" + itoa(n)
 				}
 				n++
-				ch.calls = append(ch.calls, `{"id":`...)
-				ch.calls = appendString(ch.calls, id)
-				ch.calls = append(ch.calls, `,"type":"function","function":{"name":`...)
-				ch.calls = appendStr(ch.calls, name)
-				ch.calls = append(ch.calls, `,"arguments":`...)
-				if args.IsObject() {
-					ch.calls = appendJSONString(ch.calls, args.Raw)
-				} else {
-					ch.calls = append(ch.calls, `"{}"`...)
-				}
-				ch.calls = append(ch.calls, "}}"...)
+				ch.calls = appendCall(ch.calls, id, name, args)
 			}
 			return true
 		})

@@ -99,6 +99,27 @@ func appendError(dst []byte, message, typ, code, raw string, status int) []byte 
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// appendCall appends an OpenAI tool call to calls, the comma-separated
+// items of a tool_calls array. The arguments are a JSON string: a string
+// as it is, an object compacted, anything else "{}".
+func appendCall(calls []byte, id string, name, args gjson.Result) []byte {
+	if len(calls) > 0 {
+		calls = append(calls, ',')
+	}
+	calls = append(calls, `{"id":`...)
+	calls = appendString(calls, id)
+	calls = appendCallName(calls, name)
+	switch {
+	case args.Type == gjson.String:
+		calls = appendStr(calls, args)
+	case args.IsObject():
+		calls = appendJSONString(calls, args.Raw)
+	default:
+		calls = append(calls, `"{}"`...)
+	}
+	return append(calls, "}}"...)
+}
+
 // openAIResult normalizes an answer that is already a chat.completion
 // (Mistral, Together, Workers AI models with an OpenAI-shaped output):
 // the fields the contract names are checked and written again, content
@@ -165,29 +186,12 @@ func openAIResult(dst []byte, r gjson.Result, m Meta) ([]byte, error) {
 				err = errf("", "a tool call needs a function name")
 				return false
 			}
-			args := tc.Get("function.arguments")
-			if n > 0 {
-				out.calls = append(out.calls, ',')
-			}
 			id := tc.Get("id").String()
 			if id == "" {
 				id = "call_" + itoa(n)
 			}
 			n++
-			out.calls = append(out.calls, `{"id":`...)
-			out.calls = appendString(out.calls, id)
-			out.calls = append(out.calls, `,"type":"function","function":{"name":`...)
-			out.calls = appendStr(out.calls, name)
-			out.calls = append(out.calls, `,"arguments":`...)
-			switch {
-			case args.Type == gjson.String:
-				out.calls = appendStr(out.calls, args)
-			case args.IsObject():
-				out.calls = appendJSONString(out.calls, args.Raw)
-			default:
-				out.calls = append(out.calls, `"{}"`...)
-			}
-			out.calls = append(out.calls, "}}"...)
+			out.calls = appendCall(out.calls, id, name, tc.Get("function.arguments"))
 			return true
 		})
 		if err != nil {

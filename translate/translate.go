@@ -188,11 +188,16 @@ func appendString(dst []byte, s string) []byte {
 // appendJSONString appends raw JSON (an object, say) as a JSON string,
 // compacted first.
 func appendJSONString(dst []byte, raw string) []byte {
+	return appendString(dst, compact(raw))
+}
+
+// compact returns raw JSON compacted (as it is if it cannot be).
+func compact(raw string) string {
 	var buf bytes.Buffer
-	if json.Compact(&buf, []byte(raw)) == nil {
-		raw = buf.String()
+	if json.Compact(&buf, []byte(raw)) != nil {
+		return raw
 	}
-	return appendString(dst, raw)
+	return buf.String()
 }
 
 // appendStr appends a gjson string value: its raw JSON when it is a

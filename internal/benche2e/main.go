@@ -419,11 +419,50 @@ func e2e(o options) error {
 			return err
 		}
 	}
+	start := time.Now()
+	ps, err := startWorkers(o, benv, addr, emu)
+	if err != nil {
+		return err
+	}
+	r := report{Mode: o.emulator}
+	walls, runErr := r.workers(ps)
+	r.WallS = time.Since(start).Seconds()
+	var emuRU *syscall.Rusage
+	if emu != nil {
+		r.Stats = emulatorStats(addr)
+		emuRU, _ = stopEmulator(emu)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if emuRU != nil {
+		r.EmulatorUserS, r.EmulatorSysS = cpuOf(emuRU)
+		r.EmulatorPeakRSSMB = float64(emuRU.Maxrss) / 1024
+	}
+	r.timeline(o, ps, walls, start)
+	if r.DBBytes, err = dbSize(); err != nil {
+		return fmt.Errorf("database size: %w", err)
+	}
+	r.DBBytesEmpty = empty
+	if r.Requests > 0 {
+		r.DBBytesPerMillion = math.Round(float64(r.DBBytes-empty) * 1e6 / float64(r.Requests))
+	}
+	if r.OutputLines, err = outLines(); err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	r.Backend = backendName(o)
+	return r.print()
+}
+
+// startWorkers starts the sluice processes of a run: one, or o.workers
+// joining the same job (each with a state directory of its own when the
+// job is tracked in PostgreSQL). The emulator's CPU, if it runs apart, is
+// sampled beside the first process's events.
+func startWorkers(o options, benv []string, addr string, emu *proc) ([]*proc, error) {
 	peer := 0
 	if emu != nil {
 		peer = emu.cmd.Process.Pid
 	}
-	start := time.Now()
 	ps := make([]*proc, o.workers)
 	for i := range ps {
 		po := o
@@ -437,13 +476,19 @@ func e2e(o options) error {
 		}
 		args, env := sluiceArgs(po, addr)
 		if i > 0 {
-			peer = 0 // the emulator's CPU is sampled beside the first process's events only
+			peer = 0
 		}
+		var err error
 		if ps[i], err = startProc(filepath.Join(o.work, logName), peer, append(benv, env...), o.bin, args...); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	r := report{Mode: o.emulator}
+	return ps, nil
+}
+
+// workers waits for each sluice process and adds it to the report; it
+// returns their wall times and the first failure.
+func (r *report) workers(ps []*proc) ([]time.Duration, error) {
 	var runErr error
 	var walls []time.Duration
 	for _, p := range ps {
@@ -463,58 +508,43 @@ func e2e(o options) error {
 		r.SluiceSysS += w.SysS
 		r.SluicePeakRSSMB = max(r.SluicePeakRSSMB, w.PeakRSSMB)
 	}
-	r.WallS = time.Since(start).Seconds()
-	var emuRU *syscall.Rusage
-	if emu != nil {
-		r.Stats = emulatorStats(addr)
-		emuRU, _ = stopEmulator(emu)
-	}
-	if runErr != nil {
-		return runErr
-	}
-	if emuRU != nil {
-		r.EmulatorUserS, r.EmulatorSysS = cpuOf(emuRU)
-		r.EmulatorPeakRSSMB = float64(emuRU.Maxrss) / 1024
-	}
+	return walls, runErr
+}
+
+// timeline reads the phases of the run from the processes' events.
+func (r *report) timeline(o options, ps []*proc, walls []time.Duration, start time.Time) {
 	if o.workers == 1 {
 		end := event{at: walls[0], cpu: r.SluiceUserS + r.SluiceSysS, peer: r.EmulatorUserS + r.EmulatorSysS}
 		r.phases(ps[0].evs, event{peer: ps[0].peer0}, end)
-	} else {
-		// The workers' events on one timeline; CPU per phase is a
-		// per-process figure, so phases give wall time only here.
-		var evs []event
-		for _, p := range ps {
-			for _, e := range p.evs {
-				e.at += p.start.Sub(start)
-				e.cpu, e.peer = 0, 0
-				evs = append(evs, e)
-			}
+		return
+	}
+	// The workers' events on one timeline; CPU per phase is a
+	// per-process figure, so phases give wall time only here.
+	var evs []event
+	for _, p := range ps {
+		for _, e := range p.evs {
+			e.at += p.start.Sub(start)
+			e.cpu, e.peer = 0, 0
+			evs = append(evs, e)
 		}
-		sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
-		r.Mode = fmt.Sprintf("%s, %d workers", o.emulator, o.workers)
-		r.phases(evs, event{}, event{at: time.Since(start)})
-		r.WallS = round3(r.WallS)
 	}
-	if r.DBBytes, err = dbSize(); err != nil {
-		return fmt.Errorf("database size: %w", err)
-	}
-	r.DBBytesEmpty = empty
-	if r.Requests > 0 {
-		r.DBBytesPerMillion = math.Round(float64(r.DBBytes-empty) * 1e6 / float64(r.Requests))
-	}
-	if r.OutputLines, err = outLines(); err != nil {
-		return fmt.Errorf("output: %w", err)
-	}
-	r.Backend = "sqlite"
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	r.Mode = fmt.Sprintf("%s, %d workers", o.emulator, o.workers)
+	r.phases(evs, event{}, event{at: time.Since(start)})
+	r.WallS = round3(r.WallS)
+}
+
+// backendName names where the run kept its job: the tracker's database
+// and the file store.
+func backendName(o options) string {
+	name := "sqlite"
 	if o.postgres {
-		r.Backend = "postgres"
+		name = "postgres"
 	}
 	if o.s3 {
-		r.Backend += " + s3"
-	} else {
-		r.Backend += " + local files"
+		return name + " + s3"
 	}
-	return r.print()
+	return name + " + local files"
 }
 
 // worker is one sluice process of a run.

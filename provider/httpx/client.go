@@ -333,73 +333,27 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 			}
 		}
 		resp, sent, err := c.attempt(ctx, call)
-		var (
-			retry        bool
-			hint         time.Duration
-			asked, is429 bool
-		)
-		if err == nil {
-			c.downSince.Store(0) // an answer, whatever it says
+		v, done, derr := c.judge(ctx, call, resp, sent, err, lastErr, handle)
+		if done {
+			return derr
 		}
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return ctxErr(ctx.Err(), lastErr)
-			}
-			var pe *permanentError
-			if errors.As(err, &pe) || !retryableTransport(err) {
-				return err
-			}
-			c.downSince.CompareAndSwap(0, c.clock.Now().UnixNano())
-			retry, lastErr = true, err
-			ambiguous = ambiguous || sent
-		case resp.StatusCode >= 200 && resp.StatusCode < 300 || slices.Contains(call.Statuses, resp.StatusCode):
-			herr := handle(resp)
-			var re *ReadError
-			if herr == nil || !errors.As(herr, &re) {
-				return herr
-			}
-			if ctx.Err() != nil {
-				return ctxErr(ctx.Err(), herr)
-			}
-			retry, lastErr, ambiguous = true, herr, true
-		default:
-			apiErr := c.apiError(resp)
-			lastErr = apiErr
-			retry = sluice.RetryableStatus(resp.StatusCode) && !strings.EqualFold(header(resp.Header, "X-Should-Retry"), "false")
-			hint, asked = RetryAfter(resp.Header, c.clock.Now())
-			is429 = resp.StatusCode == http.StatusTooManyRequests
-		}
+		lastErr, ambiguous = v.err, ambiguous || v.landed
 		wait, ok := time.Duration(0), false
-		if retry {
-			wait, ok = c.retry.next(attempt, hint, asked, waited, c.rand())
+		if v.retry {
+			wait, ok = c.retry.next(attempt, v.hint, v.asked, waited, c.rand())
 			if err != nil {
 				wait, ok = c.untilDown(attempt, wait, ok)
 			}
 		}
 		if !ok {
 			if ambiguous && call.Reconcile != nil {
-				observeReconcile()
-				if done, rerr := call.Reconcile(ctx); rerr != nil {
-					return fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
-				} else if done {
-					return ErrReconciled
+				if settled, rerr := reconcile(ctx, call, lastErr); settled {
+					return rerr
 				}
 			}
-			if err != nil {
-				if down := c.unreachable(); down > 0 {
-					return fmt.Errorf("%w: no answer for %s (--http-max-wait %s), last after %d attempts: %w",
-						sluice.ErrUnreachable, down.Round(time.Millisecond), c.retry.MaxTotalWait, attempt, lastErr)
-				}
-			}
-			if attempt > 1 {
-				if _, isAPI := lastErr.(*sluice.APIError); !isAPI {
-					return fmt.Errorf("after %d attempts: %w", attempt, lastErr)
-				}
-			}
-			return lastErr
+			return c.giveUp(attempt, err != nil, lastErr)
 		}
-		if is429 && asked {
+		if v.is429 && v.asked {
 			c.lim.PauseUntil(c.clock.Now().Add(wait))
 		}
 		observeRetry(call)
@@ -410,20 +364,90 @@ func (c *Client) Send(ctx context.Context, call Call, handle func(*http.Response
 		}
 		waited += wait
 		if ambiguous && call.Reconcile != nil {
-			observeReconcile()
-			done, rerr := call.Reconcile(ctx)
-			if rerr != nil {
-				// The attempt may have landed and the lookup failed: the
-				// outcome is unknown, and repeating the call could make a
-				// duplicate. The caller must look again first.
-				return fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
-			}
-			if done {
-				return ErrReconciled
+			if settled, rerr := reconcile(ctx, call, lastErr); settled {
+				return rerr
 			}
 			ambiguous = false // not there: the repeat is no duplicate
 		}
 	}
+}
+
+// verdict is what an attempt that did not end its call came to.
+type verdict struct {
+	err    error         // what it failed with
+	retry  bool          // whether it may be repeated
+	landed bool          // whether it may have taken effect
+	hint   time.Duration // the server's Retry-After, if asked
+	asked  bool
+	is429  bool
+}
+
+// judge reads one attempt's outcome: either the end of the call (done,
+// with its error, nil on success: a 2xx answer handled, a permanent
+// transport error, the context's end), or a verdict on a failure.
+func (c *Client) judge(ctx context.Context, call Call, resp *http.Response, sent bool, err, lastErr error,
+	handle func(*http.Response) error) (v verdict, done bool, _ error) {
+	if err != nil {
+		if ctx.Err() != nil {
+			return v, true, ctxErr(ctx.Err(), lastErr)
+		}
+		var pe *permanentError
+		if errors.As(err, &pe) || !retryableTransport(err) {
+			return v, true, err
+		}
+		c.downSince.CompareAndSwap(0, c.clock.Now().UnixNano())
+		return verdict{err: err, retry: true, landed: sent}, false, nil
+	}
+	c.downSince.Store(0) // an answer, whatever it says
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 || slices.Contains(call.Statuses, resp.StatusCode) {
+		herr := handle(resp)
+		var re *ReadError
+		if herr == nil || !errors.As(herr, &re) {
+			return v, true, herr
+		}
+		if ctx.Err() != nil {
+			return v, true, ctxErr(ctx.Err(), herr)
+		}
+		return verdict{err: herr, retry: true, landed: true}, false, nil
+	}
+	v.err = c.apiError(resp)
+	v.retry = sluice.RetryableStatus(resp.StatusCode) && !strings.EqualFold(header(resp.Header, "X-Should-Retry"), "false")
+	v.hint, v.asked = RetryAfter(resp.Header, c.clock.Now())
+	v.is429 = resp.StatusCode == http.StatusTooManyRequests
+	return v, false, nil
+}
+
+// reconcile asks whether an attempt that may have taken effect did: it
+// reports whether that settles the call, and with what error
+// (ErrReconciled: it did). If the lookup fails, the attempt may have
+// landed and the outcome is unknown: repeating the call could make a
+// duplicate, so the caller must look again first.
+func reconcile(ctx context.Context, call Call, lastErr error) (bool, error) {
+	observeReconcile()
+	done, rerr := call.Reconcile(ctx)
+	switch {
+	case rerr != nil:
+		return true, fmt.Errorf("%w; reconciling: %w (%w)", lastErr, rerr, sluice.ErrUnsettled)
+	case done:
+		return true, ErrReconciled
+	}
+	return false, nil
+}
+
+// giveUp is the error of a call that is not tried again.
+func (c *Client) giveUp(attempt int, transport bool, lastErr error) error {
+	if transport {
+		if down := c.unreachable(); down > 0 {
+			return fmt.Errorf("%w: no answer for %s (--http-max-wait %s), last after %d attempts: %w",
+				sluice.ErrUnreachable, down.Round(time.Millisecond), c.retry.MaxTotalWait, attempt, lastErr)
+		}
+	}
+	if attempt > 1 {
+		if _, isAPI := lastErr.(*sluice.APIError); !isAPI {
+			return fmt.Errorf("after %d attempts: %w", attempt, lastErr)
+		}
+	}
+	return lastErr
 }
 
 // observeRetry and observeReconcile tell the run's metrics, if any
