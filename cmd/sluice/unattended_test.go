@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
 	"github.com/sluice-batch/sluice"
 )
 
@@ -225,7 +223,7 @@ func TestRunProgressOnTerminal(t *testing.T) {
 	out := filepath.Join(dir, "results.jsonl")
 	cmd := sluiceCmd(stateEnv(dir), "run", "../../examples/requests.jsonl", "--out", out,
 		"--local-batch-time", "2s", "--max-batch-requests", "40")
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
+	ptmx, err := startOnPTY(cmd, 40, 160)
 	if err != nil {
 		t.Fatal(err)
 	}
