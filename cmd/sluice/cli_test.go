@@ -19,6 +19,7 @@ func stateEnv(dir string) []string { return []string{"SLUICE_STATE=" + filepath.
 // TestReadmeFirstRun is the README's first command on the bundled example:
 // the local emulator, no key, exit 0, one line per input line in order.
 func TestReadmeFirstRun(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.jsonl")
 	r := runSluice(t, stateEnv(dir), "run", "../../examples/requests.jsonl", "--out", out)

@@ -407,6 +407,7 @@ var _ = json.Marshal
 // order, as invalid_request errors; the summary counts them; exit 4. A
 // later run without --skip-invalid says the plan was made with it.
 func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var b []byte
 	type want struct {

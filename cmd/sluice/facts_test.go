@@ -105,6 +105,7 @@ func TestStatusJSONShowsAttemptErrors(t *testing.T) {
 // cancel time, and running the job's command again finds the output
 // unchanged through the imported summary instead of rewriting it.
 func TestOldStateDirIsImported(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 12)
 	out := filepath.Join(dir, "out.jsonl")

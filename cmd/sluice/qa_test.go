@@ -34,7 +34,8 @@ func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
 		writeFile(t, in, []byte(b.String()))
 		out := filepath.Join(dir, name+".out.jsonl")
 		r := runSluice(t, env, "run", in, "--out", out, "--state", filepath.Join(dir, "state"), "--provider", "anthropic",
-			"--base-url", "http://"+emu.addr, "--model-map", "gpt-4o-mini=claude-haiku-4-5", "--default-max-tokens", maxTokens)
+			"--base-url", "http://"+emu.addr, "--model-map", "gpt-4o-mini=claude-haiku-4-5", "--default-max-tokens", maxTokens,
+			"--poll-interval", "50ms", "--max-poll-interval", "200ms")
 		if r.code != 0 {
 			t.Fatalf("%s: exit %d\n%s", name, r.code, r.stderr)
 		}
@@ -134,7 +135,8 @@ func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
 	// An earlier job, without --default-max-tokens, buys long answers.
 	y := filepath.Join(dir, "y.jsonl")
 	writeFile(t, y, []byte(b.String()))
-	if r := runSluice(t, env, append([]string{"run", y, "--out", filepath.Join(dir, "y.out.jsonl"), "--model-map", "gpt-4o-mini=gemini-2.5-flash"}, common...)...); r.code != 0 {
+	if r := runSluice(t, env, append([]string{"run", y, "--out", filepath.Join(dir, "y.out.jsonl"), "--model-map", "gpt-4o-mini=gemini-2.5-flash",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}, common...)...); r.code != 0 {
 		t.Fatalf("first job: exit %d\n%s", r.code, r.stderr)
 	}
 	// Job x planned with --default-max-tokens 5 under another map.
@@ -145,7 +147,8 @@ func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
 	}
 	// Run with the first job's map: x is planned again, keeping its 5.
 	out := filepath.Join(dir, "x.out.jsonl")
-	r := runSluice(t, env, append([]string{"run", x, "--job", "x", "--out", out, "--model-map", "gpt-4o-mini=gemini-2.5-flash"}, common...)...)
+	r := runSluice(t, env, append([]string{"run", x, "--job", "x", "--out", out, "--model-map", "gpt-4o-mini=gemini-2.5-flash",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}, common...)...)
 	if r.code != 0 {
 		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
 	}

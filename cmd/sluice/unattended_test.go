@@ -104,6 +104,7 @@ func TestStatusChunksShowLastErrorVerbatim(t *testing.T) {
 // by the cancel as successes, the others as cancelled errors), the errors
 // file has the cancelled ones, and the exit code is 4.
 func TestCancelKeepsCompletedLines(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "5s")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 60)
@@ -219,6 +220,7 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 // their counts and a bar are drawn in place, logs are console lines, not
 // JSON, and the summary ends it.
 func TestRunProgressOnTerminal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.jsonl")
 	cmd := sluiceCmd(stateEnv(dir), "run", "../../examples/requests.jsonl", "--out", out,
@@ -303,6 +305,7 @@ func TestRunProgressOnTerminal(t *testing.T) {
 // longer stops with exit 3 soon after the deadline, leaving the batches
 // running; the same command without it then finishes the job.
 func TestDeadlineStopsThenResumes(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "5s")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 30)
@@ -363,6 +366,7 @@ func TestParseDeadline(t *testing.T) {
 // password database; XDG_STATE_HOME, SLUICE_STATE and --state override in
 // that order. status only reads, so this touches nothing in the real home.
 func TestStateDirUnderCron(t *testing.T) {
+	t.Parallel()
 	u, err := user.Current()
 	if err != nil || u.HomeDir == "" {
 		t.Skipf("no home directory in the password database: %v", err)

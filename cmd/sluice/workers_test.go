@@ -250,6 +250,7 @@ var workersBackends = []struct {
 // merged, the others exited 0, nothing was processed twice, and every
 // chunk attempt has exactly one batch.
 func TestWorkersShareOneJobThroughKills(t *testing.T) {
+	t.Parallel()
 	for _, be := range workersBackends {
 		t.Run(be.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -381,6 +382,7 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 // on a job not planned yet: exactly one plans it, the other waits for that
 // plan and reuses it; both exit 0 and exactly one merges.
 func TestWorkersStartedAtOncePlanOnce(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "200ms")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 3000)
@@ -445,6 +447,7 @@ func hostname(t *testing.T) string {
 // --join workers drive the job (and says how to join), and --join refuses
 // --provider local, whose emulator lives inside each process.
 func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "3s")
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 20)
@@ -480,6 +483,7 @@ func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
 // leaves the job in planning (and its plan role held until it expires); a
 // worker started next plans it from scratch and drives it to the end.
 func TestWorkerKilledMidPlanIsReplanned(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t)
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 20000)
