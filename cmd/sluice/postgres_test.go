@@ -259,7 +259,8 @@ func TestPostgresLockAndCrashResume(t *testing.T) {
 	in, ids := writeInput(t, dir, 30)
 	out := filepath.Join(dir, "o.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB="+dsn)
-	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--rate", "-1"}
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--rate", "-1",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}
 	first := sluiceCmd(env, args...)
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
