@@ -11,6 +11,20 @@ import (
 // Where features of issue 21 meet (found by the QA pass over the merged
 // result), through the real binary against `sluice emulate`.
 
+// longPrompts is six chat lines, q0 to q5, whose prompts are long enough
+// for the emulator to answer with many tokens (so that a max_tokens of 5
+// shows), and their custom_ids.
+func longPrompts() (*strings.Builder, []string) {
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, fmt.Sprintf("q%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
+			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
+	}
+	return &b, ids
+}
+
 // TestReuseHonoursDefaultMaxTokens: --default-max-tokens changes what is
 // sent for a translated chat line that sets no max_tokens, so an answer
 // bought under one value is not reused for a job under another (it would
@@ -21,13 +35,7 @@ func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
 	emu := startEmulator(t)
 	dir := t.TempDir()
 	env := []string{"ANTHROPIC_API_KEY=sk-ant-test"}
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < 6; i++ {
-		ids = append(ids, fmt.Sprintf("q%d", i))
-		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
-			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
-	}
+	b, ids := longPrompts()
 	run := func(name, maxTokens string) (result, []int) {
 		t.Helper()
 		in := filepath.Join(dir, name+".jsonl")
@@ -123,13 +131,7 @@ func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
 	emu := startEmulator(t)
 	dir := t.TempDir()
 	env := []string{"GEMINI_API_KEY=test"}
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < 6; i++ {
-		ids = append(ids, fmt.Sprintf("q%d", i))
-		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
-			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
-	}
+	b, ids := longPrompts()
 	state := filepath.Join(dir, "state")
 	common := []string{"--state", state, "--provider", "gemini", "--base-url", "http://" + emu.addr + "/gemini"}
 	// An earlier job, without --default-max-tokens, buys long answers.
