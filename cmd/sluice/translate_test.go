@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // chatCompletion is what these tests read of an OpenAI chat.completion
@@ -316,18 +316,7 @@ func TestChatLinesSurviveSIGKILL(t *testing.T) {
 	args := []string{"run", in, "--out", out, "--provider", "anthropic", "--model-map", "gpt-4o-mini=claude-haiku-4-5",
 		"--max-batch-requests", "12", "--poll-interval", "20ms", "--max-poll-interval", "80ms", "--rate", "-1",
 		"--reconcile-grace", "1s", "--state", filepath.Join(dir, "state")}
-	rng := rand.New(rand.NewPCG(3, 4))
-	kills := 0
-	for i := 0; i < 15; i++ {
-		killed, code := killAfter(t, sluiceCmd(env, args...), time.Duration(30+rng.IntN(300))*time.Millisecond)
-		if !killed {
-			if code != 0 {
-				t.Fatalf("run %d ended with exit %d", i, code)
-			}
-			break
-		}
-		kills++
-	}
+	kills := killRuns(t, func() *exec.Cmd { return sluiceCmd(env, args...) }, 15, randomDelays(rand.New(rand.NewPCG(3, 4))))
 	if kills < 5 {
 		t.Fatalf("only %d kills landed", kills)
 	}
