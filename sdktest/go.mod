@@ -6,7 +6,7 @@ replace github.com/sluice-batch/sluice => ../
 
 require (
 	github.com/anthropics/anthropic-sdk-go v1.84.0
-	github.com/openai/openai-go/v3 v3.98.0
+	github.com/openai/openai-go/v3 v3.96.0
 	github.com/pkoukk/tiktoken-go v0.1.8
 	github.com/pkoukk/tiktoken-go-loader v0.0.2
 	github.com/sluice-batch/sluice v0.0.0-00010101000000-000000000000
