@@ -201,6 +201,20 @@ func checkOutput(t *testing.T, path string, ids []string) []sluice.OutputLine {
 	return out
 }
 
+// openAIJob is how most end-to-end tests begin: an emulator started with
+// emuArgs, n input lines (writeInput) in a temp directory dir, the output
+// path out (outName in dir) and the environment of a --provider openai
+// run against the emulator, state in dir.
+func openAIJob(t *testing.T, n int, outName string, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string, env []string) {
+	t.Helper()
+	emu = startEmulator(t, emuArgs...)
+	dir = t.TempDir()
+	in, ids = writeInput(t, dir, n)
+	out = filepath.Join(dir, outName)
+	env = append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	return emu, dir, in, ids, out, env
+}
+
 // killRuns runs the command mk builds up to runs times, SIGKILLing run i
 // after delay(i), until a run ends by itself, which must exit 0; it
 // returns how many kills landed.

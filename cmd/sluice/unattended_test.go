@@ -47,11 +47,7 @@ func onlyJob(t *testing.T, doc statusDoc) statusJob {
 // error exactly as recorded, and a finished job shows its outcome, output
 // and errors paths.
 func TestStatusChunksShowLastErrorVerbatim(t *testing.T) {
-	emu := startEmulator(t, "--validation-fail-rate", "1")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	_, _, in, ids, out, env := openAIJob(t, 30, "out.jsonl", "--validation-fail-rate", "1")
 	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--max-attempts", "1",
 		"--poll-interval", "50ms", "--max-poll-interval", "100ms", "--rate", "-1")
 	if r.code != exitFailures {
@@ -306,11 +302,7 @@ func TestRunProgressOnTerminal(t *testing.T) {
 // running; the same command without it then finishes the job.
 func TestDeadlineStopsThenResumes(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "5s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	emu, _, in, ids, out, env := openAIJob(t, 30, "out.jsonl", "--batch-time", "5s")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--poll-interval", "200ms", "--max-poll-interval", "500ms", "--rate", "-1"}
 	start := time.Now()
 	r := runSluice(t, env, append(args, "--deadline", "1s")...)

@@ -383,11 +383,7 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 // plan and reuses it; both exit 0 and exactly one merges.
 func TestWorkersStartedAtOncePlanOnce(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "200ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 3000)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	emu, _, in, ids, out, env := openAIJob(t, 3000, "o.jsonl", "--batch-time", "200ms")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "500", "--join",
 		"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--lease-ttl", "900ms", "--log-format", "json"}
 	a := startWorkerProc(t, env, args...)
@@ -448,11 +444,7 @@ func hostname(t *testing.T) string {
 // --provider local, whose emulator lives inside each process.
 func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "3s")
-	dir := t.TempDir()
-	in, _ := writeInput(t, dir, 20)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	_, dir, in, _, out, env := openAIJob(t, 20, "o.jsonl", "--batch-time", "3s")
 	w := startWorkerProc(t, env, "run", in, "--out", out, "--provider", "openai", "--join", "--keep-provider-files",
 		"--poll-interval", "200ms", "--max-poll-interval", "500ms")
 	deadline := time.Now().Add(30 * time.Second)
@@ -484,11 +476,8 @@ func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
 // worker started next plans it from scratch and drives it to the end.
 func TestWorkerKilledMidPlanIsReplanned(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t)
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 20000)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_JOIN=1")
+	_, dir, in, ids, out, env := openAIJob(t, 20000, "o.jsonl")
+	env = append(env, "SLUICE_JOIN=1")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--poll-interval", "50ms",
 		"--max-poll-interval", "200ms", "--lease-ttl", "600ms", "--log-format", "json", "--keep-provider-files"}
 	planner := startWorkerProc(t, env, args...)
