@@ -25,6 +25,20 @@ func longPrompts() (*strings.Builder, []string) {
 	return &b, ids
 }
 
+// completionTokens is usage.completion_tokens of a chat.completion body.
+func completionTokens(t *testing.T, body []byte) int {
+	t.Helper()
+	var b struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Usage.CompletionTokens
+}
+
 // TestReuseHonoursDefaultMaxTokens: --default-max-tokens changes what is
 // sent for a translated chat line that sets no max_tokens, so an answer
 // bought under one value is not reused for a job under another (it would
@@ -49,15 +63,7 @@ func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
 		}
 		var got []int
 		for _, l := range checkOutput(t, out, ids) {
-			var body struct {
-				Usage struct {
-					CompletionTokens int `json:"completion_tokens"`
-				} `json:"usage"`
-			}
-			if err := json.Unmarshal(l.Response.Body, &body); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, body.Usage.CompletionTokens)
+			got = append(got, completionTokens(t, l.Response.Body))
 		}
 		return r, got
 	}
@@ -158,17 +164,9 @@ func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
 		t.Errorf("the run did not say it planned the job again for its --model-map:\n%s", r.stderr)
 	}
 	for i, l := range checkOutput(t, out, ids) {
-		var body struct {
-			Usage struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
-		if err := json.Unmarshal(l.Response.Body, &body); err != nil {
-			t.Fatal(err)
-		}
-		if body.Usage.CompletionTokens > 5 {
+		if n := completionTokens(t, l.Response.Body); n > 5 {
 			t.Errorf("line %d: %d completion tokens: an answer bought without --default-max-tokens was reused for a job planned with 5\n%s",
-				i, body.Usage.CompletionTokens, r.stdout)
+				i, n, r.stdout)
 		}
 	}
 }
