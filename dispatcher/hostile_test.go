@@ -76,55 +76,78 @@ var hostilePresets = []struct {
 	lines func(int) []string
 }{{"openai", openAILines}, {"anthropic", anthropicLines}, {"cloudflare", cloudflareLines}, {"gemini", geminiLines}}
 
-func TestHostileMalformedLines(t *testing.T) {
+// hostileCase is one hostile knob of the emulator run against presets:
+// a rig of n lines (sizes[preset] when set), perBatch a batch, attempts
+// attempts; the knob must have fired (fired > 0, else the test proves
+// nothing), the job must end as checkHostile says, with up to
+// fired re-executions when lostRun (lines the provider ran whose results
+// it lost), and, when recorded is set, an attempt error of code matching
+// it kept.
+type hostileCase struct {
+	presets               []string
+	sizes                 map[string]int
+	n, perBatch, attempts int
+	opts                  emulator.Options
+	fired                 func(emulator.Stats) int64
+	what                  string // what never firing means: "no line was malformed"
+	lostRun               bool
+	code                  sluice.ErrorCode
+	recorded              string
+}
+
+func (c hostileCase) run(t *testing.T) {
+	presets, linesOf := c.presets, map[string]func(int) []string{}
 	for _, p := range hostilePresets {
-		t.Run(p.name, func(t *testing.T) {
-			r := newRig(t, p.name, p.lines(30), sluice.Limits{MaxBatchRequests: 10}, 6,
-				emulator.Options{Seed: 4, MalformedLineRate: 0.2})
-			r.run(hostileOptions(r))
-			st := r.emu.Stats()
-			if st.LinesMalformed == 0 {
-				t.Fatal("no line was malformed: the test proves nothing")
+		linesOf[p.name] = p.lines
+		if c.presets == nil {
+			presets = append(presets, p.name)
+		}
+	}
+	for _, name := range presets {
+		t.Run(name, func(t *testing.T) {
+			n := c.n
+			if m, ok := c.sizes[name]; ok {
+				n = m
 			}
-			// A malformed line's request ran, but its result is lost: it
-			// must be bought again; nothing else may be.
-			checkHostile(t, r, st.LinesMalformed)
-			wantRecorded(t, r, sluice.CodeProviderOutput, `\d+ malformed result line\(s\) skipped, their requests counted as missing: \S+:\d+ \(`)
+			r := newRig(t, name, linesOf[name](n), sluice.Limits{MaxBatchRequests: c.perBatch}, c.attempts, c.opts)
+			r.run(hostileOptions(r))
+			fired := c.fired(r.emu.Stats())
+			if fired == 0 {
+				t.Fatal(c.what + ": the test proves nothing")
+			}
+			allowed := int64(0)
+			if c.lostRun {
+				allowed = fired
+			}
+			checkHostile(t, r, allowed)
+			if c.recorded != "" {
+				wantRecorded(t, r, c.code, c.recorded)
+			}
 		})
 	}
 }
 
+func TestHostileMalformedLines(t *testing.T) {
+	// A malformed line's request ran, but its result is lost: it must be
+	// bought again; nothing else may be.
+	hostileCase{n: 30, perBatch: 10, attempts: 6, opts: emulator.Options{Seed: 4, MalformedLineRate: 0.2},
+		fired: func(st emulator.Stats) int64 { return st.LinesMalformed }, what: "no line was malformed", lostRun: true,
+		code: sluice.CodeProviderOutput, recorded: `\d+ malformed result line\(s\) skipped, their requests counted as missing: \S+:\d+ \(`}.run(t)
+}
+
 func TestHostileUnknownCustomIDs(t *testing.T) {
-	for _, p := range hostilePresets {
-		t.Run(p.name, func(t *testing.T) {
-			r := newRig(t, p.name, p.lines(30), sluice.Limits{MaxBatchRequests: 10}, 3,
-				emulator.Options{Seed: 6, UnknownCustomIDRate: 0.3})
-			r.run(hostileOptions(r))
-			if r.emu.Stats().LinesUnknown == 0 {
-				t.Fatal("no extra line: the test proves nothing")
-			}
-			checkHostile(t, r, 0)
-			wantRecorded(t, r, sluice.CodeProviderOutput, `\d+ result\(s\) for custom_ids not in this batch ignored`)
-		})
-	}
+	hostileCase{n: 30, perBatch: 10, attempts: 3, opts: emulator.Options{Seed: 6, UnknownCustomIDRate: 0.3},
+		fired: func(st emulator.Stats) int64 { return st.LinesUnknown }, what: "no extra line",
+		code: sluice.CodeProviderOutput, recorded: `\d+ result\(s\) for custom_ids not in this batch ignored`}.run(t)
 }
 
 // TestHostileDuplicateLines: a success and an error for the same custom_id
 // keep the success, whatever their order; anything else keeps one line.
 func TestHostileDuplicateLines(t *testing.T) {
-	for _, p := range hostilePresets {
-		t.Run(p.name, func(t *testing.T) {
-			r := newRig(t, p.name, p.lines(30), sluice.Limits{MaxBatchRequests: 10}, 3,
-				emulator.Options{Seed: 8, DuplicateLineRate: 0.4})
-			r.run(hostileOptions(r))
-			if r.emu.Stats().LinesDuplicated == 0 {
-				t.Fatal("no duplicate: the test proves nothing")
-			}
-			// Keeping the error copy would retry, and buy, a done request.
-			checkHostile(t, r, 0)
-			wantRecorded(t, r, sluice.CodeProviderOutput, `\d+ duplicate result\(s\) for the same custom_id`)
-		})
-	}
+	// Keeping the error copy would retry, and buy, a done request.
+	hostileCase{n: 30, perBatch: 10, attempts: 3, opts: emulator.Options{Seed: 8, DuplicateLineRate: 0.4},
+		fired: func(st emulator.Stats) int64 { return st.LinesDuplicated }, what: "no duplicate",
+		code: sluice.CodeProviderOutput, recorded: `\d+ duplicate result\(s\) for the same custom_id`}.run(t)
 	// Duplicated permanent failures stay failures, once.
 	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 10}, 3,
 		emulator.Options{Seed: 8, DuplicateLineRate: 0.5, LineErrorRate: 0.5})
@@ -136,18 +159,9 @@ func TestHostileDuplicateLines(t *testing.T) {
 }
 
 func TestHostileTruncatedDownloads(t *testing.T) {
-	for _, p := range hostilePresets {
-		t.Run(p.name, func(t *testing.T) {
-			r := newRig(t, p.name, p.lines(20), sluice.Limits{MaxBatchRequests: 5}, 3,
-				emulator.Options{Seed: 3, TruncateDownloadRate: 0.5})
-			r.run(hostileOptions(r))
-			if r.emu.Stats().DownloadsTruncated == 0 {
-				t.Fatal("no download was cut: the test proves nothing")
-			}
-			// The HTTP layer sees the short body and downloads again.
-			checkHostile(t, r, 0)
-		})
-	}
+	// The HTTP layer sees the short body and downloads again.
+	hostileCase{n: 20, perBatch: 5, attempts: 3, opts: emulator.Options{Seed: 3, TruncateDownloadRate: 0.5},
+		fired: func(st emulator.Stats) int64 { return st.DownloadsTruncated }, what: "no download was cut"}.run(t)
 	// Every download cut: nothing from a cut file is accepted; the attempts
 	// end and the requests are reported with the reason.
 	r := newRig(t, "openai", openAILines(12), sluice.Limits{MaxBatchRequests: 10}, 2,
@@ -167,21 +181,11 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 }
 
 func TestHostileOutputFile404(t *testing.T) {
-	for _, name := range []string{"openai", "anthropic", "gemini"} {
-		t.Run(name, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(30), "anthropic": anthropicLines(20), "gemini": geminiLines(20)}[name]
-			r := newRig(t, name, lines, sluice.Limits{MaxBatchRequests: 10}, 6,
-				emulator.Options{Seed: 5, OutputFile404Rate: 0.4})
-			r.run(hostileOptions(r))
-			st := r.emu.Stats()
-			if st.LinesLost == 0 {
-				t.Fatal("no output file was lost: the test proves nothing")
-			}
-			// Lost results were run: buying them again is the only way.
-			checkHostile(t, r, st.LinesLost)
-			wantRecorded(t, r, sluice.CodeResultsUnavailable, `download results: .*404.* \(failed on 2 polls in a row\)`)
-		})
-	}
+	// Lost results were run: buying them again is the only way.
+	hostileCase{presets: []string{"openai", "anthropic", "gemini"}, sizes: map[string]int{"openai": 30}, n: 20,
+		perBatch: 10, attempts: 6, opts: emulator.Options{Seed: 5, OutputFile404Rate: 0.4},
+		fired: func(st emulator.Stats) int64 { return st.LinesLost }, what: "no output file was lost", lostRun: true,
+		code: sluice.CodeResultsUnavailable, recorded: `download results: .*404.* \(failed on 2 polls in a row\)`}.run(t)
 	// Every output lost, attempts spent: reported, not stuck, not dropped.
 	r := newRig(t, "openai", openAILines(12), sluice.Limits{MaxBatchRequests: 10}, 2,
 		emulator.Options{Seed: 5, OutputFile404Rate: 1})

@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -11,29 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/openai/openai-go/v3"
 )
-
-// The default OpenAI limit: 50,000 requests pass, 50,001 fail too_many_tasks.
-func TestDefaultRequestLimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("large input")
-	}
-	_, ts := start(t, Options{Logf: func(string, ...any) {}})
-	c := oaClient(ts)
-	in := chatLines(50001, "m")
-	b := createBatch(t, c, upload(t, c, "big.jsonl", in).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
-	b = getBatch(t, c, b.ID)
-	if b.Status != openai.BatchStatusFailed || b.Errors.Data[0].Code != "too_many_tasks" || !strings.Contains(b.Errors.Data[0].Message, "50001") {
-		t.Fatalf("50,001: %s", b.RawJSON())
-	}
-	cut := bytes.LastIndexByte(in[:len(in)-1], '\n') + 1
-	b = createBatch(t, c, upload(t, c, "ok.jsonl", in[:cut]).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
-	if b = getBatch(t, c, b.ID); b.Status != openai.BatchStatusCompleted || b.RequestCounts.Completed != 50000 {
-		t.Fatalf("50,000: %s", b.RawJSON())
-	}
-}
 
 // An upload is streamed to disk: the heap does not grow with the file.
 func TestUploadIsStreamed(t *testing.T) {
@@ -126,21 +103,6 @@ func TestAnthropicChunkedTooLarge(t *testing.T) {
 	pr.CloseWithError(io.ErrClosedPipe)
 	if resp.StatusCode != 413 || !strings.Contains(string(body), `"request_too_large"`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-}
-
-func TestCancelWhileValidating(t *testing.T) {
-	clk := newClock()
-	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now})
-	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", chatLines(3, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
-	if _, err := c.Batches.Cancel(context.Background(), b.ID); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(time.Second)
-	b = getBatch(t, c, b.ID)
-	if b.Status != openai.BatchStatusCancelled || b.OutputFileID != "" || b.ErrorFileID != "" || b.RequestCounts.Total != 0 || b.InProgressAt != 0 {
-		t.Fatalf("%s", b.RawJSON())
 	}
 }
 

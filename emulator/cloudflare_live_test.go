@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sluice-batch/sluice/internal/emutest"
 )
 
 // Tests of the places where the emulator once let a client pass that the
@@ -18,18 +20,18 @@ var cfAuth = map[string]string{"Authorization": "Bearer tok"}
 // 0: a batch is done at once). It returns the raw response items.
 func cfBatch(t *testing.T, ts *httptest.Server, model string, items ...any) []map[string]json.RawMessage {
 	t.Helper()
-	code, env, q := cfCall(t, cfURL(ts, model, true), map[string]any{"requests": items})
+	code, env, q := emutest.CFCall(t, emutest.CFURL(ts, model, true), map[string]any{"requests": items})
 	if code != 200 || !env.Success || q.RequestID == "" {
 		t.Fatalf("submit to %s: %d %+v", model, code, env)
 	}
 	b, _ := json.Marshal(map[string]any{"request_id": q.RequestID})
-	code, _, raw := rawDo(t, "POST", cfURL(ts, model, true), b, map[string]string{"Authorization": "Bearer tok"})
+	code, _, raw := emutest.Do(t, "POST", emutest.CFURL(ts, model, true), b, map[string]string{"Authorization": "Bearer tok"})
 	var fin struct {
 		Result struct {
 			Responses []map[string]json.RawMessage `json:"responses"`
 		} `json:"result"`
 	}
-	mustUnmarshal(t, raw, &fin)
+	emutest.MustUnmarshal(t, raw, &fin)
 	if code != 200 || len(fin.Result.Responses) != len(items) {
 		t.Fatalf("poll %s: %d, %d responses of %d", model, code, len(fin.Result.Responses), len(items))
 	}
@@ -49,9 +51,9 @@ func TestCloudflareEncodedSlashNoRoute(t *testing.T) {
 		"@cf/meta%2Fllama-3.3-70b-instruct-fp8-fast"} {
 		for _, tok := range []string{"tok", "wrong"} {
 			u := ts.URL + "/client/v4/accounts/acc123/ai/run/" + model + "?queueRequest=true"
-			code, _, raw := rawDo(t, "POST", u, body, map[string]string{"Authorization": "Bearer " + tok})
-			var env cfEnvelope
-			mustUnmarshal(t, raw, &env)
+			code, _, raw := emutest.Do(t, "POST", u, body, map[string]string{"Authorization": "Bearer " + tok})
+			var env emutest.CFEnvelope
+			emutest.MustUnmarshal(t, raw, &env)
 			if code != 400 || env.Success || len(env.Errors) != 1 || env.Errors[0].Code != 7000 ||
 				env.Errors[0].Message != "No route for that URI" || string(env.Result) != "null" || env.Messages == nil {
 				t.Errorf("%s (token %s): %d %s", model, tok, code, raw)
@@ -60,14 +62,14 @@ func TestCloudflareEncodedSlashNoRoute(t *testing.T) {
 	}
 	// A poll on an encoded path is refused the same way.
 	u := ts.URL + "/client/v4/accounts/acc123/ai/run/@cf%2Fmeta%2Fllama-3.3-70b-instruct-fp8-fast"
-	if code, _, raw := rawDo(t, "POST", u, []byte(`{"request_id":"x"}`), map[string]string{"Authorization": "Bearer tok"}); code != 400 || !strings.Contains(string(raw), "7000") {
+	if code, _, raw := emutest.Do(t, "POST", u, []byte(`{"request_id":"x"}`), map[string]string{"Authorization": "Bearer tok"}); code != 400 || !strings.Contains(string(raw), "7000") {
 		t.Errorf("poll: %d %s", code, raw)
 	}
 	if st := s.Stats(); st.BatchesCreated != 0 {
 		t.Fatalf("an encoded path created %d batches", st.BatchesCreated)
 	}
 	// The same call with literal slashes is served.
-	code, env, q := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "hi"}}})
+	code, env, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "hi"}}})
 	if code != 200 || !env.Success || q.Status != "queued" {
 		t.Fatalf("literal path: %d %+v", code, env)
 	}
@@ -77,13 +79,13 @@ func TestCloudflareEncodedSlashNoRoute(t *testing.T) {
 // answers "external_reference": null, as the docs show, not without the key.
 func TestCloudflareNullReference(t *testing.T) {
 	_, ts := start(t, Options{})
-	for _, model := range []string{cfLlama, "@cf/baai/bge-m3"} {
+	for _, model := range []string{emutest.CFLlama, "@cf/baai/bge-m3"} {
 		item := map[string]any{"prompt": "no reference"}
-		if model != cfLlama {
+		if model != emutest.CFLlama {
 			item = map[string]any{"query": "q", "contexts": []any{map[string]any{"text": "x"}}}
 		}
 		withRef := map[string]any{"prompt": "with", "external_reference": "r1"}
-		if model != cfLlama {
+		if model != emutest.CFLlama {
 			withRef = map[string]any{"text": "t", "external_reference": "r1"}
 		}
 		for _, r := range cfBatch(t, ts, model, item, withRef) {
@@ -136,7 +138,7 @@ func TestCloudflareEmbeddingDims(t *testing.T) {
 		byID := map[string]emb{}
 		for _, r := range rs {
 			var e emb
-			mustUnmarshal(t, r["result"], &e)
+			emutest.MustUnmarshal(t, r["result"], &e)
 			byID[string(r["id"])] = e
 		}
 		two := check(model+" item 0", byID["0"], 2, dim)
@@ -144,9 +146,9 @@ func TestCloudflareEmbeddingDims(t *testing.T) {
 		if fmt.Sprint(two[0]) != fmt.Sprint(one[0]) || fmt.Sprint(two[0]) == fmt.Sprint(two[1]) {
 			t.Errorf("%s: vectors are not a function of the text", model)
 		}
-		code, env, _ := cfCall(t, cfURL(ts, model, false), map[string]any{"text": "a"})
+		code, env, _ := emutest.CFCall(t, emutest.CFURL(ts, model, false), map[string]any{"text": "a"})
 		var e emb
-		mustUnmarshal(t, env.Result, &e)
+		emutest.MustUnmarshal(t, env.Result, &e)
 		if sync := check(model+" sync", e, 1, dim); code != 200 || fmt.Sprint(sync[0]) != fmt.Sprint(one[0]) {
 			t.Errorf("%s: the synchronous vector differs from the batch one", model)
 		}
@@ -154,7 +156,7 @@ func TestCloudflareEmbeddingDims(t *testing.T) {
 	// bge-m3 with contexts and no query embeds the contexts.
 	rs := cfBatch(t, ts, "@cf/baai/bge-m3", map[string]any{"contexts": []any{map[string]any{"text": "x"}, map[string]any{"text": "y"}}})
 	var e emb
-	mustUnmarshal(t, rs[0]["result"], &e)
+	emutest.MustUnmarshal(t, rs[0]["result"], &e)
 	check("bge-m3 contexts", e, 2, 1024)
 }
 
@@ -176,19 +178,19 @@ func TestCloudflareItemSchema(t *testing.T) {
 		item  string
 		want  string
 	}{
-		{cfLlama, `{"prompt":"p","external_reference":7}`, "/external_reference"},
-		{cfLlama, `{"prompt":"p","external_reference":null}`, "/external_reference"},
+		{emutest.CFLlama, `{"prompt":"p","external_reference":7}`, "/external_reference"},
+		{emutest.CFLlama, `{"prompt":"p","external_reference":null}`, "/external_reference"},
 		{base, `{"text":"t","external_reference":{"id":1}}`, "/external_reference"},
-		{cfLlama, `{"prompt":7}`, "/prompt"},
-		{cfLlama, `{"prompt":"p","max_tokens":null}`, "/max_tokens"},
-		{cfLlama, `{"prompt":"p","temperature":"hot"}`, "/temperature"},
-		{cfLlama, `{"prompt":"p","temperature":9}`, "/temperature"},
-		{cfLlama, `{"prompt":"p","top_p":3}`, "/top_p"},
-		{cfLlama, `{"prompt":"p","top_k":2.5}`, "/top_k"},
-		{cfLlama, `{"prompt":"p","seed":0}`, "/seed"},
-		{cfLlama, `{"prompt":"p","frequency_penalty":-3}`, "/frequency_penalty"},
-		{cfLlama, `{"prompt":"p","stream":"yes"}`, "/stream"},
-		{cfLlama, `{"prompt":"p","response_format":{"type":"xml"}}`, "/response_format/type"},
+		{emutest.CFLlama, `{"prompt":7}`, "/prompt"},
+		{emutest.CFLlama, `{"prompt":"p","max_tokens":null}`, "/max_tokens"},
+		{emutest.CFLlama, `{"prompt":"p","temperature":"hot"}`, "/temperature"},
+		{emutest.CFLlama, `{"prompt":"p","temperature":9}`, "/temperature"},
+		{emutest.CFLlama, `{"prompt":"p","top_p":3}`, "/top_p"},
+		{emutest.CFLlama, `{"prompt":"p","top_k":2.5}`, "/top_k"},
+		{emutest.CFLlama, `{"prompt":"p","seed":0}`, "/seed"},
+		{emutest.CFLlama, `{"prompt":"p","frequency_penalty":-3}`, "/frequency_penalty"},
+		{emutest.CFLlama, `{"prompt":"p","stream":"yes"}`, "/stream"},
+		{emutest.CFLlama, `{"prompt":"p","response_format":{"type":"xml"}}`, "/response_format/type"},
 		{base, `{"text":""}`, "/text"},
 		{base, `{"text":["a",""]}`, "/text/1"},
 		{base, `{"text":["a",3]}`, "/text"},
@@ -200,24 +202,24 @@ func TestCloudflareItemSchema(t *testing.T) {
 	}
 	for _, c := range bad {
 		body := `{"requests":[{"prompt":"fine"},` + c.item + `]}`
-		if c.model != cfLlama {
+		if c.model != emutest.CFLlama {
 			body = `{"requests":[` + c.item + `]}`
 		}
-		code, _, raw := rawDo(t, "POST", cfURL(ts, c.model, true), []byte(body), cfAuth)
-		var env cfEnvelope
-		mustUnmarshal(t, raw, &env)
+		code, _, raw := emutest.Do(t, "POST", emutest.CFURL(ts, c.model, true), []byte(body), cfAuth)
+		var env emutest.CFEnvelope
+		emutest.MustUnmarshal(t, raw, &env)
 		if code != 400 || env.Success || len(env.Errors) == 0 || env.Errors[0].Code != 5004 || !strings.Contains(env.Errors[0].Message, c.want) {
 			t.Errorf("%s %s: %d %s", c.model, c.item, code, raw)
 		}
 	}
 	good := []struct{ model, item string }{
-		{cfLlama, `{"prompt":"p","temperature":0.7,"top_p":1.5,"top_k":40,"seed":42,"frequency_penalty":-1,"presence_penalty":1,"repetition_penalty":1.1,"stream":false,"raw":false,"response_format":{"type":"json_object"}}`},
+		{emutest.CFLlama, `{"prompt":"p","temperature":0.7,"top_p":1.5,"top_k":40,"seed":42,"frequency_penalty":-1,"presence_penalty":1,"repetition_penalty":1.1,"stream":false,"raw":false,"response_format":{"type":"json_object"}}`},
 		{base, `{"text":` + string(mustJSON(texts(100))) + `,"pooling":"mean"}`},
 		{m3, `{"query":"q","contexts":[{"text":"x"},{}],"truncate_inputs":true}`},
 		{m2m, `{"text":"t","target_lang":"fr","source_lang":"en"}`},
 	}
 	for _, c := range good {
-		code, _, raw := rawDo(t, "POST", cfURL(ts, c.model, true), []byte(`{"requests":[`+c.item+`]}`), cfAuth)
+		code, _, raw := emutest.Do(t, "POST", emutest.CFURL(ts, c.model, true), []byte(`{"requests":[`+c.item+`]}`), cfAuth)
 		if code != 200 {
 			t.Errorf("%s %s: %d %s", c.model, c.item, code, raw)
 		}
@@ -233,9 +235,9 @@ func TestCloudflareNeedsCredentials(t *testing.T) {
 	for _, key := range []string{"", "tok"} {
 		s, ts := start(t, Options{APIKey: key})
 		for _, hdr := range []map[string]string{nil, {"X-Auth-Key": "k"}, {"X-Auth-Email": "a@b.c"}} {
-			code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, hdr)
-			var env cfEnvelope
-			mustUnmarshal(t, raw, &env)
+			code, _, raw := emutest.Do(t, "POST", emutest.CFURL(ts, emutest.CFLlama, true), body, hdr)
+			var env emutest.CFEnvelope
+			emutest.MustUnmarshal(t, raw, &env)
 			if code != 400 || env.Success || len(env.Errors) != 1 || env.Errors[0].Code != 9106 ||
 				env.Errors[0].Message != "Missing X-Auth-Key, X-Auth-Email or Authorization headers" {
 				t.Errorf("key %q, headers %v: %d %s", key, hdr, code, raw)
@@ -244,18 +246,18 @@ func TestCloudflareNeedsCredentials(t *testing.T) {
 		if st := s.Stats(); st.BatchesCreated != 0 {
 			t.Fatalf("key %q: a call without credentials created %d batches", key, st.BatchesCreated)
 		}
-		code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, cfAuth)
+		code, _, raw := emutest.Do(t, "POST", emutest.CFURL(ts, emutest.CFLlama, true), body, cfAuth)
 		if code != 200 {
 			t.Errorf("key %q, with a token: %d %s", key, code, raw)
 		}
 		if key == "" {
 			hdr := map[string]string{"X-Auth-Key": "k", "X-Auth-Email": "a@b.c"}
-			if code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, hdr); code != 200 {
+			if code, _, raw := emutest.Do(t, "POST", emutest.CFURL(ts, emutest.CFLlama, true), body, hdr); code != 200 {
 				t.Errorf("global API key: %d %s", code, raw)
 			}
 			continue
 		}
-		if code, _, raw := rawDo(t, "POST", cfURL(ts, cfLlama, true), body, map[string]string{"Authorization": "Bearer nope"}); code != 401 || !strings.Contains(string(raw), "10000") {
+		if code, _, raw := emutest.Do(t, "POST", emutest.CFURL(ts, emutest.CFLlama, true), body, map[string]string{"Authorization": "Bearer nope"}); code != 401 || !strings.Contains(string(raw), "10000") {
 			t.Errorf("wrong token: %d %s", code, raw)
 		}
 	}
@@ -275,17 +277,17 @@ func TestCloudflareAsyncModelsOnly(t *testing.T) {
 		case "translate":
 			item = map[string]any{"text": "x", "target_lang": "fr"}
 		}
-		if code, env, _ := cfCall(t, cfURL(ts, model, true), map[string]any{"requests": []any{item}}); code != 200 || !env.Success {
+		if code, env, _ := emutest.CFCall(t, emutest.CFURL(ts, model, true), map[string]any{"requests": []any{item}}); code != 200 || !env.Success {
 			t.Errorf("%s: %d %+v", model, code, env)
 		}
 	}
 	created := s.Stats().BatchesCreated
 	for _, model := range []string{"@cf/meta/llama-2-7b-chat-int8", "@cf/microsoft/phi-2", "gpt-4o"} {
-		code, env, _ := cfCall(t, cfURL(ts, model, true), batch)
+		code, env, _ := emutest.CFCall(t, emutest.CFURL(ts, model, true), batch)
 		if code != 400 || env.Success || env.Errors[0].Code != 5007 || !strings.Contains(env.Errors[0].Message, model) {
 			t.Errorf("%s queued: %d %+v", model, code, env)
 		}
-		if code, env, _ := cfCall(t, cfURL(ts, model, false), map[string]any{"prompt": "x"}); code != 200 || !env.Success {
+		if code, env, _ := emutest.CFCall(t, emutest.CFURL(ts, model, false), map[string]any{"prompt": "x"}); code != 200 || !env.Success {
 			t.Errorf("%s run synchronously: %d %+v", model, code, env)
 		}
 	}
@@ -293,7 +295,7 @@ func TestCloudflareAsyncModelsOnly(t *testing.T) {
 		t.Fatalf("%d batches created for models that cannot queue", st.BatchesCreated-created)
 	}
 	_, ts = start(t, Options{CloudflareAnyModel: true})
-	if code, env, _ := cfCall(t, cfURL(ts, "@cf/meta/llama-2-7b-chat-int8", true), batch); code != 200 || !env.Success {
+	if code, env, _ := emutest.CFCall(t, emutest.CFURL(ts, "@cf/meta/llama-2-7b-chat-int8", true), batch); code != 200 || !env.Success {
 		t.Errorf("CloudflareAnyModel: %d %+v", code, env)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-batch/sluice/internal/emutest"
 )
 
 // The wire shapes of Mistral (docs/providers/mistral.md) and Together
@@ -85,8 +87,8 @@ func multipartBody(fields map[string]string, filename string, data []byte) ([]by
 	return buf.Bytes(), mw.FormDataContentType()
 }
 
-func newWire(t *testing.T, opts Options) (*wire, *fakeClock) {
-	clock := newClock()
+func newWire(t *testing.T, opts Options) (*wire, *emutest.Clock) {
+	clock := emutest.NewClock()
 	opts.Now, opts.APIKey = clock.Now, mtKey
 	_, ts := start(t, opts)
 	return &wire{t: t, base: ts.URL, hc: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -412,7 +414,7 @@ func TestTogetherWireShapes(t *testing.T) {
 // counters, and runs the batches to the end.
 func TestMistralTogetherPersist(t *testing.T) {
 	dir := t.TempDir()
-	clock := newClock()
+	clock := emutest.NewClock()
 	open := func() (*wire, func()) {
 		s, err := New(Options{DataDir: dir, Now: clock.Now, APIKey: mtKey, BatchTime: time.Minute})
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-batch/sluice/internal/emutest"
 )
 
 // xaiItems is an add-requests body of n chat requests named prefix-i.
@@ -25,24 +27,24 @@ func xaiItems(prefix string, n int) []byte {
 // pending, results and request states paginated, cancel by :cancel; and
 // every error in the {"code","error"} envelope.
 func TestXAIWire(t *testing.T) {
-	clock := newClock()
+	clock := emutest.NewClock()
 	_, ts := start(t, Options{Now: clock.Now, BatchTime: 10 * time.Second, APIKey: "k"})
 	base := ts.URL + xaiPrefix
 	auth := map[string]string{"Authorization": "Bearer k"}
 	call := func(method, path string, body []byte, want int) map[string]any {
 		t.Helper()
-		code, _, b := rawDo(t, method, base+path, body, auth)
+		code, _, b := emutest.Do(t, method, base+path, body, auth)
 		if code != want {
 			t.Fatalf("%s %s: %d %s, want %d", method, path, code, b, want)
 		}
 		var m map[string]any
-		mustUnmarshal(t, b, &m)
+		emutest.MustUnmarshal(t, b, &m)
 		if code != 200 && (m["code"] == nil || m["error"] == nil) {
 			t.Fatalf("%s %s: error %s not in the {code, error} envelope", method, path, b)
 		}
 		return m
 	}
-	if code, _, b := rawDo(t, "GET", base+"/batches", nil, map[string]string{"Authorization": "Bearer nope"}); code != 401 || !strings.Contains(string(b), `"error"`) {
+	if code, _, b := emutest.Do(t, "GET", base+"/batches", nil, map[string]string{"Authorization": "Bearer nope"}); code != 401 || !strings.Contains(string(b), `"error"`) {
 		t.Fatalf("wrong key: %d %s", code, b)
 	}
 	call("POST", "/batches", []byte(`{}`), 400) // no name
@@ -136,22 +138,22 @@ func TestXAIWire(t *testing.T) {
 func TestXAIPersisted(t *testing.T) {
 	dir := t.TempDir()
 	_, ts := start(t, Options{DataDir: dir})
-	code, _, b := rawDo(t, "POST", ts.URL+xaiPrefix+"/batches", []byte(`{"name":"p"}`), nil)
+	code, _, b := emutest.Do(t, "POST", ts.URL+xaiPrefix+"/batches", []byte(`{"name":"p"}`), nil)
 	if code != 200 {
 		t.Fatalf("create: %d %s", code, b)
 	}
 	var m map[string]any
-	mustUnmarshal(t, b, &m)
+	emutest.MustUnmarshal(t, b, &m)
 	id := m["batch_id"].(string)
-	if code, _, b := rawDo(t, "POST", ts.URL+xaiPrefix+"/batches/"+id+"/requests", xaiItems("p", 2), nil); code != 200 {
+	if code, _, b := emutest.Do(t, "POST", ts.URL+xaiPrefix+"/batches/"+id+"/requests", xaiItems("p", 2), nil); code != 200 {
 		t.Fatalf("add: %d %s", code, b)
 	}
 	_, ts2 := start(t, Options{DataDir: dir})
-	code, _, b = rawDo(t, "GET", ts2.URL+xaiPrefix+"/batches/"+id+"/results", nil, nil)
+	code, _, b = emutest.Do(t, "GET", ts2.URL+xaiPrefix+"/batches/"+id+"/results", nil, nil)
 	if code != http.StatusOK || strings.Count(string(b), "chat_get_completion") != 2 {
 		t.Fatalf("after restart: %d %s", code, b)
 	}
-	if code, _, b := rawDo(t, "POST", ts2.URL+xaiPrefix+"/batches/"+id+"/requests", xaiItems("p", 1), nil); code != 400 {
+	if code, _, b := emutest.Do(t, "POST", ts2.URL+xaiPrefix+"/batches/"+id+"/requests", xaiItems("p", 1), nil); code != 400 {
 		t.Fatalf("a known id added again after restart: %d %s", code, b)
 	}
 }

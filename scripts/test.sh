@@ -144,7 +144,16 @@ if [ -z "${SLUICE_TEST_POSTGRES:-}" ]; then
   export SLUICE_TEST_POSTGRES="postgres://postgres:$pgpw@127.0.0.1:$pgport/postgres?sslmode=disable"
 fi
 
-if [ $# -eq 0 ]; then
-  set -- ./...
+# Arguments that name packages (., ./x, ../x) run in the main module only;
+# without any, both modules run all their packages with the flags given.
+pkgs=0
+for a in "$@"; do
+  case $a in .|./*|../*) pkgs=1 ;; esac
+done
+if [ $pkgs = 1 ]; then
+  exec go test "$@"
 fi
-go test "$@"
+rc=0
+go test "$@" ./... || rc=$?
+(cd sdktest && go test "$@" ./...) || rc=$?
+exit $rc

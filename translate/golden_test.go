@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/openai/openai-go/v3"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -73,7 +71,8 @@ func TestGoldenRequests(t *testing.T) {
 // testdata/results/TARGET back to a chat.completion (files named error_NNN
 // are error bodies answered with status NNN) and compares it with
 // testdata/golden/TARGET/NAME.result.json field by field; every success
-// must also parse as the OpenAI SDK's ChatCompletion.
+// must also parse as the OpenAI SDK's ChatCompletion (the nested module's
+// sdktest/translate, TestGoldenResultsParseInOpenAISDK, on the goldens).
 func TestGoldenResults(t *testing.T) {
 	meta := Meta{ID: "chatcmpl-fallback", Model: "fallback-model", Created: 1700000000}
 	for _, tn := range targetNames {
@@ -198,7 +197,7 @@ func diffJSON(path string, want, got any, out *[]string) {
 // promises: every field present with its type, at least one choice, each
 // with an index, an assistant message whose content is a string or null,
 // well-formed tool calls and a known finish_reason, and usage whose total
-// is the sum; and that the OpenAI SDK parses it.
+// is the sum (that the OpenAI SDK parses it: sdktest/translate).
 func validCompletion(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -271,14 +270,7 @@ func validCompletion(b []byte) error {
 			return fmt.Errorf("choice %d: finish_reason %q", i, *f)
 		}
 	}
-	var oc openai.ChatCompletion
-	if err := json.Unmarshal(b, &oc); err != nil {
-		return fmt.Errorf("the OpenAI SDK cannot parse it: %v", err)
-	}
-	if oc.Object != "chat.completion" || len(oc.Choices) != len(c.Choices) || oc.ID != *c.ID {
-		return errors.New("the OpenAI SDK reads it differently")
-	}
-	return nil
+	return nil // the OpenAI SDK parses the goldens: sdktest/translate
 }
 
 // validError checks an OpenAI error object.

@@ -19,6 +19,7 @@ func stateEnv(dir string) []string { return []string{"SLUICE_STATE=" + filepath.
 // TestReadmeFirstRun is the README's first command on the bundled example:
 // the local emulator, no key, exit 0, one line per input line in order.
 func TestReadmeFirstRun(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.jsonl")
 	r := runSluice(t, stateEnv(dir), "run", "../../examples/requests.jsonl", "--out", out)
@@ -116,11 +117,7 @@ func TestChangedInputRefused(t *testing.T) {
 // timer would, until it exits 0; the output is then complete.
 func TestCronOnceFlow(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
-	emu := startEmulator(t, "--batch-time", "400ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 50)
-	out := filepath.Join(dir, "out.jsonl.zst")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	_, dir, in, ids, out, env := openAIJob(t, 50, "out.jsonl.zst", "--batch-time", "400ms")
 	var codes []int
 	for i := 0; i < 50; i++ {
 		r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--once", "--max-batch-requests", "10", "--rate", "-1")

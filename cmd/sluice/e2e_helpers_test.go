@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -198,6 +199,44 @@ func checkOutput(t *testing.T, path string, ids []string) []sluice.OutputLine {
 		out = append(out, o)
 	}
 	return out
+}
+
+// openAIJob is how most end-to-end tests begin: an emulator started with
+// emuArgs, n input lines (writeInput) in a temp directory dir, the output
+// path out (outName in dir) and the environment of a --provider openai
+// run against the emulator, state in dir.
+func openAIJob(t *testing.T, n int, outName string, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string, env []string) {
+	t.Helper()
+	emu = startEmulator(t, emuArgs...)
+	dir = t.TempDir()
+	in, ids = writeInput(t, dir, n)
+	out = filepath.Join(dir, outName)
+	env = append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	return emu, dir, in, ids, out, env
+}
+
+// killRuns runs the command mk builds up to runs times, SIGKILLing run i
+// after delay(i), until a run ends by itself, which must exit 0; it
+// returns how many kills landed.
+func killRuns(t *testing.T, mk func() *exec.Cmd, runs int, delay func(i int) time.Duration) int {
+	t.Helper()
+	kills := 0
+	for i := 0; i < runs; i++ {
+		killed, code := killAfter(t, mk(), delay(i))
+		if !killed {
+			if code != 0 {
+				t.Fatalf("run %d ended with exit %d", i, code)
+			}
+			break
+		}
+		kills++
+	}
+	return kills
+}
+
+// randomDelays are killRuns delays of 30 to 330ms drawn from rng.
+func randomDelays(rng *rand.Rand) func(int) time.Duration {
+	return func(int) time.Duration { return time.Duration(30+rng.IntN(300)) * time.Millisecond }
 }
 
 // killAfter starts cmd and SIGKILLs it after d (if it is still running).

@@ -407,6 +407,7 @@ var _ = json.Marshal
 // order, as invalid_request errors; the summary counts them; exit 4. A
 // later run without --skip-invalid says the plan was made with it.
 func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var b []byte
 	type want struct {
@@ -728,17 +729,8 @@ func TestLocalMixedSurvivesKills(t *testing.T) {
 	// Every kill comes well before a batch made in the same run can end
 	// (3 s), so the first runs cannot finish by themselves and the kills
 	// land however fast or loaded the machine is.
-	kills := 0
-	for i := 0; i < 12; i++ {
-		killed, code := killAfter(t, sluiceCmd(stateEnv(dir), args...), time.Duration(100+(i%6)*110)*time.Millisecond)
-		if !killed {
-			if code != 0 {
-				t.Fatalf("run %d: exit %d", i, code)
-			}
-			break
-		}
-		kills++
-	}
+	kills := killRuns(t, func() *exec.Cmd { return sluiceCmd(stateEnv(dir), args...) }, 12,
+		func(i int) time.Duration { return time.Duration(100+(i%6)*110) * time.Millisecond })
 	r := runSluiceFor(t, 120*time.Second, stateEnv(dir), args...)
 	if r.code != 0 {
 		t.Fatalf("final run after %d kills: exit %d\n%s", kills, r.code, tail(r.stderr, 3000))

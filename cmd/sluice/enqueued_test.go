@@ -122,13 +122,7 @@ func TestEnqueuedTokenLimitEqualToBudgetFinishes(t *testing.T) {
 			}
 			emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
 			dir := t.TempDir()
-			in := filepath.Join(dir, "requests.jsonl")
-			b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			writeFile(t, in, b)
-			ids := customIDs(t, b)
+			in, ids := copyExample(t, dir)
 			out := filepath.Join(dir, "out.jsonl")
 			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB=")
 			r := runSluiceWithin(t, 90*time.Second, env, append([]string{"run", in, "--out", out, "--provider", "openai",
@@ -227,6 +221,19 @@ func TestRequestAloneOverProviderLimitFails(t *testing.T) {
 }
 
 // customIDs returns the custom_id of every line of an input.
+// copyExample copies examples/requests.jsonl into dir: its path there and
+// its custom_ids.
+func copyExample(t *testing.T, dir string) (string, []string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, "requests.jsonl")
+	writeFile(t, in, b)
+	return in, customIDs(t, b)
+}
+
 func customIDs(t *testing.T, b []byte) []string {
 	t.Helper()
 	var ids []string
@@ -273,13 +280,7 @@ func TestOnceRunsSplitRefusedBatches(t *testing.T) {
 	// the batch it submitted.
 	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "1s")
 	dir := t.TempDir()
-	in := filepath.Join(dir, "requests.jsonl")
-	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, in, b)
-	ids := customIDs(t, b)
+	in, ids := copyExample(t, dir)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	// Runs one after the other, as a tight cron would: each does what is
@@ -313,13 +314,7 @@ func TestKilledWhileSplittingResumes(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
 	dir := t.TempDir()
-	in := filepath.Join(dir, "requests.jsonl")
-	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "requests.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, in, b)
-	ids := customIDs(t, b)
+	in, ids := copyExample(t, dir)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",

@@ -26,11 +26,7 @@ import (
 // attempt, code, message, time), and `status JOB --chunks` prints them.
 func TestStatusJSONShowsAttemptErrors(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
-	emu := startEmulator(t, "--output-file-404-rate", "1")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 8)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	_, _, in, ids, out, env := openAIJob(t, 8, "out.jsonl", "--output-file-404-rate", "1")
 	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--max-attempts", "2",
 		"--poll-interval", "50ms", "--max-poll-interval", "100ms", "--rate", "-1")
 	if r.code != exitFailures {
@@ -105,6 +101,7 @@ func TestStatusJSONShowsAttemptErrors(t *testing.T) {
 // cancel time, and running the job's command again finds the output
 // unchanged through the imported summary instead of rewriting it.
 func TestOldStateDirIsImported(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 12)
 	out := filepath.Join(dir, "out.jsonl")

@@ -42,10 +42,46 @@ func writeFallbackInput(t *testing.T, dir string, n, small int) (string, []strin
 // three batches are mid-run (the emulator's in_progress is 10% to 90% of
 // --batch-time), so each has finished some lines and not the rest.
 func fallbackArgs(emu *emulatorProc, in, out string, start time.Time, fallbackIn time.Duration, extra ...string) []string {
-	return append([]string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
+	return fallbackRunArgs(in, out, start, fallbackIn, append([]string{"--provider", "openai", "--base-url", "http://" + emu.addr + "/v1"}, extra...)...)
+}
+
+// fallbackRunArgs is the run of fallbackArgs with the provider flags in
+// extra: batches of 10, quick polls, a deadline 3 minutes from start and
+// the fallback to realtime at start+fallbackIn.
+func fallbackRunArgs(in, out string, start time.Time, fallbackIn time.Duration, extra ...string) []string {
+	return append([]string{"run", in, "--out", out,
 		"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
 		"--deadline", start.Add(3 * time.Minute).UTC().Format(time.RFC3339),
 		"--fallback", "realtime", "--fallback-at", start.Add(fallbackIn).UTC().Format(time.RFC3339)}, extra...)
+}
+
+// checkChatCompletions checks the output has every id once, in order, each
+// answered 200 with a chat.completion.
+func checkChatCompletions(t *testing.T, out string, ids []string) {
+	t.Helper()
+	for _, o := range checkOutput(t, out, ids) {
+		var cc struct {
+			Object string `json:"object"`
+		}
+		if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 ||
+			json.Unmarshal(o.Response.Body, &cc) != nil || cc.Object != "chat.completion" {
+			t.Errorf("%s: %+v %+v, want a 200 chat.completion", o.CustomID, o.Error, o.Response)
+		}
+	}
+}
+
+// checkFellBack checks the emulator's counts after a fallback of 30
+// requests in three batches: the three cancelled, all 30 executed, some
+// (not all) synchronously, none twice.
+func checkFellBack(t *testing.T, emu *emulatorProc) {
+	t.Helper()
+	st := emu.stats(t)
+	t.Logf("batches created %d, cancelled %d; executed %d, synchronously %d", st["batches_created"], st["batches_cancelled"], st["requests_processed"], st["sync_requests"])
+	if st["batches_cancelled"] != 3 || st["requests_processed"] != 30 || st["sync_requests"] == 0 || st["sync_requests"] == 30 ||
+		st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d batches cancelled, %d executed (%d synchronously), %d twice: want 3, 30 (some, not all), 0",
+			st["batches_cancelled"], st["requests_processed"], st["sync_requests"], st["requests_processed_more_than_once"])
+	}
 }
 
 // TestFallbackRealtimeAnswersStuckBatches: three batches still running at
@@ -241,14 +277,15 @@ func TestParseFallback(t *testing.T) {
 // provider's rate-limit headers (OpenAI: x-ratelimit-remaining-requests
 // and -reset-requests; Anthropic: anthropic-ratelimit-requests-remaining
 // and -reset): with 5 calls admitted every 2 seconds and 3 in flight at
-// once, all 30 are answered and none is refused with a 429.
+// once, all 15 are answered (over three windows) and none is refused
+// with a 429.
 func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
 	for _, fam := range []string{"openai", "anthropic"} {
 		t.Run(fam, func(t *testing.T) {
 			t.Parallel()
 			emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating", "--sync-limit", "5", "--sync-window", "2s")
 			dir := t.TempDir()
-			in, ids := writeFallbackInput(t, dir, 30, 30) // max_tokens: Anthropic requires it
+			in, ids := writeFallbackInput(t, dir, 15, 30) // max_tokens: Anthropic requires it
 			out := filepath.Join(dir, "out.jsonl")
 			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://"+emu.addr)
 			args := fallbackArgs(emu, in, out, time.Now(), 2*time.Minute, "--stuck-after", "1s", "--concurrency", "3")
@@ -261,8 +298,8 @@ func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
 			}
 			checkOutput(t, out, ids)
 			st := emu.stats(t)
-			if st["sync_requests"] != 30 || st["sync_rate_limited"] != 0 || st["requests_processed_more_than_once"] != 0 {
-				t.Errorf("%d synchronous calls answered, %d refused 429, %d executed twice; want 30, 0, 0\n%s",
+			if st["sync_requests"] != 15 || st["sync_rate_limited"] != 0 || st["requests_processed_more_than_once"] != 0 {
+				t.Errorf("%d synchronous calls answered, %d refused 429, %d executed twice; want 15, 0, 0\n%s",
 					st["sync_requests"], st["sync_rate_limited"], st["requests_processed_more_than_once"], tail(r.stderr, 2000))
 			}
 		})
@@ -281,29 +318,13 @@ func TestFallbackAnthropic(t *testing.T) {
 	in, ids, _ := writeChatInput(t, dir, 30, true)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://"+emu.addr)
-	start := time.Now()
-	r := runSluice(t, env, "run", in, "--out", out, "--provider", "anthropic", "--model-map", "gpt-4o-mini=claude-haiku-4-5",
-		"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
-		"--deadline", start.Add(3*time.Minute).UTC().Format(time.RFC3339),
-		"--fallback", "realtime", "--fallback-at", start.Add(12*time.Second).UTC().Format(time.RFC3339))
+	r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), 12*time.Second,
+		"--provider", "anthropic", "--model-map", "gpt-4o-mini=claude-haiku-4-5")...)
 	if r.code != exitOK {
 		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
 	}
-	for _, o := range checkOutput(t, out, ids) {
-		var cc struct {
-			Object string `json:"object"`
-		}
-		if o.Response == nil || o.Response.StatusCode != 200 || json.Unmarshal(o.Response.Body, &cc) != nil || cc.Object != "chat.completion" {
-			t.Errorf("%s: %+v, want a chat.completion", o.CustomID, o)
-		}
-	}
-	st := emu.stats(t)
-	t.Logf("batches created %d, cancelled %d; executed %d, synchronously %d", st["batches_created"], st["batches_cancelled"], st["requests_processed"], st["sync_requests"])
-	if st["batches_cancelled"] != 3 || st["requests_processed"] != 30 || st["sync_requests"] == 0 || st["sync_requests"] == 30 ||
-		st["requests_processed_more_than_once"] != 0 {
-		t.Errorf("%d batches cancelled, %d executed (%d synchronously), %d twice: want 3, 30 (some, not all), 0",
-			st["batches_cancelled"], st["requests_processed"], st["sync_requests"], st["requests_processed_more_than_once"])
-	}
+	checkChatCompletions(t, out, ids)
+	checkFellBack(t, emu)
 }
 
 // TestFallbackFamilies: Mistral and Together fall back to their
@@ -330,30 +351,13 @@ func TestFallbackFamilies(t *testing.T) {
 			} else {
 				env = append(env, familyEnv(c.family, "k", emu.addr)...)
 			}
-			start := time.Now()
-			r := runSluice(t, env, "run", in, "--out", out, "--provider", c.family, "--model-map", "gpt-4o-mini="+c.model,
-				"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
-				"--deadline", start.Add(3*time.Minute).UTC().Format(time.RFC3339),
-				"--fallback", "realtime", "--fallback-at", start.Add(12*time.Second).UTC().Format(time.RFC3339))
+			r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), 12*time.Second,
+				"--provider", c.family, "--model-map", "gpt-4o-mini="+c.model)...)
 			if r.code != exitOK {
 				t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
 			}
-			for _, o := range checkOutput(t, out, ids) {
-				var cc struct {
-					Object string `json:"object"`
-				}
-				if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 ||
-					json.Unmarshal(o.Response.Body, &cc) != nil || cc.Object != "chat.completion" {
-					t.Errorf("%s: %+v, want a 200 chat.completion", o.CustomID, o.Error)
-				}
-			}
-			st := emu.stats(t)
-			t.Logf("batches created %d, cancelled %d; executed %d, synchronously %d", st["batches_created"], st["batches_cancelled"], st["requests_processed"], st["sync_requests"])
-			if st["batches_cancelled"] != 3 || st["requests_processed"] != 30 || st["sync_requests"] == 0 || st["sync_requests"] == 30 ||
-				st["requests_processed_more_than_once"] != 0 {
-				t.Errorf("%d batches cancelled, %d executed (%d synchronously), %d twice: want 3, 30 (some, not all), 0",
-					st["batches_cancelled"], st["requests_processed"], st["sync_requests"], st["requests_processed_more_than_once"])
-			}
+			checkChatCompletions(t, out, ids)
+			checkFellBack(t, emu)
 		})
 	}
 }
@@ -371,23 +375,12 @@ func TestFallbackCloudflare(t *testing.T) {
 	in, ids := writeFallbackInput(t, dir, 30, 30)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(cloudflareEnv(dir), "CLOUDFLARE_BASE_URL=http://"+emu.addr+"/client/v4")
-	start := time.Now()
-	r := runSluice(t, env, "run", in, "--out", out, "--provider", "cloudflare", "--model-map", "gpt-4o-mini=@cf/meta/llama-3.3-70b-instruct-fp8-fast",
-		"--rate", "-1", "--max-batch-requests", "10", "--max-live-batches", "1", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
-		"--deadline", start.Add(3*time.Minute).UTC().Format(time.RFC3339),
-		"--fallback", "realtime", "--fallback-at", start.Add(3*time.Second).UTC().Format(time.RFC3339))
+	r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), 3*time.Second, "--provider", "cloudflare",
+		"--model-map", "gpt-4o-mini=@cf/meta/llama-3.3-70b-instruct-fp8-fast", "--max-live-batches", "1")...)
 	if r.code != exitOK {
 		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
 	}
-	for _, o := range checkOutput(t, out, ids) {
-		var cc struct {
-			Object string `json:"object"`
-		}
-		if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 ||
-			json.Unmarshal(o.Response.Body, &cc) != nil || cc.Object != "chat.completion" {
-			t.Errorf("%s: %+v, want a 200 chat.completion", o.CustomID, o.Error)
-		}
-	}
+	checkChatCompletions(t, out, ids)
 	st := emu.stats(t)
 	t.Logf("batches created %d; executed %d, synchronously %d", st["batches_created"], st["requests_processed"], st["sync_requests"])
 	if st["batches_created"] != 1 || st["requests_processed"] != 30 || st["sync_requests"] != 20 ||

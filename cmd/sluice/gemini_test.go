@@ -8,10 +8,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/tracker"
@@ -113,18 +113,7 @@ func TestGeminiCrashLoop(t *testing.T) {
 	env := geminiEnv(emu.addr, "gm-any")
 	args := []string{"run", in, "--out", out, "--provider", "gemini", "--max-batch-requests", "12", "--poll-interval", "20ms",
 		"--max-poll-interval", "80ms", "--rate", "-1", "--reconcile-grace", "1s", "--state", state}
-	rng := rand.New(rand.NewPCG(5, 6))
-	kills := 0
-	for i := 0; i < 20; i++ {
-		killed, code := killAfter(t, sluiceCmd(env, args...), time.Duration(30+rng.IntN(300))*time.Millisecond)
-		if !killed {
-			if code != 0 {
-				t.Fatalf("run %d ended with exit %d", i, code)
-			}
-			break
-		}
-		kills++
-	}
+	kills := killRuns(t, func() *exec.Cmd { return sluiceCmd(env, args...) }, 20, randomDelays(rand.New(rand.NewPCG(5, 6))))
 	if kills < 8 {
 		t.Fatalf("only %d kills landed; the job finished too fast to test crashes", kills)
 	}

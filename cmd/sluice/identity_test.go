@@ -104,11 +104,7 @@ func TestPlanThenRunReusesThePlan(t *testing.T) {
 // planned again: TestPlanFlagChangeWithNothingSubmittedReplans.)
 func TestResumedRunRefusesPlanFlags(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "30s")
-	dir := t.TempDir()
-	in, _ := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	emu, _, in, _, out, env := openAIJob(t, 30, "out.jsonl", "--batch-time", "30s")
 	common := []string{"--provider", "openai", "--rate", "-1"}
 	if r := runSluice(t, env, append([]string{"run", in, "--out", out, "--once", "--max-batch-requests", "5"}, common...)...); r.code != exitStopped {
 		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, r.stderr)
@@ -138,11 +134,7 @@ func TestResumedRunRefusesPlanFlags(t *testing.T) {
 // run of the same job; the plan's own value given again is no change.
 func TestResumedRunAppliesLiveFlags(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "30s")
-	dir := t.TempDir()
-	in, _ := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	emu, _, in, _, out, env := openAIJob(t, 30, "out.jsonl", "--batch-time", "30s")
 	common := []string{"--provider", "openai", "--rate", "-1"}
 	run := func(extra ...string) result {
 		return runSluice(t, env, append(append([]string{"run", in, "--out", out, "--once", "--max-batch-requests", "5"}, common...), extra...)...)

@@ -64,6 +64,7 @@ func checkIntegrity(t *testing.T, state string) {
 // and past SLUICE_DB_BUSY_TIMEOUT fails with a clear message; the next run
 // completes.
 func TestStateDatabaseLocked(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 20)
 	env := stateEnv(dir)
@@ -113,6 +114,7 @@ func smallDisk(t *testing.T, size int) (dir string, grow func()) {
 // TestDiskFullDuringMerge: the output's disk fills up while merging; the
 // run fails clearly, leaves no half output, and the next run writes it.
 func TestDiskFullDuringMerge(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 300)
 	small, grow := smallDisk(t, 64<<10)
@@ -138,6 +140,7 @@ func TestDiskFullDuringMerge(t *testing.T) {
 // planning (chunk files, rows) or while results come back; each run fails
 // clearly, and once there is room the same command finishes the job.
 func TestDiskFullDuringSplitAndDownload(t *testing.T) {
+	t.Parallel()
 	for _, size := range []int{96 << 10, 400 << 10} {
 		t.Run(fmt.Sprint(size>>10, "KiB"), func(t *testing.T) {
 			dir := t.TempDir()

@@ -126,6 +126,7 @@ func umask(t *testing.T) os.FileMode {
 // succeeded equal the output's lines, batches done equal the batches the
 // emulator created, API calls and retries counted, spend and tokens.
 func TestMetricsServedAndWritten(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "1500ms", "--http-fault-rate", "0.15", "--retry-after", "20ms")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 300)

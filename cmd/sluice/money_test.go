@@ -236,6 +236,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12+1e-9*math.Abs(b) }
 // --prices file prices it; after a run, the lessons of its batches
 // correct the next plan.
 func TestPlanCostAgainstHandComputed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	env := stateEnv(dir)
 	var lines []string

@@ -157,6 +157,7 @@ func outbox(t *testing.T, dir string, dsn ...string) []tracker.Notification {
 // with the counts of the job; running the same command again sends
 // nothing more; neither the secret nor the URL's token is logged.
 func TestNotifyDoneSignedOnceAndSlack(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	secret := newSecret(t)
 	rec, slack := startReceiver(t, secret), startReceiver(t, secret)
@@ -255,6 +256,7 @@ func testKilledMidDelivery(t *testing.T, dsn string) {
 // Retry-After: 2; the run retries no sooner than that, with the same id,
 // and the event is job.finished_with_failures.
 func TestNotifyRetriesHonouringRetryAfter(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--validation-fail-rate", "1")
 	dir := t.TempDir()
 	secret := newSecret(t)
@@ -291,6 +293,7 @@ func TestNotifyRetriesHonouringRetryAfter(t *testing.T) {
 // one with --stuck-after sends one batch.stuck for each of the job's
 // three batches, and job.finished_with_failures once they are cancelled.
 func TestNotifyStoppedAndStuck(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
 	dir := t.TempDir()
 	rec := startReceiver(t, newSecret(t))
@@ -352,6 +355,7 @@ func TestNotifyStoppedAndStuck(t *testing.T) {
 // second to answer. The receiver gets the stopped event once more (one
 // worker's claim excludes the other's) and job.done exactly once.
 func TestNotifyWorkersSendOnce(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "2s")
 	dir := t.TempDir()
 	secret := newSecret(t)
@@ -403,6 +407,7 @@ func TestNotifyWorkersSendOnce(t *testing.T) {
 // connection fails (exit 1) and says job.failed with the error; the
 // event still reaches the receiver, which is up.
 func TestNotifyFailed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	secret := newSecret(t)
 	rec := startReceiver(t, secret)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,11 +88,8 @@ func checkBoughtOnce(t *testing.T, emu *emulatorProc, dsn string) {
 func TestPostgresLockBlipTakenBack(t *testing.T) {
 	t.Parallel()
 	dsn := testsrv.Postgres(t)
-	emu := startEmulator(t, "--batch-time", "1s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 60)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn)
+	emu, _, in, ids, out, env := openAIJob(t, 60, "o.jsonl", "--batch-time", "1s")
+	env = append(env, "SLUICE_DB="+dsn)
 	a := startWorkerProc(t, env, pgLockRunArgs(emu, in, out)...)
 	pid := a.cmd.Process.Pid
 	waitUntil(t, "a batch submitted", time.Minute, func() bool {
@@ -137,11 +133,8 @@ func TestPostgresLockBlipTakenBack(t *testing.T) {
 func TestPostgresSecondRunWhileFirstLostItsConnection(t *testing.T) {
 	t.Parallel()
 	dsn := testsrv.Postgres(t)
-	emu := startEmulator(t, "--batch-time", "1s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 60)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn)
+	emu, _, in, ids, out, env := openAIJob(t, 60, "o.jsonl", "--batch-time", "1s")
+	env = append(env, "SLUICE_DB="+dsn)
 	args := pgLockRunArgs(emu, in, out)
 	a := startWorkerProc(t, env, args...)
 	apid := a.cmd.Process.Pid
@@ -194,11 +187,8 @@ func TestPostgresRestartMidRun(t *testing.T) {
 	t.Parallel()
 	srv := testsrv.NewRestartablePostgres(t)
 	dsn := srv.DSN
-	emu := startEmulator(t, "--batch-time", "1s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 60)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn)
+	emu, _, in, ids, out, env := openAIJob(t, 60, "o.jsonl", "--batch-time", "1s")
+	env = append(env, "SLUICE_DB="+dsn)
 	a := startWorkerProc(t, env, pgLockRunArgs(emu, in, out)...)
 	waitUntil(t, "a batch submitted", time.Minute, func() bool {
 		return pgTry(dsn, `SELECT COUNT(*) FROM chunks WHERE state = 'submitted'`) >= 1
@@ -229,11 +219,8 @@ func TestPostgresRestartUnderWorkers(t *testing.T) {
 	t.Parallel()
 	srv := testsrv.NewRestartablePostgres(t)
 	dsn := srv.DSN
-	emu := startEmulator(t, "--batch-time", "700ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 240)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn, "SLUICE_JOIN=1")
+	emu, _, in, ids, out, env := openAIJob(t, 240, "o.jsonl", "--batch-time", "700ms")
+	env = append(env, "SLUICE_DB="+dsn, "SLUICE_JOIN=1")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
 		"--max-batch-requests", "12", "--concurrency", "3", "--rate", "-1", "--poll-interval", "100ms",
 		"--max-poll-interval", "300ms", "--lease-ttl", "900ms", "--reconcile-grace", "1s", "--log-format", "json",
@@ -339,11 +326,8 @@ func TestPostgresWorkerSilentPastItsLeaseStops(t *testing.T) {
 	dsn := testsrv.Postgres(t)
 	// Every API call takes 500 ms: a worker spends its steps waiting on
 	// the emulator, not inside a database transaction.
-	emu := startEmulator(t, "--batch-time", "500ms", "--slow-rate", "1", "--slow-delay", "500ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 36)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn, "SLUICE_JOIN=1")
+	emu, _, in, ids, out, env := openAIJob(t, 36, "o.jsonl", "--batch-time", "500ms", "--slow-rate", "1", "--slow-delay", "500ms")
+	env = append(env, "SLUICE_DB="+dsn, "SLUICE_JOIN=1")
 	args := pgLockRunArgs(emu, in, out, "--lease-ttl", "600ms", "--max-batch-requests", "12", "--keep-provider-files")
 	a := startWorkerProc(t, env, args...)
 	apid := a.cmd.Process.Pid

@@ -254,12 +254,10 @@ func mustPassword(u *url.URL) string {
 func TestPostgresLockAndCrashResume(t *testing.T) {
 	t.Parallel()
 	dsn := testsrv.Postgres(t)
-	emu := startEmulator(t, "--batch-time", "2s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB="+dsn)
-	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--rate", "-1"}
+	emu, _, in, ids, out, env := openAIJob(t, 30, "o.jsonl", "--batch-time", "2s")
+	env = append(env, "SLUICE_DB="+dsn)
+	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--rate", "-1",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}
 	first := sluiceCmd(env, args...)
 	if err := first.Start(); err != nil {
 		t.Fatal(err)

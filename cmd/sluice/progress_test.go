@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
 	"github.com/sluice-batch/sluice"
 )
 
@@ -52,13 +50,12 @@ func (f *fakeStore) RequestStates(ctx context.Context, job string) (map[sluice.R
 // lines land above the area, the area is erased before each and redrawn
 // after, lines are cut to the width, and done() leaves nothing behind.
 func TestLiveAreaAndLogs(t *testing.T) {
-	ptmx, tty, err := pty.Open()
+	ptmx, tty, err := openPTY(30, 70)
 	if err != nil {
 		t.Skip("no pseudo-terminal:", err)
 	}
 	defer ptmx.Close()
 	defer tty.Close()
-	pty.Setsize(ptmx, &pty.Winsize{Rows: 30, Cols: 70})
 	var screen bytes.Buffer
 	var screenMu sync.Mutex
 	go func() {

@@ -11,6 +11,34 @@ import (
 // Where features of issue 21 meet (found by the QA pass over the merged
 // result), through the real binary against `sluice emulate`.
 
+// longPrompts is six chat lines, q0 to q5, whose prompts are long enough
+// for the emulator to answer with many tokens (so that a max_tokens of 5
+// shows), and their custom_ids.
+func longPrompts() (*strings.Builder, []string) {
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, fmt.Sprintf("q%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
+			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
+	}
+	return &b, ids
+}
+
+// completionTokens is usage.completion_tokens of a chat.completion body.
+func completionTokens(t *testing.T, body []byte) int {
+	t.Helper()
+	var b struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Usage.CompletionTokens
+}
+
 // TestReuseHonoursDefaultMaxTokens: --default-max-tokens changes what is
 // sent for a translated chat line that sets no max_tokens, so an answer
 // bought under one value is not reused for a job under another (it would
@@ -21,34 +49,21 @@ func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
 	emu := startEmulator(t)
 	dir := t.TempDir()
 	env := []string{"ANTHROPIC_API_KEY=sk-ant-test"}
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < 6; i++ {
-		ids = append(ids, fmt.Sprintf("q%d", i))
-		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
-			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
-	}
+	b, ids := longPrompts()
 	run := func(name, maxTokens string) (result, []int) {
 		t.Helper()
 		in := filepath.Join(dir, name+".jsonl")
 		writeFile(t, in, []byte(b.String()))
 		out := filepath.Join(dir, name+".out.jsonl")
 		r := runSluice(t, env, "run", in, "--out", out, "--state", filepath.Join(dir, "state"), "--provider", "anthropic",
-			"--base-url", "http://"+emu.addr, "--model-map", "gpt-4o-mini=claude-haiku-4-5", "--default-max-tokens", maxTokens)
+			"--base-url", "http://"+emu.addr, "--model-map", "gpt-4o-mini=claude-haiku-4-5", "--default-max-tokens", maxTokens,
+			"--poll-interval", "50ms", "--max-poll-interval", "200ms")
 		if r.code != 0 {
 			t.Fatalf("%s: exit %d\n%s", name, r.code, r.stderr)
 		}
 		var got []int
 		for _, l := range checkOutput(t, out, ids) {
-			var body struct {
-				Usage struct {
-					CompletionTokens int `json:"completion_tokens"`
-				} `json:"usage"`
-			}
-			if err := json.Unmarshal(l.Response.Body, &body); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, body.Usage.CompletionTokens)
+			got = append(got, completionTokens(t, l.Response.Body))
 		}
 		return r, got
 	}
@@ -122,19 +137,14 @@ func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
 	emu := startEmulator(t)
 	dir := t.TempDir()
 	env := []string{"GEMINI_API_KEY=test"}
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < 6; i++ {
-		ids = append(ids, fmt.Sprintf("q%d", i))
-		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
-			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
-	}
+	b, ids := longPrompts()
 	state := filepath.Join(dir, "state")
 	common := []string{"--state", state, "--provider", "gemini", "--base-url", "http://" + emu.addr + "/gemini"}
 	// An earlier job, without --default-max-tokens, buys long answers.
 	y := filepath.Join(dir, "y.jsonl")
 	writeFile(t, y, []byte(b.String()))
-	if r := runSluice(t, env, append([]string{"run", y, "--out", filepath.Join(dir, "y.out.jsonl"), "--model-map", "gpt-4o-mini=gemini-2.5-flash"}, common...)...); r.code != 0 {
+	if r := runSluice(t, env, append([]string{"run", y, "--out", filepath.Join(dir, "y.out.jsonl"), "--model-map", "gpt-4o-mini=gemini-2.5-flash",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}, common...)...); r.code != 0 {
 		t.Fatalf("first job: exit %d\n%s", r.code, r.stderr)
 	}
 	// Job x planned with --default-max-tokens 5 under another map.
@@ -145,7 +155,8 @@ func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
 	}
 	// Run with the first job's map: x is planned again, keeping its 5.
 	out := filepath.Join(dir, "x.out.jsonl")
-	r := runSluice(t, env, append([]string{"run", x, "--job", "x", "--out", out, "--model-map", "gpt-4o-mini=gemini-2.5-flash"}, common...)...)
+	r := runSluice(t, env, append([]string{"run", x, "--job", "x", "--out", out, "--model-map", "gpt-4o-mini=gemini-2.5-flash",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}, common...)...)
 	if r.code != 0 {
 		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
 	}
@@ -153,17 +164,9 @@ func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
 		t.Errorf("the run did not say it planned the job again for its --model-map:\n%s", r.stderr)
 	}
 	for i, l := range checkOutput(t, out, ids) {
-		var body struct {
-			Usage struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
-		if err := json.Unmarshal(l.Response.Body, &body); err != nil {
-			t.Fatal(err)
-		}
-		if body.Usage.CompletionTokens > 5 {
+		if n := completionTokens(t, l.Response.Body); n > 5 {
 			t.Errorf("line %d: %d completion tokens: an answer bought without --default-max-tokens was reused for a job planned with 5\n%s",
-				i, body.Usage.CompletionTokens, r.stdout)
+				i, n, r.stdout)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func TestReportFinishedJobWithFailures(t *testing.T) {
 		env := []string{"SLUICE_STATE=" + filepath.Join(dir, "state"), "OPENAI_API_KEY=k", "SLUICE_DB="}
 		r := runSluice(t, env, append([]string{"run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai",
 			"--base-url", "http://" + emu.addr + "/v1", "--max-batch-requests", "15", "--rate", "-1",
-			"--max-cost", "5"}, db...)...)
+			"--max-cost", "5", "--poll-interval", "50ms", "--max-poll-interval", "200ms"}, db...)...)
 		if r.code != exitFailures {
 			t.Fatalf("run: exit %d, want %d (finished with failed requests)\n%s", r.code, exitFailures, r.stderr)
 		}

@@ -160,6 +160,7 @@ func TestCredentialsAndLocalURLsNamed(t *testing.T) {
 // run with nothing on screen) is logged when it starts, with the number of
 // batches, and when it ends, with how long it took.
 func TestProviderFileCleanupIsShown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 30)
 	out := filepath.Join(dir, "out.jsonl")
@@ -273,6 +274,7 @@ func TestStatusMoneyEstimateAgrees(t *testing.T) {
 // dollars as decimals of at most 10 places, never float noise (the
 // README's example planned at 0.0034045499999999997) nor an exponent.
 func TestMoneyJSONIsDecimal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	in := "../../examples/requests.jsonl"
 	amount := regexp.MustCompile(`"(est_cost|max_cost|actual|committed|cap)(_usd)?": ([^,\n}]+)`)

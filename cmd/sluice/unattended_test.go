@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
 	"github.com/sluice-batch/sluice"
 )
 
@@ -49,11 +47,7 @@ func onlyJob(t *testing.T, doc statusDoc) statusJob {
 // error exactly as recorded, and a finished job shows its outcome, output
 // and errors paths.
 func TestStatusChunksShowLastErrorVerbatim(t *testing.T) {
-	emu := startEmulator(t, "--validation-fail-rate", "1")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	_, _, in, ids, out, env := openAIJob(t, 30, "out.jsonl", "--validation-fail-rate", "1")
 	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--max-attempts", "1",
 		"--poll-interval", "50ms", "--max-poll-interval", "100ms", "--rate", "-1")
 	if r.code != exitFailures {
@@ -106,6 +100,7 @@ func TestStatusChunksShowLastErrorVerbatim(t *testing.T) {
 // by the cancel as successes, the others as cancelled errors), the errors
 // file has the cancelled ones, and the exit code is 4.
 func TestCancelKeepsCompletedLines(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "5s")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 60)
@@ -221,11 +216,12 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 // their counts and a bar are drawn in place, logs are console lines, not
 // JSON, and the summary ends it.
 func TestRunProgressOnTerminal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.jsonl")
 	cmd := sluiceCmd(stateEnv(dir), "run", "../../examples/requests.jsonl", "--out", out,
 		"--local-batch-time", "2s", "--max-batch-requests", "40")
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
+	ptmx, err := startOnPTY(cmd, 40, 160)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,11 +301,8 @@ func TestRunProgressOnTerminal(t *testing.T) {
 // longer stops with exit 3 soon after the deadline, leaving the batches
 // running; the same command without it then finishes the job.
 func TestDeadlineStopsThenResumes(t *testing.T) {
-	emu := startEmulator(t, "--batch-time", "5s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	t.Parallel()
+	emu, _, in, ids, out, env := openAIJob(t, 30, "out.jsonl", "--batch-time", "5s")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--poll-interval", "200ms", "--max-poll-interval", "500ms", "--rate", "-1"}
 	start := time.Now()
 	r := runSluice(t, env, append(args, "--deadline", "1s")...)
@@ -365,6 +358,7 @@ func TestParseDeadline(t *testing.T) {
 // password database; XDG_STATE_HOME, SLUICE_STATE and --state override in
 // that order. status only reads, so this touches nothing in the real home.
 func TestStateDirUnderCron(t *testing.T) {
+	t.Parallel()
 	u, err := user.Current()
 	if err != nil || u.HomeDir == "" {
 		t.Skipf("no home directory in the password database: %v", err)

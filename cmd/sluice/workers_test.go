@@ -250,6 +250,7 @@ var workersBackends = []struct {
 // merged, the others exited 0, nothing was processed twice, and every
 // chunk attempt has exactly one batch.
 func TestWorkersShareOneJobThroughKills(t *testing.T) {
+	t.Parallel()
 	for _, be := range workersBackends {
 		t.Run(be.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -381,11 +382,8 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 // on a job not planned yet: exactly one plans it, the other waits for that
 // plan and reuses it; both exit 0 and exactly one merges.
 func TestWorkersStartedAtOncePlanOnce(t *testing.T) {
-	emu := startEmulator(t, "--batch-time", "200ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 3000)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	t.Parallel()
+	emu, _, in, ids, out, env := openAIJob(t, 3000, "o.jsonl", "--batch-time", "200ms")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "500", "--join",
 		"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--lease-ttl", "900ms", "--log-format", "json"}
 	a := startWorkerProc(t, env, args...)
@@ -445,11 +443,8 @@ func hostname(t *testing.T) string {
 // --join workers drive the job (and says how to join), and --join refuses
 // --provider local, whose emulator lives inside each process.
 func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
-	emu := startEmulator(t, "--batch-time", "3s")
-	dir := t.TempDir()
-	in, _ := writeInput(t, dir, 20)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	t.Parallel()
+	_, dir, in, _, out, env := openAIJob(t, 20, "o.jsonl", "--batch-time", "3s")
 	w := startWorkerProc(t, env, "run", in, "--out", out, "--provider", "openai", "--join", "--keep-provider-files",
 		"--poll-interval", "200ms", "--max-poll-interval", "500ms")
 	deadline := time.Now().Add(30 * time.Second)
@@ -480,11 +475,9 @@ func TestJoinKeepsTheLoneRunsLock(t *testing.T) {
 // leaves the job in planning (and its plan role held until it expires); a
 // worker started next plans it from scratch and drives it to the end.
 func TestWorkerKilledMidPlanIsReplanned(t *testing.T) {
-	emu := startEmulator(t)
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 20000)
-	out := filepath.Join(dir, "o.jsonl")
-	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_JOIN=1")
+	t.Parallel()
+	_, dir, in, ids, out, env := openAIJob(t, 20000, "o.jsonl")
+	env = append(env, "SLUICE_JOIN=1")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--poll-interval", "50ms",
 		"--max-poll-interval", "200ms", "--lease-ttl", "600ms", "--log-format", "json", "--keep-provider-files"}
 	planner := startWorkerProc(t, env, args...)

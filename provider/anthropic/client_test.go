@@ -30,26 +30,12 @@ const testKey = "sk-ant-test-0123456789"
 func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) {
 	t.Helper()
 	o.APIKey = testKey
-	s, err := emulator.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { srv.Close(); s.Close() })
-	return s, srv.URL
+	return ptest.Emulator(t, o, nil)
 }
 
 func newClient(t *testing.T, base string, mod ...func(*anthropic.Config)) *anthropic.Client {
 	t.Helper()
-	cfg := anthropic.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	c, err := anthropic.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return ptest.Client(t, anthropic.New, anthropic.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
 }
 
 // writeChunk writes a chunk file exactly as the splitter does (through

@@ -33,27 +33,14 @@ const (
 func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) {
 	t.Helper()
 	o.APIKey = testToken
-	s, err := emulator.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { srv.Close(); s.Close() })
-	return s, srv.URL + "/client/v4"
+	s, root := ptest.Emulator(t, o, nil)
+	return s, root + "/client/v4"
 }
 
 func newClient(t *testing.T, base string, mod ...func(*cloudflare.Config)) *cloudflare.Client {
 	t.Helper()
-	cfg := cloudflare.Config{BaseURL: base, AccountID: account, APIToken: testToken, TempDir: t.TempDir(),
-		Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	c, err := cloudflare.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return ptest.Client(t, cloudflare.New, cloudflare.Config{BaseURL: base, AccountID: account, APIToken: testToken, TempDir: t.TempDir(),
+		Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}, mod...)
 }
 
 // writeChunk writes a chunk file through the preset's codec.

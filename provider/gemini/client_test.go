@@ -34,15 +34,7 @@ func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) 
 
 func newClient(t *testing.T, base string, mod ...func(*gemini.Config)) *gemini.Client {
 	t.Helper()
-	cfg := gemini.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	c, err := gemini.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return ptest.Client(t, gemini.New, gemini.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
 }
 
 // writeChunk writes a chunk file through the preset's codec, as the

@@ -29,15 +29,7 @@ func newClient(t *testing.T, preset, base string, mod ...func(*openai.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := openai.Config{Config: provider.Config{Preset: p, BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	c, err := openai.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return ptest.Client(t, openai.New, openai.Config{Config: provider.Config{Preset: p, BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
 }
 
 // writeChunk writes a chunk file of the given custom_ids and returns its

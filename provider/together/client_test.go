@@ -20,15 +20,7 @@ import (
 
 func newClient(t *testing.T, base string, mod ...func(*together.Config)) *together.Client {
 	t.Helper()
-	cfg := together.Config{Config: provider.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	c, err := together.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return ptest.Client(t, together.New, together.Config{Config: provider.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
 }
 
 func chunk(t *testing.T, job string, attempt int, ids ...string) sluice.BatchRef {

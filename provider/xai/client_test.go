@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/emutest"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/internal/ptest"
@@ -180,7 +181,10 @@ func TestXAIFindCompletesBatch(t *testing.T) {
 // pending, then cancelled; the requests that did not run come back
 // CANCELLED, to be retried. Both cancel paths are served.
 func TestXAICancel(t *testing.T) {
-	_, root := ptest.Emulator(t, emulator.Options{BatchTime: 300 * time.Millisecond}, nil)
+	// The emulator's clock stands still until the cancel: nothing of a
+	// batch runs before it, however loaded the machine.
+	clk := emutest.NewClock()
+	_, root := ptest.Emulator(t, emulator.Options{BatchTime: time.Hour, Now: clk.Now}, nil)
 	ctx := context.Background()
 	for _, path := range []string{xai.CancelColon, xai.CancelSlash} {
 		c := newClient(t, root, func(c *xai.Config) { c.CancelPath = path })
@@ -194,6 +198,7 @@ func TestXAICancel(t *testing.T) {
 			t.Fatalf("%s: cancel: %+v %v", path, b, err)
 		}
 		for !b.Status.Ended() {
+			clk.Advance(7 * time.Minute) // cancelling lasts a tenth of the batch time
 			if b, err = c.Poll(ctx, ref, b.ID); err != nil {
 				t.Fatal(err)
 			}

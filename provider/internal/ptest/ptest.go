@@ -42,6 +42,20 @@ func Emulator(t *testing.T, o emulator.Options, wrap func(http.Handler) http.Han
 	return s, srv.URL
 }
 
+// Client is newClient(cfg) after each of mod has changed cfg: a provider
+// client for a test, which fails on an error.
+func Client[C, P any](t *testing.T, newClient func(C) (P, error), cfg C, mod ...func(*C)) P {
+	t.Helper()
+	for _, m := range mod {
+		m(&cfg)
+	}
+	c, err := newClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Stats reads GET /_emulator/stats.
 func Stats(t *testing.T, root string) emulator.Stats {
 	t.Helper()

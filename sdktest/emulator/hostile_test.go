@@ -1,4 +1,4 @@
-package emulator
+package emulator_test
 
 import (
 	"bytes"
@@ -14,11 +14,22 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/emutest"
+
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/openai/openai-go/v3"
 )
 
 // What a client sees of the hostile-output knobs, per family.
+
+// The emulator's family names (its unexported fam* constants; the names
+// in Family and in the HostileFamilies option).
+const (
+	famOpenAI     = "openai"
+	famAnthropic  = "anthropic"
+	famCloudflare = "cloudflare"
+)
 
 var families = []string{famOpenAI, famAnthropic, famCloudflare}
 
@@ -39,7 +50,7 @@ func runRaw(t *testing.T, ts *httptest.Server, fam string, n int) hostileBatch {
 	switch fam {
 	case famOpenAI:
 		c := oaClient(ts)
-		b := createBatch(t, c, upload(t, c, "sluice-j-c1-a1.jsonl", chatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+		b := createBatch(t, c, upload(t, c, "sluice-j-c1-a1.jsonl", emutest.ChatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
 		b = getBatch(t, c, b.ID)
 		if b.Status != openai.BatchStatusCompleted {
 			t.Fatalf("openai batch %s", b.Status)
@@ -49,7 +60,7 @@ func runRaw(t *testing.T, ts *httptest.Server, fam string, n int) hostileBatch {
 			if f == "" {
 				continue
 			}
-			code, _, body := rawDo(t, "GET", ts.URL+"/v1/files/"+f+"/content", nil, nil)
+			code, _, body := emutest.Do(t, "GET", ts.URL+"/v1/files/"+f+"/content", nil, nil)
 			if code != 200 {
 				t.Fatalf("content of %s: %d %s", f, code, body)
 			}
@@ -68,7 +79,7 @@ func runRaw(t *testing.T, ts *httptest.Server, fam string, n int) hostileBatch {
 			t.Fatalf("anthropic batch %s", b.ProcessingStatus)
 		}
 		hb.id = b.ID
-		code, _, body := rawDo(t, "GET", ts.URL+"/v1/messages/batches/"+b.ID+"/results", nil, nil)
+		code, _, body := emutest.Do(t, "GET", ts.URL+"/v1/messages/batches/"+b.ID+"/results", nil, nil)
 		if code != 200 {
 			t.Fatalf("results: %d %s", code, body)
 		}
@@ -83,9 +94,9 @@ func runRaw(t *testing.T, ts *httptest.Server, fam string, n int) hostileBatch {
 			reqs = append(reqs, map[string]any{"prompt": "tell me " + ref, "external_reference": ref})
 			hb.ids = append(hb.ids, ref)
 		}
-		_, _, q := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"requests": reqs})
+		_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": reqs})
 		hb.id = q.RequestID
-		code, _, body := rawDo(t, "POST", cfURL(ts, cfLlama, true), []byte(`{"request_id":"`+q.RequestID+`"}`), map[string]string{"Authorization": "Bearer tok"})
+		code, _, body := emutest.Do(t, "POST", emutest.CFURL(ts, emutest.CFLlama, true), []byte(`{"request_id":"`+q.RequestID+`"}`), map[string]string{"Authorization": "Bearer tok"})
 		var ans struct {
 			Result struct {
 				Responses []json.RawMessage `json:"responses"`
@@ -287,7 +298,7 @@ func getCut(t *testing.T, method, url, body string) (int64, int, error) {
 func TestHostileTruncatedDownloads(t *testing.T) {
 	s, ts := start(t, Options{TruncateDownloadRate: 1, Seed: 1})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", chatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
 	b = getBatch(t, c, b.ID)
 	promised, got, err := getCut(t, "GET", ts.URL+"/v1/files/"+b.OutputFileID+"/content", "")
 	if !errors.Is(err, io.ErrUnexpectedEOF) || promised < 100 || int64(got) != promised/2 {
@@ -303,8 +314,8 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 	if promised, got, err := getCut(t, "GET", ts.URL+"/v1/messages/batches/"+ab.ID+"/results", ""); !errors.Is(err, io.ErrUnexpectedEOF) || int64(got) != promised/2 {
 		t.Fatalf("anthropic: promised %d, got %d, err %v", promised, got, err)
 	}
-	_, _, q := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p", "external_reference": "r"}}})
-	if promised, got, err := getCut(t, "POST", cfURL(ts, cfLlama, true), `{"request_id":"`+q.RequestID+`"}`); !errors.Is(err, io.ErrUnexpectedEOF) || int64(got) != promised/2 {
+	_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p", "external_reference": "r"}}})
+	if promised, got, err := getCut(t, "POST", emutest.CFURL(ts, emutest.CFLlama, true), `{"request_id":"`+q.RequestID+`"}`); !errors.Is(err, io.ErrUnexpectedEOF) || int64(got) != promised/2 {
 		t.Fatalf("cloudflare: promised %d, got %d, err %v", promised, got, err)
 	}
 	if st := s.Stats(); st.DownloadsTruncated != 3 {
@@ -315,7 +326,7 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 	// client gets the whole file.
 	_, ts = start(t, Options{TruncateDownloadRate: 0.5, Seed: 2})
 	c = oaClient(ts)
-	b = createBatch(t, c, upload(t, c, "x.jsonl", chatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b = createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
 	b = getBatch(t, c, b.ID)
 	cut, whole := 0, 0
 	for range 20 {
@@ -333,15 +344,15 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 func TestHostileOutputFile404(t *testing.T) {
 	s, ts := start(t, Options{OutputFile404Rate: 1, LineErrorRate: 0.3, Seed: 3})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", chatLines(20, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(20, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
 	b = getBatch(t, c, b.ID)
 	if b.Status != openai.BatchStatusCompleted || b.OutputFileID == "" {
 		t.Fatalf("batch %s", b.RawJSON())
 	}
-	if code, _, body := rawDo(t, "GET", ts.URL+"/v1/files/"+b.OutputFileID+"/content", nil, nil); code != 404 || !strings.Contains(string(body), "No such File") {
+	if code, _, body := emutest.Do(t, "GET", ts.URL+"/v1/files/"+b.OutputFileID+"/content", nil, nil); code != 404 || !strings.Contains(string(body), "No such File") {
 		t.Fatalf("output content: %d %s", code, body)
 	}
-	if code, _, _ := rawDo(t, "GET", ts.URL+"/v1/files/"+b.OutputFileID, nil, nil); code != 200 {
+	if code, _, _ := emutest.Do(t, "GET", ts.URL+"/v1/files/"+b.OutputFileID, nil, nil); code != 200 {
 		t.Errorf("the file object stays: %d", code)
 	}
 	errLines := download(t, c, b.ErrorFileID) // the error file is intact
@@ -356,7 +367,7 @@ func TestHostileOutputFile404(t *testing.T) {
 	ac := antClient(ts)
 	ab, _ := ac.Messages.Batches.New(context.Background(), anthropic.MessageBatchNewParams{Requests: antRequests(5, "l")})
 	ab, _ = ac.Messages.Batches.Get(context.Background(), ab.ID, anthropic.MessageBatchGetParams{})
-	if code, _, body := rawDo(t, "GET", ts.URL+"/v1/messages/batches/"+ab.ID+"/results", nil, nil); ab.ProcessingStatus != "ended" || code != 404 || !strings.Contains(string(body), "not_found_error") {
+	if code, _, body := emutest.Do(t, "GET", ts.URL+"/v1/messages/batches/"+ab.ID+"/results", nil, nil); ab.ProcessingStatus != "ended" || code != 404 || !strings.Contains(string(body), "not_found_error") {
 		t.Fatalf("anthropic results: %s %d %s", ab.ProcessingStatus, code, body)
 	}
 	// Cloudflare is not affected: its results come in the poll answer.
@@ -368,13 +379,13 @@ func TestHostileOutputFile404(t *testing.T) {
 func TestHostileStuckBatches(t *testing.T) {
 	const n = 6
 	t.Run("finalizing", func(t *testing.T) {
-		clk := newClock()
+		clk := emutest.NewClock()
 		s, ts := start(t, Options{StuckRate: 1, Now: clk.Now})
 		c := oaClient(ts)
-		b := createBatch(t, c, upload(t, c, "x.jsonl", chatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+		b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
 		ac := antClient(ts)
 		ab, _ := ac.Messages.Batches.New(context.Background(), anthropic.MessageBatchNewParams{Requests: antRequests(n, "s")})
-		_, _, q := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
+		_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
 		clk.Advance(48 * time.Hour) // twice the window: nothing expires
 		if b = getBatch(t, c, b.ID); b.Status != openai.BatchStatusFinalizing || b.RequestCounts.Completed != n {
 			t.Fatalf("openai: %s", b.RawJSON())
@@ -382,7 +393,7 @@ func TestHostileStuckBatches(t *testing.T) {
 		if ab, _ = ac.Messages.Batches.Get(context.Background(), ab.ID, anthropic.MessageBatchGetParams{}); ab.ProcessingStatus != "in_progress" {
 			t.Fatalf("anthropic: %s", ab.ProcessingStatus)
 		}
-		if _, _, p := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"request_id": q.RequestID}); p.Status != "running" {
+		if _, _, p := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"request_id": q.RequestID}); p.Status != "running" {
 			t.Fatalf("cloudflare: %+v", p)
 		}
 		// A cancel ends it, with every line's result.
@@ -408,18 +419,18 @@ func TestHostileStuckBatches(t *testing.T) {
 		}
 	})
 	t.Run("validating", func(t *testing.T) {
-		clk := newClock()
+		clk := emutest.NewClock()
 		s, ts := start(t, Options{StuckRate: 1, StuckPhase: "validating", Now: clk.Now})
 		c := oaClient(ts)
-		b := createBatch(t, c, upload(t, c, "x.jsonl", chatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+		b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
 		ac := antClient(ts)
 		ab, _ := ac.Messages.Batches.New(context.Background(), anthropic.MessageBatchNewParams{Requests: antRequests(n, "v")})
-		_, _, q := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
+		_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
 		clk.Advance(48 * time.Hour)
 		if b = getBatch(t, c, b.ID); b.Status != openai.BatchStatusValidating {
 			t.Fatalf("openai: %s", b.RawJSON())
 		}
-		if _, _, p := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"request_id": q.RequestID}); p.Status != "queued" {
+		if _, _, p := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"request_id": q.RequestID}); p.Status != "queued" {
 			t.Fatalf("cloudflare: %+v", p)
 		}
 		c.Batches.Cancel(context.Background(), b.ID)
@@ -447,11 +458,11 @@ func TestHostileStuckBatches(t *testing.T) {
 func TestHostileForgottenBatches(t *testing.T) {
 	s, ts := start(t, Options{ForgetBatchRate: 1})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", chatLines(3, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
-	if code, _, body := rawDo(t, "GET", ts.URL+"/v1/batches/"+b.ID, nil, nil); code != 404 {
+	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(3, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	if code, _, body := emutest.Do(t, "GET", ts.URL+"/v1/batches/"+b.ID, nil, nil); code != 404 {
 		t.Fatalf("openai poll: %d %s", code, body)
 	}
-	if _, _, body := rawDo(t, "GET", ts.URL+"/v1/batches", nil, nil); strings.Contains(string(body), b.ID) {
+	if _, _, body := emutest.Do(t, "GET", ts.URL+"/v1/batches", nil, nil); strings.Contains(string(body), b.ID) {
 		t.Fatal("a forgotten batch is listed")
 	}
 	ac := antClient(ts)
@@ -459,11 +470,11 @@ func TestHostileForgottenBatches(t *testing.T) {
 	if err != nil || ab.ID == "" {
 		t.Fatalf("create answers as usual: %v", err)
 	}
-	if code, _, _ := rawDo(t, "GET", ts.URL+"/v1/messages/batches/"+ab.ID, nil, nil); code != 404 {
+	if code, _, _ := emutest.Do(t, "GET", ts.URL+"/v1/messages/batches/"+ab.ID, nil, nil); code != 404 {
 		t.Fatalf("anthropic poll: %d", code)
 	}
-	_, _, q := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
-	if code, env, _ := cfCall(t, cfURL(ts, cfLlama, true), map[string]any{"request_id": q.RequestID}); code != 400 || env.Errors[0].Code != 5004 {
+	_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
+	if code, env, _ := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"request_id": q.RequestID}); code != 400 || env.Errors[0].Code != 5004 {
 		t.Fatalf("cloudflare poll: %d %+v", code, env)
 	}
 	if st := s.Stats(); st.BatchesForgotten != 3 || st.BatchesCreated != 3 || st.RequestsProcessed != 0 {

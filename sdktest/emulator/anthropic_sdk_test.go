@@ -1,4 +1,4 @@
-package emulator
+package emulator_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"github.com/anthropics/anthropic-sdk-go"
 )
@@ -47,7 +50,7 @@ func antResults(t *testing.T, c anthropic.Client, id string) []antResult {
 }
 
 func TestAnthropicSDKRoundTrip(t *testing.T) {
-	clk := newClock()
+	clk := emutest.NewClock()
 	s, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now})
 	c := antClient(ts)
 	ctx := context.Background()
@@ -97,7 +100,7 @@ func TestAnthropicSDKRoundTrip(t *testing.T) {
 		m := r.r.Result.AsSucceeded().Message
 		var i int
 		fmt.Sscanf(r.customID, "q-%d", &i)
-		want := expectedAnswer(fmt.Sprintf("Hello number %d, how are you?", i))
+		want := emutest.ExpectedAnswer(fmt.Sprintf("Hello number %d, how are you?", i))
 		if m.Role != "assistant" || m.Content[0].Text != want || m.StopReason != anthropic.StopReasonEndTurn ||
 			!strings.HasPrefix(m.ID, "msg_") || m.Usage.InputTokens == 0 || m.Usage.OutputTokens != int64((len(want)+3)/4) {
 			t.Fatalf("message %s", r.r.RawJSON())
@@ -121,7 +124,7 @@ func TestAnthropicSDKRoundTrip(t *testing.T) {
 }
 
 func TestAnthropicSDKCancelAndList(t *testing.T) {
-	clk := newClock()
+	clk := emutest.NewClock()
 	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now})
 	c := antClient(ts)
 	ctx := context.Background()

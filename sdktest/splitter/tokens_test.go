@@ -70,7 +70,7 @@ func chat(text string) []byte {
 // benchmark corpus (random words) is only logged.
 func TestEstimateTokensAgainstTokenizer(t *testing.T) {
 	enc := o200k(t)
-	files, _ := filepath.Glob("testdata/tokens/*.txt")
+	files, _ := filepath.Glob("../../splitter/testdata/tokens/*.txt")
 	if len(files) < 10 {
 		t.Fatalf("samples: %v", files)
 	}

@@ -1,10 +1,13 @@
-package emulator
+package emulator_test
 
 import (
 	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	aoption "github.com/anthropics/anthropic-sdk-go/option"
@@ -27,12 +30,12 @@ func TestAuthEachFamily(t *testing.T) {
 	if _, err := good.Batches.List(ctx, openai.BatchListParams{}); err != nil {
 		t.Fatalf("openai good key: %v", err)
 	}
-	code, _, body := rawDo(t, "GET", ts.URL+"/v1/files", nil, nil)
+	code, _, body := emutest.Do(t, "GET", ts.URL+"/v1/files", nil, nil)
 	if code != 401 || !strings.Contains(string(body), `"code":"invalid_api_key"`) {
 		t.Fatalf("openai no key: %d %s", code, body)
 	}
 	// Azure v1 paths accept the api-key header.
-	code, _, body = rawDo(t, "GET", ts.URL+"/openai/v1/batches", nil, map[string]string{"api-key": "secret-key"})
+	code, _, body = emutest.Do(t, "GET", ts.URL+"/openai/v1/batches", nil, map[string]string{"api-key": "secret-key"})
 	if code != 200 || !strings.Contains(string(body), `"object":"list"`) {
 		t.Fatalf("azure api-key: %d %s", code, body)
 	}
@@ -44,7 +47,7 @@ func TestAuthEachFamily(t *testing.T) {
 	if !asErr(err, &ae) || ae.StatusCode != 401 || ae.Type() != "authentication_error" {
 		t.Fatalf("anthropic wrong key: %v", err)
 	}
-	code, _, body = rawDo(t, "GET", ts.URL+"/v1/messages/batches", nil, map[string]string{"x-api-key": "nope"})
+	code, _, body = emutest.Do(t, "GET", ts.URL+"/v1/messages/batches", nil, map[string]string{"x-api-key": "nope"})
 	var env struct {
 		Type  string `json:"type"`
 		Error struct {
@@ -53,11 +56,11 @@ func TestAuthEachFamily(t *testing.T) {
 		} `json:"error"`
 		RequestID string `json:"request_id"`
 	}
-	mustUnmarshal(t, body, &env)
+	emutest.MustUnmarshal(t, body, &env)
 	if code != 401 || env.Type != "error" || env.Error.Type != "authentication_error" || env.RequestID == "" {
 		t.Fatalf("anthropic envelope: %s", body)
 	}
-	code, _, body = rawDo(t, "GET", ts.URL+"/v1/messages/batches", nil, map[string]string{"x-api-key": "secret-key"})
+	code, _, body = emutest.Do(t, "GET", ts.URL+"/v1/messages/batches", nil, map[string]string{"x-api-key": "secret-key"})
 	if code != 400 || !strings.Contains(string(body), "anthropic-version") {
 		t.Fatalf("anthropic without version: %d %s", code, body)
 	}
@@ -67,20 +70,20 @@ func TestAuthEachFamily(t *testing.T) {
 	}
 
 	// Cloudflare: Bearer, v4 envelope.
-	code, _, body = rawDo(t, "POST", cfURL(ts, cfLlama, true), []byte(`{"request_id":"x"}`), map[string]string{"Authorization": "Bearer nope"})
-	var cf cfEnvelope
-	mustUnmarshal(t, body, &cf)
+	code, _, body = emutest.Do(t, "POST", emutest.CFURL(ts, emutest.CFLlama, true), []byte(`{"request_id":"x"}`), map[string]string{"Authorization": "Bearer nope"})
+	var cf emutest.CFEnvelope
+	emutest.MustUnmarshal(t, body, &cf)
 	if code != 401 || cf.Success || len(cf.Errors) != 1 || cf.Errors[0].Code != 10000 || string(cf.Result) != "null" {
 		t.Fatalf("cloudflare: %d %s", code, body)
 	}
-	code, _, _ = rawDo(t, "POST", cfURL(ts, cfLlama, false), []byte(`{"prompt":"x"}`), map[string]string{"Authorization": "Bearer secret-key"})
+	code, _, _ = emutest.Do(t, "POST", emutest.CFURL(ts, emutest.CFLlama, false), []byte(`{"prompt":"x"}`), map[string]string{"Authorization": "Bearer secret-key"})
 	if code != 200 {
 		t.Fatalf("cloudflare good key: %d", code)
 	}
 	// The stats endpoint needs no key.
-	code, _, body = rawDo(t, "GET", ts.URL+"/_emulator/stats", nil, nil)
+	code, _, body = emutest.Do(t, "GET", ts.URL+"/_emulator/stats", nil, nil)
 	var st map[string]json.RawMessage
-	mustUnmarshal(t, body, &st)
+	emutest.MustUnmarshal(t, body, &st)
 	for _, k := range []string{"files_uploaded", "batches_created", "requests_processed", "requests_processed_more_than_once", "faults_injected", "by_family"} {
 		if _, ok := st[k]; !ok || code != 200 {
 			t.Fatalf("stats lacks %s: %s", k, body)

@@ -1,4 +1,4 @@
-package emulator
+package emulator_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"github.com/openai/openai-go/v3"
 )
@@ -16,10 +19,10 @@ import (
 // file's metadata and content answer 404, and downloads and creates are
 // counted in the stats. Out-of-range values are refused 400.
 func TestOutputExpiresAfterHonoured(t *testing.T) {
-	clk := newClock()
+	clk := emutest.NewClock()
 	s, ts := start(t, Options{Now: clk.Now, ResultRetentionScale: 0.5})
 	c := oaClient(ts)
-	f := upload(t, c, "in.jsonl", chatLines(3, "gpt-4o-mini"))
+	f := upload(t, c, "in.jsonl", emutest.ChatLines(3, "gpt-4o-mini"))
 	for _, secs := range []int64{3599, 2592001} {
 		_, err := c.Batches.New(context.Background(), openai.BatchNewParams{InputFileID: f.ID,
 			Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,

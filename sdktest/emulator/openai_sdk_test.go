@@ -1,4 +1,4 @@
-package emulator
+package emulator_test
 
 import (
 	"context"
@@ -10,17 +10,20 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/emutest"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 )
 
 func TestOpenAISDKRoundTrip(t *testing.T) {
-	clk := newClock()
+	clk := emutest.NewClock()
 	s, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now, Seed: 7})
 	c := oaClient(ts)
 	ctx := context.Background()
 	const n = 20
-	input := chatLines(n, "gpt-4o-mini")
+	input := emutest.ChatLines(n, "gpt-4o-mini")
 	f := upload(t, c, "sluice-job1-c0-a1.jsonl", input)
 	if f.Purpose != openai.FileObjectPurposeBatch || f.Bytes != int64(len(input)) || f.Filename != "sluice-job1-c0-a1.jsonl" ||
 		//lint:ignore SA1019 the API still sends status; the emulator must too
@@ -87,7 +90,7 @@ func TestOpenAISDKRoundTrip(t *testing.T) {
 		checkSDK(t, &cc)
 		var i int
 		fmt.Sscanf(l.CustomID, "req-%d", &i)
-		want := expectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
+		want := emutest.ExpectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
 		if cc.Object != "chat.completion" || len(cc.Choices) != 1 || cc.Choices[0].Message.Content != want ||
 			cc.Choices[0].FinishReason != "stop" || cc.Model != "gpt-4o-mini" {
 			t.Fatalf("completion %s", l.Response.Body)
@@ -139,7 +142,7 @@ func TestOpenAISDKListPagination(t *testing.T) {
 	ctx := context.Background()
 	var made []string
 	for i := range 5 {
-		f := upload(t, c, fmt.Sprintf("in%d.jsonl", i), chatLines(2, "m"))
+		f := upload(t, c, fmt.Sprintf("in%d.jsonl", i), emutest.ChatLines(2, "m"))
 		made = append(made, createBatch(t, c, f.ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil).ID)
 	}
 	page, err := c.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(2)})
@@ -198,7 +201,7 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 	vecs := map[string][][]float64{}
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
 		var r openai.CreateEmbeddingResponse
-		mustUnmarshal(t, l.Response.Body, &r)
+		emutest.MustUnmarshal(t, l.Response.Body, &r)
 		checkSDK(t, &r)
 		for _, d := range r.Data {
 			if len(d.Embedding) != 8 {
@@ -220,9 +223,9 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 	b = getBatch(t, c, b.ID)
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
 		var r responses.Response
-		mustUnmarshal(t, l.Response.Body, &r)
+		emutest.MustUnmarshal(t, l.Response.Body, &r)
 		checkSDK(t, &r)
-		want := map[string]string{"r1": expectedAnswer("Tell me a joke about cats"), "r2": "echo: cba"}[l.CustomID]
+		want := map[string]string{"r1": emutest.ExpectedAnswer("Tell me a joke about cats"), "r2": "echo: cba"}[l.CustomID]
 		if r.OutputText() != want || r.Status != "completed" || r.Usage.InputTokens == 0 {
 			t.Fatalf("response %s: got %q want %q", l.Response.Body, r.OutputText(), want)
 		}
@@ -233,9 +236,9 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 	b = getBatch(t, c, b.ID)
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
 		var r openai.Completion
-		mustUnmarshal(t, l.Response.Body, &r)
+		emutest.MustUnmarshal(t, l.Response.Body, &r)
 		checkSDK(t, &r)
-		if r.Choices[0].Text != expectedAnswer("Say this is a test") {
+		if r.Choices[0].Text != emutest.ExpectedAnswer("Say this is a test") {
 			t.Fatalf("completion %s", l.Response.Body)
 		}
 	}
