@@ -202,6 +202,10 @@ func (s *Server) finalize(b *batchRec, done float64, undone string, t time.Time)
 		if b.ErrorFileID, err = s.commitOutputFile(b, errW, true, t, exp); err != nil {
 			return err
 		}
+	} else if b.Family == famVertex {
+		if err := s.commitVertexOutput(b, outW, t); err != nil {
+			return err
+		}
 	} else if b.Family == famGemini && !b.Inline {
 		if err := s.commitGeminiOutput(b, outW, t); err != nil {
 			return err
@@ -358,6 +362,8 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 		return s.runBodyLine(b, i, line, done, undone, created)
 	case famGemini:
 		return s.runGeminiLine(b, i, line, done, undone)
+	case famVertex:
+		return s.runVertexLine(b, i, line, done, undone)
 	}
 	return s.runOpenAILine(b, i, line, done, undone, created)
 }

@@ -43,6 +43,7 @@ var Families = []Family{
 	{"azure", "/openai/v1", "AZURE_OPENAI_BASE_URL"},
 	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
 	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
+	{famVertex, "", "GOOGLE_VERTEX_BASE_URL"}, // at the root: /v1/projects/...
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root
@@ -69,6 +70,8 @@ func familyOf(path string) string {
 		return famTogether
 	case strings.HasPrefix(path, geminiPrefix+"/"):
 		return famGemini
+	case strings.HasPrefix(path, "/v1/projects/") || strings.HasPrefix(path, "/v1beta1/projects/"):
+		return famVertex
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return famAnthropic
 	default:
@@ -234,7 +237,7 @@ func familyError(w http.ResponseWriter, fam string, status int, msg string) {
 			typ = "api_error"
 		}
 		antError(w, status, typ, msg)
-	case famGemini:
+	case famGemini, famVertex:
 		gemError(w, status, msg)
 	case famCloudflare:
 		code := map[int]int{400: 5004, 401: 10000, 404: 7003, 405: 7001, 413: 3006, 429: 3040}[status]

@@ -234,7 +234,8 @@ func TestEmulateBannerAndInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"openai": root + "/v1", "azure": root + "/openai/v1", "anthropic": root,
-		"cloudflare": root + "/client/v4", "gemini": root + "/gemini", "mistral": root + "/mistral", "together": root + "/together/v1"}
+		"cloudflare": root + "/client/v4", "gemini": root + "/gemini", "mistral": root + "/mistral", "together": root + "/together/v1",
+		"vertex": root}
 	for fam, u := range want {
 		if banner[fam] != u || info.BaseURLs[fam] != u {
 			t.Errorf("%s: banner %q, info %q, want %q", fam, banner[fam], info.BaseURLs[fam], u)
@@ -242,7 +243,8 @@ func TestEmulateBannerAndInfo(t *testing.T) {
 	}
 	// Each base URL is where that family's SDK finds its API.
 	for fam, path := range map[string]string{"openai": "/batches", "azure": "/batches", "anthropic": "/v1/messages/batches",
-		"gemini": "/v1beta/batches", "mistral": "/v1/batch/jobs", "together": "/batches"} {
+		"gemini": "/v1beta/batches", "mistral": "/v1/batch/jobs", "together": "/batches",
+		"vertex": "/v1/projects/p/locations/us-central1/batchPredictionJobs"} {
 		r, err := http.Get(info.BaseURLs[fam] + path)
 		if err != nil {
 			t.Fatal(err)
