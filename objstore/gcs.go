@@ -58,7 +58,7 @@ func NewGCS(ctx context.Context, bucket, prefix string, o GCSOptions) (*GCS, err
 	}
 	c, err := storage.NewClient(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("Cloud Storage client: %w", err)
+		return nil, fmt.Errorf("the Cloud Storage client: %w", err)
 	}
 	if prefix = strings.Trim(prefix, "/"); prefix != "" {
 		prefix += "/"

@@ -294,6 +294,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return NewBodyLineCodec(p.Name, p.Endpoints, p.MaxCustomID)
 	case FamilyGemini:
 		return GeminiCodec{}
+	case FamilyVertex:
+		return VertexCodec{}
 	}
 	if p.Name == "local" {
 		// The built-in emulator serves every family: so does local.

@@ -66,6 +66,7 @@ var matrixProviders = []matrixProvider{
 		return familyEnv("together", key, addr)
 	}},
 	{name: "gemini", input: writeGeminiInput, reconciles: true, env: geminiEnv},
+	{name: "vertex", input: writeVertexInput, reconciles: true, env: vertexEnv},
 	{name: "local", input: writeInput, reconciles: true},
 }
 
@@ -230,6 +231,9 @@ func (c *cell) finish(why string) {
 				c.t.Errorf("%s: chunk %d left %s", why, ch.ID, ch.State)
 			}
 		}
+	}
+	if c.p.name == "vertex" {
+		checkVertexBucketEmpty(c.t, why, c.env)
 	}
 	filesAt := map[string]string{"openai": "/v1/files", "azure": "/v1/files", "mistral": "/mistral/v1/files", "together": "/together/v1/files"}
 	if path, ok := filesAt[c.p.name]; ok && c.emu != nil {

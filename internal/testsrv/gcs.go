@@ -41,9 +41,18 @@ var gcssrv struct {
 // STORAGE_EMULATOR_HOST; GCSEnv is the same for a subprocess.
 func GCS(t testing.TB) (host, bucket string) {
 	t.Helper()
+	host, bucket, err := NewGCSBucket()
+	if err != nil {
+		t.Fatalf("test GCS server: %v", err)
+	}
+	return host, bucket
+}
+
+// NewGCSBucket is GCS for callers without a testing.TB.
+func NewGCSBucket() (host, bucket string, err error) {
 	gcssrv.once.Do(func() { gcssrv.host, gcssrv.err = startGCS() })
 	if gcssrv.err != nil {
-		t.Fatalf("test GCS server: %v", gcssrv.err)
+		return "", "", gcssrv.err
 	}
 	var rnd [4]byte
 	rand.Read(rnd[:])
@@ -52,13 +61,13 @@ func GCS(t testing.TB) (host, bucket string) {
 	defer cancel()
 	c, err := storage.NewClient(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	defer c.Close()
 	if err := c.Bucket(bucket).Create(ctx, "sluice-test", nil); err != nil {
-		t.Fatalf("create bucket %s at %s: %v", bucket, gcssrv.host, err)
+		return "", "", fmt.Errorf("create bucket %s at %s: %v", bucket, gcssrv.host, err)
 	}
-	return gcssrv.host, bucket
+	return gcssrv.host, bucket, nil
 }
 
 // GCSEnv is the environment a subprocess needs to reach the test GCS
