@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -214,12 +215,12 @@ func TestEmulateBannerAndInfo(t *testing.T) {
 			_, u, _ := strings.Cut(f[1], "=")
 			banner[strings.TrimSuffix(f[0], ":")] = u
 		}
-		if len(banner) == 7 {
+		if len(banner) == len(emulator.Families) {
 			break
 		}
 	}
 	go io.Copy(io.Discard, stderr)
-	if root == "" || len(banner) != 7 {
+	if root == "" || len(banner) != len(emulator.Families) {
 		t.Fatalf("banner: root %q, families %v", root, banner)
 	}
 	resp, err := http.Get(root + "/_emulator/info")

@@ -235,7 +235,9 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			Limits: f.limits, Logger: plog, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
 			SDKDownloadPath: n.gemini.downloadPath == "api", MimeType: n.gemini.mimeType})
 	case provider.FamilyVertex:
-		prov, err = newVertex(ctx, f, n, p, baseURL, key, retry, rl, plog)
+		if prov, err = newVertex(ctx, f, n, p, baseURL, key, retry, rl, plog); err != nil {
+			return nil, nil, err // with its exit code (vertex.go)
+		}
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 
@@ -35,7 +36,7 @@ func (v *vertexFlags) register(cmd *cobra.Command) {
 }
 
 // newVertex builds the Vertex client: every missing setting is a usage
-// error naming the flag and the variable.
+// error naming the flag and the variable; errors carry their exit codes.
 func newVertex(ctx context.Context, f *jobFlags, n *netFlags, p provider.Preset, baseURL, token string,
 	retry httpx.Retry, rl httpx.RateLimit, log zerolog.Logger) (sluice.Provider, error) {
 	v := n.vertex
@@ -53,8 +54,17 @@ func newVertex(ctx context.Context, f *jobFlags, n *netFlags, p provider.Preset,
 	case bucket == "":
 		return nil, usageErr("provider %s needs Cloud Storage for its input and output: --vertex-bucket gs://BUCKET/PREFIX (or $SLUICE_VERTEX_BUCKET, or --store gs://…)", p.Name)
 	}
-	return vertex.New(ctx, vertex.Config{Preset: p, BaseURL: baseURL, APIVersion: v.apiVersion, Project: project,
+	c, err := vertex.New(ctx, vertex.Config{Preset: p, BaseURL: baseURL, APIVersion: v.apiVersion, Project: project,
 		Location: location, Bucket: bucket, AccessToken: token, Retry: retry, RateLimit: rl, Limits: f.limits, Logger: log})
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	// The bucket is checked before any work, as --store's is: a missing
+	// one is bad usage (2), refused credentials stop the run (1).
+	if err := c.Store().Check(ctx); err != nil {
+		return nil, storeErr(fmt.Errorf("--vertex-bucket: %w", err))
+	}
+	return c, nil
 }
 
 func cmpOr(a, b string) string {
