@@ -513,8 +513,7 @@ func (s *Server) runVertexLine(b *batchRec, i int, line []byte, done bool, undon
 	}
 	ln["processed_time"] = mustJSON(s.now().UTC().Format("2006-01-02T15:04:05.000-07:00"))
 	errLine := func(status int, msg string) []byte {
-		e, _ := json.Marshal(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": gemStatusName[status]}})
-		ln["status"] = mustJSON(http.StatusText(status) + ": " + string(e))
+		ln["status"] = mustJSON(vtxStatus(status, msg))
 		return mustJSON(ln)
 	}
 	switch f := s.lineFate(b, i); f {
@@ -540,6 +539,13 @@ func (s *Server) runVertexLine(b *batchRec, i int, line []byte, done bool, undon
 		}
 	}
 	return r
+}
+
+// vtxStatus is the status of a failed prediction line: the HTTP reason and
+// Google's error JSON, "Bad Request: {\"error\": {…}}".
+func vtxStatus(status int, msg string) string {
+	e, _ := json.Marshal(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": gemStatusName[status]}})
+	return http.StatusText(status) + ": " + string(e)
 }
 
 // commitVertexOutput writes a job's predictions to Cloud Storage:

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/iterator"
@@ -75,4 +79,56 @@ func checkVertexBucketEmpty(t *testing.T, why string, env []string) {
 	if len(left) != 0 {
 		t.Errorf("%s: %d objects left in gs://%s: %v", why, len(left), bucket, left)
 	}
+}
+
+// TestVertexHostileEmulator: against an emulator that corrupts, invents,
+// duplicates, omits and fails prediction lines and expires jobs, every
+// custom_id ends once, in input order, and every success is the answer to
+// that request's own prompt: never another request's.
+func TestVertexHostileEmulator(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in, ids := writeVertexInput(t, dir, 60)
+	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=" + matrixKey}, "--batch-time", "200ms", "--seed", "7",
+		"--malformed-line-rate", "0.1", "--unknown-custom-id-rate", "0.1", "--duplicate-line-rate", "0.1",
+		"--line-error-rate", "0.1", "--omit-rate", "0.1", "--expire-rate", "0.2", "--http-fault-rate", "0.05", "--retry-after", "10ms")
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceWithin(t, 2*time.Minute, vertexEnv(emu.addr, matrixKey), "run", in, "--out", out, "--provider", "vertex",
+		"--state", filepath.Join(dir, "state"), "--max-batch-requests", "10", "--rate", "-1", "--max-attempts", "6",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	if r.code != 0 && r.code != exitFailures {
+		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	succeeded := 0
+	for i, o := range checkOutput(t, out, ids) {
+		if o.Response == nil {
+			continue
+		}
+		var body struct {
+			Candidates []struct {
+				Content struct{ Parts []struct{ Text string } }
+			}
+		}
+		want := reverseString(fmt.Sprintf("question %d", i))
+		if json.Unmarshal(o.Response.Body, &body) != nil || len(body.Candidates) != 1 ||
+			!strings.Contains(body.Candidates[0].Content.Parts[0].Text, want) {
+			t.Fatalf("%s: %s is not the answer to its own prompt (%q)", o.CustomID, o.Response.Body, want)
+		}
+		succeeded++
+	}
+	if succeeded < 30 {
+		t.Errorf("only %d of 60 requests succeeded", succeeded)
+	}
+	st := emu.familyStats(t, "vertex")
+	if st["batches_created"] < 7 {
+		t.Errorf("vertex stats %v: want retries in new jobs", st)
+	}
+}
+
+func reverseString(s string) string {
+	r := []rune(s)
+	for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
+		r[i], r[j] = r[j], r[i]
+	}
+	return string(r)
 }
