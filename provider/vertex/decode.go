@@ -43,18 +43,11 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	if key.Type != gjson.String || !ok || id == "" {
 		return sluice.Result{}, errors.New("no key written by sluice")
 	}
-	res := sluice.Result{CustomID: id, Line: sluice.OutputLine{CustomID: id}}
 	st := l.Get("status")
 	if r := l.Get("response"); r.IsObject() && st.String() == "" {
-		res.Kind = sluice.ResultSucceeded
-		res.Line.Response = &sluice.Response{StatusCode: 200, Body: []byte(r.Raw)}
-		u := r.Get("usageMetadata")
-		res.Usage = sluice.Usage{
-			InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
-			OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
-		}
-		return res, nil
+		return gemini.Succeeded(id, r), nil
 	}
+	res := sluice.Result{CustomID: id, Line: sluice.OutputLine{CustomID: id}}
 	if st.Type != gjson.String || st.String() == "" {
 		return sluice.Result{}, errors.New("neither a response nor a status")
 	}

@@ -2,7 +2,6 @@ package vertex
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,27 +25,13 @@ type job struct {
 	OutputInfo struct {
 		GcsOutputDirectory string `json:"gcsOutputDirectory"`
 	} `json:"outputInfo"`
-	CompletionStats *struct {
-		SuccessfulCount int64s `json:"successfulCount"`
-		FailedCount     int64s `json:"failedCount"`
-		IncompleteCount int64s `json:"incompleteCount"`
+	CompletionStats *struct { // int64 as JSON strings
+		SuccessfulCount int64 `json:"successfulCount,string"`
+		FailedCount     int64 `json:"failedCount,string"`
+		IncompleteCount int64 `json:"incompleteCount,string"`
 	} `json:"completionStats"`
 	CreateTime time.Time       `json:"createTime"`
 	Error      json.RawMessage `json:"error"`
-}
-
-// int64s is an int64 sent as a JSON string (or number).
-type int64s int64
-
-func (n *int64s) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
-	if s == "" || s == "null" {
-		*n = 0
-		return nil
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	*n = int64s(v)
-	return err
 }
 
 // MapState maps a JobState to sluice's BatchStatus. PARTIALLY_SUCCEEDED
