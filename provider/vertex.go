@@ -45,7 +45,7 @@ func init() {
 		// the client (GOOGLE_CLOUD_LOCATION or --vertex-location).
 		BaseURL: "https://{location}-aiplatform.googleapis.com", BaseURLEnv: "GOOGLE_VERTEX_BASE_URL",
 		// An OAuth2 access token; else Application Default Credentials.
-		KeyEnv: []string{"GOOGLE_OAUTH_ACCESS_TOKEN"}, AuthHeader: "Authorization", AccountEnv: "GOOGLE_CLOUD_PROJECT",
+		KeyEnv: []string{"GOOGLE_OAUTH_ACCESS_TOKEN"}, AuthHeader: "Authorization",
 		// 200,000 requests per job and a 1 GB input file (docs); no fixed
 		// concurrent-job quota for Gemini: 100 is sluice's choice.
 		Limits:      sluice.Limits{MaxBatchBytes: 1_000_000_000, MaxBatchRequests: 200_000, MaxLiveBatches: 100},

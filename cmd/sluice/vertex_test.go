@@ -2,11 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +138,89 @@ func reverseString(s string) string {
 		r[i], r[j] = r[j], r[i]
 	}
 	return string(r)
+}
+
+// TestVertexUsageErrors: what --provider vertex lacks is told before any
+// work, with exit 2, naming the flag and the variable.
+func TestVertexUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in, _ := writeVertexInput(t, dir, 3)
+	env := vertexEnv("127.0.0.1:9", "tok")
+	_, bucket, _ := strings.Cut(env[4], "=gs://")
+	bucket, _, _ = strings.Cut(bucket, "/")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"no project", []string{"GOOGLE_CLOUD_PROJECT="}, nil, "--vertex-project or $GOOGLE_CLOUD_PROJECT"},
+		{"no location", []string{"GOOGLE_CLOUD_LOCATION="}, nil, "--vertex-location or $GOOGLE_CLOUD_LOCATION"},
+		{"no bucket", []string{"SLUICE_VERTEX_BUCKET="}, nil, "--vertex-bucket gs://BUCKET/PREFIX"},
+		{"an s3 bucket", nil, []string{"--vertex-bucket", "s3://b/p"}, "want gs://BUCKET/PREFIX"},
+		{"a missing bucket", nil, []string{"--vertex-bucket", "gs://no-such-" + bucket + "/p"}, "no such bucket"},
+	} {
+		r := runSluice(t, append(append([]string(nil), env...), tc.env...), append([]string{"run", in, "--out",
+			filepath.Join(dir, "out.jsonl"), "--provider", "vertex", "--state", filepath.Join(dir, "state-"+strings.ReplaceAll(tc.name, " ", "-"))}, tc.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: exit %d, want 2 and %q\n%s", tc.name, r.code, tc.want, lastBytes(r.stderr, 2000))
+		}
+	}
+}
+
+// TestVertexApplicationDefaultCredentials: without
+// $GOOGLE_OAUTH_ACCESS_TOKEN, sluice takes its token from Application
+// Default Credentials: a service account key file
+// (GOOGLE_APPLICATION_CREDENTIALS) whose token_uri is a token server on
+// loopback, which hands out the token the emulator accepts. A key file
+// that is not there is told before any work (exit 2).
+func TestVertexApplicationDefaultCredentials(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in, ids := writeVertexInput(t, dir, 12)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grants atomic.Int64
+	tokens := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ParseForm() != nil || r.Form.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" || r.Form.Get("assertion") == "" {
+			http.Error(w, "bad grant", http.StatusBadRequest)
+			return
+		}
+		grants.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"access_token":"ya29.from-adc","token_type":"Bearer","expires_in":3600}`)
+	}))
+	t.Cleanup(tokens.Close)
+	sa, _ := json.Marshal(map[string]string{"type": "service_account", "project_id": "matrix-project",
+		"private_key_id": "k1", "private_key": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "sluice@matrix-project.iam.gserviceaccount.com", "client_id": "1", "token_uri": tokens.URL + "/token"})
+	saPath := filepath.Join(dir, "sa.json")
+	writeFile(t, saPath, sa)
+
+	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=ya29.from-adc"}, "--batch-time", "100ms")
+	env := append(vertexEnv(emu.addr, ""), "GOOGLE_APPLICATION_CREDENTIALS="+saPath)
+	out := filepath.Join(dir, "out.jsonl")
+	args := []string{"run", in, "--out", out, "--provider", "vertex", "--state", filepath.Join(dir, "state"),
+		"--rate", "-1", "--poll-interval", "20ms", "--max-poll-interval", "100ms"}
+	r := runSluiceWithin(t, time.Minute, env, args...)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	checkOutput(t, out, ids)
+	if grants.Load() == 0 {
+		t.Fatal("no token was asked of the token server")
+	}
+	env = append(vertexEnv(emu.addr, ""), "GOOGLE_APPLICATION_CREDENTIALS="+filepath.Join(dir, "missing.json"))
+	r = runSluiceWithin(t, time.Minute, env, append(args[:2:2], "--out", filepath.Join(dir, "out2.jsonl"), "--provider", "vertex",
+		"--state", filepath.Join(dir, "state2"))...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "Application Default Credentials") {
+		t.Fatalf("a missing key file: exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
 }

@@ -285,3 +285,24 @@ func TestWrongTokenIsUnauthorized(t *testing.T) {
 		t.Fatalf("wrong token: %v", err)
 	}
 }
+
+// TestCancelRunningJob: a job cancelled while it runs reads CANCELLED,
+// and a second cancel (an ended job) just reads it again.
+func TestCancelRunningJob(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	ref := chunk(t, 5, "dddddddddddddddddddddddddddddddd")
+	fileID, err := r.c.Upload(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.c.Create(ctx, ref, fileID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []sluice.BatchStatus{sluice.BatchCancelled, sluice.BatchCancelled} {
+		if b, err = r.c.Cancel(ctx, b.ID); err != nil || b.Status != want {
+			t.Fatalf("cancel: %+v %v, want %s", b, err, want)
+		}
+	}
+}
