@@ -85,6 +85,13 @@ func (s *Server) vtxLocked(fn func(now time.Time) (any, error)) (any, error) {
 	return fn(now)
 }
 
+// vtxSeq allocates the next id sequence number.
+func (s *Server) vtxSeq() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextSeq()
+}
+
 func (s *Server) vertexRoutes(mux *http.ServeMux) {
 	for _, v := range []string{"/v1", "/v1beta1"} {
 		base := v + "/projects/{project}/locations/{location}/batchPredictionJobs"
@@ -216,9 +223,7 @@ func (s *Server) vtxCreate(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	seq := s.nextSeq()
-	s.mu.Unlock()
+	seq := s.vtxSeq()
 	id := strconv.FormatUint(1e18+h64(s.opts.Seed, "vtxjob", "", int(seq))%8e18, 10)
 	if err := s.vtxImport(r.Context(), uris, s.batchInput(id)); err != nil {
 		os.Remove(s.batchInput(id))
