@@ -180,7 +180,7 @@ func (s *Server) familyFiles(fam string, keep func(f *fileRec) bool) []*fileRec 
 // familyByName is the error mapping of a family (OpenAI's for a name it
 // does not know).
 func familyByName(name string) *family {
-	for _, f := range []*family{anthropicFam, cloudflareFam, geminiFam, mistralFam, togetherFam, xaiFam} {
+	for _, f := range []*family{anthropicFam, cloudflareFam, geminiFam, mistralFam, togetherFam, xaiFam, vertexFam} {
 		if f.name == name {
 			return f
 		}
@@ -310,4 +310,13 @@ var xaiFam = &family{
 	write:   func(w http.ResponseWriter, e *apiError) { xaiError(w, e.Status, e.Msg) },
 	badBody: func(err error) *apiError { return errf(http.StatusBadRequest, "Invalid JSON body: "+err.Error()) },
 	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "Batch "+id+" not found") },
+}
+
+// vertexFam answers in Google's envelope, as Gemini does; its handlers go
+// through vtxServe (vertex.go).
+var vertexFam = &family{
+	name:    famVertex,
+	write:   geminiFam.write,
+	badBody: geminiFam.badBody,
+	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "BatchPredictionJob "+id+" not found.") },
 }

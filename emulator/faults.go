@@ -181,6 +181,13 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) 
 					"domain": "googleapis.com", "metadata": map[string]any{"service": "generativelanguage.googleapis.com"}})
 			return false
 		}
+	case famVertex:
+		// Google Cloud answers a refused OAuth2 token 401 UNAUTHENTICATED.
+		if bearer != key {
+			gemErrorStatus(w, http.StatusUnauthorized, "UNAUTHENTICATED",
+				"Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.")
+			return false
+		}
 	default:
 		if bearer != key && r.Header.Get("api-key") != key {
 			shown := bearer

@@ -91,7 +91,8 @@ func TestGeminiUploadProtocol(t *testing.T) {
 	}
 	json.NewDecoder(r.Body).Decode(&info)
 	want := map[string]string{"openai": ts.URL + "/v1", "azure": ts.URL + "/openai/v1", "anthropic": ts.URL,
-		"cloudflare": ts.URL + "/client/v4", "gemini": ts.URL + "/gemini", "mistral": ts.URL + "/mistral", "together": ts.URL + "/together/v1", "xai": ts.URL + "/xai/v1"}
+		"cloudflare": ts.URL + "/client/v4", "gemini": ts.URL + "/gemini", "mistral": ts.URL + "/mistral", "together": ts.URL + "/together/v1", "xai": ts.URL + "/xai/v1",
+		"vertex": ts.URL}
 	for k, v := range want {
 		if info.BaseURLs[k] != v {
 			t.Errorf("info %s = %q, want %q", k, info.BaseURLs[k], v)

@@ -119,7 +119,7 @@ func (s *Server) ghost(b *batchRec, i int, data []byte) []byte {
 			m["id"] = json.RawMessage(strconv.Itoa(b.N + i)) // no index of the batch
 			return
 		}
-		if b.Family == famGemini {
+		if b.Family == famGemini || b.Family == famVertex {
 			m["key"] = id
 			return
 		}
@@ -151,6 +151,9 @@ func (s *Server) conflicting(b *batchRec, i int, data []byte) []byte {
 		case famGemini:
 			delete(m, "response")
 			m[s.opts.GeminiLineErrorField] = mustJSON(gemStatusLine("INTERNAL", msg))
+		case famVertex:
+			delete(m, "response")
+			m["status"] = mustJSON(vtxStatus(http.StatusInternalServerError, msg))
 		default:
 			delete(m, "result")
 			m["success"] = json.RawMessage("false")

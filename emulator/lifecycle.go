@@ -129,7 +129,7 @@ func (s *Server) apply(b *batchRec, ev string, t time.Time) {
 		switch b.Family {
 		case famOpenAI, famMistral, famTogether:
 			s.validateOpenAI(b, t)
-		case famGemini:
+		case famGemini, famVertex:
 			s.validateGemini(b, t)
 		}
 		if b.Status == stValidating {

@@ -169,6 +169,12 @@ type Options struct {
 	// unconfirmed).
 	GeminiLineErrorField string
 
+	// VertexMinBatchTime is the least time a Vertex AI batch prediction
+	// job takes from create to its end (default 2s; BatchTime when
+	// longer): the real service takes minutes, and a job that ended at
+	// its first poll could never be cancelled.
+	VertexMinBatchTime time.Duration
+
 	// EmbeddingDim is the dimension of fake embeddings (default 8), for
 	// OpenAI and Cloudflare embedding models of unknown size; the bge models
 	// answer their real sizes.
@@ -260,6 +266,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.GeminiUploadGranularity <= 0 {
 		o.GeminiUploadGranularity = 8 << 20
+	}
+	if o.VertexMinBatchTime == 0 {
+		o.VertexMinBatchTime = 2 * time.Second
 	}
 	if o.GeminiLineErrorField == "" {
 		o.GeminiLineErrorField = "status"

@@ -255,6 +255,8 @@ func (s *Server) commitResults(b *batchRec, outW, errW *resultFile, t time.Time)
 		}
 		b.ErrorFileID, err = s.commitOutputFile(b, errW, true, t, exp)
 		return err
+	case b.Family == famVertex:
+		return s.commitVertexOutput(b, outW, t)
 	case b.Family == famGemini && !b.Inline:
 		return s.commitGeminiOutput(b, outW, t)
 	default:
@@ -414,6 +416,8 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 		return s.runGeminiLine(b, i, line, done, undone)
 	case famXAI:
 		return s.runXAILine(b, i, line, done, undone, created)
+	case famVertex:
+		return s.runVertexLine(b, i, line, done, undone)
 	}
 	return s.runOpenAILine(b, i, line, done, undone, created)
 }

@@ -175,6 +175,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.togetherRoutes(mux)
 	s.geminiRoutes(mux)
 	s.xaiRoutes(mux)
+	s.vertexRoutes(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})

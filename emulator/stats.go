@@ -99,7 +99,7 @@ func (st *Stats) family(f string) FamilyStats {
 func (st Stats) clone() Stats {
 	c := st
 	c.ByFamily = make(map[string]FamilyStats, 3)
-	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare, famGemini, famMistral, famTogether, famXAI} {
+	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare, famGemini, famMistral, famTogether, famXAI, famVertex} {
 		c.ByFamily[f] = st.ByFamily[f]
 	}
 	c.ResultDownloads = slices.Clone(st.ResultDownloads)

@@ -48,6 +48,7 @@ var Families = []Family{
 	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
 	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
 	{famXAI, xaiPrefix, "XAI_BASE_URL"},
+	{famVertex, "", "GOOGLE_VERTEX_BASE_URL"}, // at the root: /v1/projects/...
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root
@@ -76,6 +77,8 @@ func familyOf(path string) string {
 		return famXAI
 	case strings.HasPrefix(path, geminiPrefix+"/"):
 		return famGemini
+	case strings.HasPrefix(path, "/v1/projects/") || strings.HasPrefix(path, "/v1beta1/projects/"):
+		return famVertex
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return famAnthropic
 	default:

@@ -71,20 +71,22 @@ type Store interface {
 	String() string
 }
 
-// Location is a parsed store or object address: "s3://bucket/key" or a
-// local path.
+// Location is a parsed store or object address: "s3://bucket/key",
+// "gs://bucket/key" (Cloud Storage) or a local path.
 type Location struct {
 	S3     bool
-	Bucket string // S3 only
-	Key    string // S3: the key or prefix, without a leading "/"
+	GCS    bool   // gs://
+	Bucket string // S3 and GCS only
+	Key    string // S3 and GCS: the key or prefix, without a leading "/"
 	Path   string // local: the absolute path
 }
 
 // IsURL reports whether s names an object in an object store rather than a
 // local file.
-func IsURL(s string) bool { return strings.HasPrefix(s, "s3://") }
+func IsURL(s string) bool { return strings.HasPrefix(s, "s3://") || strings.HasPrefix(s, "gs://") }
 
-// Parse reads "s3://bucket/key" or a local path (made absolute).
+// Parse reads "s3://bucket/key", "gs://bucket/key" or a local path (made
+// absolute).
 func Parse(s string) (Location, error) {
 	if !strings.Contains(s, "://") {
 		p, err := filepath.Abs(s)
@@ -97,14 +99,18 @@ func Parse(s string) (Location, error) {
 	if err != nil {
 		return Location{}, fmt.Errorf("%s: %w", s, err)
 	}
-	if u.Scheme != "s3" {
-		return Location{}, fmt.Errorf("%s: only s3:// URLs name objects (or give a local path)", s)
+	if u.Scheme != "s3" && u.Scheme != "gs" {
+		return Location{}, fmt.Errorf("%s: only s3:// and gs:// URLs name objects (or give a local path)", s)
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return Location{}, fmt.Errorf("s3://%s...: want s3://BUCKET/KEY, without credentials, query or fragment (credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)", u.Host)
+		creds := "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+		if u.Scheme == "gs" {
+			creds = "GOOGLE_OAUTH_ACCESS_TOKEN or Application Default Credentials"
+		}
+		return Location{}, fmt.Errorf("%s://%s...: want %s://BUCKET/KEY, without credentials, query or fragment (credentials come from %s)", u.Scheme, u.Host, u.Scheme, creds)
 	}
 	if u.Host == "" {
-		return Location{}, fmt.Errorf("%s: no bucket; want s3://BUCKET/KEY", s)
+		return Location{}, fmt.Errorf("%s: no bucket; want %s://BUCKET/KEY", s, u.Scheme)
 	}
 	key := strings.TrimPrefix(u.Path, "/")
 	for _, part := range strings.Split(strings.TrimSuffix(key, "/"), "/") {
@@ -112,13 +118,16 @@ func Parse(s string) (Location, error) {
 			return Location{}, fmt.Errorf("%s: the key has empty, . or .. parts", s)
 		}
 	}
-	return Location{S3: true, Bucket: u.Host, Key: key}, nil
+	return Location{S3: u.Scheme == "s3", GCS: u.Scheme == "gs", Bucket: u.Host, Key: key}, nil
 }
 
 // String is the location as Parse reads it.
 func (l Location) String() string {
 	if l.S3 {
 		return "s3://" + l.Bucket + "/" + l.Key
+	}
+	if l.GCS {
+		return "gs://" + l.Bucket + "/" + l.Key
 	}
 	return l.Path
 }

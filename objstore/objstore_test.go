@@ -31,8 +31,26 @@ func backends(t *testing.T, o S3Options) map[string]func(t *testing.T) Store {
 			}
 			return d
 		},
-		"s3": func(t *testing.T) Store { return newTestS3(t, "pre/fix", o) },
+		"s3":  func(t *testing.T) Store { return newTestS3(t, "pre/fix", o) },
+		"gcs": func(t *testing.T) Store { return newTestGCS(t, "pre/fix") },
 	}
+}
+
+// newTestGCS is a store on a fresh bucket of the test GCS server
+// (fake-gcs-server, reached as Google's client reads
+// STORAGE_EMULATOR_HOST).
+func newTestGCS(t *testing.T, prefix string) *GCS {
+	t.Helper()
+	_, bucket := testsrv.GCS(t)
+	g, err := NewGCS(context.Background(), bucket, prefix, GCSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	if err := g.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 func newTestS3(t *testing.T, prefix string, o S3Options) *S3 {

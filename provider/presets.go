@@ -314,6 +314,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return GeminiCodec{}
 	case FamilyXAI:
 		return XAICodec{MaxCustomID: p.MaxCustomID}
+	case FamilyVertex:
+		return VertexCodec{}
 	}
 	if p.Name == "local" {
 		// The built-in emulator serves every family: so does local.

@@ -12,6 +12,11 @@
 # - A real S3-compatible server, for objstore and cmd/sluice's TestS3*:
 #   $SLUICE_TEST_S3 when set; else versitygw, pinned, go-installed into
 #   GOPATH/bin, with its posix backend on 127.0.0.1, stopped at exit.
+# - A real GCS-compatible server, for objstore's gs:// store and the
+#   Vertex AI family: $SLUICE_TEST_GCS when set; else fake-gcs-server,
+#   pinned, go-installed into GOPATH/bin, with its filesystem backend on
+#   127.0.0.1, stopped at exit (the tests reach it through
+#   STORAGE_EMULATOR_HOST, as Google's storage client reads it).
 # - gcc and make for cgo (SQLite), installed when missing.
 # - Headless Chromium, for cmd/sluice's TestReport* (the HTML report opened
 #   in a real browser): Debian's `chromium` package when /usr/bin/chromium
@@ -24,6 +29,7 @@ export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
 export CGO_ENABLED=1 # mattn/go-sqlite3 needs cgo
 
 VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
+FAKE_GCS_VERSION=${FAKE_GCS_VERSION:-v1.56.1} # internal/testsrv.FakeGCSVersion
 
 # asroot runs a command as root: directly when root, else through sudo.
 asroot() {
@@ -105,6 +111,31 @@ if [ -z "${SLUICE_TEST_S3:-}" ]; then
   [ -n "$s3up" ] || { echo "scripts/test.sh: versitygw did not start" >&2; exit 1; }
   cleanup+=("kill $s3pid 2>/dev/null; wait $s3pid 2>/dev/null; rm -rf '$s3dir'")
   export SLUICE_TEST_S3="http://127.0.0.1:$s3port"
+fi
+
+# GCS: fake-gcs-server on loopback.
+if [ -z "${SLUICE_TEST_GCS:-}" ]; then
+  if ! go version -m "$(command -v fake-gcs-server || echo /nonexistent)" 2>/dev/null | grep -q "$FAKE_GCS_VERSION"; then
+    go install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
+  fi
+  gcsdir=$(mktemp -d)
+  mkdir "$gcsdir/root"
+  gcsup=""
+  for _ in 1 2 3 4 5; do
+    gcsport=$(free_port)
+    fake-gcs-server -scheme http -host 127.0.0.1 -port "$gcsport" \
+      -external-url "http://127.0.0.1:$gcsport" -public-host "127.0.0.1:$gcsport" \
+      -backend filesystem -filesystem-root "$gcsdir/root" -log-level error >"$gcsdir/fake-gcs-server.log" 2>&1 &
+    gcspid=$!
+    if wait_port "$gcsport" "$gcspid" "$gcsdir/fake-gcs-server.log"; then
+      gcsup=1
+      break
+    fi
+    kill "$gcspid" 2>/dev/null || true
+  done
+  [ -n "$gcsup" ] || { echo "scripts/test.sh: fake-gcs-server did not start" >&2; exit 1; }
+  cleanup+=("kill $gcspid 2>/dev/null; wait $gcspid 2>/dev/null; rm -rf '$gcsdir'")
+  export SLUICE_TEST_GCS="http://127.0.0.1:$gcsport"
 fi
 
 # PostgreSQL: Debian's server package when initdb is missing, one server

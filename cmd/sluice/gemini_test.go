@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -203,12 +204,12 @@ func TestEmulateBannerAndInfo(t *testing.T) {
 			_, u, _ := strings.Cut(f[1], "=")
 			banner[strings.TrimSuffix(f[0], ":")] = u
 		}
-		if len(banner) == 8 {
+		if len(banner) == len(emulator.Families) {
 			break
 		}
 	}
 	go io.Copy(io.Discard, stderr)
-	if root == "" || len(banner) != 8 {
+	if root == "" || len(banner) != len(emulator.Families) {
 		t.Fatalf("banner: root %q, families %v", root, banner)
 	}
 	resp, err := http.Get(root + "/_emulator/info")
@@ -223,7 +224,8 @@ func TestEmulateBannerAndInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"openai": root + "/v1", "azure": root + "/openai/v1", "anthropic": root,
-		"cloudflare": root + "/client/v4", "gemini": root + "/gemini", "mistral": root + "/mistral", "together": root + "/together/v1", "xai": root + "/xai/v1"}
+		"cloudflare": root + "/client/v4", "gemini": root + "/gemini", "mistral": root + "/mistral", "together": root + "/together/v1", "xai": root + "/xai/v1",
+		"vertex": root}
 	for fam, u := range want {
 		if banner[fam] != u || info.BaseURLs[fam] != u {
 			t.Errorf("%s: banner %q, info %q, want %q", fam, banner[fam], info.BaseURLs[fam], u)
@@ -231,7 +233,8 @@ func TestEmulateBannerAndInfo(t *testing.T) {
 	}
 	// Each base URL is where that family's SDK finds its API.
 	for fam, path := range map[string]string{"openai": "/batches", "azure": "/batches", "anthropic": "/v1/messages/batches",
-		"gemini": "/v1beta/batches", "mistral": "/v1/batch/jobs", "together": "/batches", "xai": "/batches"} {
+		"gemini": "/v1beta/batches", "mistral": "/v1/batch/jobs", "together": "/batches", "xai": "/batches",
+		"vertex": "/v1/projects/p/locations/us-central1/batchPredictionJobs"} {
 		r, err := http.Get(info.BaseURLs[fam] + path)
 		if err != nil {
 			t.Fatal(err)

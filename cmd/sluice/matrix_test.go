@@ -69,6 +69,7 @@ var matrixProviders = []matrixProvider{
 	{name: "xai", input: writeMTInput, reconciles: true, env: func(addr, key string) []string {
 		return []string{"XAI_API_KEY=" + key, "XAI_BASE_URL=http://" + addr + "/xai/v1"}
 	}},
+	{name: "vertex", input: writeVertexInput, reconciles: true, env: vertexEnv},
 	{name: "local", input: writeInput, reconciles: true},
 }
 
@@ -233,6 +234,9 @@ func (c *cell) finish(why string) {
 				c.t.Errorf("%s: chunk %d left %s", why, ch.ID, ch.State)
 			}
 		}
+	}
+	if c.p.name == "vertex" {
+		checkVertexBucketEmpty(c.t, why, c.env)
 	}
 	filesAt := map[string]string{"openai": "/v1/files", "azure": "/v1/files", "mistral": "/mistral/v1/files", "together": "/together/v1/files"}
 	if path, ok := filesAt[c.p.name]; ok && c.emu != nil {

@@ -1,7 +1,7 @@
 package main
 
-// Object storage (docs/scale-out.md, "Object storage"): s3:// input and
-// output paths, and --store, where a job's chunk and results files live
+// Object storage (docs/scale-out.md, "Object storage"): s3:// and gs://
+// input and output paths, and --store, where a job's chunk and results files live
 // beside the local state directory. Here the stores are built from the
 // environment (as the AWS SDKs read it) and checked before any work; the
 // lifecycle package uses them (lifecycle/objects.go).
@@ -29,12 +29,39 @@ func pathArg(s string) (string, error) {
 		return "", withCode(exitUsage, err)
 	}
 	if loc.Key == "" || strings.HasSuffix(loc.Key, "/") {
-		return "", usageErr("%s: name an object (s3://BUCKET/KEY), not a bucket or a prefix", s)
+		return "", usageErr("%s: name an object (s3://BUCKET/KEY or gs://BUCKET/KEY), not a bucket or a prefix", s)
 	}
 	return loc.String(), nil
 }
 
-var s3Stores sync.Map // bucket+"/"+prefix -> *objstore.S3
+var s3Stores sync.Map // bucket+"/"+prefix -> *objstore.S3 (gs:// ones: "gs://"+bucket+"/"+prefix -> *objstore.GCS)
+
+// gcsStore is s3Store for Cloud Storage: the official client reads
+// STORAGE_EMULATOR_HOST and Application Default Credentials, or
+// $GOOGLE_OAUTH_ACCESS_TOKEN when set.
+func gcsStore(ctx context.Context, bucket, prefix string) (*objstore.GCS, error) {
+	id := "gs://" + bucket + "/" + prefix
+	if s, ok := s3Stores.Load(id); ok {
+		return s.(*objstore.GCS), nil
+	}
+	s, err := objstore.NewGCS(ctx, bucket, prefix, objstore.GCSOptions{AccessToken: os.Getenv("GOOGLE_OAUTH_ACCESS_TOKEN")})
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	if err := s.Check(ctx); err != nil {
+		return nil, storeErr(err)
+	}
+	s3Stores.Store(id, s)
+	return s, nil
+}
+
+// storeAt is the store of a parsed s3:// or gs:// location, under its key.
+func storeAt(ctx context.Context, loc objstore.Location) (objstore.Store, error) {
+	if loc.GCS {
+		return gcsStore(ctx, loc.Bucket, loc.Key)
+	}
+	return s3Store(ctx, loc.Bucket, loc.Key)
+}
 
 // s3Store is the S3 store of bucket (under prefix) as the environment
 // configures it, checked once per process: a missing bucket, refused
@@ -66,17 +93,19 @@ func storeErr(err error) error {
 	return err
 }
 
-// objectOf is the store and key of an s3:// URL.
-func objectOf(ctx context.Context, url string) (*objstore.S3, string, error) {
+// objectOf is the store and key of an s3:// or gs:// URL.
+func objectOf(ctx context.Context, url string) (objstore.Store, string, error) {
 	loc, err := objstore.Parse(url)
 	if err != nil {
 		return nil, "", withCode(exitUsage, err)
 	}
-	s, err := s3Store(ctx, loc.Bucket, "")
-	return s, loc.Key, err
+	key := loc.Key
+	loc.Key = ""
+	s, err := storeAt(ctx, loc)
+	return s, key, err
 }
 
-// objects is lifecycle.Objects for the stores of s3:// URLs.
+// objects is lifecycle.Objects for the stores of s3:// and gs:// URLs.
 func objects(ctx context.Context, url string) (objstore.Store, string, error) {
 	return objectOf(ctx, url)
 }
@@ -132,8 +161,8 @@ func jobStore(ctx context.Context, f *jobFlags, stateDir string) (objstore.Store
 	if err != nil {
 		return nil, withCode(exitUsage, fmt.Errorf("--store: %w", err))
 	}
-	if loc.S3 {
-		return s3Store(ctx, loc.Bucket, loc.Key)
+	if loc.S3 || loc.GCS {
+		return storeAt(ctx, loc)
 	}
 	if filepath.Clean(loc.Path) == filepath.Clean(stateDir) {
 		return nil, nil

@@ -18,7 +18,7 @@ func checkCredentials(f *jobFlags, p provider.Preset) error {
 	if p.Name == "local" {
 		return nil
 	}
-	if credential(p) == "" {
+	if credential(p) == "" && p.Family != provider.FamilyVertex { // vertex: else Application Default Credentials
 		return missingKey(p)
 	}
 	if p.AccountEnv != "" && os.Getenv(p.AccountEnv) == "" {

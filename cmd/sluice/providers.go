@@ -56,6 +56,7 @@ type netFlags struct {
 		addBytes   int64
 		cancelPath string
 	}
+	vertex vertexFlags // vertex.go
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -74,6 +75,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.xai.input, "xai-input", xai.InputRequests, "--provider xai: how a batch gets its requests: requests (add-requests calls of at most --xai-add-bytes) or file (a JSONL file uploaded to /v1/files, then create with input_file_id)")
 	fs.Int64Var(&n.xai.addBytes, "xai-add-bytes", xai.DefaultAddBytes, "--provider xai: bytes of one add-requests call at most (the docs' 25 MB)")
 	fs.StringVar(&n.xai.cancelPath, "xai-cancel-path", xai.CancelColon, "--provider xai: cancel call, :cancel (POST /v1/batches/{id}:cancel, the proto's method) or /cancel (POST /v1/batches/{id}/cancel)")
+	n.vertex.register(cmd)
 	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
 }
 
@@ -202,7 +204,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		if rl.PerSecond == 0 {
 			rl.PerSecond = -1
 		}
-	} else if key == "" {
+	} else if key == "" && p.Family != provider.FamilyVertex { // vertex: else Application Default Credentials
 		return nil, nil, missingKey(p)
 	}
 	var prov sluice.Provider
@@ -241,6 +243,10 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			SDKDownloadPath: n.gemini.downloadPath == "api", MimeType: n.gemini.mimeType})
 	case provider.FamilyXAI:
 		prov, err = xai.New(xai.Config{Config: pc, Input: n.xai.input, AddBytes: n.xai.addBytes, CancelPath: n.xai.cancelPath})
+	case provider.FamilyVertex:
+		if prov, err = newVertex(ctx, f, n, p, baseURL, key, retry, rl, plog); err != nil {
+			return nil, nil, err // with its exit code (vertex.go)
+		}
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

@@ -122,7 +122,7 @@ func startS3() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sweepS3Dirs()
+	sweepDirs("sluice-test-s3-*")
 	dir, err := os.MkdirTemp("", "sluice-test-s3-")
 	if err != nil {
 		return "", err
@@ -162,10 +162,11 @@ func startS3() (string, error) {
 	}
 }
 
-// sweepS3Dirs removes the directories of servers whose test process has
-// exited (the server died with it; its directory cannot go then).
-func sweepS3Dirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "sluice-test-s3-*"))
+// sweepDirs removes the directories (matching pattern in the temp
+// directory) of servers whose test process has exited (the server died
+// with it; its directory cannot go then).
+func sweepDirs(pattern string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pattern))
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
 		if err != nil {
@@ -221,7 +222,7 @@ func spawnOrphanProof(bin, dir string, args ...string) (done chan struct{}, err 
 	done = make(chan struct{})
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-		log, err := os.OpenFile(filepath.Join(dir, "versitygw.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		log, err := os.OpenFile(filepath.Join(dir, filepath.Base(bin)+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			started <- err
 			return

@@ -28,6 +28,20 @@ func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string
 	return provider.DecodeJSONL(ctx, files, c.MaxLine, DecodeLine, fn)
 }
 
+// Succeeded is the result of request id answered by the
+// GenerateContentResponse r: status 200, usage from usageMetadata
+// (promptTokenCount plus toolUsePromptTokenCount in, candidatesTokenCount
+// plus thoughtsTokenCount out). Vertex AI's predictions use it too.
+func Succeeded(id string, r gjson.Result) sluice.Result {
+	u := r.Get("usageMetadata")
+	return sluice.Result{CustomID: id, Kind: sluice.ResultSucceeded, Line: sluice.OutputLine{CustomID: id,
+		Response: &sluice.Response{StatusCode: 200, Body: []byte(r.Raw)}},
+		Usage: sluice.Usage{
+			InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
+			OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
+		}}
+}
+
 // DecodeLine turns one responses-file line into a Result.
 func DecodeLine(line []byte) (sluice.Result, error) {
 	if !gjson.ValidBytes(line) {
@@ -42,17 +56,10 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 		return sluice.Result{}, errors.New("no key")
 	}
 	id := key.String()
-	res := sluice.Result{CustomID: id, Line: sluice.OutputLine{CustomID: id}}
 	if r := l.Get("response"); r.IsObject() {
-		res.Kind = sluice.ResultSucceeded
-		res.Line.Response = &sluice.Response{StatusCode: 200, Body: []byte(r.Raw)}
-		u := r.Get("usageMetadata")
-		res.Usage = sluice.Usage{
-			InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
-			OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
-		}
-		return res, nil
+		return Succeeded(id, r), nil
 	}
+	res := sluice.Result{CustomID: id, Line: sluice.OutputLine{CustomID: id}}
 	st := l.Get("status")
 	if !st.IsObject() {
 		st = l.Get("error")

@@ -1,0 +1,97 @@
+package vertex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/objstore"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/httpx"
+)
+
+// listPage is the page size asked of the job listing.
+const listPage = 100
+
+// maxPages bounds a listing, whatever the server says about more pages.
+const maxPages = 10_000
+
+// Find looks for what a previous run made for ref: the job whose
+// displayName is DisplayName(ref) (which carries ref's content digest)
+// and whose one input is ref's file (the tracker's file id, else the
+// object named after ref's digest: provider.MadeFrom), listed with
+// filter display_name="…"; else ref's chunk file in Cloud Storage with
+// ref's size (provider.MatchesFile). A chunk without a digest adopts no
+// file. When several jobs match (a create repeated after a lost answer),
+// a live one is preferred.
+func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
+	j, err := c.findJob(ctx, ref)
+	if err != nil {
+		return "", "", fmt.Errorf("find job of chunk %d: %w", ref.Chunk, err)
+	}
+	if j != nil {
+		return j.inputURI(), j.Name, nil
+	}
+	if ref.Digest == "" {
+		return "", "", nil
+	}
+	in, err := c.store.Stat(ctx, inputKey(ref))
+	switch {
+	case errors.Is(err, objstore.ErrNotExist):
+		return "", "", nil
+	case err != nil:
+		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
+	case provider.MatchesFile(provider.UploadName(ref), in.Size, ref):
+		return c.bucket + inputKey(ref), "", nil
+	}
+	return "", "", nil
+}
+
+func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error) {
+	want := DisplayName(ref)
+	ownInput := c.bucket + inputKey(ref)
+	cutoff := c.clock.Now().Add(-c.findBack)
+	var dead *job
+	token := ""
+	for page := 0; page < maxPages; page++ {
+		q := url.Values{"pageSize": {strconv.Itoa(listPage)}, "filter": {`display_name="` + want + `"`}}
+		if token != "" {
+			q.Set("pageToken", token)
+		}
+		var l struct {
+			Jobs []job  `json:"batchPredictionJobs"`
+			Next string `json:"nextPageToken"`
+		}
+		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(c.parent+"/batchPredictionJobs", q)}, &l); err != nil {
+			return nil, err
+		}
+		allOld := len(l.Jobs) > 0
+		for i := range l.Jobs {
+			j := &l.Jobs[i]
+			if j.CreateTime.IsZero() || !j.CreateTime.Before(cutoff) {
+				allOld = false
+			}
+			in := j.inputURI()
+			if j.DisplayName != want || !provider.MadeFrom(in, ref) || (ref.FileID == "" && in != ownInput) {
+				continue
+			}
+			switch j.toBatch().Status {
+			case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
+				if dead == nil {
+					dead = j
+				}
+			default:
+				return j, nil
+			}
+		}
+		if allOld || l.Next == "" || l.Next == token {
+			break
+		}
+		token = l.Next
+	}
+	return dead, nil
+}
