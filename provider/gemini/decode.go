@@ -46,11 +46,7 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	if r := l.Get("response"); r.IsObject() {
 		res.Kind = sluice.ResultSucceeded
 		res.Line.Response = &sluice.Response{StatusCode: 200, Body: []byte(r.Raw)}
-		u := r.Get("usageMetadata")
-		res.Usage = sluice.Usage{
-			InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
-			OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
-		}
+		res.Usage = usageOf(r.Get("usageMetadata"))
 		return res, nil
 	}
 	st := l.Get("status")
@@ -71,4 +67,13 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	}
 	res.Line.Error = &sluice.LineError{Code: sluice.ErrorCode(name), Message: msg}
 	return res, nil
+}
+
+// usageOf reads a GenerateContentResponse's usageMetadata: the prompt and
+// tool-use prompt tokens in, the candidates' and thoughts' tokens out.
+func usageOf(u gjson.Result) sluice.Usage {
+	return sluice.Usage{
+		InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
+		OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
+	}
 }

@@ -38,15 +38,16 @@ type Config struct {
 // Client implements sluice.Provider for Mistral.
 type Client struct {
 	provider.Base
-	compat.Files        // Fetch, Decode, StreamResults, Forget
-	base         string // scheme://host/path, without a trailing /v1
-	timeout      int
-	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
+	compat.Files           // Fetch, Decode, StreamResults, Forget
+	compat.Realtime        // CallRealtime: the body to the batch's endpoint under the base URL
+	base            string // scheme://host/path, without a trailing /v1
+	timeout         int
 }
 
 var (
 	_ sluice.Provider       = (*Client)(nil)
 	_ sluice.ResultStreamer = (*Client)(nil)
+	_ sluice.RealtimeCaller = (*Client)(nil)
 )
 
 // New returns a client for cfg.
@@ -64,6 +65,7 @@ func New(cfg Config) (*Client, error) {
 		c.timeout = 24
 	}
 	c.Files = compat.Files{Base: &c.Base, FileURL: c.fileURL}
+	c.Realtime = compat.Realtime{Base: &c.Base, URL: func(endpoint string) string { return c.base + endpoint }}
 	return c, nil
 }
 

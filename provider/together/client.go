@@ -55,12 +55,15 @@ type Client struct {
 	signed       *httpx.Client // signed upload URLs: no API key
 	upload       string
 	window       string
-	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
+	// CallRealtime: the body to the batch's endpoint under the base URL
+	// (which carries /v1).
+	compat.Realtime
 }
 
 var (
 	_ sluice.Provider       = (*Client)(nil)
 	_ sluice.ResultStreamer = (*Client)(nil)
+	_ sluice.RealtimeCaller = (*Client)(nil)
 )
 
 // New returns a client for cfg.
@@ -95,6 +98,7 @@ func New(cfg Config) (*Client, error) {
 	hcCfg.HTTP, hcCfg.APIKey = base0, ""
 	c.signed = httpx.New(hcCfg)
 	c.Files = compat.Files{Base: &c.Base, FileURL: c.fileURL}
+	c.Realtime = compat.Realtime{Base: &c.Base, URL: func(endpoint string) string { return c.url(strings.TrimPrefix(endpoint, "/v1")) }}
 	return c, nil
 }
 
