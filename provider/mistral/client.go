@@ -251,24 +251,12 @@ const listPage = 100
 // here instead. A live job is preferred to a failed, timed-out or cancelled
 // one.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	j, err := c.findJob(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find batch of chunk %d: %w", ref.Chunk, err)
-	}
-	if j != nil {
+	return provider.FindBatchOrFile(ctx, ref, c.findJob, func(j *job) (string, string) {
 		if len(j.InputFiles) > 0 {
-			fileID = j.InputFiles[0]
+			return j.InputFiles[0], j.ID
 		}
-		return fileID, j.ID, nil
-	}
-	f, err := c.findFile(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
-	}
-	if f != nil {
-		return f.ID, "", nil
-	}
-	return "", "", nil
+		return "", j.ID
+	}, c.findFile, func(f *fileObject) string { return f.ID })
 }
 
 // findJob returns the job made for ref, or nil.

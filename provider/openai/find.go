@@ -2,7 +2,6 @@ package openai
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -29,21 +28,8 @@ const listPage = 100
 // failed, expired or cancelled one, then the newest. When the batch is
 // found, its input file is the file.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	b, err := c.findBatch(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find batch of chunk %d: %w", ref.Chunk, err)
-	}
-	if b != nil {
-		return b.InputFileID, b.ID, nil
-	}
-	f, err := c.findFile(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
-	}
-	if f != nil {
-		return f.ID, "", nil
-	}
-	return "", "", nil
+	return provider.FindBatchOrFile(ctx, ref, c.findBatch, func(b *batchObject) (string, string) { return b.InputFileID, b.ID },
+		c.findFile, func(f *fileObject) string { return f.ID })
 }
 
 // findBatch returns the batch made for ref, or nil.
