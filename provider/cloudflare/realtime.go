@@ -45,7 +45,7 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, line []b
 			}
 			xref, _ := json.Marshal(id)
 			r, err := decodeItem(&item{Result: provider.CompactJSON(env.Result), Success: env.Success, Errors: env.Errors, ExternalReference: xref}, 0, nil)
-			r.Usage = usage(json.RawMessage(gjson.GetBytes(env.Result, "usage").Raw))
+			r.Usage = provider.OpenAIUsage(gjson.GetBytes(env.Result, "usage"))
 			*res = r
 			return err
 		}})

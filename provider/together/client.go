@@ -76,12 +76,8 @@ func New(cfg Config) (*Client, error) {
 	u := *base.URL
 	u.RawQuery = ""
 	c := &Client{Base: base, base: u.String(), upload: cfg.Upload, window: cfg.CompletionWindow}
-	switch c.upload {
-	case "":
-		c.upload = UploadRedirect
-	case UploadRedirect, UploadMultipart:
-	default:
-		return nil, fmt.Errorf("together: unknown upload flow %q (want %s or %s)", c.upload, UploadRedirect, UploadMultipart)
+	if c.upload, err = c.Choice("upload flow", c.upload, UploadRedirect, UploadMultipart); err != nil {
+		return nil, err
 	}
 	if c.window == "" {
 		c.window = c.Preset.CompletionWindow
