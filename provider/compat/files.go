@@ -26,8 +26,6 @@ import (
 // DefaultFindWindow is how far back Find lists files and batches.
 const DefaultFindWindow = 7 * 24 * time.Hour
 
-var jsonHeader = http.Header{"Content-Type": {"application/json"}}
-
 // UploadChunk streams ref's chunk file to url as multipart/form-data:
 // fields, then the part "file" named provider.UploadName(ref). It returns
 // the answer's "id" and the answer itself, for every client of a files API
