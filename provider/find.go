@@ -23,12 +23,22 @@ func FindBatchOrFile[B, F any](ctx context.Context, ref sluice.BatchRef,
 		f, id := ids(b)
 		return f, id, nil
 	}
-	f, err := file(ctx, ref)
+	id, err := FileIDOf(ref, file, fileID)(ctx)
 	if err != nil {
 		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
 	}
-	if f == nil {
-		return "", "", nil
+	return id, "", nil
+}
+
+// FileIDOf is a lookup of the file uploaded for ref (file; nil when there
+// is none) as the reconcile of an upload asks it: the file's id (fileID),
+// or "" for none.
+func FileIDOf[F any](ref sluice.BatchRef, file func(context.Context, sluice.BatchRef) (*F, error), fileID func(*F) string) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		f, err := file(ctx, ref)
+		if f == nil {
+			return "", err
+		}
+		return fileID(f), err
 	}
-	return fileID(f), "", nil
 }

@@ -201,13 +201,7 @@ func MapStatus(s string) sluice.BatchStatus { return compat.MapStatus(s) }
 // files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	id, _, err := compat.UploadChunk(ctx, c.HC, c.url("/files", nil), []httpx.Field{{Name: "purpose", Value: "batch"}}, ref,
-		func(ctx context.Context) (string, error) {
-			f, err := c.findFile(ctx, ref)
-			if f == nil {
-				return "", err
-			}
-			return f.ID, err
-		}, c.Log)
+		provider.FileIDOf(ref, c.findFile, (*fileObject).id), c.Log)
 	return id, err
 }
 
@@ -256,7 +250,7 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 			return j.InputFiles[0], j.ID
 		}
 		return "", j.ID
-	}, c.findFile, func(f *fileObject) string { return f.ID })
+	}, c.findFile, (*fileObject).id)
 }
 
 // findJob returns the job made for ref, or nil.
@@ -291,6 +285,9 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 	})
 	return best, err
 }
+
+// id is the file's id.
+func (f *fileObject) id() string { return f.ID }
 
 // page reads page token (a page number; "" is 0) of the listing at path,
 // an L, whose entries and total parts gives. The next page is the one

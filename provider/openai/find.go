@@ -29,7 +29,7 @@ const listPage = 100
 // found, its input file is the file.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
 	return provider.FindBatchOrFile(ctx, ref, c.findBatch, func(b *batchObject) (string, string) { return b.InputFileID, b.ID },
-		c.findFile, func(f *fileObject) string { return f.ID })
+		c.findFile, (*fileObject).id)
 }
 
 // findBatch returns the batch made for ref, or nil.
@@ -57,7 +57,7 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 			q := url.Values{"purpose": {"batch"}, "order": {"desc"}}
 			return page[fileList](ctx, c, "/files", q, after, func(l *fileList) ([]fileObject, bool, string) {
 				return l.Data, l.HasMore, l.LastID
-			}, func(f *fileObject) string { return f.ID })
+			}, (*fileObject).id)
 		},
 		Created: func(f *fileObject) time.Time { return f.CreatedAt.Time },
 		Cutoff:  c.Cutoff(),
@@ -66,6 +66,9 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 		return provider.MatchesFile(f.Filename, f.Bytes, ref) && f.Status != "error" && f.Status != "deleted"
 	})
 }
+
+// id is the file's id.
+func (f *fileObject) id() string { return f.ID }
 
 // page reads one page of the listing at path (GET path?limit=listPage&after=),
 // an L, whose entries, has_more and last_id parts gives.

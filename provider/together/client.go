@@ -226,13 +226,7 @@ func (c *Client) uploadMultipart(ctx context.Context, ref sluice.BatchRef) (stri
 	name := provider.UploadName(ref)
 	id, raw, err := compat.UploadChunk(ctx, c.HC, c.url("/files/upload"), []httpx.Field{{Name: "file_name", Value: name},
 		{Name: "purpose", Value: "batch-api"}, {Name: "file_type", Value: "jsonl"}}, ref,
-		func(ctx context.Context) (string, error) {
-			f, err := c.findFile(ctx, ref)
-			if f == nil {
-				return "", err
-			}
-			return f.ID, err
-		}, c.Log)
+		provider.FileIDOf(ref, c.findFile, (*fileObject).id), c.Log)
 	if err != nil || raw == nil {
 		return id, err
 	}
@@ -356,6 +350,9 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 	}
 	return &usable[0], err
 }
+
+// id is the file's id.
+func (f *fileObject) id() string { return f.ID }
 
 // findFiles returns the usable files uploaded for ref, newest first, and
 // the ids of the files under ref's name that are not usable.
