@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -262,12 +264,7 @@ func (c *chatWarnings) log(log zerolog.Logger, input, prov string) {
 		log.Warn().Str("param", "body."+k).Int64("lines", cw.lines).Str("first", fmt.Sprintf("%s:%d", input, cw.first)).
 			Str("reason", cw.w.Reason).Msg("parameter left out of chat lines translated for " + prov)
 	}
-	models := make([]string, 0, len(c.unmapped))
-	for m := range c.unmapped {
-		models = append(models, m)
-	}
-	sort.Strings(models)
-	for _, m := range models {
+	for _, m := range slices.Sorted(maps.Keys(c.unmapped)) {
 		cw := c.unmapped[m]
 		log.Warn().Str("model", m).Int64("lines", cw.lines).Str("first", fmt.Sprintf("%s:%d", input, cw.first)).
 			Msgf("%d chat completions lines have model %q, which --model-map does not rename: they are sent to %s as %q (add %s=NEW to the map if %s does not serve it)",
@@ -310,7 +307,7 @@ func recordReuse(plan interface {
 		return nil
 	}
 	ev := log.Info().Int64("reused", res.Reused)
-	for _, s := range sortedKeys(res.ReuseSources) {
+	for _, s := range slices.Sorted(maps.Keys(res.ReuseSources)) {
 		ev = ev.Int64("from "+s, res.ReuseSources[s])
 	}
 	ev.Msg("requests answered from earlier jobs' results; not bought again")
@@ -323,15 +320,6 @@ func ReusedFiles(job *sluice.Job) []string {
 	m, _ := filepath.Glob(filepath.Join(job.Dir, "results", "reused-*.results"))
 	sort.Strings(m)
 	return m
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // keyScope is the ledger scope of a plan of s: what is sent for a

@@ -199,21 +199,14 @@ func (m *job) finish(w *writers) (*Summary, error) {
 }
 
 func (m *job) mergeInput(ctx context.Context) (*Summary, error) {
-	srcs, err := m.plan(ctx)
-	defer closeAll(srcs)
+	var w *writers
+	v := &verifier{}
+	err := m.zipInput(ctx, v, func() (err error) {
+		w, err = m.createWriters()
+		v.w = w
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	it, err := newMergeIter(srcs)
-	if err != nil {
-		return nil, err
-	}
-	w, err := m.createWriters()
-	if err != nil {
-		return nil, err
-	}
-	v := &verifier{w: w}
-	if err := m.zip(ctx, it, v); err != nil {
 		v.w.abort()
 		return nil, err
 	}
@@ -225,20 +218,32 @@ func (m *job) mergeInput(ctx context.Context) (*Summary, error) {
 
 // verifyOrdered checks the invariant in input order without writing.
 func (m *job) verifyOrdered(ctx context.Context) (*InvariantError, error) {
-	srcs, err := m.plan(ctx)
-	defer closeAll(srcs)
-	if err != nil {
-		return nil, err
-	}
-	it, err := newMergeIter(srcs)
-	if err != nil {
-		return nil, err
-	}
 	v := &verifier{}
-	if err := m.zip(ctx, it, v); err != nil {
+	if err := m.zipInput(ctx, v, nil); err != nil {
 		return nil, err
 	}
 	return &v.inv, nil
+}
+
+// zipInput walks the results in input order through v (m.zip): the
+// sources planned, merged by ordinal, and closed after. open, when set,
+// runs once the sources are open, before the walk.
+func (m *job) zipInput(ctx context.Context, v *verifier, open func() error) error {
+	srcs, err := m.plan(ctx)
+	defer closeAll(srcs)
+	if err != nil {
+		return err
+	}
+	it, err := newMergeIter(srcs)
+	if err != nil {
+		return err
+	}
+	if open != nil {
+		if err := open(); err != nil {
+			return err
+		}
+	}
+	return m.zip(ctx, it, v)
 }
 
 func closeAll(srcs []source) {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -105,6 +106,23 @@ func (b *Base) HTTPConfig(cfg Config, w Wire) httpx.Config {
 		AuthHeader: auth, AuthScheme: scheme, APIKey: cfg.APIKey,
 		Header: hdr, Errors: w.Errors, Clock: b.Clock, Logger: cfg.Logger,
 	}
+}
+
+// Choice is the value of a client's option that takes one of choices:
+// the first when v is empty, else v if it is one of them; any other is
+// an error naming the family (b's preset), the option (what) and the
+// choices.
+func (b *Base) Choice(what, v string, choices ...string) (string, error) {
+	if v == "" {
+		return choices[0], nil
+	}
+	for _, c := range choices {
+		if v == c {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("%s: unknown %s %q (want %s or %s)", b.Preset.Family, what, v,
+		strings.Join(choices[:len(choices)-1], ", "), choices[len(choices)-1])
 }
 
 func (b *Base) Name() string          { return b.Preset.Name }

@@ -11,8 +11,9 @@ package provider
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -288,12 +289,7 @@ func Lookup(name string) (Preset, error) {
 
 // Names lists the known providers, sorted.
 func Names() []string {
-	var ns []string
-	for n := range Presets {
-		ns = append(ns, n)
-	}
-	sort.Strings(ns)
-	return ns
+	return slices.Sorted(maps.Keys(Presets))
 }
 
 // Codec returns the wire codec of a preset: its family's codec, wrapped to

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 
 	"github.com/spf13/cobra"
 
@@ -55,15 +54,6 @@ func keyScope(f *jobFlags, p provider.Preset) string {
 	// lifecycle.Prepare adds the job's --default-max-tokens, as planned
 	// (a re-plan keeps the job's own when the command gives none).
 	return p.Name + "\x00" + base
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // registerRun adds the flags only run has.

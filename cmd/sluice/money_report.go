@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -170,7 +172,7 @@ func writePlanMoney(w io.Writer, m *planMoneyJSON) {
 	default:
 		fmt.Fprintf(w, "estimated cost: unknown: requests without max_tokens for a model whose output ceiling is unknown (prices: %s)\n", m.PriceSource)
 	}
-	for _, model := range sortedKeys(m.Learned) {
+	for _, model := range slices.Sorted(maps.Keys(m.Learned)) {
 		l := m.Learned[model]
 		if l.InputRatio != nil {
 			fmt.Fprintf(w, "  %s: input estimate corrected by x%.3f, learned from finished batches (%s estimated, %s reported)",
@@ -189,7 +191,7 @@ func writePlanMoney(w io.Writer, m *planMoneyJSON) {
 // fromJobs says which jobs reused answers came from.
 func fromJobs(m map[string]int64) string {
 	var parts []string
-	for _, j := range sortedKeys(m) {
+	for _, j := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s from job %s", commas(m[j]), j))
 	}
 	return strings.Join(parts, ", ")

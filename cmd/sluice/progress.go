@@ -92,18 +92,8 @@ func (a *liveArea) set(lines []string) {
 	a.f.Write(b.Bytes())
 }
 
-// clear removes the area from the screen.
-func (a *liveArea) clear() {
-	if a == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var b bytes.Buffer
-	a.erase(&b)
-	a.lines = nil
-	a.f.Write(b.Bytes())
-}
+// clear removes the area from the screen: no lines.
+func (a *liveArea) clear() { a.set(nil) }
 
 func (a *liveArea) erase(b *bytes.Buffer) {
 	if a.shown == 0 {

@@ -113,28 +113,13 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, _ string) (slu
 		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
 	}
 	start := c.Clock.Now()
-	var adopted *messageBatch
-	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/v1/messages/batches", nil),
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: body,
-		Reconcile: func(ctx context.Context) (bool, error) {
-			b, err := c.find(ctx, ref, start, c.Clock.Now())
-			adopted = b
-			return b != nil, err
-		},
+	b, err := provider.CreateBatch(ctx, c.HC, c.url("/v1/messages/batches", nil), body, ref, func(ctx context.Context) (*messageBatch, error) {
+		return c.find(ctx, ref, start, c.Clock.Now())
+	}, (*messageBatch).toBatch, c.Log)
+	if err == nil {
+		c.own.Store(b.ID, true)
 	}
-	var w messageBatch
-	switch err := c.HC.JSON(ctx, call, &w); {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.Log.Info().Str("batch_id", adopted.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
-		w = *adopted
-	case err != nil:
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
-	case w.ID == "":
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no batch id", ref.Chunk)
-	}
-	c.own.Store(w.ID, true)
-	return w.toBatch(), nil
+	return b, err
 }
 
 // Poll reads GET /v1/messages/batches/{id}.

@@ -75,12 +75,7 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 		}
 		res.Kind = sluice.ResultSucceeded
 		res.Line.Response = &sluice.Response{StatusCode: 200, Body: r.Message}
-		u := gjson.GetBytes(r.Message, "usage")
-		res.Usage = sluice.Usage{
-			InputTokens: u.Get("input_tokens").Int() + u.Get("cache_creation_input_tokens").Int() +
-				u.Get("cache_read_input_tokens").Int(),
-			OutputTokens: u.Get("output_tokens").Int(),
-		}
+		res.Usage = messageUsage(r.Message)
 	case "errored":
 		if len(r.Error) == 0 || string(r.Error) == "null" {
 			return sluice.Result{}, errors.New("errored without an error")
@@ -105,4 +100,15 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 		return sluice.Result{}, fmt.Errorf("unknown result type %q", r.Type)
 	}
 	return res, nil
+}
+
+// messageUsage is a Message's usage: input_tokens plus the cache's
+// creation and read tokens in, output_tokens out.
+func messageUsage(msg []byte) sluice.Usage {
+	u := gjson.GetBytes(msg, "usage")
+	return sluice.Usage{
+		InputTokens: u.Get("input_tokens").Int() + u.Get("cache_creation_input_tokens").Int() +
+			u.Get("cache_read_input_tokens").Int(),
+		OutputTokens: u.Get("output_tokens").Int(),
+	}
 }

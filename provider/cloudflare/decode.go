@@ -132,7 +132,7 @@ func decodeFile(ctx context.Context, path string, lookup func(int) (string, bool
 	if held == nil {
 		return nil
 	}
-	held.Usage = usage(env.Usage)
+	held.Usage = provider.OpenAIUsage(gjson.ParseBytes(env.Usage))
 	if err := fn(*held); err != nil {
 		return err
 	}
@@ -157,19 +157,6 @@ func (f *fileReader) Read(p []byte) (int, error) {
 		f.err = err
 	}
 	return n, err
-}
-
-func usage(raw json.RawMessage) sluice.Usage {
-	u := gjson.ParseBytes(raw)
-	in := u.Get("prompt_tokens")
-	if !in.Exists() {
-		in = u.Get("input_tokens")
-	}
-	out := u.Get("completion_tokens")
-	if !out.Exists() {
-		out = u.Get("output_tokens")
-	}
-	return sluice.Usage{InputTokens: in.Int(), OutputTokens: out.Int()}
 }
 
 // decodeItem turns one response item (at position pos of the answer) into

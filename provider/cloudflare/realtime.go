@@ -1,7 +1,6 @@
 package cloudflare
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -45,19 +44,9 @@ func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, line []b
 				return provider.NotAnAnswer(id, "a Workers AI envelope")
 			}
 			xref, _ := json.Marshal(id)
-			r, err := decodeItem(&item{Result: compact(env.Result), Success: env.Success, Errors: env.Errors, ExternalReference: xref}, 0, nil)
-			r.Usage = usage(json.RawMessage(gjson.GetBytes(env.Result, "usage").Raw))
+			r, err := decodeItem(&item{Result: provider.CompactJSON(env.Result), Success: env.Success, Errors: env.Errors, ExternalReference: xref}, 0, nil)
+			r.Usage = provider.OpenAIUsage(gjson.GetBytes(env.Result, "usage"))
 			*res = r
 			return err
 		}})
-}
-
-// compact removes the insignificant space of a result, as a batch
-// answer's item carries it.
-func compact(b json.RawMessage) json.RawMessage {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return b
-	}
-	return buf.Bytes()
 }

@@ -349,17 +349,5 @@ func usageOf(vals [4][]byte) (u sluice.Usage, ok bool) {
 
 // usageGJSON is usage by gjson: every body usageFast leaves.
 func usageGJSON(body []byte) sluice.Usage {
-	u := gjson.GetBytes(body, "usage")
-	if !u.IsObject() {
-		return sluice.Usage{}
-	}
-	in := u.Get("prompt_tokens")
-	if !in.Exists() {
-		in = u.Get("input_tokens")
-	}
-	out := u.Get("completion_tokens")
-	if !out.Exists() {
-		out = u.Get("output_tokens")
-	}
-	return sluice.Usage{InputTokens: in.Int(), OutputTokens: out.Int()}
+	return provider.OpenAIUsage(gjson.GetBytes(body, "usage"))
 }

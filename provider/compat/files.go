@@ -26,8 +26,6 @@ import (
 // DefaultFindWindow is how far back Find lists files and batches.
 const DefaultFindWindow = 7 * 24 * time.Hour
 
-var jsonHeader = http.Header{"Content-Type": {"application/json"}}
-
 // UploadChunk streams ref's chunk file to url as multipart/form-data:
 // fields, then the part "file" named provider.UploadName(ref). It returns
 // the answer's "id" and the answer itself, for every client of a files API
@@ -67,39 +65,15 @@ func UploadChunk(ctx context.Context, hc *httpx.Client, url string, fields []htt
 }
 
 // CreateBatch sends a create call (the JSON of req) to url and maps its
-// answer, a T, with toBatch, for every client of a files-based batch API. A
-// connection lost after the request was sent is settled by find (what the
-// call made, or nil) before the create is repeated, so a lost answer does
-// not buy the batch twice.
+// answer, a T, with toBatch, for every client of a files-based batch API
+// (provider.CreateBatch).
 func CreateBatch[T any](ctx context.Context, hc *httpx.Client, url string, req any, ref sluice.BatchRef,
 	find func(context.Context) (*T, error), toBatch func(*T) sluice.Batch, log zerolog.Logger) (sluice.Batch, error) {
 	body, err := httpx.JSONBody(req)
 	if err != nil {
 		return sluice.Batch{}, err
 	}
-	var adopted *T
-	call := httpx.Call{
-		Method: http.MethodPost, URL: url, Header: jsonHeader, Body: body,
-		Reconcile: func(ctx context.Context) (bool, error) {
-			b, err := find(ctx)
-			adopted = b
-			return b != nil, err
-		},
-	}
-	var w T
-	switch err := hc.JSON(ctx, call, &w); {
-	case errors.Is(err, httpx.ErrReconciled):
-		b := toBatch(adopted)
-		log.Info().Str("batch_id", b.ID).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
-		return b, nil
-	case err != nil:
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, err)
-	}
-	b := toBatch(&w)
-	if b.ID == "" {
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no batch id", ref.Chunk)
-	}
-	return b, nil
+	return provider.CreateBatch(ctx, hc, url, body, ref, find, toBatch, log)
 }
 
 // CancelBatch sends a cancel call to cancelURL. When the provider refuses

@@ -1,10 +1,8 @@
 package compat
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/sluice-batch/sluice"
@@ -23,31 +21,27 @@ func SyncCall(ctx context.Context, hc *httpx.Client, rt *provider.RealtimeLimits
 			if !json.Valid(b) {
 				return provider.NotAnAnswer(customID, "JSON")
 			}
-			r := &sluice.Response{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), Body: compactJSON(b)}
+			r := &sluice.Response{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), Body: provider.CompactJSON(b)}
 			res.Line.Response, res.Kind, res.Usage = r, provider.StatusKind(resp.StatusCode), usage(r.Body)
 			return nil
 		}})
 }
 
-// BodyLine is a Mistral or Together chunk item: the url is the batch's.
-type BodyLine struct {
-	CustomID string          `json:"custom_id"`
-	Body     json.RawMessage `json:"body"`
+// Realtime is the realtime fallback (sluice.RealtimeCaller) of a family
+// whose chunk items are {"custom_id","body"} lines of the batch's endpoint
+// (Mistral, Together): the body is POSTed, as written, to URL(ref.URL)
+// (SyncCall), paced by the answers' rate-limit headers.
+type Realtime struct {
+	Base *provider.Base
+	URL  func(endpoint string) string
+	rt   provider.RealtimeLimits
 }
 
-// ParseBodyLine reads a {"custom_id","body"} chunk item.
-func ParseBodyLine(ref sluice.BatchRef, item []byte) (BodyLine, error) {
-	var l BodyLine
-	if err := json.Unmarshal(item, &l); err != nil || l.CustomID == "" || len(l.Body) == 0 {
-		return l, fmt.Errorf("chunk %d: an item is not a batch request line (%v)", ref.Chunk, err)
+// CallRealtime implements sluice.RealtimeCaller.
+func (r *Realtime) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []byte) (sluice.Result, error) {
+	id, body, err := provider.ParseItem(ref, item, "custom_id", "body")
+	if err != nil {
+		return sluice.Result{}, err
 	}
-	return l, nil
-}
-
-func compactJSON(b []byte) json.RawMessage {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, b); err != nil {
-		return b
-	}
-	return buf.Bytes()
+	return SyncCall(ctx, r.Base.HC, &r.rt, r.URL(ref.URL), ref.Job, id, body)
 }

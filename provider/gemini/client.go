@@ -161,27 +161,9 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	if err != nil {
 		return sluice.Batch{}, err
 	}
-	var adopted *operation
-	call := httpx.Call{
-		Method: http.MethodPost, URL: c.url("/"+modelName(ref.Model)+":batchGenerateContent", nil),
-		Header: jsonHeader, Body: body,
-		Reconcile: func(ctx context.Context) (bool, error) {
-			op, err := c.findBatch(ctx, ref)
-			adopted = op
-			return op != nil, err
-		},
-	}
-	var op operation
-	switch err := c.HC.JSON(ctx, call, &op); {
-	case errors.Is(err, httpx.ErrReconciled):
-		c.Log.Info().Str("batch_id", adopted.Name).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created batch")
-		return adopted.toBatch(), nil
-	case err != nil:
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: %w", ref.Chunk, keyErr(err))
-	case op.name() == "":
-		return sluice.Batch{}, fmt.Errorf("create batch for chunk %d: answer carries no batch name", ref.Chunk)
-	}
-	return op.toBatch(), nil
+	b, err := provider.CreateBatch(ctx, c.HC, c.url("/"+modelName(ref.Model)+":batchGenerateContent", nil), body, ref,
+		func(ctx context.Context) (*operation, error) { return c.findBatch(ctx, ref) }, (*operation).toBatch, c.Log)
+	return b, keyErr(err)
 }
 
 // Poll reads GET /{v}/batches/{id}.

@@ -33,13 +33,9 @@ func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string
 // (promptTokenCount plus toolUsePromptTokenCount in, candidatesTokenCount
 // plus thoughtsTokenCount out). Vertex AI's predictions use it too.
 func Succeeded(id string, r gjson.Result) sluice.Result {
-	u := r.Get("usageMetadata")
 	return sluice.Result{CustomID: id, Kind: sluice.ResultSucceeded, Line: sluice.OutputLine{CustomID: id,
 		Response: &sluice.Response{StatusCode: 200, Body: []byte(r.Raw)}},
-		Usage: sluice.Usage{
-			InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
-			OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
-		}}
+		Usage: usageOf(r.Get("usageMetadata"))}
 }
 
 // DecodeLine turns one responses-file line into a Result.
@@ -78,4 +74,13 @@ func DecodeLine(line []byte) (sluice.Result, error) {
 	}
 	res.Line.Error = &sluice.LineError{Code: sluice.ErrorCode(name), Message: msg}
 	return res, nil
+}
+
+// usageOf reads a GenerateContentResponse's usageMetadata: the prompt and
+// tool-use prompt tokens in, the candidates' and thoughts' tokens out.
+func usageOf(u gjson.Result) sluice.Usage {
+	return sluice.Usage{
+		InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
+		OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
+	}
 }

@@ -30,21 +30,10 @@ const listPage = 100
 // failed, expired or cancelled one. When the batch is found, its input
 // file is the file.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	op, err := c.findBatch(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find batch of chunk %d: %w", ref.Chunk, keyErr(err))
-	}
-	if op != nil {
-		return op.Metadata.InputConfig.FileName, op.name(), nil
-	}
-	f, err := c.findFile(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, keyErr(err))
-	}
-	if f != nil {
-		return f.Name, "", nil
-	}
-	return "", "", nil
+	fileID, batchID, err = provider.FindBatchOrFile(ctx, ref, c.findBatch, func(op *operation) (string, string) {
+		return op.Metadata.InputConfig.FileName, op.name()
+	}, c.findFile, func(f *fileObject) string { return f.Name })
+	return fileID, batchID, keyErr(err)
 }
 
 func (c *Client) findBatch(ctx context.Context, ref sluice.BatchRef) (*operation, error) {

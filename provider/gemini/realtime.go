@@ -1,11 +1,8 @@
 package gemini
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 
 	"github.com/tidwall/gjson"
 
@@ -22,29 +19,18 @@ var _ sluice.RealtimeCaller = (*Client)(nil)
 // status of its code. A connection lost after the body was sent is not
 // repeated: it ends with sluice.ErrUnsettled.
 func (c *Client) CallRealtime(ctx context.Context, ref sluice.BatchRef, item []byte) (sluice.Result, error) {
-	var it struct {
-		Key     string          `json:"key"`
-		Request json.RawMessage `json:"request"`
+	key, request, err := provider.ParseItem(ref, item, "key", "request")
+	if err == nil && ref.Model == "" {
+		err = fmt.Errorf("chunk %d: an item is not a batch request (no model)", ref.Chunk)
 	}
-	if err := json.Unmarshal(item, &it); err != nil || it.Key == "" || len(it.Request) == 0 || ref.Model == "" {
-		return sluice.Result{}, fmt.Errorf("chunk %d: an item is not a batch request (%v)", ref.Chunk, err)
+	if err != nil {
+		return sluice.Result{}, err
 	}
-	res, err := provider.CallSync(ctx, c.HC, provider.SyncCall{Job: ref.Job, CustomID: it.Key,
-		URL: c.url("/"+modelName(ref.Model)+":generateContent", nil), Body: it.Request,
-		Answer: func(_ *http.Response, b []byte, res *sluice.Result) error {
-			var buf bytes.Buffer
-			if json.Compact(&buf, b) != nil {
-				return provider.NotAnAnswer(it.Key, "JSON")
-			}
-			res.Kind = sluice.ResultSucceeded
-			res.Line.Response = &sluice.Response{StatusCode: 200, Body: buf.Bytes()}
-			u := gjson.GetBytes(buf.Bytes(), "usageMetadata")
-			res.Usage = sluice.Usage{
-				InputTokens:  u.Get("promptTokenCount").Int() + u.Get("toolUsePromptTokenCount").Int(),
-				OutputTokens: u.Get("candidatesTokenCount").Int() + u.Get("thoughtsTokenCount").Int(),
-			}
-			return nil
-		}})
+	res, err := provider.CallSync(ctx, c.HC, provider.SyncCall{Job: ref.Job, CustomID: key,
+		URL: c.url("/"+modelName(ref.Model)+":generateContent", nil), Body: request,
+		Answer: provider.SucceededJSON(key, "", func(b []byte) sluice.Usage {
+			return usageOf(gjson.GetBytes(b, "usageMetadata"))
+		})})
 	if err != nil {
 		return sluice.Result{}, keyErr(err)
 	}

@@ -38,15 +38,16 @@ type Config struct {
 // Client implements sluice.Provider for Mistral.
 type Client struct {
 	provider.Base
-	compat.Files        // Fetch, Decode, StreamResults, Forget
-	base         string // scheme://host/path, without a trailing /v1
-	timeout      int
-	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
+	compat.Files           // Fetch, Decode, StreamResults, Forget
+	compat.Realtime        // CallRealtime: the body to the batch's endpoint under the base URL
+	base            string // scheme://host/path, without a trailing /v1
+	timeout         int
 }
 
 var (
 	_ sluice.Provider       = (*Client)(nil)
 	_ sluice.ResultStreamer = (*Client)(nil)
+	_ sluice.RealtimeCaller = (*Client)(nil)
 )
 
 // New returns a client for cfg.
@@ -64,6 +65,7 @@ func New(cfg Config) (*Client, error) {
 		c.timeout = 24
 	}
 	c.Files = compat.Files{Base: &c.Base, FileURL: c.fileURL}
+	c.Realtime = compat.Realtime{Base: &c.Base, URL: func(endpoint string) string { return c.base + endpoint }}
 	return c, nil
 }
 
@@ -199,13 +201,7 @@ func MapStatus(s string) sluice.BatchStatus { return compat.MapStatus(s) }
 // files before the upload is repeated.
 func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error) {
 	id, _, err := compat.UploadChunk(ctx, c.HC, c.url("/files", nil), []httpx.Field{{Name: "purpose", Value: "batch"}}, ref,
-		func(ctx context.Context) (string, error) {
-			f, err := c.findFile(ctx, ref)
-			if f == nil {
-				return "", err
-			}
-			return f.ID, err
-		}, c.Log)
+		provider.FileIDOf(ref, c.findFile, (*fileObject).id), c.Log)
 	return id, err
 }
 
@@ -249,24 +245,12 @@ const listPage = 100
 // here instead. A live job is preferred to a failed, timed-out or cancelled
 // one.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	j, err := c.findJob(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find batch of chunk %d: %w", ref.Chunk, err)
-	}
-	if j != nil {
+	return provider.FindBatchOrFile(ctx, ref, c.findJob, func(j *job) (string, string) {
 		if len(j.InputFiles) > 0 {
-			fileID = j.InputFiles[0]
+			return j.InputFiles[0], j.ID
 		}
-		return fileID, j.ID, nil
-	}
-	f, err := c.findFile(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
-	}
-	if f != nil {
-		return f.ID, "", nil
-	}
-	return "", "", nil
+		return "", j.ID
+	}, c.findFile, (*fileObject).id)
 }
 
 // findJob returns the job made for ref, or nil.
@@ -301,6 +285,9 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 	})
 	return best, err
 }
+
+// id is the file's id.
+func (f *fileObject) id() string { return f.ID }
 
 // page reads page token (a page number; "" is 0) of the listing at path,
 // an L, whose entries and total parts gives. The next page is the one

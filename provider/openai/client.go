@@ -100,13 +100,7 @@ func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error
 			httpx.Field{Name: "expires_after[anchor]", Value: "created_at"},
 			httpx.Field{Name: "expires_after[seconds]", Value: strconv.FormatInt(int64(c.fileTTL/time.Second), 10)})
 	}
-	id, _, err := compat.UploadChunk(ctx, c.HC, c.url("/files", nil), fields, ref, func(ctx context.Context) (string, error) {
-		f, err := c.findFile(ctx, ref)
-		if f == nil {
-			return "", err
-		}
-		return f.ID, err
-	}, c.Log)
+	id, _, err := compat.UploadChunk(ctx, c.HC, c.url("/files", nil), fields, ref, provider.FileIDOf(ref, c.findFile, (*fileObject).id), c.Log)
 	return id, err
 }
 

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -29,21 +28,8 @@ const listPage = 100
 // failed, expired or cancelled one, then the newest. When the batch is
 // found, its input file is the file.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	b, err := c.findBatch(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find batch of chunk %d: %w", ref.Chunk, err)
-	}
-	if b != nil {
-		return b.InputFileID, b.ID, nil
-	}
-	f, err := c.findFile(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
-	}
-	if f != nil {
-		return f.ID, "", nil
-	}
-	return "", "", nil
+	return provider.FindBatchOrFile(ctx, ref, c.findBatch, func(b *batchObject) (string, string) { return b.InputFileID, b.ID },
+		c.findFile, (*fileObject).id)
 }
 
 // findBatch returns the batch made for ref, or nil.
@@ -71,7 +57,7 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 			q := url.Values{"purpose": {"batch"}, "order": {"desc"}}
 			return page[fileList](ctx, c, "/files", q, after, func(l *fileList) ([]fileObject, bool, string) {
 				return l.Data, l.HasMore, l.LastID
-			}, func(f *fileObject) string { return f.ID })
+			}, (*fileObject).id)
 		},
 		Created: func(f *fileObject) time.Time { return f.CreatedAt.Time },
 		Cutoff:  c.Cutoff(),
@@ -80,6 +66,9 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 		return provider.MatchesFile(f.Filename, f.Bytes, ref) && f.Status != "error" && f.Status != "deleted"
 	})
 }
+
+// id is the file's id.
+func (f *fileObject) id() string { return f.ID }
 
 // page reads one page of the listing at path (GET path?limit=listPage&after=),
 // an L, whose entries, has_more and last_id parts gives.

@@ -55,12 +55,15 @@ type Client struct {
 	signed       *httpx.Client // signed upload URLs: no API key
 	upload       string
 	window       string
-	rt           provider.RealtimeLimits // the synchronous API's rate-limit headers (realtime.go)
+	// CallRealtime: the body to the batch's endpoint under the base URL
+	// (which carries /v1).
+	compat.Realtime
 }
 
 var (
 	_ sluice.Provider       = (*Client)(nil)
 	_ sluice.ResultStreamer = (*Client)(nil)
+	_ sluice.RealtimeCaller = (*Client)(nil)
 )
 
 // New returns a client for cfg.
@@ -73,12 +76,8 @@ func New(cfg Config) (*Client, error) {
 	u := *base.URL
 	u.RawQuery = ""
 	c := &Client{Base: base, base: u.String(), upload: cfg.Upload, window: cfg.CompletionWindow}
-	switch c.upload {
-	case "":
-		c.upload = UploadRedirect
-	case UploadRedirect, UploadMultipart:
-	default:
-		return nil, fmt.Errorf("together: unknown upload flow %q (want %s or %s)", c.upload, UploadRedirect, UploadMultipart)
+	if c.upload, err = c.Choice("upload flow", c.upload, UploadRedirect, UploadMultipart); err != nil {
+		return nil, err
 	}
 	if c.window == "" {
 		c.window = c.Preset.CompletionWindow
@@ -95,6 +94,7 @@ func New(cfg Config) (*Client, error) {
 	hcCfg.HTTP, hcCfg.APIKey = base0, ""
 	c.signed = httpx.New(hcCfg)
 	c.Files = compat.Files{Base: &c.Base, FileURL: c.fileURL}
+	c.Realtime = compat.Realtime{Base: &c.Base, URL: func(endpoint string) string { return c.url(strings.TrimPrefix(endpoint, "/v1")) }}
 	return c, nil
 }
 
@@ -226,13 +226,7 @@ func (c *Client) uploadMultipart(ctx context.Context, ref sluice.BatchRef) (stri
 	name := provider.UploadName(ref)
 	id, raw, err := compat.UploadChunk(ctx, c.HC, c.url("/files/upload"), []httpx.Field{{Name: "file_name", Value: name},
 		{Name: "purpose", Value: "batch-api"}, {Name: "file_type", Value: "jsonl"}}, ref,
-		func(ctx context.Context) (string, error) {
-			f, err := c.findFile(ctx, ref)
-			if f == nil {
-				return "", err
-			}
-			return f.ID, err
-		}, c.Log)
+		provider.FileIDOf(ref, c.findFile, (*fileObject).id), c.Log)
 	if err != nil || raw == nil {
 		return id, err
 	}
@@ -356,6 +350,9 @@ func (c *Client) findFile(ctx context.Context, ref sluice.BatchRef) (*fileObject
 	}
 	return &usable[0], err
 }
+
+// id is the file's id.
+func (f *fileObject) id() string { return f.ID }
 
 // findFiles returns the usable files uploaded for ref, newest first, and
 // the ids of the files under ref's name that are not usable.

@@ -102,19 +102,11 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{Base: base, input: cfg.Input, addBytes: cfg.AddBytes, cancel: cfg.CancelPath, page: cfg.PageSize}
-	switch c.input {
-	case "":
-		c.input = InputRequests
-	case InputRequests, InputFile:
-	default:
-		return nil, fmt.Errorf("xai: unknown input flow %q (want %s or %s)", c.input, InputRequests, InputFile)
+	if c.input, err = c.Choice("input flow", c.input, InputRequests, InputFile); err != nil {
+		return nil, err
 	}
-	switch c.cancel {
-	case "":
-		c.cancel = CancelColon
-	case CancelColon, CancelSlash:
-	default:
-		return nil, fmt.Errorf("xai: unknown cancel path %q (want %s or %s)", c.cancel, CancelColon, CancelSlash)
+	if c.cancel, err = c.Choice("cancel path", c.cancel, CancelColon, CancelSlash); err != nil {
+		return nil, err
 	}
 	if c.addBytes <= 0 {
 		c.addBytes = DefaultAddBytes
