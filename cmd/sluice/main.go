@@ -123,7 +123,7 @@ func execute(args []string) int {
 	switch {
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.As(err, &le), errors.Is(err, splitter.ErrNoRequests), errors.Is(err, splitter.ErrCorrupt),
+	case errors.As(err, &le), errors.Is(err, splitter.ErrNoRequests), errors.Is(err, splitter.ErrCorrupt), errors.Is(err, splitter.ErrBelowMinimum),
 		errors.Is(err, lifecycle.ErrBadInput):
 		return exitUsage
 	case errors.As(err, &lk):
