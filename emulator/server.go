@@ -186,6 +186,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.mistralRoutes(mux)
 	s.togetherRoutes(mux)
 	s.geminiRoutes(mux)
+	s.bedrockRoutes(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})

@@ -43,6 +43,7 @@ var Families = []Family{
 	{"azure", "/openai/v1", "AZURE_OPENAI_BASE_URL"},
 	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
 	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
+	{famBedrock, bedrockPrefix, "AWS_ENDPOINT_URL_BEDROCK"},
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root
@@ -69,6 +70,8 @@ func familyOf(path string) string {
 		return famTogether
 	case strings.HasPrefix(path, geminiPrefix+"/"):
 		return famGemini
+	case strings.HasPrefix(path, bedrockPrefix+"/"):
+		return famBedrock
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return famAnthropic
 	default:
@@ -236,6 +239,8 @@ func familyError(w http.ResponseWriter, fam string, status int, msg string) {
 		antError(w, status, typ, msg)
 	case famGemini:
 		gemError(w, status, msg)
+	case famBedrock:
+		bedrockFault(w, status, msg)
 	case famCloudflare:
 		code := map[int]int{400: 5004, 401: 10000, 404: 7003, 405: 7001, 413: 3006, 429: 3040}[status]
 		if code == 0 {

@@ -29,6 +29,7 @@ const (
 	FamilyMistral    Family = "mistral"    // Files + /v1/batch/jobs (docs/providers/mistral.md)
 	FamilyTogether   Family = "together"   // Files (redirect upload) + /v1/batches (docs/providers/together.md)
 	FamilyGemini     Family = "gemini"     // Gemini Developer API Batch Mode + Files API
+	FamilyBedrock    Family = "bedrock"    // Amazon Bedrock model invocation jobs, input and output in S3
 )
 
 // Preset is everything sluice knows about one provider by default. Every
@@ -240,6 +241,7 @@ var Presets = map[string]Preset{
 		Window: "48h, then BATCH_STATE_EXPIRED",
 		// Retention of results is undocumented: unknown (--results-retention).
 	},
+	"bedrock": bedrockPreset,
 }
 
 // outputMax is the longest output_expires_after OpenAI accepts, and its
@@ -294,6 +296,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return NewBodyLineCodec(p.Name, p.Endpoints, p.MaxCustomID)
 	case FamilyGemini:
 		return GeminiCodec{}
+	case FamilyBedrock:
+		return BedrockCodec{}
 	}
 	if p.Name == "local" {
 		// The built-in emulator serves every family: so does local.
