@@ -131,8 +131,8 @@ func bedrockServes(m string) bool {
 // model (MaxLiveBatches counts jobs of every model: set it for yours).
 var bedrockPreset = Preset{
 	Name: "bedrock", Family: FamilyBedrock, BaseURL: "", BaseURLEnv: "AWS_ENDPOINT_URL_BEDROCK",
-	Limits: sluice.Limits{MaxBatchBytes: 1_000_000_000, MaxBatchRequests: 50_000, MinBatchRequests: 100, MaxLiveBatches: 10},
-	Endpoints: []string{"/model/{modelId}/invoke", "/model/{modelId}/converse", ChatURL}, // chat lines translated (docs/translation.md)
+	Limits:      sluice.Limits{MaxBatchBytes: 1_000_000_000, MaxBatchRequests: 50_000, MinBatchRequests: 100, MaxLiveBatches: 10},
+	Endpoints:   []string{"/model/{modelId}/invoke", "/model/{modelId}/converse", ChatURL}, // chat lines translated (docs/translation.md)
 	InputFormat: "the model's InvokeModel body (/model/{modelId}/invoke) or a Converse request (/model/{modelId}/converse); sent as {recordId, modelInput}",
 	Window:      "timeoutDurationInHours, 24h to 168h (--bedrock-timeout-hours), then Expired",
 	// The control plane's documented rate limits are low (a few creates
