@@ -16,6 +16,12 @@ import (
 // submit takes a pending or uploaded chunk to submitted: upload (when the
 // provider uses files), then create, each behind a committed intent.
 func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) {
+	if min := d.job.Limits.MinBatchRequests; min > 1 && c.Requests < min && c.State == sluice.ChunkPending {
+		// A retry of a few requests (a plan cuts no chunk under the
+		// minimum): the provider would refuse the batch; never send it.
+		return true, d.failForGood(ctx, c, c.State, sluice.CodeBelowMinimum, fmt.Sprintf(
+			"%d request(s) left to retry, under the provider's minimum of %d per batch (--min-batch-requests): not sent", c.Requests, min))
+	}
 	log := d.chunkLog(c)
 	if c.State == sluice.ChunkPending || !d.caps.Files {
 		// The chunk file is the body to send: gone means the job directory

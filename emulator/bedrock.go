@@ -306,7 +306,7 @@ func (s *Server) bedrockNewID() (string, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq := s.nextSeq()
-	return hexID(s.opts.Seed, "bjob", "", int(seq), 12), seq
+	return hexID(s.opts.Seed, "bjob", "", int(seq), 6), seq
 }
 
 func (s *Server) bedrockARN(b *batchRec) string {

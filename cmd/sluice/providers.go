@@ -43,6 +43,7 @@ type netFlags struct {
 	resultsRetention   time.Duration
 	togetherUpload     string
 	mistralTimeout     int
+	bedrock            bedrockFlags
 	gemini             struct {
 		apiVersion   string
 		chunkBytes   int64
@@ -64,6 +65,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.gemini.apiVersion, "gemini-api-version", "", "--provider gemini: API version put after the base URL (default v1beta; @google/genai 3.x uses v1)")
 	fs.Int64Var(&n.gemini.chunkBytes, "gemini-upload-chunk-bytes", 0, "--provider gemini: bytes per resumable-upload request (default 8 MiB, the SDKs' size; rounded up to the server's granularity)")
 	fs.StringVar(&n.gemini.mimeType, "gemini-mime-type", "", "--provider gemini: mimeType of uploaded chunk files (default application/jsonl; Google's docs pass jsonl)")
+	n.bedrock.register(fs)
 	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
 }
 
@@ -192,7 +194,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		if rl.PerSecond == 0 {
 			rl.PerSecond = -1
 		}
-	} else if key == "" {
+	} else if key == "" && p.Family != provider.FamilyBedrock { // Bedrock: the AWS credential chain
 		return nil, nil, missingKey(p)
 	}
 	var prov sluice.Provider
@@ -232,6 +234,8 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		prov, err = gemini.New(gemini.Config{Preset: p, BaseURL: baseURL, APIKey: key, Retry: retry, RateLimit: rl,
 			Limits: f.limits, Logger: plog, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
 			SDKDownloadPath: n.gemini.downloadPath == "api", MimeType: n.gemini.mimeType})
+	case provider.FamilyBedrock:
+		prov, err = newBedrock(ctx, f, &n.bedrock, p, baseURL, retry, plog)
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-batch/sluice/internal/testsrv"
+)
+
+// The Bedrock models the tests map OpenAI's to.
+const (
+	bedrockClaude = "anthropic.claude-3-haiku-20240307-v1:0"
+	bedrockLlama  = "meta.llama3-8b-instruct-v1:0"
+	bedrockTitan  = "amazon.titan-embed-text-v2:0"
+	bedrockRole   = "arn:aws:iam::123456789012:role/BedrockBatch"
+)
+
+// bedrockEnv reaches the Bedrock family of the emulator at addr, with S3
+// on the test S3 server (its bucket for the batches), signing with key as
+// the secret when it is not matrixKey (a wrong key), else with the test
+// server's own secret, which the emulator also holds.
+func bedrockEnv(addr, key, bucket string) []string {
+	env := append(testsrv.S3Env(), "AWS_ENDPOINT_URL_BEDROCK=http://"+addr+"/bedrock",
+		"SLUICE_BEDROCK_ROLE_ARN="+bedrockRole, "SLUICE_BEDROCK_BUCKET=s3://"+bucket+"/batches")
+	if key != matrixKey {
+		env = append(env, "AWS_SECRET_ACCESS_KEY="+key)
+	}
+	return env
+}
+
+// writeBedrockExample writes examples/requests.jsonl as a Bedrock user
+// runs it: the chat lines as they are (translated by sluice, models
+// mapped with bedrockModelMap), the embeddings lines as Titan's native
+// InvokeModel lines.
+func writeBedrockExample(t *testing.T, dir string) (string, []string) {
+	t.Helper()
+	in, err := os.Open(filepath.Join("..", "..", "examples", "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var b strings.Builder
+	var ids []string
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		l := gjson.Parse(sc.Text())
+		ids = append(ids, l.Get("custom_id").String())
+		if l.Get("url").String() != "/v1/embeddings" {
+			b.WriteString(sc.Text() + "\n")
+			continue
+		}
+		line, _ := json.Marshal(map[string]any{"custom_id": l.Get("custom_id").String(), "method": "POST",
+			"url": "/model/" + bedrockTitan + "/invoke", "body": map[string]any{"inputText": l.Get("body.input").String()}})
+		b.Write(append(line, '\n'))
+	}
+	p := filepath.Join(dir, "requests-bedrock.jsonl")
+	writeFile(t, p, []byte(b.String()))
+	return p, ids
+}
+
+const bedrockModelMap = "gpt-4o-mini=" + bedrockClaude + ",gpt-4.1-nano=" + bedrockLlama
+
+// TestBedrockRunsREADMEExample: `sluice run` finishes the README's
+// example, translated to Bedrock (chat lines mapped to Claude and Llama,
+// embeddings as Titan lines), against `sluice emulate` from a fresh state
+// directory: every custom_id once, in order, succeeded; chat answers
+// translated back to chat.completion objects, Titan's embeddings as
+// Bedrock answers them; nothing bought twice; and nothing left in S3.
+// Without --min-batch-requests the plan is refused (exit 2) with the
+// numbers: the Llama and Titan groups (60 each) are under Bedrock's
+// default minimum of 100 records per job.
+func TestBedrockRunsREADMEExample(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "300ms")
+	dir := t.TempDir()
+	in, ids := writeBedrockExample(t, dir)
+	out := filepath.Join(dir, "out.jsonl")
+	env := bedrockEnv(emu.addr, matrixKey, bucket)
+	args := []string{"run", in, "--out", out, "--provider", "bedrock", "--state", filepath.Join(dir, "state"),
+		"--model-map", bedrockModelMap, "--poll-interval", "20ms", "--max-poll-interval", "200ms"}
+
+	r := runSluiceWithin(t, time.Minute, env, args...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "has 60 request(s), under the provider's minimum of requests per batch of 100") {
+		t.Fatalf("under the minimum: exit %d, want 2 with the numbers\n%s", r.code, lastBytes(r.stderr, 2000))
+	}
+	r = runSluiceWithin(t, 2*time.Minute, env, append(args, "--min-batch-requests", "50")...)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	embeddings := 0
+	for _, o := range checkOutput(t, out, ids) {
+		body, _ := json.Marshal(o.Response)
+		b := gjson.GetBytes(body, "body")
+		switch {
+		case o.Error != nil || o.Response == nil || o.Response.StatusCode != 200:
+			t.Fatalf("%s: %+v", o.CustomID, o)
+		case b.Get("embedding").Exists():
+			if len(b.Get("embedding").Array()) != 1024 {
+				t.Fatalf("%s: not a Titan embedding: %s", o.CustomID, lastBytes(b.Raw, 300))
+			}
+			embeddings++
+		case b.Get("object").String() != "chat.completion" || b.Get("choices.0.message.content").String() == "":
+			t.Fatalf("%s: not a chat.completion: %s", o.CustomID, b.Raw)
+		}
+	}
+	if embeddings != 60 {
+		t.Errorf("%d embeddings, want 60", embeddings)
+	}
+	if twice := emu.stats(t)["requests_processed_more_than_once"]; twice != 0 {
+		t.Errorf("%d requests executed twice", twice)
+	}
+	if keys := newS3BucketNamed(t, bucket).keys(t, "batches/"); len(keys) != 0 {
+		t.Errorf("%d objects left in S3: %v", len(keys), keys)
+	}
+	t.Logf("stderr of the run:\n%s", lastBytes(r.stderr, 1500))
+}
+
+// newS3BucketNamed is the s3Bucket of an existing bucket.
+func newS3BucketNamed(t *testing.T, bucket string) *s3Bucket {
+	t.Helper()
+	ep, _ := testsrv.S3(t)
+	c, err := testsrv.S3Client(t.Context(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &s3Bucket{name: bucket, env: testsrv.S3Env(), client: c}
+}
+
+// writeBedrockMatrixInput writes n chat lines for two Bedrock models
+// (Claude and Llama, mapped from OpenAI's by bedrockModelMap).
+func writeBedrockMatrixInput(t *testing.T, dir string, n int) (string, []string) {
+	t.Helper()
+	var b []byte
+	var ids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("br-%05d", i)
+		ids = append(ids, id)
+		model := []string{"gpt-4o-mini", "gpt-4.1-nano"}[i%2]
+		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":32,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, model, i)
+	}
+	p := filepath.Join(dir, "in.jsonl")
+	writeFile(t, p, b)
+	return p, ids
+}
