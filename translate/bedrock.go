@@ -160,19 +160,25 @@ func llamaRequest(dst []byte, c *chat, warn func(Warning)) ([]byte, error) {
 	dst = append(dst, '{')
 	dst = appendKey(dst, &first, "prompt")
 	dst = appendString(dst, p.String())
-	if present(c.maxTokens) {
-		dst = appendKey(dst, &first, "max_gen_len")
-		dst = append(dst, c.maxTokens.Raw...)
-	}
-	if present(c.temperature) {
-		dst = appendKey(dst, &first, "temperature")
-		dst = append(dst, c.temperature.Raw...)
-	}
-	if present(c.topP) {
-		dst = appendKey(dst, &first, "top_p")
-		dst = append(dst, c.topP.Raw...)
-	}
+	dst = appendPresent(dst, &first, []rawParam{{"max_gen_len", c.maxTokens}, {"temperature", c.temperature}, {"top_p", c.topP}})
 	return append(dst, '}'), nil
+}
+
+// rawParam is a key and the body's value to write under it as it is.
+type rawParam struct {
+	key string
+	v   gjson.Result
+}
+
+// appendPresent appends each param whose value is present.
+func appendPresent(dst []byte, first *bool, ps []rawParam) []byte {
+	for _, p := range ps {
+		if present(p.v) {
+			dst = appendKey(dst, first, p.key)
+			dst = append(dst, p.v.Raw...)
+		}
+	}
+	return dst
 }
 
 // converseRequest writes a Converse request (Nova's messages-v1 when
@@ -229,15 +235,7 @@ func converseRequest(dst []byte, c *chat, nova bool, warn func(Warning)) ([]byte
 	dst = append(append(append(dst, '['), messages...), ']')
 	cfg := []byte{'{'}
 	cf := true
-	for _, kv := range []struct {
-		key string
-		v   gjson.Result
-	}{{"maxTokens", c.maxTokens}, {"temperature", c.temperature}, {"topP", c.topP}} {
-		if present(kv.v) {
-			cfg = appendKey(cfg, &cf, kv.key)
-			cfg = append(cfg, kv.v.Raw...)
-		}
-	}
+	cfg = appendPresent(cfg, &cf, []rawParam{{"maxTokens", c.maxTokens}, {"temperature", c.temperature}, {"topP", c.topP}})
 	if len(c.stop) > 0 {
 		cfg = appendKey(cfg, &cf, "stopSequences")
 		cfg = append(cfg, '[')
