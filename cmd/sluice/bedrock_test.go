@@ -150,3 +150,37 @@ func writeBedrockMatrixInput(t *testing.T, dir string, n int) (string, []string)
 	writeFile(t, p, b)
 	return p, ids
 }
+
+// TestBedrockRetryUnderMinimumNotSent: requests that fail retryably (429,
+// 5xx records) go to a retry of a few requests, under the minimum of
+// records per job: it is never sent (no third job is created); its
+// requests fail for good with below_minimum_batch, the message giving
+// both numbers, and the run exits 4.
+func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 40)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out, "--provider", "bedrock",
+		"--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "10",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	if r.code != exitFailures {
+		t.Fatalf("exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	below := 0
+	for _, o := range checkOutput(t, out, ids) {
+		if o.Error != nil && o.Error.Code == "below_minimum_batch" {
+			below++
+			if !strings.Contains(o.Error.Message, "under the provider's minimum of 10 per batch") {
+				t.Errorf("%s: %s", o.CustomID, o.Error.Message)
+			}
+		}
+	}
+	if below == 0 {
+		t.Fatalf("no request failed below_minimum_batch\n%s", lastBytes(r.stderr, 2000))
+	}
+	if n := emu.stats(t)["batches_created"]; n != 2 {
+		t.Errorf("%d jobs created, want the plan's 2 (no retry under the minimum)", n)
+	}
+}
