@@ -184,3 +184,36 @@ func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
 		t.Errorf("%d jobs created, want the plan's 2 (no retry under the minimum)", n)
 	}
 }
+
+// TestBedrockCancelStopsJobs: `sluice cancel` of a job whose Bedrock jobs
+// are still running stops them (StopModelInvocationJob; the emulator's
+// jobs stay unfinished for --batch-time), merges what ran, and every
+// request is in the output, cancelled ones as errors (exit 4). (As for
+// every provider, a cancelled job's files stay: cleanup follows a done
+// job's merge.)
+func TestBedrockCancelStopsJobs(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "20s")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 20)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(bedrockEnv(emu.addr, matrixKey, bucket), stateEnv(dir)...)
+	r := runSluiceWithin(t, time.Minute, env, "run", in, "--out", out, "--provider", "bedrock", "--model-map", bedrockModelMap,
+		"--min-batch-requests", "5", "--once")
+	if r.code != exitStopped {
+		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, lastBytes(r.stderr, 2000))
+	}
+	job := onlyJob(t, statusOf(t, env))
+	r = runSluiceWithin(t, time.Minute, env, "cancel", job.ID, "--poll-interval", "50ms", "--max-poll-interval", "100ms")
+	if r.code != exitFailures {
+		t.Fatalf("cancel: exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 2000))
+	}
+	for _, o := range checkOutput(t, out, ids) {
+		if o.Error == nil || o.Error.Code != "batch_cancelled" {
+			t.Errorf("%s: %+v, want batch_cancelled", o.CustomID, o.Error)
+		}
+	}
+	if st := emu.stats(t); st["batches_cancelled"] != 2 {
+		t.Errorf("stats %v: want 2 jobs stopped", st)
+	}
+}
