@@ -253,6 +253,10 @@ func (s *Server) bedrockCreate(w http.ResponseWriter, r *http.Request) {
 		bedrockFault(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	if min := s.opts.BedrockMinRecords; min > 0 && sc.n < min && len(sc.errs) == 0 {
+		sc.errs = append(sc.errs, lineErr("ValidationException", fmt.Sprintf(
+			"The job has %d records, fewer than the minimum of %d records per batch inference job for this model.", sc.n, min), 0, ""))
+	}
 	hours := 24
 	if q.TimeoutHours != nil {
 		hours = *q.TimeoutHours

@@ -53,14 +53,15 @@ func testsrvKeyID() string {
 // the same clientRequestToken answered with the same job, the job seen
 // unfinished first, then Completed with its *.jsonl.out and
 // manifest.json.out in S3 under OUTPUT/<job id>/, one record per
-// recordId (Claude, Converse); StopModelInvocationJob of a second job, a
+// recordId (Claude, Converse); a job under the minimum of records Failed
+// with the numbers; StopModelInvocationJob of a second job, a
 // stop of an ended job (ConflictException), the paginated listing, a
 // missing job (ResourceNotFoundException) and a wrong secret
 // (InvalidSignatureException).
 func TestBedrockSDKRoundTrip(t *testing.T) {
 	ep, bucket := testsrv.S3(t)
 	_ = ep
-	_, ts := start(t, Options{BatchTime: 400 * time.Millisecond})
+	_, ts := start(t, Options{BatchTime: 400 * time.Millisecond, BedrockMinRecords: 5})
 	ctx := context.Background()
 	c := bedrockSDK(t, ts.URL+"/bedrock", "")
 	s3c, err := testsrv.S3Client(ctx, ep)
@@ -79,6 +80,7 @@ func TestBedrockSDKRoundTrip(t *testing.T) {
 	}
 	put("in/claude.jsonl", claude.Bytes())
 	put("in/converse.jsonl", converse.Bytes())
+	put("in/few.jsonl", bytes.Join(bytes.SplitAfter(claude.Bytes(), []byte("\n"))[:2], nil))
 
 	create := func(name, token, model, input, kind string) (string, error) {
 		out, err := c.CreateModelInvocationJob(ctx, &bedrock.CreateModelInvocationJobInput{
@@ -129,12 +131,19 @@ func TestBedrockSDKRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fewArn, err := create("job-few", "tok-4", "anthropic.claude-3-haiku-20240307-v1:0", "in/few.jsonl", "InvokeModel")
+	if err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for get(arn).Status != types.ModelInvocationJobStatusCompleted || get(convArn).Status != types.ModelInvocationJobStatusCompleted {
 		if time.Now().After(deadline) {
 			t.Fatalf("jobs did not complete: %s, %s", get(arn).Status, get(convArn).Status)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if j := get(fewArn); j.Status != types.ModelInvocationJobStatusFailed || !strings.Contains(aws.ToString(j.Message), "fewer than the minimum of 5") {
+		t.Fatalf("a job under the minimum of records: %s %q, want Failed", j.Status, aws.ToString(j.Message))
 	}
 	j = get(arn)
 	if aws.ToInt64(j.TotalRecordCount) != 5 || aws.ToInt64(j.SuccessRecordCount) != 5 || j.EndTime == nil {
@@ -188,7 +197,7 @@ func TestBedrockSDKRoundTrip(t *testing.T) {
 			names = append(names, aws.ToString(s.JobName))
 		}
 	}
-	if strings.Join(names, ",") != "job-converse-2,job-converse,job-claude" {
+	if strings.Join(names, ",") != "job-few,job-converse-2,job-converse,job-claude" {
 		t.Fatalf("listing: %v", names)
 	}
 	_, err = c.GetModelInvocationJob(ctx, &bedrock.GetModelInvocationJobInput{JobIdentifier: aws.String("abcdefabcdef")})

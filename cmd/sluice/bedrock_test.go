@@ -79,7 +79,7 @@ const bedrockModelMap = "gpt-4o-mini=" + bedrockClaude + ",gpt-4.1-nano=" + bedr
 // default minimum of 100 records per job.
 func TestBedrockRunsREADMEExample(t *testing.T) {
 	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "300ms")
+	emu := startEmulator(t, "--batch-time", "300ms", "--bedrock-min-records", "50")
 	dir := t.TempDir()
 	in, ids := writeBedrockExample(t, dir)
 	out := filepath.Join(dir, "out.jsonl")
@@ -158,7 +158,7 @@ func writeBedrockMatrixInput(t *testing.T, dir string, n int) (string, []string)
 // both numbers, and the run exits 4.
 func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
 	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7")
+	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7", "--bedrock-min-records", "10")
 	dir := t.TempDir()
 	in, ids := writeBedrockMatrixInput(t, dir, 40)
 	out := filepath.Join(dir, "out.jsonl")
@@ -193,7 +193,7 @@ func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
 // job's merge.)
 func TestBedrockCancelStopsJobs(t *testing.T) {
 	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "20s")
+	emu := startEmulator(t, "--batch-time", "20s", "--bedrock-min-records", "5")
 	dir := t.TempDir()
 	in, ids := writeBedrockMatrixInput(t, dir, 20)
 	out := filepath.Join(dir, "out.jsonl")

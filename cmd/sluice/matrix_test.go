@@ -41,10 +41,10 @@ type matrixProvider struct {
 	// reconciles: the provider lists what a killed run created, so nothing
 	// is executed twice after crashes (Cloudflare has no listing).
 	reconciles bool
-	// emuEnv, when set, is more environment for the emulator (Bedrock's S3);
-	// args are more flags for every run.
-	emuEnv func(t *testing.T) []string
-	args   []string
+	// emu, when set, gives more environment and flags for the emulator
+	// (Bedrock's S3 and minimum); args are more flags for every run.
+	emu  func(t *testing.T) (env, args []string)
+	args []string
 }
 
 // local reports whether the row is the in-process emulator: no endpoint,
@@ -79,7 +79,10 @@ var matrixProviders = []matrixProvider{
 			panic(err)
 		}
 		return bedrockEnv(addr, key, bucket)
-	}, emuEnv: func(t *testing.T) []string { testsrv.S3(t); return testsrv.S3Env() },
+	}, emu: func(t *testing.T) ([]string, []string) {
+		testsrv.S3(t)
+		return testsrv.S3Env(), []string{"--bedrock-min-records", "2"}
+	},
 		args: []string{"--model-map", bedrockModelMap, "--min-batch-requests", "2"}},
 	{name: "local", input: writeInput, reconciles: true},
 }
@@ -137,8 +140,10 @@ func newCell(t *testing.T, p matrixProvider, n int, batchTime time.Duration, ext
 		return c
 	}
 	var emuEnv []string
-	if p.emuEnv != nil {
-		emuEnv = p.emuEnv(t)
+	if p.emu != nil {
+		var more []string
+		emuEnv, more = p.emu(t)
+		extra = append(more, extra...)
 	}
 	c.emu = startEmulatorEnv(t, append([]string{"SLUICE_EMULATOR_API_KEY=" + matrixKey}, emuEnv...),
 		append([]string{"--batch-time", batchTime.String()}, extra...)...)
