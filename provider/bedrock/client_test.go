@@ -77,7 +77,8 @@ func TestNamesBedrockTakes(t *testing.T) {
 			t.Errorf("%+v: token %q, name %q", r, tk, n)
 		}
 	}
-	if ClientToken(ref) != ClientToken(ref) || ClientToken(ref) == ClientToken(other) || ClientToken(ref) == ClientToken(digest) {
+	same := ref
+	if ClientToken(ref) != ClientToken(same) || JobName(ref) != JobName(same) || ClientToken(ref) == ClientToken(other) || ClientToken(ref) == ClientToken(digest) {
 		t.Error("tokens do not name the chunk attempt and its content")
 	}
 }
