@@ -47,6 +47,12 @@ const bedrockPrefix = "/bedrock"
 // bedrockAccount is the account id in the ARNs the emulator makes.
 const bedrockAccount = "123456789012"
 
+// bedrockMinJobTime is the least time a Bedrock job takes from create to
+// its end, whatever Options.BatchTime (0: done at the first poll for the
+// other families): the service takes minutes, and a job that ended at its
+// first Get could never be stopped.
+const bedrockMinJobTime = time.Second
+
 var (
 	bedrockJobName = regexp.MustCompile(`^[a-zA-Z0-9]{1,63}(-*[a-zA-Z0-9\+\-\.]){0,63}$`)
 	bedrockToken   = regexp.MustCompile(`^[a-zA-Z0-9](-*[a-zA-Z0-9])*$`)
@@ -277,6 +283,10 @@ func (s *Server) bedrockCreate(w http.ResponseWriter, r *http.Request) {
 		FailInjected: s.fated("vfail", id, 0, s.opts.ValidationFailRate),
 		ExpireFate:   s.fated("expire", id, 0, s.opts.ExpireRate),
 		Status:       stValidating}
+	if bt := max(s.opts.BatchTime, bedrockMinJobTime); bt != s.opts.BatchTime {
+		ns := int64(bt)
+		b.BatchTimeNs = &ns
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if prev := s.bedrockByToken(q.ClientRequestToken); prev != nil {

@@ -23,8 +23,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path"
@@ -350,8 +352,11 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 }
 
 // Fetch downloads the ended job's *.jsonl.out files from its output
-// folder into dir. A job without output (failed before it ran, or
-// stopped before any record) has none: no files, no error.
+// folder into dir, and reads its manifest.json.out: a job whose record
+// count is not the chunk's is reported (its records are still mapped
+// only by the chunk's recordIds, Decode). A job without output (failed
+// before it ran, or stopped before any record) has none: no files, no
+// error.
 func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, dir string) ([]string, error) {
 	prefix := c.keyOf(b.OutputFileID)
 	if prefix == "" {
@@ -359,8 +364,12 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 	}
 	var files []string
 	err := c.store.List(ctx, prefix, func(info objstore.Info) error {
+		if path.Base(info.Key) == "manifest.json.out" {
+			c.checkManifest(ctx, ref, b, info.Key)
+			return nil
+		}
 		if !strings.HasSuffix(info.Key, ".jsonl.out") {
-			return nil // manifest.json.out holds only counts
+			return nil
 		}
 		dst := filepath.Join(dir, provider.SafeFileName(path.Base(info.Key)))
 		if err := objstore.Fetch(ctx, c.store, info.Key, dst); err != nil {
@@ -373,6 +382,32 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 		return nil, fmt.Errorf("download the output of job %s from %s: %w", b.ID, b.OutputFileID, storeErr(err))
 	}
 	return files, nil
+}
+
+// checkManifest reads a job's manifest.json.out (its counts) and warns
+// when its record count is not the chunk's.
+func (c *Client) checkManifest(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, key string) {
+	r, _, err := c.store.Open(ctx, key)
+	if err != nil {
+		c.log.Warn().Err(err).Str("batch_id", b.ID).Msg("could not read the job's manifest.json.out")
+		return
+	}
+	defer r.Close()
+	var m struct {
+		Total     int64 `json:"totalRecordCount"`
+		Processed int64 `json:"processedRecordCount"`
+		Success   int64 `json:"successRecordCount"`
+		Errors    int64 `json:"errorRecordCount"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&m); err != nil {
+		c.log.Warn().Err(err).Str("batch_id", b.ID).Msg("the job's manifest.json.out is not JSON")
+		return
+	}
+	if ref.Requests > 0 && m.Total != int64(ref.Requests) {
+		c.log.Warn().Str("batch_id", b.ID).Int64("manifest_records", m.Total).Int("chunk_requests", ref.Requests).
+			Msg("the job's manifest counts another number of records than the chunk holds; only the chunk's recordIds are taken")
+	}
+	c.log.Debug().Str("batch_id", b.ID).Int64("processed", m.Processed).Int64("succeeded", m.Success).Int64("errors", m.Errors).Msg("job manifest")
 }
 
 // Forget deletes everything made for ref in S3: its chunk file and its
