@@ -87,12 +87,12 @@ func (b *bedrockFlags) check(f *jobFlags) error {
 // newBedrock is the Bedrock client of a run: the control plane at
 // baseURL (--base-url or $AWS_ENDPOINT_URL_BEDROCK; empty: the SDK's for
 // the region), S3 where the AWS environment says.
-func newBedrock(ctx context.Context, f *jobFlags, b *bedrockFlags, p provider.Preset, baseURL string, retry httpx.Retry, log zerolog.Logger) (sluice.Provider, error) {
+func newBedrock(ctx context.Context, f *jobFlags, b *bedrockFlags, p provider.Preset, baseURL string, retry httpx.Retry, rl httpx.RateLimit, log zerolog.Logger) (sluice.Provider, error) {
 	loc, err := b.location(f)
 	if err != nil {
 		return nil, err
 	}
 	return bedrock.New(ctx, bedrock.Config{Preset: p, BaseURL: baseURL, RoleARN: b.role(), Bucket: loc,
 		S3: objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)}, TimeoutHours: b.timeoutHours,
-		Retry: retry, Limits: f.limits, Logger: log})
+		Retry: retry, RateLimit: rl, Limits: f.limits, Logger: log})
 }

@@ -235,7 +235,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			Limits: f.limits, Logger: plog, APIVersion: n.gemini.apiVersion, ChunkSize: n.gemini.chunkBytes,
 			SDKDownloadPath: n.gemini.downloadPath == "api", MimeType: n.gemini.mimeType})
 	case provider.FamilyBedrock:
-		prov, err = newBedrock(ctx, f, &n.bedrock, p, baseURL, retry, plog)
+		prov, err = newBedrock(ctx, f, &n.bedrock, p, baseURL, retry, rl, plog)
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

@@ -79,8 +79,10 @@ type Config struct {
 	TimeoutHours int
 	HTTP         *http.Client
 	Retry        httpx.Retry
-	Limits       sluice.Limits // put over the preset's limits
-	Logger       zerolog.Logger
+	// RateLimit bounds the control plane's calls (default the preset's).
+	RateLimit httpx.RateLimit
+	Limits    sluice.Limits // put over the preset's limits
+	Logger    zerolog.Logger
 	// FindWindow is how far back Find looks (default 8 days).
 	FindWindow time.Duration
 	// MaxLine bounds one result line in Decode (default
@@ -150,13 +152,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("provider %s: no AWS region: set AWS_REGION", p.Name)
 	}
 	r := cfg.Retry.WithDefaults()
+	var doer bedrock.HTTPClient = awshttp.NewBuildableClient()
+	if cfg.HTTP != nil {
+		doer = cfg.HTTP
+	}
+	lim := httpx.NewLimiter(cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}), c.clock)
 	c.api = bedrock.NewFromConfig(awsCfg, func(o *bedrock.Options) {
 		if cfg.BaseURL != "" {
 			o.BaseEndpoint = aws.String(cfg.BaseURL)
 		}
-		if cfg.HTTP != nil {
-			o.HTTPClient = cfg.HTTP
-		}
+		o.HTTPClient = limited{doer, lim}
 		// The SDK retries 5xx, throttling and broken connections; a
 		// repeated create carries the same clientRequestToken.
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
@@ -182,6 +187,20 @@ func (c *Client) Name() string                      { return c.preset.Name }
 func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
 func (c *Client) Limits() sluice.Limits             { return c.limits }
 func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
+
+// limited sends each call (each of the SDK's attempts) once the client's
+// rate limit lets it (provider/httpx's limiter, as every family's).
+type limited struct {
+	bedrock.HTTPClient
+	lim *httpx.Limiter
+}
+
+func (l limited) Do(req *http.Request) (*http.Response, error) {
+	if err := l.lim.Wait(req.Context()); err != nil {
+		return nil, err
+	}
+	return l.HTTPClient.Do(req)
+}
 
 // dirKey is the key of everything made for ref: PREFIX/<base>.
 func (c *Client) dirKey(ref sluice.BatchRef) string {
@@ -279,7 +298,14 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	if arn == "" {
 		return sluice.Batch{}, fmt.Errorf("create job for chunk %d: the answer carries no jobArn", ref.Chunk)
 	}
-	return c.Poll(ctx, ref, arn)
+	b, err := c.Poll(ctx, ref, arn)
+	if err != nil {
+		// The job exists: it is recorded and polled on the schedule. A
+		// create reported failed here could be given up while it runs.
+		c.log.Warn().Err(err).Str("batch_id", arn).Int64("chunk", ref.Chunk).Msg("job created; reading it failed, it is polled later")
+		return sluice.Batch{ID: arn, Status: sluice.BatchValidating, ProviderStatus: string(types.ModelInvocationJobStatusSubmitted)}, nil
+	}
+	return b, nil
 }
 
 // Poll reads GetModelInvocationJob.
