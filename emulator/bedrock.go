@@ -41,8 +41,13 @@ import (
 
 const famBedrock = "bedrock"
 
-// bedrockPrefix is the path of the Bedrock family's base URL.
-const bedrockPrefix = "/bedrock"
+// bedrockPrefix is the path of the Bedrock family's base URL, and
+// bedrockRuntimePrefix that of its runtime (InvokeModel and Converse,
+// for the realtime fallback: AWS_ENDPOINT_URL_BEDROCK_RUNTIME).
+const (
+	bedrockPrefix        = "/bedrock"
+	bedrockRuntimePrefix = "/bedrock-runtime"
+)
 
 // bedrockAccount is the account id in the ARNs the emulator makes.
 const bedrockAccount = "123456789012"
@@ -68,6 +73,41 @@ func (s *Server) bedrockRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+p+"/model-invocation-jobs", s.bedrockList)
 	mux.HandleFunc("GET "+p+"/model-invocation-job/{id}", s.bedrockGet)
 	mux.HandleFunc("POST "+p+"/model-invocation-job/{id}/stop", s.bedrockStop)
+	for _, op := range []string{"invoke", "converse"} {
+		mux.HandleFunc("POST "+bedrockRuntimePrefix+"/model/{model}/"+op, s.bedrockRuntime(op == "converse"))
+	}
+}
+
+// bedrockRuntime answers InvokeModel (or Converse) with the model of its
+// batch jobs, counted as a direct call under the job its batches count
+// under (countSync).
+func (s *Server) bedrockRuntime(converse bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readLimited(r, 32<<20)
+		if err != nil {
+			bedrockError(w, http.StatusRequestEntityTooLarge, "ValidationException", err.Error())
+			return
+		}
+		if !s.syncAdmit(w, famBedrock) {
+			return
+		}
+		kind := "InvokeModel"
+		if converse {
+			kind = "Converse"
+		}
+		m := s.runBedrockModel(&batchRec{Model: r.PathValue("model"), Endpoint: kind}, body)
+		s.countSync(famBedrock, syncJobKey(famBedrock, r.Header.Get(HeaderSyncJob)), r, m.status)
+		if s.syncWait(r) != nil {
+			return
+		}
+		if m.status != http.StatusOK {
+			bedrockFault(w, m.status, gjson.GetBytes(m.body, "message").String())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(m.status)
+		w.Write(m.body)
+	}
 }
 
 // bedrockError writes a rest-json error: the exception's name in
@@ -612,7 +652,9 @@ func (s *Server) runBedrockLine(b *batchRec, i int, line []byte) lineResult {
 		return append(d, '}')
 	}
 	fail := func(code int, msg string) lineResult {
-		r.dest, r.kind = destOut, outErrored
+		// A record that failed produced nothing to pay for: it is not
+		// counted as executed, so sending it again is no second purchase.
+		r.dest, r.kind, r.customID = destOut, outErrored, ""
 		r.data = rec("error", mustJSON(map[string]any{"errorCode": code, "errorMessage": msg}))
 		return r
 	}

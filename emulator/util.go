@@ -70,7 +70,7 @@ func familyOf(path string) string {
 		return famTogether
 	case strings.HasPrefix(path, geminiPrefix+"/"):
 		return famGemini
-	case strings.HasPrefix(path, bedrockPrefix+"/"):
+	case strings.HasPrefix(path, bedrockPrefix+"/"), strings.HasPrefix(path, bedrockRuntimePrefix+"/"):
 		return famBedrock
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return famAnthropic

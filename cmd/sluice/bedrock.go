@@ -93,6 +93,7 @@ func newBedrock(ctx context.Context, f *jobFlags, b *bedrockFlags, p provider.Pr
 		return nil, err
 	}
 	return bedrock.New(ctx, bedrock.Config{Preset: p, BaseURL: baseURL, RoleARN: b.role(), Bucket: loc,
-		S3: objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)}, TimeoutHours: b.timeoutHours,
+		RuntimeURL: os.Getenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
+		S3:         objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)}, TimeoutHours: b.timeoutHours,
 		Retry: retry, RateLimit: rl, Limits: f.limits, Logger: log})
 }

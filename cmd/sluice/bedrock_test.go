@@ -28,7 +28,7 @@ const (
 // the secret when it is not matrixKey (a wrong key), else with the test
 // server's own secret, which the emulator also holds.
 func bedrockEnv(addr, key, bucket string) []string {
-	env := append(testsrv.S3Env(), "AWS_ENDPOINT_URL_BEDROCK=http://"+addr+"/bedrock",
+	env := append(testsrv.S3Env(), "AWS_ENDPOINT_URL_BEDROCK=http://"+addr+"/bedrock", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME=http://"+addr+"/bedrock-runtime",
 		"SLUICE_BEDROCK_ROLE_ARN="+bedrockRole, "SLUICE_BEDROCK_BUCKET=s3://"+bucket+"/batches")
 	if key != matrixKey {
 		env = append(env, "AWS_SECRET_ACCESS_KEY="+key)
@@ -215,5 +215,39 @@ func TestBedrockCancelStopsJobs(t *testing.T) {
 	}
 	if st := emu.stats(t); st["batches_cancelled"] != 2 {
 		t.Errorf("stats %v: want 2 jobs stopped", st)
+	}
+}
+
+// TestBedrockRetryUnderMinimumGoesRealtime: with --fallback realtime, the
+// requests left to retry under the minimum are not refused but sent one
+// by one through the Bedrock runtime's InvokeModel (SigV4-signed, to the
+// emulator's runtime): none fails below_minimum_batch, no job is created
+// under the minimum, nothing is executed twice.
+func TestBedrockRetryUnderMinimumGoesRealtime(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7", "--bedrock-min-records", "10")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 40)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out, "--provider", "bedrock",
+		"--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "10",
+		"--fallback", "realtime", "--deadline", "2h", "--fallback-at", "1h",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	if r.code != exitFailures && r.code != exitOK {
+		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	realtime := 0
+	for _, o := range checkOutput(t, out, ids) {
+		switch {
+		case o.Error != nil && o.Error.Code == "below_minimum_batch":
+			t.Errorf("%s: %s", o.CustomID, o.Error.Message)
+		case o.Error != nil && o.Error.Code != "bedrock_400":
+			t.Errorf("%s: %+v, want a success or a final 400", o.CustomID, o.Error)
+		}
+	}
+	st := emu.stats(t)
+	realtime = int(st["sync_requests"])
+	if realtime == 0 || st["batches_created"] != 2 || st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("stats %v: want the 2 planned jobs, the retries through the runtime, nothing twice", st)
 	}
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// BaseURL is the control plane's endpoint (--base-url or
 	// AWS_ENDPOINT_URL_BEDROCK); empty: the SDK's, from the region.
 	BaseURL string
+	// RuntimeURL is the runtime's endpoint, for the realtime fallback's
+	// InvokeModel and Converse calls (AWS_ENDPOINT_URL_BEDROCK_RUNTIME);
+	// empty: https://bedrock-runtime.{region}.amazonaws.com.
+	RuntimeURL string
 	// Region is the AWS region (default: the SDK's, AWS_REGION).
 	Region string
 	// RoleARN is the service role Bedrock reads and writes S3 with.
@@ -95,7 +99,9 @@ type Config struct {
 type Client struct {
 	preset   provider.Preset
 	api      *bedrock.Client
-	endpoint string // named in errors
+	rt       *httpx.Client // the runtime, for CallRealtime
+	runtime  string        // its base URL
+	endpoint string        // named in errors
 	store    objstore.Store
 	bucket   objstore.Location
 	role     string
@@ -169,6 +175,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			so.MaxBackoff = min(r.MaxTotalWait/4+time.Millisecond, 20*time.Second)
 		})
 	})
+	c.runtime = strings.TrimRight(cfg.RuntimeURL, "/")
+	if c.runtime == "" {
+		c.runtime = "https://bedrock-runtime." + awsCfg.Region + ".amazonaws.com"
+	}
+	base := http.DefaultTransport
+	if cfg.HTTP != nil && cfg.HTTP.Transport != nil {
+		base = cfg.HTTP.Transport
+	}
+	c.rt = httpx.New(httpx.Config{HTTP: &http.Client{Transport: sigv4{base: base, creds: awsCfg.Credentials, region: awsCfg.Region}},
+		Retry: cfg.Retry, Limiter: lim, Errors: awsErrors, Clock: c.clock, Logger: cfg.Logger})
 	c.endpoint = cfg.BaseURL
 	if c.endpoint == "" {
 		c.endpoint = "bedrock." + awsCfg.Region + ".amazonaws.com"
