@@ -271,7 +271,7 @@ func (s *sched) pass(ctx context.Context) (started, capped bool, wake time.Time)
 		var k step
 		switch c.State {
 		case sluice.ChunkPending, sluice.ChunkUploaded:
-			if d.realtimeChunk(c.ID) || (fallback || d.underMinimum(c) && d.opts.StuckFallback && d.rt != nil) && !cancelled {
+			if d.realtimeChunk(c.ID) || d.toRealtime(c, fallback) && !cancelled {
 				if slots <= 0 {
 					continue
 				}

@@ -92,6 +92,13 @@ func (d *Dispatcher) underMinimum(c *sluice.Chunk) bool {
 	return min > 1 && c.Requests < min && c.State == sluice.ChunkPending
 }
 
+// toRealtime reports whether a chunk not at the provider goes through the
+// synchronous API: at the fallback, or, with --fallback realtime, when it
+// is under the provider's minimum per batch.
+func (d *Dispatcher) toRealtime(c *sluice.Chunk, fallback bool) bool {
+	return fallback || d.underMinimum(c) && d.opts.StuckFallback && d.rt != nil
+}
+
 // submitted records a created batch.
 func (d *Dispatcher) submitted(ctx context.Context, c *sluice.Chunk, b sluice.Batch) error {
 	c.State, c.BatchID, c.BatchStatus = sluice.ChunkSubmitted, b.ID, b.ProviderStatus

@@ -151,20 +151,29 @@ func writeBedrockMatrixInput(t *testing.T, dir string, n int) (string, []string)
 	return p, ids
 }
 
+// runRetriesUnderMinimum runs 40 requests of two models under a minimum
+// of 10 records per job (the emulator's too), 15% of the records failing
+// (429 and 5xx retried, 400 final), with more flags.
+func runRetriesUnderMinimum(t *testing.T, more ...string) (*emulatorProc, result, string, []string) {
+	t.Helper()
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7", "--bedrock-min-records", "10")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 40)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), append([]string{"run", in, "--out", out,
+		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "10",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms"}, more...)...)
+	return emu, r, out, ids
+}
+
 // TestBedrockRetryUnderMinimumNotSent: requests that fail retryably (429,
 // 5xx records) go to a retry of a few requests, under the minimum of
 // records per job: it is never sent (no third job is created); its
 // requests fail for good with below_minimum_batch, the message giving
 // both numbers, and the run exits 4.
 func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
-	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7", "--bedrock-min-records", "10")
-	dir := t.TempDir()
-	in, ids := writeBedrockMatrixInput(t, dir, 40)
-	out := filepath.Join(dir, "out.jsonl")
-	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out, "--provider", "bedrock",
-		"--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "10",
-		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	emu, r, out, ids := runRetriesUnderMinimum(t)
 	if r.code != exitFailures {
 		t.Fatalf("exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 3000))
 	}
@@ -224,19 +233,10 @@ func TestBedrockCancelStopsJobs(t *testing.T) {
 // emulator's runtime): none fails below_minimum_batch, no job is created
 // under the minimum, nothing is executed twice.
 func TestBedrockRetryUnderMinimumGoesRealtime(t *testing.T) {
-	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7", "--bedrock-min-records", "10")
-	dir := t.TempDir()
-	in, ids := writeBedrockMatrixInput(t, dir, 40)
-	out := filepath.Join(dir, "out.jsonl")
-	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out, "--provider", "bedrock",
-		"--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "10",
-		"--fallback", "realtime", "--deadline", "2h", "--fallback-at", "1h",
-		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	emu, r, out, ids := runRetriesUnderMinimum(t, "--fallback", "realtime", "--deadline", "2h", "--fallback-at", "1h")
 	if r.code != exitFailures && r.code != exitOK {
 		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", r.code, lastBytes(r.stderr, 3000))
 	}
-	realtime := 0
 	for _, o := range checkOutput(t, out, ids) {
 		switch {
 		case o.Error != nil && o.Error.Code == "below_minimum_batch":
@@ -246,8 +246,7 @@ func TestBedrockRetryUnderMinimumGoesRealtime(t *testing.T) {
 		}
 	}
 	st := emu.stats(t)
-	realtime = int(st["sync_requests"])
-	if realtime == 0 || st["batches_created"] != 2 || st["requests_processed_more_than_once"] != 0 {
+	if st["sync_requests"] == 0 || st["batches_created"] != 2 || st["requests_processed_more_than_once"] != 0 {
 		t.Errorf("stats %v: want the 2 planned jobs, the retries through the runtime, nothing twice", st)
 	}
 }
