@@ -44,6 +44,7 @@ var Families = []Family{
 	{famMistral, "/mistral", "MISTRAL_BASE_URL"},
 	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
 	{famBedrock, bedrockPrefix, "AWS_ENDPOINT_URL_BEDROCK"},
+	{famBedrock + "-runtime", bedrockRuntimePrefix, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME"},
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root

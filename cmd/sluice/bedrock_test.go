@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -248,5 +250,52 @@ func TestBedrockRetryUnderMinimumGoesRealtime(t *testing.T) {
 	st := emu.stats(t)
 	if st["sync_requests"] == 0 || st["batches_created"] != 2 || st["requests_processed_more_than_once"] != 0 {
 		t.Errorf("stats %v: want the 2 planned jobs, the retries through the runtime, nothing twice", st)
+	}
+}
+
+// TestEmulateListsBedrock: `sluice emulate` names the Bedrock control
+// plane and runtime in its banner and in /_emulator/info, with the
+// variables the AWS SDKs read their endpoints from.
+func TestEmulateListsBedrock(t *testing.T) {
+	cmd := sluiceCmd(nil, "emulate", "--addr", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	var root string
+	banner := map[string]string{}
+	for len(banner) < 2 && sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 5 && f[0] == "sluice" && f[3] == "on":
+			root = f[4]
+		case len(f) == 2 && strings.HasPrefix(f[1], "AWS_ENDPOINT_URL_BEDROCK"):
+			banner[strings.TrimSuffix(f[0], ":")] = f[1]
+		}
+	}
+	go io.Copy(io.Discard, stderr)
+	want := map[string]string{"bedrock": "AWS_ENDPOINT_URL_BEDROCK=" + root + "/bedrock",
+		"bedrock-runtime": "AWS_ENDPOINT_URL_BEDROCK_RUNTIME=" + root + "/bedrock-runtime"}
+	resp, err := http.Get(root + "/_emulator/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		BaseURLs map[string]string `json:"base_urls"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	for fam, line := range want {
+		_, u, _ := strings.Cut(line, "=")
+		if banner[fam] != line || info.BaseURLs[fam] != u {
+			t.Errorf("%s: banner %q, info %q, want %q", fam, banner[fam], info.BaseURLs[fam], line)
+		}
 	}
 }
