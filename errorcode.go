@@ -114,6 +114,15 @@ const (
 	// counts each anomaly; requests without a result were retried or failed
 	// with CodeMissingResult.
 	CodeProviderOutput ErrorCode = "provider_output"
+	// CodeBelowMinimum: the requests left to retry of a batch were fewer
+	// than the provider's minimum of requests per batch
+	// (Limits.MinBatchRequests, Bedrock's minimum records per job): a
+	// batch of them would be refused, so they are not sent and fail for
+	// good (the message gives both numbers), unless --fallback realtime
+	// sends them through the synchronous API. Run them again in a job with
+	// enough other requests of the model, or on a provider without a
+	// minimum.
+	CodeBelowMinimum ErrorCode = "below_minimum_batch"
 )
 
 // AttemptError is one error recorded for one attempt of a chunk: every

@@ -9,6 +9,11 @@ type Limits struct {
 	MaxBatchTokens    int64 `json:"max_batch_tokens"`    // estimated input tokens per batch
 	MaxLiveBatches    int   `json:"max_live_batches"`    // batches live at the provider at once
 	MaxEnqueuedTokens int64 `json:"max_enqueued_tokens"` // estimated input tokens live per model
+	// MinBatchRequests is the fewest requests a batch may hold (Amazon
+	// Bedrock refuses a job under its per-model minimum of records): the
+	// splitter cuts no chunk under it and refuses a group of requests
+	// smaller than it; the dispatcher sends no retry under it.
+	MinBatchRequests int `json:"min_batch_requests,omitempty"`
 }
 
 // Override returns l with every non-zero field of o put over it.
@@ -27,6 +32,9 @@ func (l Limits) Override(o Limits) Limits {
 	}
 	if o.MaxEnqueuedTokens != 0 {
 		l.MaxEnqueuedTokens = o.MaxEnqueuedTokens
+	}
+	if o.MinBatchRequests != 0 {
+		l.MinBatchRequests = o.MinBatchRequests
 	}
 	return l
 }

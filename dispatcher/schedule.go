@@ -337,7 +337,7 @@ func (s *sched) want(ctx context.Context, p *passState, c *sluice.Chunk) step {
 // or submitted, as the free slots and the admission rules allow.
 func (s *sched) wantSubmit(ctx context.Context, p *passState, c *sluice.Chunk) step {
 	d := s.d
-	if d.realtimeChunk(c.ID) || p.fallback && !p.cancelled {
+	if d.realtimeChunk(c.ID) || d.toRealtime(c, p.fallback) && !p.cancelled {
 		if p.slots <= 0 {
 			return 0
 		}

@@ -16,6 +16,14 @@ import (
 // submit takes a pending or uploaded chunk to submitted: upload (when the
 // provider uses files), then create, each behind a committed intent.
 func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) {
+	if d.underMinimum(c) {
+		// A retry of a few requests (a plan cuts no chunk under the
+		// minimum): the provider would refuse the batch; never send it.
+		// With --fallback realtime the schedule sends it through the
+		// synchronous API instead (schedule.go).
+		return true, d.failForGood(ctx, c, c.State, sluice.CodeBelowMinimum, fmt.Sprintf(
+			"%d request(s) left to retry, under the provider's minimum of %d per batch (--min-batch-requests): not sent", c.Requests, d.job.Limits.MinBatchRequests))
+	}
 	log := d.chunkLog(c)
 	if c.State == sluice.ChunkPending || !d.caps.Files {
 		// The chunk file is the body to send: gone means the job directory
@@ -73,6 +81,22 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		return true, d.refused(ctx, c, sluice.ChunkCreating, from, "create batch", sluice.CodeCreateFailed, err)
 	}
 	return true, d.submitted(ctx, c, b)
+}
+
+// underMinimum reports whether c is a chunk not yet sent with fewer
+// requests than the provider's minimum per batch (Limits.MinBatchRequests):
+// the rest of a retry. It is a rule of the chunk's own fields, so a
+// restarted run decides as the first did.
+func (d *Dispatcher) underMinimum(c *sluice.Chunk) bool {
+	min := d.job.Limits.MinBatchRequests
+	return min > 1 && c.Requests < min && c.State == sluice.ChunkPending
+}
+
+// toRealtime reports whether a chunk not at the provider goes through the
+// synchronous API: at the fallback, or, with --fallback realtime, when it
+// is under the provider's minimum per batch.
+func (d *Dispatcher) toRealtime(c *sluice.Chunk, fallback bool) bool {
+	return fallback || d.underMinimum(c) && d.opts.StuckFallback && d.rt != nil
 }
 
 // submitted records a created batch.

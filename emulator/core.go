@@ -180,7 +180,7 @@ func (s *Server) familyFiles(fam string, keep func(f *fileRec) bool) []*fileRec 
 // familyByName is the error mapping of a family (OpenAI's for a name it
 // does not know).
 func familyByName(name string) *family {
-	for _, f := range []*family{anthropicFam, cloudflareFam, geminiFam, mistralFam, togetherFam, xaiFam, vertexFam} {
+	for _, f := range []*family{anthropicFam, cloudflareFam, geminiFam, mistralFam, togetherFam, xaiFam, vertexFam, bedrockFam} {
 		if f.name == name {
 			return f
 		}
@@ -319,4 +319,12 @@ var vertexFam = &family{
 	write:   geminiFam.write,
 	badBody: geminiFam.badBody,
 	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "BatchPredictionJob "+id+" not found.") },
+}
+
+// bedrockFam answers in AWS's JSON error shape (bedrockFault, bedrock.go).
+var bedrockFam = &family{
+	name:    famBedrock,
+	write:   func(w http.ResponseWriter, e *apiError) { bedrockFault(w, e.Status, e.Msg) },
+	badBody: func(err error) *apiError { return errf(http.StatusBadRequest, "Malformed input request: "+err.Error()) },
+	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "Could not find job "+id) },
 }

@@ -121,6 +121,9 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, fam string) 
 		cfError(w, http.StatusBadRequest, 9106, "Missing X-Auth-Key, X-Auth-Email or Authorization headers")
 		return false
 	}
+	if fam == famBedrock {
+		return s.bedrockAuthorized(w, r) // SigV4, checked whenever the emulator knows a secret
+	}
 	if key == "" {
 		return true
 	}

@@ -127,7 +127,7 @@ func (s *Server) apply(b *batchRec, ev string, t time.Time) {
 	switch ev {
 	case evValidated:
 		switch b.Family {
-		case famOpenAI, famMistral, famTogether:
+		case famOpenAI, famMistral, famTogether, famBedrock:
 			s.validateOpenAI(b, t)
 		case famGemini, famVertex:
 			s.validateGemini(b, t)

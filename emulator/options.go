@@ -141,6 +141,9 @@ type Options struct {
 	// batch input file (default 100_000_000).
 	TogetherMaxRequests int
 	TogetherMaxBytes    int64
+	// BedrockMinRecords: a Bedrock job of fewer records fails validation,
+	// as the service's per-model minimum makes it (0: no minimum).
+	BedrockMinRecords int
 	// CloudflareMaxBytes: a payload of this size or more gets 413 / 3006
 	// (default 10_000_000).
 	CloudflareMaxBytes int64

@@ -418,6 +418,11 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 		return s.runXAILine(b, i, line, done, undone, created)
 	case famVertex:
 		return s.runVertexLine(b, i, line, done, undone)
+	case famBedrock:
+		if !done {
+			return lineResult{kind: map[bool]outcome{true: outCancelled, false: outExpired}[undone == stCancelled]}
+		}
+		return s.runBedrockLine(b, i, line)
 	}
 	return s.runOpenAILine(b, i, line, done, undone, created)
 }

@@ -176,6 +176,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.geminiRoutes(mux)
 	s.xaiRoutes(mux)
 	s.vertexRoutes(mux)
+	s.bedrockRoutes(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})

@@ -281,7 +281,7 @@ func (s *Server) countSync(family, job string, r *http.Request, status int) {
 // sluice_job metadata; Together and Gemini: the prefix of its upload or
 // display name, "sluice-<job>").
 func syncJobKey(family, job string) string {
-	if (family == famTogether || family == famGemini) && job != "" {
+	if (family == famTogether || family == famGemini || family == famBedrock) && job != "" {
 		return "sluice-" + job
 	}
 	return job

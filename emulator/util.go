@@ -49,6 +49,8 @@ var Families = []Family{
 	{famTogether, "/together/v1", "TOGETHER_BASE_URL"},
 	{famXAI, xaiPrefix, "XAI_BASE_URL"},
 	{famVertex, "", "GOOGLE_VERTEX_BASE_URL"}, // at the root: /v1/projects/...
+	{famBedrock, bedrockPrefix, "AWS_ENDPOINT_URL_BEDROCK"},
+	{famBedrock + "-runtime", bedrockRuntimePrefix, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME"},
 }
 
 // BaseURLs maps each family to its base URL on a server reached at root
@@ -79,6 +81,8 @@ func familyOf(path string) string {
 		return famGemini
 	case strings.HasPrefix(path, "/v1/projects/") || strings.HasPrefix(path, "/v1beta1/projects/"):
 		return famVertex
+	case strings.HasPrefix(path, bedrockPrefix+"/"), strings.HasPrefix(path, bedrockRuntimePrefix+"/"):
+		return famBedrock
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return famAnthropic
 	default:

@@ -65,7 +65,10 @@ var chatFamilies = map[Family]chatFamily{
 	// (BodyLineCodec) checks the url and the custom_id on the translated
 	// line.
 	// Their model names follow no one pattern: only a map's misses are told.
-	FamilyMistral:  {translate.Mistral, func(string) string { return ChatURL }, nil, nil},
+	FamilyMistral: {translate.Mistral, func(string) string { return ChatURL }, nil, nil},
+	// BedrockCodec.Validate runs on the native line: it takes the model
+	// from the url and checks the body's shape.
+	FamilyBedrock:  {translate.Bedrock, bedrockNativeURL, nil, bedrockServes},
 	FamilyTogether: {translate.Together, func(string) string { return ChatURL }, nil, nil},
 }
 

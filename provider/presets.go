@@ -31,6 +31,7 @@ const (
 	FamilyTogether   Family = "together"   // Files (redirect upload) + /v1/batches (docs/providers/together.md)
 	FamilyGemini     Family = "gemini"     // Gemini Developer API Batch Mode + Files API
 	FamilyXAI        Family = "xai"        // xAI batches: named batch, add-requests calls, paginated results (docs/providers/xai.md)
+	FamilyBedrock    Family = "bedrock"    // Amazon Bedrock model invocation jobs, input and output in S3
 )
 
 // Preset is everything sluice knows about one provider by default. Every
@@ -259,6 +260,7 @@ var Presets = map[string]Preset{
 		Quirks: []string{"POST /v1/batches {name}, then POST /v1/batches/{id}/requests", "no status: done when state.num_pending is 0",
 			"results paginated (pagination_token)", "one batch created per second per team", "JSONL input file (input_file_id) with --xai-input file"},
 	},
+	"bedrock": bedrockPreset,
 }
 
 // outputMax is the longest output_expires_after OpenAI accepts, and its
@@ -312,6 +314,8 @@ func (p Preset) nativeCodec() sluice.Codec {
 		return XAICodec{MaxCustomID: p.MaxCustomID}
 	case FamilyVertex:
 		return VertexCodec{}
+	case FamilyBedrock:
+		return BedrockCodec{}
 	}
 	if p.Name == "local" {
 		// The built-in emulator serves every family: so does local.

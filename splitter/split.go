@@ -51,6 +51,9 @@ type Config struct {
 	// legacy: the sink's ledger may hold answers under legacy keys
 	// (bodykey.go), which are computed and looked up too.
 	legacy bool
+	// counts are the valid requests of each group (minimum.go), from a
+	// first pass over the input when Limits.MinBatchRequests is set.
+	counts map[groupKey]int
 	// Progress, if set, is called at most ten times a second, and once at
 	// the end, from the goroutine that writes chunks.
 	Progress func(Progress)
@@ -142,45 +145,29 @@ func Split(ctx context.Context, cfg Config, sink sluice.PlanSink) (*Result, erro
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, chunksDir), 0o700); err != nil {
 		return nil, err
 	}
+	defer limitMemory()()
+	if cfg.Limits.MinBatchRequests > 1 && cfg.counts == nil {
+		counts, err := countGroups(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		cfg.counts = counts
+	}
 	in, err := openInput(cfg.Input, cfg.Open)
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close()
-	defer limitMemory()()
 	if ls, ok := sink.(LegacyKeySink); ok && cfg.Reuse && cfg.KeyScope != "" {
 		cfg.legacy = ls.LegacyKeys()
 	}
-	workers := max(1, runtime.GOMAXPROCS(0))
-	nblocks := 2*workers + 4
-	sp := &run{ctx: ctx, cfg: cfg, sink: sink, in: in, start: time.Now(),
-		work: make(chan *block, nblocks), ordered: make(chan *block, nblocks),
-		free: make(chan *block, nblocks), quit: make(chan struct{})}
-
-	var wg sync.WaitGroup
-	wg.Add(1 + workers)
-	go func() { defer wg.Done(); sp.reader() }()
-	for range workers {
-		go func() {
-			defer wg.Done()
-			p := newParser(&cfg)
-			for b := range sp.work {
-				p.block(b)
-				b.done <- struct{}{}
-			}
-		}()
-	}
+	sp := newRun(ctx, cfg, sink, in)
+	wg := sp.startParsing()
 	w, err := newWriter(sp)
 	if err == nil {
 		err = w.consume()
 	}
-	close(sp.quit)
-	// Drain so the reader and workers can finish, then wait for them.
-	go func() {
-		for range sp.ordered {
-		}
-	}()
-	wg.Wait()
+	sp.stop(wg)
 	if w != nil {
 		w.cleanup()
 	}
@@ -192,6 +179,46 @@ func Split(ctx context.Context, cfg Config, sink sluice.PlanSink) (*Result, erro
 		return nil, err
 	}
 	return res, nil
+}
+
+// newRun is one pass over in.
+func newRun(ctx context.Context, cfg Config, sink sluice.PlanSink, in *input) *run {
+	nblocks := 2*max(1, runtime.GOMAXPROCS(0)) + 4
+	return &run{ctx: ctx, cfg: cfg, sink: sink, in: in, start: time.Now(),
+		work: make(chan *block, nblocks), ordered: make(chan *block, nblocks),
+		free: make(chan *block, nblocks), quit: make(chan struct{})}
+}
+
+// startParsing starts the reader and the parse workers; the WaitGroup
+// says when they are done (after sp.quit is closed and sp.ordered
+// drained).
+func (sp *run) startParsing() *sync.WaitGroup {
+	workers := max(1, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	wg.Add(1 + workers)
+	go func() { defer wg.Done(); sp.reader() }()
+	for range workers {
+		go func() {
+			defer wg.Done()
+			p := newParser(&sp.cfg)
+			for b := range sp.work {
+				p.block(b)
+				b.done <- struct{}{}
+			}
+		}()
+	}
+	return &wg
+}
+
+// stop ends a pass: the reader and workers are told to quit, what they
+// still send is drained, and they are waited for.
+func (sp *run) stop(wg *sync.WaitGroup) {
+	close(sp.quit)
+	go func() {
+		for range sp.ordered {
+		}
+	}()
+	wg.Wait()
 }
 
 // softMemoryLimit is the Go heap limit Split sets while it runs, unless

@@ -45,6 +45,12 @@ type group struct {
 	maxOut    int64 // sum of its requests' max output tokens
 	noMax     int   // its requests that set none
 	id        int64 // the open chunk's id, given when it opened
+
+	// Under a minimum of requests per batch (minimum.go): the group's
+	// requests not yet in a chunk, as the counting pass found them, and
+	// the requests the open chunk is to hold (0: no such target).
+	left   int
+	target int
 }
 
 type groupKey struct{ url, model string }
@@ -367,10 +373,17 @@ func (w *writer) add(r *rec, item []byte) error {
 		}
 		w.groups[k] = g
 		w.order = append(w.order, g)
+		if err := w.counted(g); err != nil {
+			return err
+		}
 	}
 	lim := &g.lim
 	size := int64(len(item))
-	if bound := lim.Bound(g.env, g.n, g.itemBytes, g.tokens, size, r.tokens); bound != "" {
+	bound := lim.Bound(g.env, g.n, g.itemBytes, g.tokens, size, r.tokens)
+	if bound == "" && g.target > 0 && g.n >= g.target {
+		bound = "requests" // balanced under a minimum (minimum.go)
+	}
+	if bound != "" {
 		if err := w.closeChunk(g, bound); err != nil {
 			return err
 		}
@@ -381,6 +394,7 @@ func (w *writer) add(r *rec, item []byte) error {
 	if g.n == 0 {
 		g.w.Write(g.env.Header)
 		g.size = int64(len(g.env.Header))
+		g.target = balanced(g.left, lim)
 	} else {
 		g.w.Write(g.env.Sep)
 		g.size += int64(len(g.env.Sep))
@@ -398,6 +412,7 @@ func (w *writer) add(r *rec, item []byte) error {
 	}
 	g.size += size
 	g.n++
+	g.left--
 	g.itemBytes += size
 	g.tokens += r.tokens
 	w.requests++
@@ -481,6 +496,9 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	g.size += int64(len(g.env.Footer))
 	if err := g.w.Flush(); err != nil {
 		return fmt.Errorf("write chunk: %w", err)
+	}
+	if min := g.lim.MinBatchRequests; min > 1 && g.n < min {
+		return w.belowMinimum(g)
 	}
 	if want := g.env.Size(g.n, g.itemBytes); g.size != want {
 		return fmt.Errorf("splitter: chunk of %d items is %d bytes, want %d", g.n, g.size, want)

@@ -47,6 +47,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&f.limits.MaxBatchBytes, "max-batch-bytes", 0, "bytes per batch on the provider's wire, envelope included (default: the provider's limit)")
 	fs.IntVar(&f.limits.MaxBatchRequests, "max-batch-requests", 0, "requests per batch (default: the provider's limit)")
 	fs.Int64Var(&f.limits.MaxBatchTokens, "max-batch-tokens", 0, "estimated input tokens per batch (default: no limit)")
+	registerMinBatch(fs, &f.limits)
 	fs.Int64Var(&f.limits.MaxEnqueuedTokens, "max-enqueued-tokens", 0, "estimated input tokens live at the provider per model, e.g. your OpenAI tier's enqueued-token limit (default: no limit)")
 	fs.StringVar(&f.store, "store", "", "where the job's chunk and results files are kept: s3://BUCKET/PREFIX or a directory shared by the machines of a job; the state directory is then a cache of them (default $SLUICE_STORE, else the state directory itself; docs/scale-out.md)")
 	f.money.register(cmd, f)
@@ -68,7 +69,7 @@ func (f *jobFlags) preset() (provider.Preset, error) {
 
 func (f *jobFlags) check() error {
 	l := f.limits
-	if l.MaxBatchBytes < 0 || l.MaxBatchRequests < 0 || l.MaxBatchTokens < 0 || l.MaxLiveBatches < 0 || l.MaxEnqueuedTokens < 0 {
+	if l.MaxBatchBytes < 0 || l.MaxBatchRequests < 0 || l.MaxBatchTokens < 0 || l.MaxLiveBatches < 0 || l.MaxEnqueuedTokens < 0 || l.MinBatchRequests < 0 {
 		return usageErr("limits must not be negative")
 	}
 	if f.maxAttempts < 1 {

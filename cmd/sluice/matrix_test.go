@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/testsrv"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -40,6 +41,10 @@ type matrixProvider struct {
 	// reconciles: the provider lists what a killed run created, so nothing
 	// is executed twice after crashes (Cloudflare has no listing).
 	reconciles bool
+	// emu, when set, gives more environment and flags for the emulator
+	// (Bedrock's S3 and minimum); args are more flags for every run.
+	emu  func(t *testing.T) (env, args []string)
+	args []string
 }
 
 // local reports whether the row is the in-process emulator: no endpoint,
@@ -70,6 +75,19 @@ var matrixProviders = []matrixProvider{
 		return []string{"XAI_API_KEY=" + key, "XAI_BASE_URL=http://" + addr + "/xai/v1"}
 	}},
 	{name: "vertex", input: writeVertexInput, reconciles: true, env: vertexEnv},
+	// Bedrock's jobs read and write a real S3 (versitygw), each cell its
+	// own bucket; a minimum of 2 records per job cuts balanced batches.
+	{name: "bedrock", input: writeBedrockMatrixInput, reconciles: true, env: func(addr, key string) []string {
+		_, bucket, err := testsrv.NewS3Bucket()
+		if err != nil {
+			panic(err)
+		}
+		return bedrockEnv(addr, key, bucket)
+	}, emu: func(t *testing.T) ([]string, []string) {
+		testsrv.S3(t)
+		return testsrv.S3Env(), []string{"--bedrock-min-records", "2"}
+	},
+		args: []string{"--model-map", bedrockModelMap, "--min-batch-requests", "2"}},
 	{name: "local", input: writeInput, reconciles: true},
 }
 
@@ -120,11 +138,18 @@ func newCell(t *testing.T, p matrixProvider, n int, batchTime time.Duration, ext
 	c.args = []string{"run", c.in, "--out", c.out, "--provider", p.name, "--state", c.state,
 		"--max-batch-requests", "5", "--rate", "-1", "--poll-interval", "20ms", "--max-poll-interval", "100ms",
 		"--http-max-wait", "3s"}
+	c.args = append(c.args, p.args...)
 	if p.local() {
 		c.args = append(c.args, "--local-batch-time", batchTime.String())
 		return c
 	}
-	c.emu = startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=" + matrixKey},
+	var emuEnv []string
+	if p.emu != nil {
+		var more []string
+		emuEnv, more = p.emu(t)
+		extra = append(more, extra...)
+	}
+	c.emu = startEmulatorEnv(t, append([]string{"SLUICE_EMULATOR_API_KEY=" + matrixKey}, emuEnv...),
 		append([]string{"--batch-time", batchTime.String()}, extra...)...)
 	c.env = p.env(c.emu.addr, matrixKey)
 	return c
@@ -242,6 +267,14 @@ func (c *cell) finish(why string) {
 	if path, ok := filesAt[c.p.name]; ok && c.emu != nil {
 		if files := providerFilesAt(c.t, c.emu, matrixKey, path); len(files) != 0 {
 			c.t.Errorf("%s: %d files left at the provider: %v", why, len(files), files)
+		}
+	}
+	for _, kv := range c.env {
+		if loc, ok := strings.CutPrefix(kv, "SLUICE_BEDROCK_BUCKET=s3://"); ok {
+			bucket, prefix, _ := strings.Cut(loc, "/")
+			if keys := newS3BucketNamed(c.t, bucket).keys(c.t, prefix+"/"); len(keys) != 0 {
+				c.t.Errorf("%s: %d objects left in S3: %v", why, len(keys), keys)
+			}
 		}
 	}
 }
@@ -385,12 +418,13 @@ func TestProviderMatrix(t *testing.T) {
 			addr := refusingAddr(t) // nothing listens there, nor will
 			dir := t.TempDir()
 			in, _ := p.input(t, dir, 10)
-			r := runSluiceWithin(t, 90*time.Second, p.env(addr, matrixKey), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
+			args := append([]string{"run", in, "--out", filepath.Join(dir, "out.jsonl"),
 				"--provider", p.name, "--state", filepath.Join(dir, "state"), "--rate", "-1", "--http-max-wait", "2s",
 				// A failed upload is tried again on the poll schedule: short,
 				// so the run finds the endpoint dead without waiting out the
 				// default intervals.
-				"--poll-interval", "20ms", "--max-poll-interval", "100ms")
+				"--poll-interval", "20ms", "--max-poll-interval", "100ms"}, p.args...)
+			r := runSluiceWithin(t, 90*time.Second, p.env(addr, matrixKey), args...)
 			if r.code != exitError || !strings.Contains(r.stderr, addr) {
 				t.Fatalf("dead endpoint: exit %d, want 1 with a message naming %s\n%s", r.code, addr, lastBytes(r.stderr, 3000))
 			}

@@ -107,5 +107,8 @@ func preflight(f *runFlags, p provider.Preset, input, out string) error {
 	if err := checkOutputPaths(input, out, errorsOut); err != nil {
 		return err
 	}
+	if p.Family == provider.FamilyBedrock {
+		return f.net.bedrock.check(&f.jobFlags)
+	}
 	return checkCredentials(&f.jobFlags, p)
 }

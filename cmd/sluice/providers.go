@@ -45,6 +45,7 @@ type netFlags struct {
 	resultsRetention   time.Duration
 	togetherUpload     string
 	mistralTimeout     int
+	bedrock            bedrockFlags
 	gemini             struct {
 		apiVersion   string
 		chunkBytes   int64
@@ -76,6 +77,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&n.xai.addBytes, "xai-add-bytes", xai.DefaultAddBytes, "--provider xai: bytes of one add-requests call at most (the docs' 25 MB)")
 	fs.StringVar(&n.xai.cancelPath, "xai-cancel-path", xai.CancelColon, "--provider xai: cancel call, :cancel (POST /v1/batches/{id}:cancel, the proto's method) or /cancel (POST /v1/batches/{id}/cancel)")
 	n.vertex.register(cmd)
+	n.bedrock.register(fs)
 	fs.StringVar(&n.gemini.downloadPath, "gemini-download-path", "download", "--provider gemini: where responses files are downloaded from: download (/download/{version}/files/{id}:download, the docs' path) or api (/{version}/files/{id}:download, the SDKs' path)")
 }
 
@@ -204,7 +206,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		if rl.PerSecond == 0 {
 			rl.PerSecond = -1
 		}
-	} else if key == "" && p.Family != provider.FamilyVertex { // vertex: else Application Default Credentials
+	} else if key == "" && p.Family != provider.FamilyVertex && p.Family != provider.FamilyBedrock { // vertex: else Application Default Credentials; Bedrock: the AWS credential chain
 		return nil, nil, missingKey(p)
 	}
 	var prov sluice.Provider
@@ -247,6 +249,8 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 		if prov, err = newVertex(ctx, f, n, p, baseURL, key, retry, rl, plog); err != nil {
 			return nil, nil, err // with its exit code (vertex.go)
 		}
+	case provider.FamilyBedrock:
+		prov, err = newBedrock(ctx, f, &n.bedrock, p, baseURL, retry, rl, plog)
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

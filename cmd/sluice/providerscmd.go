@@ -24,6 +24,7 @@ type providerInfo struct {
 	MaxBatchRequests  int      `json:"max_batch_requests"`
 	MaxLiveBatches    int      `json:"max_live_batches"`
 	MaxEnqueuedTokens int64    `json:"max_enqueued_tokens"`
+	MinBatchRequests  int      `json:"min_batch_requests,omitempty"`
 	Window            string   `json:"window"`
 	RequestsPerSecond float64  `json:"requests_per_second"`
 	InputFormat       string   `json:"input_format"`
@@ -62,7 +63,7 @@ func providerInfos() []providerInfo {
 			KeyEnv: append([]string{}, p.KeyEnv...), AccountEnv: p.AccountEnv,
 			MaxBatchBytes: p.Limits.MaxBatchBytes, MaxBatchRequests: p.Limits.MaxBatchRequests,
 			MaxLiveBatches: p.Limits.MaxLiveBatches, MaxEnqueuedTokens: p.Limits.MaxEnqueuedTokens,
-			Window: p.Window, RequestsPerSecond: p.RequestsPerSecond, InputFormat: p.InputFormat,
+			MinBatchRequests: p.Limits.MinBatchRequests, Window: p.Window, RequestsPerSecond: p.RequestsPerSecond, InputFormat: p.InputFormat,
 			Endpoints: append([]string{}, p.Endpoints...), MaxCustomID: p.MaxCustomID, Notes: p.Notes, Quirks: p.Quirks,
 		})
 	}

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-batch/sluice/internal/testsrv"
+)
+
+// The Bedrock models the tests map OpenAI's to.
+const (
+	bedrockClaude = "anthropic.claude-3-haiku-20240307-v1:0"
+	bedrockLlama  = "meta.llama3-8b-instruct-v1:0"
+	bedrockTitan  = "amazon.titan-embed-text-v2:0"
+	bedrockRole   = "arn:aws:iam::123456789012:role/BedrockBatch"
+)
+
+// bedrockEnv reaches the Bedrock family of the emulator at addr, with S3
+// on the test S3 server (its bucket for the batches), signing with key as
+// the secret when it is not matrixKey (a wrong key), else with the test
+// server's own secret, which the emulator also holds.
+func bedrockEnv(addr, key, bucket string) []string {
+	env := append(testsrv.S3Env(), "AWS_ENDPOINT_URL_BEDROCK=http://"+addr+"/bedrock", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME=http://"+addr+"/bedrock-runtime",
+		"SLUICE_BEDROCK_ROLE_ARN="+bedrockRole, "SLUICE_BEDROCK_BUCKET=s3://"+bucket+"/batches")
+	if key != matrixKey {
+		env = append(env, "AWS_SECRET_ACCESS_KEY="+key)
+	}
+	return env
+}
+
+// writeBedrockExample writes examples/requests.jsonl as a Bedrock user
+// runs it: the chat lines as they are (translated by sluice, models
+// mapped with bedrockModelMap), the embeddings lines as Titan's native
+// InvokeModel lines.
+func writeBedrockExample(t *testing.T, dir string) (string, []string) {
+	t.Helper()
+	in, err := os.Open(filepath.Join("..", "..", "examples", "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var b strings.Builder
+	var ids []string
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		l := gjson.Parse(sc.Text())
+		ids = append(ids, l.Get("custom_id").String())
+		if l.Get("url").String() != "/v1/embeddings" {
+			b.WriteString(sc.Text() + "\n")
+			continue
+		}
+		line, _ := json.Marshal(map[string]any{"custom_id": l.Get("custom_id").String(), "method": "POST",
+			"url": "/model/" + bedrockTitan + "/invoke", "body": map[string]any{"inputText": l.Get("body.input").String()}})
+		b.Write(append(line, '\n'))
+	}
+	p := filepath.Join(dir, "requests-bedrock.jsonl")
+	writeFile(t, p, []byte(b.String()))
+	return p, ids
+}
+
+const bedrockModelMap = "gpt-4o-mini=" + bedrockClaude + ",gpt-4.1-nano=" + bedrockLlama
+
+// TestBedrockRunsREADMEExample: `sluice run` finishes the README's
+// example, translated to Bedrock (chat lines mapped to Claude and Llama,
+// embeddings as Titan lines), against `sluice emulate` from a fresh state
+// directory: every custom_id once, in order, succeeded; chat answers
+// translated back to chat.completion objects, Titan's embeddings as
+// Bedrock answers them; nothing bought twice; and nothing left in S3.
+// Without --min-batch-requests the plan is refused (exit 2) with the
+// numbers: the Llama and Titan groups (60 each) are under Bedrock's
+// default minimum of 100 records per job.
+func TestBedrockRunsREADMEExample(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "300ms", "--bedrock-min-records", "50")
+	dir := t.TempDir()
+	in, ids := writeBedrockExample(t, dir)
+	out := filepath.Join(dir, "out.jsonl")
+	env := bedrockEnv(emu.addr, matrixKey, bucket)
+	args := []string{"run", in, "--out", out, "--provider", "bedrock", "--state", filepath.Join(dir, "state"),
+		"--model-map", bedrockModelMap, "--poll-interval", "20ms", "--max-poll-interval", "200ms"}
+
+	r := runSluiceWithin(t, time.Minute, env, args...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "has 60 request(s), under the provider's minimum of requests per batch of 100") {
+		t.Fatalf("under the minimum: exit %d, want 2 with the numbers\n%s", r.code, lastBytes(r.stderr, 2000))
+	}
+	r = runSluiceWithin(t, 2*time.Minute, env, append(args, "--min-batch-requests", "50")...)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	embeddings := 0
+	for _, o := range checkOutput(t, out, ids) {
+		body, _ := json.Marshal(o.Response)
+		b := gjson.GetBytes(body, "body")
+		switch {
+		case o.Error != nil || o.Response == nil || o.Response.StatusCode != 200:
+			t.Fatalf("%s: %+v", o.CustomID, o)
+		case b.Get("embedding").Exists():
+			if len(b.Get("embedding").Array()) != 1024 {
+				t.Fatalf("%s: not a Titan embedding: %s", o.CustomID, lastBytes(b.Raw, 300))
+			}
+			embeddings++
+		case b.Get("object").String() != "chat.completion" || b.Get("choices.0.message.content").String() == "":
+			t.Fatalf("%s: not a chat.completion: %s", o.CustomID, b.Raw)
+		}
+	}
+	if embeddings != 60 {
+		t.Errorf("%d embeddings, want 60", embeddings)
+	}
+	if twice := emu.stats(t)["requests_processed_more_than_once"]; twice != 0 {
+		t.Errorf("%d requests executed twice", twice)
+	}
+	if keys := newS3BucketNamed(t, bucket).keys(t, "batches/"); len(keys) != 0 {
+		t.Errorf("%d objects left in S3: %v", len(keys), keys)
+	}
+	t.Logf("stderr of the run:\n%s", lastBytes(r.stderr, 1500))
+}
+
+// newS3BucketNamed is the s3Bucket of an existing bucket.
+func newS3BucketNamed(t *testing.T, bucket string) *s3Bucket {
+	t.Helper()
+	ep, _ := testsrv.S3(t)
+	c, err := testsrv.S3Client(t.Context(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &s3Bucket{name: bucket, env: testsrv.S3Env(), client: c}
+}
+
+// writeBedrockMatrixInput writes n chat lines for two Bedrock models
+// (Claude and Llama, mapped from OpenAI's by bedrockModelMap).
+func writeBedrockMatrixInput(t *testing.T, dir string, n int) (string, []string) {
+	t.Helper()
+	var b []byte
+	var ids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("br-%05d", i)
+		ids = append(ids, id)
+		model := []string{"gpt-4o-mini", "gpt-4.1-nano"}[i%2]
+		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":32,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, model, i)
+	}
+	p := filepath.Join(dir, "in.jsonl")
+	writeFile(t, p, b)
+	return p, ids
+}
+
+// runRetriesUnderMinimum runs 40 requests of two models under a minimum
+// of 10 records per job (the emulator's too), 15% of the records failing
+// (429 and 5xx retried, 400 final), with more flags.
+func runRetriesUnderMinimum(t *testing.T, more ...string) (*emulatorProc, result, string, []string) {
+	t.Helper()
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.15", "--seed", "7", "--bedrock-min-records", "10")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 40)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), append([]string{"run", in, "--out", out,
+		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "10",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms"}, more...)...)
+	return emu, r, out, ids
+}
+
+// TestBedrockRetryUnderMinimumNotSent: requests that fail retryably (429,
+// 5xx records) go to a retry of a few requests, under the minimum of
+// records per job: it is never sent (no third job is created); its
+// requests fail for good with below_minimum_batch, the message giving
+// both numbers, and the run exits 4.
+func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
+	emu, r, out, ids := runRetriesUnderMinimum(t)
+	if r.code != exitFailures {
+		t.Fatalf("exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	below := 0
+	for _, o := range checkOutput(t, out, ids) {
+		if o.Error != nil && o.Error.Code == "below_minimum_batch" {
+			below++
+			if !strings.Contains(o.Error.Message, "under the provider's minimum of 10 per batch") {
+				t.Errorf("%s: %s", o.CustomID, o.Error.Message)
+			}
+		}
+	}
+	if below == 0 {
+		t.Fatalf("no request failed below_minimum_batch\n%s", lastBytes(r.stderr, 2000))
+	}
+	if n := emu.stats(t)["batches_created"]; n != 2 {
+		t.Errorf("%d jobs created, want the plan's 2 (no retry under the minimum)", n)
+	}
+}
+
+// TestBedrockCancelStopsJobs: `sluice cancel` of a job whose Bedrock jobs
+// are still running stops them (StopModelInvocationJob; the emulator's
+// jobs stay unfinished for --batch-time), merges what ran, and every
+// request is in the output, cancelled ones as errors (exit 4). (As for
+// every provider, a cancelled job's files stay: cleanup follows a done
+// job's merge.)
+func TestBedrockCancelStopsJobs(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "20s", "--bedrock-min-records", "5")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 20)
+	out := filepath.Join(dir, "out.jsonl")
+	env := append(bedrockEnv(emu.addr, matrixKey, bucket), stateEnv(dir)...)
+	r := runSluiceWithin(t, time.Minute, env, "run", in, "--out", out, "--provider", "bedrock", "--model-map", bedrockModelMap,
+		"--min-batch-requests", "5", "--once")
+	if r.code != exitStopped {
+		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, lastBytes(r.stderr, 2000))
+	}
+	job := onlyJob(t, statusOf(t, env))
+	r = runSluiceWithin(t, time.Minute, env, "cancel", job.ID, "--poll-interval", "50ms", "--max-poll-interval", "100ms")
+	if r.code != exitFailures {
+		t.Fatalf("cancel: exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 2000))
+	}
+	for _, o := range checkOutput(t, out, ids) {
+		if o.Error == nil || o.Error.Code != "batch_cancelled" {
+			t.Errorf("%s: %+v, want batch_cancelled", o.CustomID, o.Error)
+		}
+	}
+	if st := emu.stats(t); st["batches_cancelled"] != 2 {
+		t.Errorf("stats %v: want 2 jobs stopped", st)
+	}
+}
+
+// TestBedrockRetryUnderMinimumGoesRealtime: with --fallback realtime, the
+// requests left to retry under the minimum are not refused but sent one
+// by one through the Bedrock runtime's InvokeModel (SigV4-signed, to the
+// emulator's runtime): none fails below_minimum_batch, no job is created
+// under the minimum, nothing is executed twice.
+func TestBedrockRetryUnderMinimumGoesRealtime(t *testing.T) {
+	emu, r, out, ids := runRetriesUnderMinimum(t, "--fallback", "realtime", "--deadline", "2h", "--fallback-at", "1h")
+	if r.code != exitFailures && r.code != exitOK {
+		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	for _, o := range checkOutput(t, out, ids) {
+		switch {
+		case o.Error != nil && o.Error.Code == "below_minimum_batch":
+			t.Errorf("%s: %s", o.CustomID, o.Error.Message)
+		case o.Error != nil && o.Error.Code != "bedrock_400":
+			t.Errorf("%s: %+v, want a success or a final 400", o.CustomID, o.Error)
+		}
+	}
+	st := emu.stats(t)
+	if st["sync_requests"] == 0 || st["batches_created"] != 2 || st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("stats %v: want the 2 planned jobs, the retries through the runtime, nothing twice", st)
+	}
+}
+
+// TestEmulateListsBedrock: `sluice emulate` names the Bedrock control
+// plane and runtime in its banner and in /_emulator/info, with the
+// variables the AWS SDKs read their endpoints from.
+func TestEmulateListsBedrock(t *testing.T) {
+	cmd := sluiceCmd(nil, "emulate", "--addr", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	var root string
+	banner := map[string]string{}
+	for len(banner) < 2 && sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 5 && f[0] == "sluice" && f[3] == "on":
+			root = f[4]
+		case len(f) == 2 && strings.HasPrefix(f[1], "AWS_ENDPOINT_URL_BEDROCK"):
+			banner[strings.TrimSuffix(f[0], ":")] = f[1]
+		}
+	}
+	go io.Copy(io.Discard, stderr)
+	want := map[string]string{"bedrock": "AWS_ENDPOINT_URL_BEDROCK=" + root + "/bedrock",
+		"bedrock-runtime": "AWS_ENDPOINT_URL_BEDROCK_RUNTIME=" + root + "/bedrock-runtime"}
+	resp, err := http.Get(root + "/_emulator/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		BaseURLs map[string]string `json:"base_urls"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	for fam, line := range want {
+		_, u, _ := strings.Cut(line, "=")
+		if banner[fam] != line || info.BaseURLs[fam] != u {
+			t.Errorf("%s: banner %q, info %q, want %q", fam, banner[fam], info.BaseURLs[fam], line)
+		}
+	}
+}

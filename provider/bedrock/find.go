@@ -1,0 +1,93 @@
+package bedrock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/bedrock"
+	"github.com/aws/aws-sdk-go-v2/service/bedrock/types"
+
+	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/objstore"
+	"github.com/sluice-batch/sluice/provider"
+)
+
+// Find looks for what a previous run made for ref: a job in the listing
+// (ListModelInvocationJobs, submitted within the find window, its name
+// containing JobName(ref)) whose clientRequestToken is ClientToken(ref)
+// and whose input is ref's chunk key (which carries the chunk's digest),
+// or ref.FileID when the tracker knows it (provider.MadeFrom); a live job
+// is preferred to one that failed, expired or was stopped. Else the chunk
+// file in S3 under its key, of the chunk's size (provider.MatchesFile). A
+// chunk without a digest adopts no file, and a job only when made from
+// ref.FileID.
+func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
+	j, err := c.findJob(ctx, ref)
+	if err != nil {
+		return "", "", fmt.Errorf("find job of chunk %d: %w", ref.Chunk, err)
+	}
+	if j != nil {
+		return inputURI(j.InputDataConfig), aws.ToString(j.JobArn), nil
+	}
+	if ref.Digest == "" {
+		return "", "", nil
+	}
+	key := c.inputKey(ref)
+	info, err := c.store.Stat(ctx, key)
+	switch {
+	case errors.Is(err, objstore.ErrNotExist):
+		return "", "", nil
+	case err != nil:
+		return "", "", fmt.Errorf("find the file of chunk %d: %w", ref.Chunk, storeErr(err))
+	case provider.MatchesFile(provider.UploadName(ref), info.Size, ref):
+		return c.uri(key), "", nil
+	}
+	return "", "", nil
+}
+
+func inputURI(in types.ModelInvocationJobInputDataConfig) string {
+	if s3, ok := in.(*types.ModelInvocationJobInputDataConfigMemberS3InputDataConfig); ok {
+		return aws.ToString(s3.Value.S3Uri)
+	}
+	return ""
+}
+
+func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*types.ModelInvocationJobSummary, error) {
+	token, want := ClientToken(ref), c.uri(c.inputKey(ref))
+	if ref.FileID != "" {
+		want = ref.FileID
+	}
+	if ref.Digest == "" && ref.FileID == "" {
+		return nil, nil // nothing proves a job is this chunk's
+	}
+	pages := bedrock.NewListModelInvocationJobsPaginator(c.api, &bedrock.ListModelInvocationJobsInput{
+		NameContains:    aws.String(JobName(ref)),
+		SubmitTimeAfter: aws.Time(c.clock.Now().Add(-c.findBack)),
+		SortBy:          types.SortJobsByCreationTime, SortOrder: types.SortOrderDescending,
+		MaxResults: aws.Int32(100),
+	})
+	var dead *types.ModelInvocationJobSummary
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, c.apiErr(err)
+		}
+		for i := range page.InvocationJobSummaries {
+			j := &page.InvocationJobSummaries[i]
+			if aws.ToString(j.ClientRequestToken) != token || inputURI(j.InputDataConfig) != want {
+				continue
+			}
+			switch statuses[j.Status] {
+			case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
+				if dead == nil {
+					dead = j
+				}
+			default:
+				return j, nil
+			}
+		}
+	}
+	return dead, nil
+}
