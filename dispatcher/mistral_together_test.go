@@ -24,6 +24,7 @@ func chatLines(n int) []string {
 // once and succeeded, no success is bought twice, and re-executions happen
 // only for results the provider spoiled or lost.
 func TestHostileMistralTogether(t *testing.T) {
+	t.Parallel() // its own emulator and tracker: beside the other long tests
 	for _, family := range []string{"mistral", "together"} {
 		for _, tc := range []struct {
 			name  string

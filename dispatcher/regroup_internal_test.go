@@ -23,6 +23,7 @@ import (
 // tokens and the bound that closed each), for a JSONL codec and an
 // enveloped one: there is one chunk-cutting rule (sluice.Limits.Bound).
 func TestRegroupCutsLikeTheSplitter(t *testing.T) {
+	t.Parallel() // its own emulator and tracker: beside the other long tests
 	ctx := context.Background()
 	db, err := tracker.Open(ctx, t.TempDir())
 	if err != nil {

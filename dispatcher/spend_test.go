@@ -113,6 +113,7 @@ func providerSpend(t *testing.T, base string, tbl *pricing.Table) float64 {
 // buys more than the cap, priced from what the provider reported, and
 // either finishes or stops with CapReached.
 func TestSpendCapNeverExceeded(t *testing.T) {
+	t.Parallel() // its own emulator and tracker: beside the other long tests
 	tbl := pricing.Builtin()
 	price := func(m string) (pricing.Price, bool) { return tbl.Lookup("openai", m) }
 	capped, finished := 0, 0

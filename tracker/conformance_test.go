@@ -133,7 +133,10 @@ func TestConformance(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			for _, c := range conformance {
-				t.Run(c.name, func(t *testing.T) { c.test(t, b.open(t)) })
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel() // a state directory or database of its own
+					c.test(t, b.open(t))
+				})
 			}
 		})
 	}

@@ -49,6 +49,7 @@ func TestReadmeFirstRun(t *testing.T) {
 }
 
 func TestBadInputExit2WithLine(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in := filepath.Join(dir, "bad.jsonl")
 	writeFile(t, in, []byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}
@@ -91,6 +92,7 @@ func TestBadInputExit2WithLine(t *testing.T) {
 }
 
 func TestChangedInputRefused(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 12)
 	env := stateEnv(dir)
@@ -141,6 +143,7 @@ func TestCronOnceFlow(t *testing.T) {
 // TestLogsAreJSONWhenNotATerminal: with stderr redirected every log line is
 // a JSON object, and events carry job, chunk and batch ids.
 func TestLogsAreJSONWhenNotATerminal(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 30)
 	r := runSluice(t, stateEnv(dir), "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--max-batch-requests", "10")
@@ -254,6 +257,7 @@ func TestSecondRunOnLockedJobFailsFast(t *testing.T) {
 }
 
 func TestStatusJSON(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 30)
 	if r := runSluice(t, stateEnv(dir), "run", in, "--out", filepath.Join(dir, "o.jsonl"), "--max-batch-requests", "10"); r.code != 0 {

@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 }
 
 // testParallel is how many tests of this package run at once by default.
-const testParallel = 6
+const testParallel = 10
 
 // result of one sluice invocation.
 type result struct {

@@ -77,6 +77,7 @@ func cloudflareEnv(dir string) []string {
 
 // Item 1: the Cloudflare provider finishes from a fresh state directory.
 func TestCloudflareFromFreshState(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "100ms")
 	dir := t.TempDir()
 	in, ids := writeCloudflareInput(t, dir, 12)
@@ -92,6 +93,7 @@ func TestCloudflareFromFreshState(t *testing.T) {
 // Item 1: a failure of our own disk while polling stops the run (exit 1)
 // with a message naming the path, instead of retrying the poll for ever.
 func TestLocalDiskFailureWhilePollingStops(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "50ms")
 	dir := t.TempDir()
 	in, _ := writeCloudflareInput(t, dir, 4)
@@ -140,6 +142,7 @@ func lastLine(s string) string {
 // Item 3: --out naming the input, by any path, is refused before anything
 // is written, and the input is left as it was.
 func TestOutputIsInputRefused(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 5)
 	orig, _ := os.ReadFile(in)
@@ -185,6 +188,7 @@ func TestOutputIsInputRefused(t *testing.T) {
 // Item 3: what can be checked before planning is checked before planning:
 // the output's directory, the key, the account, the base URL.
 func TestPreflightBeforePlanning(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 5)
 	notDir := filepath.Join(dir, "file")
@@ -233,6 +237,7 @@ func TestPreflightBeforePlanning(t *testing.T) {
 
 // Item 7: every way of misusing the command line, and bad input, exits 2.
 func TestExitCodesMatchReadme(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 3)
 	empty := filepath.Join(dir, "empty.jsonl")
@@ -339,7 +344,7 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
 	// Every call takes 1.5s: the second signal, 700ms after the first,
 	// finds calls in flight to cancel.
-	emu := startEmulator(t, "--batch-time", "2s", "--slow-rate", "1", "--slow-delay", "1500ms")
+	emu := startEmulator(t, "--batch-time", "500ms", "--slow-rate", "1", "--slow-delay", "1500ms")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 24)
 	out := filepath.Join(dir, "out.jsonl")
@@ -529,6 +534,7 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 
 // Item 11: the small things a new user reads first.
 func TestFirstHourMessages(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	// The plan of a one-chunk Cloudflare file: singular nouns, the exact
 	// byte limit.
@@ -620,6 +626,7 @@ func TestEmulatorBannerNamesEveryFamily(t *testing.T) {
 // files have no line) gives its requests batch_cancelled, not
 // missing_result.
 func TestCancelWhileValidatingSaysCancelled(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 9)

@@ -37,6 +37,20 @@ func writeFallbackInput(t *testing.T, dir string, n, small int) (string, []strin
 	return p, ids
 }
 
+// fallbackBatchTime and fallbackAfter are the --batch-time and the
+// fallbackIn of the tests of a fallback from stuck batches: the fallback
+// begins 6s after the run starts, while the batches (created within ~1s,
+// even under load) are mid-run: the emulator runs a batch's lines from 10%
+// of --batch-time (2s after its create) to 90% (18s; Anthropic from 0% to
+// 100%), so each has finished a line or two (about a fifth, as
+// TestFallbackSpendCapStops needs) and not the rest, with 3s to spare for
+// a slow create. It was 40s and 12s: the ratio is what matters, and a
+// cancel takes a tenth of --batch-time.
+const (
+	fallbackBatchTime = "20s"
+	fallbackAfter     = 6 * time.Second
+)
+
 // fallbackArgs is a run against emu whose batches take far longer than
 // the deadline allows: the fallback begins after ~fallbackIn, while the
 // three batches are mid-run (the emulator's in_progress is 10% to 90% of
@@ -52,7 +66,7 @@ func fallbackRunArgs(in, out string, start time.Time, fallbackIn time.Duration, 
 	return append([]string{"run", in, "--out", out,
 		"--rate", "-1", "--max-batch-requests", "10", "--poll-interval", "100ms", "--max-poll-interval", "300ms",
 		"--deadline", start.Add(3 * time.Minute).UTC().Format(time.RFC3339),
-		"--fallback", "realtime", "--fallback-at", start.Add(fallbackIn).UTC().Format(time.RFC3339)}, extra...)
+		"--fallback", "realtime", "--fallback-at", start.Add(fallbackIn).UTC().Format(time.RFC3339Nano)}, extra...)
 }
 
 // checkChatCompletions checks the output has every id once, in order, each
@@ -91,12 +105,12 @@ func checkFellBack(t *testing.T, emu *emulatorProc) {
 // request twice.
 func TestFallbackRealtimeAnswersStuckBatches(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "40s")
+	emu := startEmulator(t, "--batch-time", fallbackBatchTime)
 	dir := t.TempDir()
 	in, ids := writeFallbackInput(t, dir, 30, 0)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
-	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), 12*time.Second)...)
+	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), fallbackAfter)...)
 	if r.code != exitOK {
 		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
 	}
@@ -136,12 +150,12 @@ func TestFallbackKilledMidFallbackNoSecondPurchase(t *testing.T) {
 }
 
 func testFallbackKilled(t *testing.T, dsn string) {
-	emu := startEmulator(t, "--batch-time", "40s", "--sync-delay", "300ms")
+	emu := startEmulator(t, "--batch-time", fallbackBatchTime, "--sync-delay", "300ms")
 	dir := t.TempDir()
 	in, ids := writeFallbackInput(t, dir, 30, 0)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn)
-	args := fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--concurrency", "3")
+	args := fallbackArgs(emu, in, out, time.Now(), fallbackAfter, "--concurrency", "3")
 	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 4 })
 	before := emu.stats(t)["sync_requests"]
 	r := runSluice(t, env, args...)
@@ -186,7 +200,7 @@ func testFallbackKilled(t *testing.T, dsn string) {
 // nothing is bought twice.
 func TestFallbackSpendCapStops(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "40s")
+	emu := startEmulator(t, "--batch-time", fallbackBatchTime)
 	dir := t.TempDir()
 	in, _ := writeFallbackInput(t, dir, 30, 20)
 	out := filepath.Join(dir, "out.jsonl")
@@ -196,7 +210,7 @@ func TestFallbackSpendCapStops(t *testing.T) {
 	// under $0.0002; ten without, by 16,384 output tokens each: $0.049.
 	// The third batch's ~8 unanswered requests at the full rate: $0.079,
 	// past $0.06 (at the batch price, $0.039, they would fit).
-	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--max-cost", "0.06")...)
+	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), fallbackAfter, "--max-cost", "0.06")...)
 	if r.code != exitStopped || !strings.Contains(r.stderr, "spend cap") {
 		t.Fatalf("exit %d, want 3 with the spend cap named\n%s", r.code, tail(r.stderr, 3000))
 	}
@@ -313,12 +327,12 @@ func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
 // twice.
 func TestFallbackAnthropic(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "40s")
+	emu := startEmulator(t, "--batch-time", fallbackBatchTime)
 	dir := t.TempDir()
 	in, ids, _ := writeChatInput(t, dir, 30, true)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://"+emu.addr)
-	r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), 12*time.Second,
+	r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), fallbackAfter,
 		"--provider", "anthropic", "--model-map", "gpt-4o-mini=claude-haiku-4-5")...)
 	if r.code != exitOK {
 		t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
@@ -341,7 +355,7 @@ func TestFallbackFamilies(t *testing.T) {
 	} {
 		t.Run(c.family, func(t *testing.T) {
 			t.Parallel()
-			emu := startEmulator(t, "--batch-time", "40s")
+			emu := startEmulator(t, "--batch-time", fallbackBatchTime)
 			dir := t.TempDir()
 			in, ids := writeFallbackInput(t, dir, 30, 30)
 			out := filepath.Join(dir, "out.jsonl")
@@ -351,7 +365,7 @@ func TestFallbackFamilies(t *testing.T) {
 			} else {
 				env = append(env, familyEnv(c.family, "k", emu.addr)...)
 			}
-			r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), 12*time.Second,
+			r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), fallbackAfter,
 				"--provider", c.family, "--model-map", "gpt-4o-mini="+c.model)...)
 			if r.code != exitOK {
 				t.Fatalf("exit %d, want 0\n%s", r.code, tail(r.stderr, 3000))
@@ -370,7 +384,7 @@ func TestFallbackFamilies(t *testing.T) {
 // chat.completions): every line answered, none executed twice.
 func TestFallbackCloudflare(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "8s")
+	emu := startEmulator(t, "--batch-time", "5s") // live well past --fallback-at (3s)
 	dir := t.TempDir()
 	in, ids := writeFallbackInput(t, dir, 30, 30)
 	out := filepath.Join(dir, "out.jsonl")
@@ -397,12 +411,12 @@ func TestFallbackCloudflare(t *testing.T) {
 // executed twice.
 func TestFallbackCancelledMidFallback(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "40s", "--sync-delay", "400ms")
+	emu := startEmulator(t, "--batch-time", fallbackBatchTime, "--sync-delay", "400ms")
 	dir := t.TempDir()
 	in, ids := writeFallbackInput(t, dir, 30, 0)
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
-	args := fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--concurrency", "1")
+	args := fallbackArgs(emu, in, out, time.Now(), fallbackAfter, "--concurrency", "1")
 	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 3 })
 	job := onlyJob(t, statusOf(t, env))
 	before := emu.stats(t)["sync_requests"]

@@ -167,6 +167,7 @@ func TestDiskFullDuringSplitAndDownload(t *testing.T) {
 // batches are still to be sent; the run stops with a clear error instead
 // of looping, and the database stays sound.
 func TestChunkDirDeletedUnderLiveJob(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "5s")
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 60)

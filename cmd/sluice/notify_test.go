@@ -432,6 +432,7 @@ func TestNotifyFailed(t *testing.T) {
 // TestNotifyBadFlags: a --notify that is not an http(s) URL and a secret
 // not in the whsec_ form are bad usage (exit 2), named without the value.
 func TestNotifyBadFlags(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 3)
 	for _, c := range []struct {

@@ -87,7 +87,7 @@ func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
 // which nothing failed.
 func TestSplitsAreNotRetries(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--enqueued-token-limit", "1500", "--batch-time", "1s")
+	emu := startEmulator(t, "--enqueued-token-limit", "1500", "--batch-time", "300ms")
 	dir := t.TempDir()
 	var b strings.Builder
 	var ids []string
@@ -100,7 +100,7 @@ func TestSplitsAreNotRetries(t *testing.T) {
 	writeFile(t, in, []byte(b.String()))
 	r := runSluice(t, []string{"OPENAI_API_KEY=x"}, "run", in, "--out", out, "--state", state,
 		"--provider", "openai", "--base-url", "http://"+emu.addr+"/v1",
-		"--poll-interval", "200ms", "--max-poll-interval", "1s", "--deadline", "50s")
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--deadline", "50s")
 	if r.code != 0 {
 		t.Fatalf("exit %d, want 0\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

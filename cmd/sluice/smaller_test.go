@@ -63,6 +63,7 @@ func openTempDir(t *testing.T) string {
 // TestUnreadableInputIsBadInput: an input the user may not read is named
 // as the input and exits 2 (bad input), for plan and run.
 func TestUnreadableInputIsBadInput(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := openTempDir(t)
 	in, _ := writeInput(t, dir, 3)
 	if err := os.Chmod(in, 0); err != nil {
@@ -118,6 +119,7 @@ func TestHTTPMaxWaitBoundsDeadURL(t *testing.T) {
 // provider's credentials; the local provider's row and its bad-url error
 // list the urls of every family it takes, not only OpenAI's.
 func TestCredentialsAndLocalURLsNamed(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 2)
 	noKeys := append(stateEnv(dir), "GOOGLE_API_KEY=", "GEMINI_API_KEY=", "DEEPINFRA_API_KEY=", "DEEPINFRA_TOKEN=")
@@ -185,6 +187,7 @@ func TestProviderFileCleanupIsShown(t *testing.T) {
 // the number of lines and the first file:line, where before only "no price
 // for gpt-4.1-nano" hinted at it.
 func TestModelMapMissWarnedAtPlan(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	var lines []string
 	for i := range 9 {
@@ -213,6 +216,7 @@ func TestModelMapMissWarnedAtPlan(t *testing.T) {
 // that took it would run on (emulate serves until killed): each is
 // killed after 15 s.
 func TestLogFlagsValidatedEverywhere(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	run := func(args ...string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -246,6 +250,7 @@ func TestLogFlagsValidatedEverywhere(t *testing.T) {
 // job not run yet: it held the estimate of the requests with usage, now
 // money.usage_est_input_tokens).
 func TestStatusMoneyEstimateAgrees(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeInput(t, dir, 20)
 	if r := runSluice(t, stateEnv(dir), "plan", in); r.code != 0 {
@@ -329,6 +334,7 @@ func TestLocalBatchTimeKeptBySubmittedBatches(t *testing.T) {
 // written with only "no price for ..." as a hint); lines that name the
 // family's own models are not.
 func TestForeignModelWarnedWithoutMap(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	var lines []string
 	for i := range 6 {

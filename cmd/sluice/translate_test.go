@@ -227,6 +227,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 // to the rejects file with --skip-invalid while the others run; a
 // parameter that cannot change the answer is dropped with one warning.
 func TestChatLineRejectedAtPlanTime(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.jsonl")
 	good := `{"custom_id":"g%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":8,"store":true,"messages":[{"role":"user","content":"hi"}]}}` + "\n"
@@ -275,6 +276,7 @@ func TestChatLineRejectedAtPlanTime(t *testing.T) {
 // beside chat lines are never translated: their answers come back as
 // Anthropic Messages, while the chat line's comes back a chat.completion.
 func TestNativeLinesUntouched(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulator(t, "--batch-time", "100ms")
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.jsonl")

@@ -47,6 +47,7 @@ func onlyJob(t *testing.T, doc statusDoc) statusJob {
 // error exactly as recorded, and a finished job shows its outcome, output
 // and errors paths.
 func TestStatusChunksShowLastErrorVerbatim(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	_, _, in, ids, out, env := openAIJob(t, 30, "out.jsonl", "--validation-fail-rate", "1")
 	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--max-attempts", "1",
 		"--poll-interval", "50ms", "--max-poll-interval", "100ms", "--rate", "-1")
@@ -413,6 +414,7 @@ func TestStateDirUnderCron(t *testing.T) {
 // command; that must neither rewrite the output nor change the exit code,
 // and a deleted output is written again from the kept results.
 func TestRerunOfDoneJobLeavesOutput(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, ids := writeInput(t, dir, 20)
 	out := filepath.Join(dir, "out.jsonl")

@@ -253,6 +253,7 @@ func TestWorkersShareOneJobThroughKills(t *testing.T) {
 	t.Parallel()
 	for _, be := range workersBackends {
 		t.Run(be.name, func(t *testing.T) {
+			t.Parallel() // its own directory, emulator, database and bucket
 			dir := t.TempDir()
 			in, ids := writeInput(t, dir, 400)
 			workersThroughKills(t, be.setup(t, dir, in), ids)

@@ -16,6 +16,7 @@ func xaiEnv(addr, key string) []string {
 // with every request once, nothing run twice, and no file left at the
 // provider.
 func TestXAIFileInputRun(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=" + matrixKey}, "--batch-time", "200ms")
 	dir := t.TempDir()
 	in, ids := writeMTInput(t, dir, 20)
@@ -43,6 +44,7 @@ func TestXAIFileInputRun(t *testing.T) {
 // TestXAIBadFlags: an unknown --xai-input or --xai-cancel-path is a usage
 // error (exit 2) naming the flag's choices.
 func TestXAIBadFlags(t *testing.T) {
+	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
 	in, _ := writeMTInput(t, dir, 2)
 	for _, flag := range []string{"--xai-input", "--xai-cancel-path"} {
