@@ -179,12 +179,16 @@ type Dispatcher struct {
 	concluding chan struct{}
 	createMu   sync.Mutex // serialises creates for Untagged providers
 	// queueFull holds the models whose provider queue reported full, with
-	// when it last did: only a batch submitted after that, taken into the
-	// queue, shows that the queue has room again.
+	// when it last did: only a probe admitted under that mark (probe),
+	// taken into the queue, shows that the queue has room again.
 	queueFull map[string]time.Time
 	// alone says, per chunk submitted by this run, whether it went with no
 	// other batch of its model live or submitted beside it.
 	alone map[int64]bool
+	// probe holds, per chunk this run admitted while its model's queue was
+	// marked full, that mark. A batch admitted before the mark is no
+	// probe, even when its create returns after the mark was set.
+	probe map[int64]time.Time
 	// usage and refusedRatio are what the job learned about the provider's
 	// token counting, per model (split.go): from finished batches' usage,
 	// and from batches refused while alone.
@@ -193,7 +197,7 @@ type Dispatcher struct {
 	// newChunks are the chunks of the next attempt that finished chunks
 	// made, not yet taken into the scheduler's view.
 	newChunks []*sluice.Chunk
-	mu        sync.Mutex // guards queueFull, alone, usage, refusedRatio and newChunks
+	mu        sync.Mutex // guards queueFull, alone, probe, usage, refusedRatio and newChunks
 	// halted is set by the first fatal error: no new task or provider call
 	// starts; those in flight finish.
 	halted atomic.Bool
@@ -242,7 +246,7 @@ func New(store sluice.Store, prov sluice.Provider, job *sluice.Job, opts Options
 		job.MaxAttempts = sluice.DefaultMaxAttempts
 	}
 	d := &Dispatcher{store: store, prov: prov, job: job, opts: opts, caps: prov.Capabilities(),
-		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]time.Time{}, alone: map[int64]bool{}, refusedRatio: map[string]float64{},
+		log: opts.Log.With().Str("job", job.ID).Logger(), queueFull: map[string]time.Time{}, alone: map[int64]bool{}, probe: map[int64]time.Time{}, refusedRatio: map[string]float64{},
 		concluding: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		rtChunks:   map[int64]bool{}, rtSem: make(chan struct{}, opts.Concurrency)}
 	d.rtStore, _ = store.(sluice.RealtimeStore)
@@ -293,11 +297,13 @@ func (d *Dispatcher) nextPoll(n int) time.Time {
 	return d.now().Add(time.Duration(iv))
 }
 
-func (d *Dispatcher) isQueueFull(model string) bool {
+// queueMark reports whether model's provider queue is marked full, and
+// since when.
+func (d *Dispatcher) queueMark(model string) (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, full := d.queueFull[model]
-	return full
+	at, full := d.queueFull[model]
+	return at, full
 }
 
 // setQueueFull marks model's provider queue full as of now.
@@ -307,13 +313,20 @@ func (d *Dispatcher) setQueueFull(model string) {
 	d.queueFull[model] = d.now()
 }
 
-// queueTook clears model's queue-full mark when a batch of it submitted at
-// submitted, after the mark, was taken into the provider's queue.
-func (d *Dispatcher) queueTook(model string, submitted time.Time) {
+// queueTook clears the queue-full mark of chunk c's model when c, taken
+// into the provider's queue, was admitted under that mark: a probe, sent
+// with no other batch of the model live. A batch admitted before the
+// mark, whose create returned only after it (a slow create, a loaded
+// machine), proves nothing: it went beside the batch that was refused,
+// and clearing the mark on it sent the refused batch again beside it, to
+// be refused again (TestEnqueuedTokenLimitEqualToBudgetFinishes under
+// load: 4 refusals instead of 3).
+func (d *Dispatcher) queueTook(c *sluice.Chunk) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if at, full := d.queueFull[model]; full && !submitted.Before(at) {
-		delete(d.queueFull, model)
+	at, full := d.queueFull[c.Model]
+	if probe, ok := d.probe[c.ID]; full && ok && !probe.Before(at) {
+		delete(d.queueFull, c.Model)
 	}
 }
 

@@ -82,9 +82,9 @@ func (d *Dispatcher) poll(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	switch b.Status {
 	case sluice.BatchInProgress, sluice.BatchFinalizing, sluice.BatchCompleted:
 		// The provider took a batch of this model into its queue: if it
-		// was submitted after the queue was last full, the queue has room
-		// again (schedule.go, admit).
-		d.queueTook(c.Model, c.SubmittedAt)
+		// was the probe sent after the queue was last full, the queue has
+		// room again (schedule.go, admit).
+		d.queueTook(c)
 	}
 	if !b.Status.Ended() {
 		if d.fallbackOn() {

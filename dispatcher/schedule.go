@@ -462,13 +462,15 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 	if lim.MaxLiveBatches > 0 && a.live >= lim.MaxLiveBatches {
 		return false
 	}
-	if d.isQueueFull(c.Model) && a.liveByModel[c.Model] > 0 {
+	mark, full := d.queueMark(c.Model)
+	if full && a.liveByModel[c.Model] > 0 {
 		// The provider's queue was full for this model: wait for our own
 		// batches of it to drain, then send one chunk alone, a probe, and
 		// the next only once the provider accepts a batch of the model
 		// (poll.go clears the mark). Chunks sent together after each drain
 		// are refused together, none of them alone, so none is ever split:
-		// a livelock (TestRefusedTogetherDoesNotLivelock).
+		// a livelock (TestRefusedTogetherDoesNotLivelock). Only the probe
+		// clears the mark: a batch admitted before it proves nothing.
 		return false
 	}
 	q := d.queueTokens(c)
@@ -482,7 +484,7 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 	a.flying++
 	a.liveTokens[c.Model] += q
 	a.liveByModel[c.Model]++
-	a.s.markAlone(c, a.view, a.liveByModel[c.Model] == 1)
+	a.s.markAlone(c, a.view, a.liveByModel[c.Model] == 1, mark, full)
 	return true
 }
 
@@ -501,12 +503,19 @@ func (a *admission) admitRealtime(c *sluice.Chunk) bool {
 // markAlone records whether chunk c, about to be submitted, goes with no
 // other batch of its model live or in flight; if not, neither do those
 // others any more (a chunk refused for the queue counts only the refusals
-// it met alone: issue 11, item 5).
-func (s *sched) markAlone(c *sluice.Chunk, view []*sluice.Chunk, alone bool) {
+// it met alone: issue 11, item 5). full says c was admitted while its
+// model's queue was marked full (as of mark): it is the probe, whose
+// acceptance clears the mark (queueTook).
+func (s *sched) markAlone(c *sluice.Chunk, view []*sluice.Chunk, alone bool, mark time.Time, full bool) {
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.alone[c.ID] = alone
+	if full {
+		d.probe[c.ID] = mark
+	} else {
+		delete(d.probe, c.ID)
+	}
 	if alone {
 		return
 	}

@@ -136,11 +136,18 @@ func TestEnqueuedTokenLimitEqualToBudgetFinishes(t *testing.T) {
 			if st["batches_failed"] == 0 {
 				t.Fatalf("emulator %v: no batch was refused for the token limit: the test proves nothing", st)
 			}
-			// One refusal per model teaches the ratio: the model's other
-			// chunks are cut by it before they are sent, not each refused in
-			// turn.
+			// One refusal alone per model teaches the ratio: the model's
+			// other chunks are cut by it before they are sent, not each
+			// refused in turn. Here that is 3: gpt-4.1-nano's first chunk
+			// (59 requests) is refused beside its one-request chunk, waits
+			// for that to end, and is refused alone and split;
+			// gpt-4o-mini's first chunk is refused once and split; the
+			// embeddings fit. A batch admitted beside a refused one is no
+			// probe, however late its create returns: were the refused
+			// chunk sent again beside it, that was a 4th refusal (under
+			// load, before the fix).
 			if st["batches_failed"] > 3 {
-				t.Errorf("%d batches refused for the token limit; want at most one per model (3)", st["batches_failed"])
+				t.Errorf("%d batches refused for the token limit; want at most 3 (one alone per model that needs it, and gpt-4.1-nano's first chunk once beside its small one)", st["batches_failed"])
 			}
 		})
 	}
