@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -79,14 +80,21 @@ func runSluice(t *testing.T, env []string, args ...string) result {
 	cmd := sluiceCmd(env, args...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
+	code, err := procExit(cmd.Run())
+	if err != nil {
 		t.Fatalf("run sluice: %v", err)
 	}
 	return result{code: code, stdout: so.String(), stderr: se.String()}
+}
+
+// procExit reads what a finished process's Run or Wait returned: its exit
+// code (-1 when a signal ended it), or the error when it did not run.
+func procExit(err error) (int, error) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return 0, err
 }
 
 // emulatorProc is `sluice emulate` running as its own process.
@@ -257,10 +265,8 @@ func killAfter(t *testing.T, cmd *exec.Cmd, d time.Duration) (killed bool, code 
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); ok {
-			return false, ee.ExitCode()
-		}
-		return false, 0
+		code, _ := procExit(err)
+		return false, code
 	case <-time.After(d):
 		cmd.Process.Signal(syscall.SIGKILL)
 		<-done
@@ -307,28 +313,26 @@ func decompressZstd(t *testing.T, src, dst string) {
 // awaited moment).
 func killWhen(t *testing.T, cmd *exec.Cmd, what string, ready func() bool) {
 	t.Helper()
-	var se lockedBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !ready() {
+	killWhenLog(t, cmd, what, 2*time.Minute, func(string) bool { return ready() })
+}
+
+// killWhenLog is killWhen whose ready reads the process's stderr so far,
+// waiting at most limit.
+func killWhenLog(t *testing.T, cmd *exec.Cmd, what string, limit time.Duration, ready func(stderr string) bool) {
+	t.Helper()
+	w := startProc(t, cmd)
+	deadline := time.Now().Add(limit)
+	for !ready(w.stderr.String()) {
 		select {
-		case err := <-done:
-			t.Fatalf("the first run ended (%v) before it was killed:\n%s", err, se.String())
-		default:
+		case <-w.done:
+			t.Fatalf("the first run ended (exit %d) before it was killed (no %s):\n%s", w.code, what, w.stderr.String())
+		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no %s after 2 minutes:\n%s", what, se.String())
+			t.Fatalf("no %s after %v:\n%s", what, limit, w.stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	w.kill()
 }
 
 // waitWorkers waits up to timeout for each worker to end, fails the test

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,10 +33,8 @@ func runSluiceFor(t *testing.T, d time.Duration, env []string, args ...string) r
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
+		code, err := procExit(err)
+		if err != nil {
 			t.Fatalf("run sluice: %v", err)
 		}
 		return result{code: code, stdout: so.String(), stderr: se.String()}
@@ -161,11 +158,7 @@ func TestOutputIsInputRefused(t *testing.T) {
 			cmd.Dir = dir
 			var se bytes.Buffer
 			cmd.Stderr = &se
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			}
+			code, _ := procExit(cmd.Run())
 			if code != 2 {
 				t.Errorf("exit %d, want 2\n%s", code, se.String())
 			}
@@ -347,7 +340,7 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--poll-interval", "50ms",
 		"--max-poll-interval", "100ms", "--rate", "-1", "--reconcile-grace", "1s"}
 	cmd := sluiceCmd(env, args...)
-	var se syncBuffer
+	var se lockedBuffer
 	cmd.Stderr = &se
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -360,11 +353,7 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGINT)
 	time.Sleep(700 * time.Millisecond) // a second signal counts after 500ms
 	cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	}
+	code, _ := procExit(cmd.Wait())
 	if code != 3 {
 		t.Fatalf("exit %d after two Ctrl-C, want 3\n%s", code, tail(se.String(), 3000))
 	}
@@ -379,24 +368,6 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 		t.Fatalf("the re-run: exit %d\n%s", r.code, tail(r.stderr, 3000))
 	}
 	checkOutput(t, out, ids)
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 var _ = json.Marshal

@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,27 +14,11 @@ import (
 	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
-// runSluiceWithin is runSluice that kills sluice after limit: a run that
-// would loop for ever fails the test instead of hanging it.
+// runSluiceWithin is runSluiceFor: a run that would loop for ever fails
+// the test instead of hanging it.
 func runSluiceWithin(t *testing.T, limit time.Duration, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = sluiceCmd(env).Env
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("sluice %s did not end within %v\nstderr (tail):\n%s", strings.Join(args, " "), limit, lastBytes(se.String(), 2000))
-	}
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run sluice: %v", err)
-	}
-	return result{code: code, stdout: so.String(), stderr: se.String()}
+	return runSluiceFor(t, limit, env, args...)
 }
 
 func lastBytes(s string, n int) string {
@@ -320,29 +300,9 @@ func TestKilledWhileSplittingResumes(t *testing.T) {
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
 		"--max-enqueued-tokens", "2000", "--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms",
 		"--reconcile-grace", "1s"}
-	cmd := sluiceCmd(env, args...)
-	var se syncBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(se.String(), "limit by itself; split") {
-		select {
-		case err := <-done:
-			t.Fatalf("the first run ended (%v) before it split a batch:\n%s", err, lastBytes(se.String(), 3000))
-		default:
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no split after 60s:\n%s", lastBytes(se.String(), 3000))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	killWhenLog(t, sluiceCmd(env, args...), "split", 60*time.Second, func(se string) bool {
+		return strings.Contains(se, "limit by itself; split")
+	})
 	r := runSluiceWithin(t, 90*time.Second, env, args...)
 	if r.code != 0 {
 		t.Fatalf("resumed run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))

@@ -8,7 +8,6 @@ package main
 // in parallel. A new provider family is one row of matrixProviders.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,10 +15,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -242,73 +239,35 @@ func (c *cell) finish(why string) {
 	}
 }
 
-// liveRun is a sluice run in progress whose stderr can be waited on.
-type liveRun struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	done chan struct{}
-	code int
-}
-
-func (l *liveRun) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *liveRun) stderr() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func startRun(t *testing.T, env []string, args ...string) *liveRun {
+// startRun starts a sluice run whose stderr can be waited on.
+func startRun(t *testing.T, env []string, args ...string) *workerProc {
 	t.Helper()
-	l := &liveRun{cmd: sluiceCmd(env, args...), done: make(chan struct{})}
-	l.cmd.Stdout, l.cmd.Stderr = io_Discard{}, l
-	if err := l.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := l.cmd.Wait()
-		l.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			l.code = ee.ExitCode()
-		}
-		close(l.done)
-	}()
-	t.Cleanup(func() { l.cmd.Process.Kill(); <-l.done })
-	return l
+	return startWorkerProc(t, env, args...)
 }
-
-type io_Discard struct{}
-
-func (io_Discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // waitLog waits until the run's log says s.
-func (l *liveRun) waitLog(t *testing.T, s string) {
+func (l *workerProc) waitLog(t *testing.T, s string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(l.stderr(), s) {
+	for !strings.Contains(l.stderr.String(), s) {
 		select {
 		case <-l.done:
-			t.Fatalf("the run ended (exit %d) before its log said %q:\n%s", l.code, s, lastBytes(l.stderr(), 3000))
+			t.Fatalf("the run ended (exit %d) before its log said %q:\n%s", l.code, s, lastBytes(l.stderr.String(), 3000))
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the run's log never said %q:\n%s", s, lastBytes(l.stderr(), 3000))
+			t.Fatalf("the run's log never said %q:\n%s", s, lastBytes(l.stderr.String(), 3000))
 		}
 	}
 }
 
-func (l *liveRun) wait(t *testing.T) int {
+func (l *workerProc) wait(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-l.done:
 		return l.code
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("the run did not end:\n%s", lastBytes(l.stderr(), 3000))
+		t.Fatalf("the run did not end:\n%s", lastBytes(l.stderr.String(), 3000))
 	}
 	return -1
 }
@@ -332,7 +291,7 @@ func TestProviderMatrix(t *testing.T) {
 			l.waitLog(t, "batch submitted")
 			l.cmd.Process.Signal(os.Interrupt)
 			if code := l.wait(t); code != exitStopped {
-				t.Fatalf("Ctrl-C once: exit %d, want 3\n%s", code, lastBytes(l.stderr(), 3000))
+				t.Fatalf("Ctrl-C once: exit %d, want 3\n%s", code, lastBytes(l.stderr.String(), 3000))
 			}
 			// Ctrl-C twice: calls in flight are cancelled; the run stops
 			// with work left.
@@ -343,7 +302,7 @@ func TestProviderMatrix(t *testing.T) {
 			time.Sleep(600 * time.Millisecond) // a second signal counts after 500ms
 			l.cmd.Process.Signal(os.Interrupt)
 			if code := l.wait(t); code != exitStopped {
-				t.Fatalf("Ctrl-C twice: exit %d, want 3 (stopped with work left)\n%s", code, lastBytes(l.stderr(), 3000))
+				t.Fatalf("Ctrl-C twice: exit %d, want 3 (stopped with work left)\n%s", code, lastBytes(l.stderr.String(), 3000))
 			}
 			c.finish("after Ctrl-C once and twice")
 		})

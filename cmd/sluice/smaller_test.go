@@ -73,11 +73,8 @@ func TestUnreadableInputIsBadInput(t *testing.T) {
 		asUnprivileged(t, cmd)
 		var se strings.Builder
 		cmd.Stderr = &se
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
+		code, err := procExit(cmd.Run())
+		if err != nil {
 			t.Fatal(err)
 		}
 		if code != 2 || !strings.Contains(se.String(), "input: open "+in+": permission denied") {
@@ -221,13 +218,11 @@ func TestLogFlagsValidatedEverywhere(t *testing.T) {
 		cmd.Env = append(os.Environ(), stateEnv(dir)...)
 		var se strings.Builder
 		cmd.Stderr = &se
-		err := cmd.Run()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), se.String()
-		} else if err != nil {
+		code, err := procExit(cmd.Run())
+		if err != nil {
 			t.Fatal(err)
 		}
-		return 0, se.String()
+		return code, se.String()
 	}
 	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"providers"}, {"emulate", "--addr", "127.0.0.1:0"}} {
 		code, stderr := run(append(args, "--log-level", "verbose")...)
