@@ -215,12 +215,19 @@ func checkOutput(t *testing.T, path string, ids []string) []sluice.OutputLine {
 // run against the emulator, state in dir.
 func openAIJob(t *testing.T, n int, outName string, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string, env []string) {
 	t.Helper()
+	emu, dir, in, ids, out = emulatorJob(t, n, outName, emuArgs...)
+	env = append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	return emu, dir, in, ids, out, env
+}
+
+// emulatorJob starts an emulator with emuArgs and writes n requests to
+// in.jsonl in a temporary directory, the output to be outName there.
+func emulatorJob(t *testing.T, n int, outName string, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string) {
+	t.Helper()
 	emu = startEmulator(t, emuArgs...)
 	dir = t.TempDir()
 	in, ids = writeInput(t, dir, n)
-	out = filepath.Join(dir, outName)
-	env = append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
-	return emu, dir, in, ids, out, env
+	return emu, dir, in, ids, filepath.Join(dir, outName)
 }
 
 // killRuns runs the command mk builds up to runs times, SIGKILLing run i

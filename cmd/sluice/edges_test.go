@@ -332,10 +332,7 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
 	// Every call takes 1.5s: the second signal, 700ms after the first,
 	// finds calls in flight to cancel.
-	emu := startEmulator(t, "--batch-time", "2s", "--slow-rate", "1", "--slow-delay", "1500ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 24)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 24, "out.jsonl", "--batch-time", "2s", "--slow-rate", "1", "--slow-delay", "1500ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-test", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--poll-interval", "50ms",
 		"--max-poll-interval", "100ms", "--rate", "-1", "--reconcile-grace", "1s"}
@@ -591,10 +588,7 @@ func TestEmulatorBannerNamesEveryFamily(t *testing.T) {
 // files have no line) gives its requests batch_cancelled, not
 // missing_result.
 func TestCancelWhileValidatingSaysCancelled(t *testing.T) {
-	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 9)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 9, "out.jsonl", "--stuck-rate", "1", "--stuck-phase", "validating")
 	base := "http://" + emu.addr + "/v1"
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	r := runSluiceFor(t, 60*time.Second, env, "run", in, "--out", out, "--provider", "openai", "--base-url", base, "--once", "--rate", "-1")

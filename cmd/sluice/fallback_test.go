@@ -37,6 +37,17 @@ func writeFallbackInput(t *testing.T, dir string, n, small int) (string, []strin
 	return p, ids
 }
 
+// fallbackJob starts an emulator with emuArgs and writes
+// writeFallbackInput's n requests (small of them bounded) in a temporary
+// directory, the output to be out.jsonl there.
+func fallbackJob(t *testing.T, n, small int, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string) {
+	t.Helper()
+	emu = startEmulator(t, emuArgs...)
+	dir = t.TempDir()
+	in, ids = writeFallbackInput(t, dir, n, small)
+	return emu, dir, in, ids, filepath.Join(dir, "out.jsonl")
+}
+
 // fallbackArgs is a run against emu whose batches take far longer than
 // the deadline allows: the fallback begins after ~fallbackIn, while the
 // three batches are mid-run (the emulator's in_progress is 10% to 90% of
@@ -91,10 +102,7 @@ func checkFellBack(t *testing.T, emu *emulatorProc) {
 // request twice.
 func TestFallbackRealtimeAnswersStuckBatches(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "40s")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--batch-time", "40s")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), 12*time.Second)...)
 	if r.code != exitOK {
@@ -136,10 +144,7 @@ func TestFallbackKilledMidFallbackNoSecondPurchase(t *testing.T) {
 }
 
 func testFallbackKilled(t *testing.T, dsn string) {
-	emu := startEmulator(t, "--batch-time", "40s", "--sync-delay", "300ms")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--batch-time", "40s", "--sync-delay", "300ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn)
 	args := fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--concurrency", "3")
 	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 4 })
@@ -186,10 +191,7 @@ func testFallbackKilled(t *testing.T, dsn string) {
 // nothing is bought twice.
 func TestFallbackSpendCapStops(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "40s")
-	dir := t.TempDir()
-	in, _ := writeFallbackInput(t, dir, 30, 20)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, _, out := fallbackJob(t, 30, 20, "--batch-time", "40s")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	// gpt-4o-mini at the batch price: $0.075 and $0.30 per million input
 	// and output tokens. Ten requests with max_tokens 50 are bounded by
@@ -219,10 +221,7 @@ func TestFallbackSpendCapStops(t *testing.T) {
 // the synchronous API, before --fallback-at, instead of to a new batch.
 func TestFallbackStuckBatchGoesRealtime(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--stuck-rate", "1", "--stuck-phase", "validating")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	start := time.Now()
 	r := runSluice(t, env, fallbackArgs(emu, in, out, start, 2*time.Minute, "--stuck-after", "2s")...)
@@ -283,10 +282,7 @@ func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
 	for _, fam := range []string{"openai", "anthropic"} {
 		t.Run(fam, func(t *testing.T) {
 			t.Parallel()
-			emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating", "--sync-limit", "5", "--sync-window", "2s")
-			dir := t.TempDir()
-			in, ids := writeFallbackInput(t, dir, 15, 30) // max_tokens: Anthropic requires it
-			out := filepath.Join(dir, "out.jsonl")
+			emu, dir, in, ids, out := fallbackJob(t, 15, 30, "--stuck-rate", "1", "--stuck-phase", "validating", "--sync-limit", "5", "--sync-window", "2s") // max_tokens: Anthropic requires it
 			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://"+emu.addr)
 			args := fallbackArgs(emu, in, out, time.Now(), 2*time.Minute, "--stuck-after", "1s", "--concurrency", "3")
 			if fam == "anthropic" {
@@ -341,10 +337,7 @@ func TestFallbackFamilies(t *testing.T) {
 	} {
 		t.Run(c.family, func(t *testing.T) {
 			t.Parallel()
-			emu := startEmulator(t, "--batch-time", "40s")
-			dir := t.TempDir()
-			in, ids := writeFallbackInput(t, dir, 30, 30)
-			out := filepath.Join(dir, "out.jsonl")
+			emu, dir, in, ids, out := fallbackJob(t, 30, 30, "--batch-time", "40s")
 			env := stateEnv(dir)
 			if c.family == "gemini" {
 				env = append(env, geminiEnv(emu.addr, "gm-test")...)
@@ -370,10 +363,7 @@ func TestFallbackFamilies(t *testing.T) {
 // chat.completions): every line answered, none executed twice.
 func TestFallbackCloudflare(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "8s")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 30)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 30, "--batch-time", "8s")
 	env := append(cloudflareEnv(dir), "CLOUDFLARE_BASE_URL=http://"+emu.addr+"/client/v4")
 	r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), 3*time.Second, "--provider", "cloudflare",
 		"--model-map", "gpt-4o-mini=@cf/meta/llama-3.3-70b-instruct-fp8-fast", "--max-live-batches", "1")...)
@@ -397,10 +387,7 @@ func TestFallbackCloudflare(t *testing.T) {
 // executed twice.
 func TestFallbackCancelledMidFallback(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "40s", "--sync-delay", "400ms")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--batch-time", "40s", "--sync-delay", "400ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	args := fallbackArgs(emu, in, out, time.Now(), 12*time.Second, "--concurrency", "1")
 	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 3 })

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/sluice-batch/sluice"
-	"github.com/sluice-batch/sluice/tracker"
 )
 
 // The Gemini cells of the provider conformance matrix, through the binary
@@ -132,18 +130,10 @@ func TestGeminiCrashLoop(t *testing.T) {
 	if g := emu.familyStats(t, "gemini"); g["requests_processed_more_than_once"] != 0 || g["requests_processed"] < 240 {
 		t.Errorf("gemini family stats after %d kills: %v", kills, g)
 	}
-	db, err := tracker.Open(context.Background(), state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	jobs, _ := db.Jobs(context.Background())
-	for _, j := range jobs {
-		cs, _ := db.Chunks(context.Background(), j.ID)
-		for _, c := range cs {
-			if c.State == sluice.ChunkUploading || c.State == sluice.ChunkCreating || !c.State.Terminal() {
-				t.Errorf("chunk %d left in %s", c.ID, c.State)
-			}
+	_, cs := stateChunks(t, state)
+	for _, c := range cs {
+		if c.State == sluice.ChunkUploading || c.State == sluice.ChunkCreating || !c.State.Terminal() {
+			t.Errorf("chunk %d left in %s", c.ID, c.State)
 		}
 	}
 	t.Logf("%d kills", kills)

@@ -8,7 +8,6 @@ package main
 // in parallel. A new provider family is one row of matrixProviders.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
-	"github.com/sluice-batch/sluice/tracker"
 )
 
 // matrixProvider is one row of the matrix: how to reach a provider family
@@ -211,24 +209,14 @@ func (c *cell) finish(why string) {
 	} else if twice := c.stats()["requests_processed_more_than_once"]; twice != 0 && c.p.reconciles {
 		c.t.Errorf("%s: %d requests executed more than once", why, twice)
 	}
-	db, err := tracker.Open(context.Background(), c.state)
-	if err != nil {
-		c.t.Fatal(err)
+	checkIntegrity(c.t, c.state)
+	jobs, cs := stateChunks(c.t, c.state)
+	if jobs != 1 {
+		c.t.Errorf("%s: %d jobs in the state, want 1", why, jobs)
 	}
-	defer db.Close()
-	if err := db.IntegrityCheck(context.Background()); err != nil {
-		c.t.Error(err)
-	}
-	jobs, _ := db.Jobs(context.Background())
-	if len(jobs) != 1 {
-		c.t.Errorf("%s: %d jobs in the state, want 1", why, len(jobs))
-	}
-	for _, j := range jobs {
-		cs, _ := db.Chunks(context.Background(), j.ID)
-		for _, ch := range cs {
-			if !ch.State.Terminal() {
-				c.t.Errorf("%s: chunk %d left %s", why, ch.ID, ch.State)
-			}
+	for _, ch := range cs {
+		if !ch.State.Terminal() {
+			c.t.Errorf("%s: chunk %d left %s", why, ch.ID, ch.State)
 		}
 	}
 	filesAt := map[string]string{"openai": "/v1/files", "azure": "/v1/files", "mistral": "/mistral/v1/files", "together": "/together/v1/files"}
@@ -381,18 +369,10 @@ func TestProviderMatrix(t *testing.T) {
 // state (uploading, creating): a run that stopped left a call unsettled.
 func checkNoIntent(t *testing.T, state string) {
 	t.Helper()
-	db, err := tracker.Open(context.Background(), state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	jobs, _ := db.Jobs(context.Background())
-	for _, j := range jobs {
-		cs, _ := db.Chunks(context.Background(), j.ID)
-		for _, ch := range cs {
-			if ch.State == sluice.ChunkUploading || ch.State == sluice.ChunkCreating {
-				t.Errorf("chunk %d left in intent state %s", ch.ID, ch.State)
-			}
+	_, cs := stateChunks(t, state)
+	for _, ch := range cs {
+		if ch.State == sluice.ChunkUploading || ch.State == sluice.ChunkCreating {
+			t.Errorf("chunk %d left in intent state %s", ch.ID, ch.State)
 		}
 	}
 }

@@ -127,10 +127,7 @@ func umask(t *testing.T) os.FileMode {
 // emulator created, API calls and retries counted, spend and tokens.
 func TestMetricsServedAndWritten(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "1500ms", "--http-fault-rate", "0.15", "--retry-after", "20ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 300)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 300, "out.jsonl", "--batch-time", "1500ms", "--http-fault-rate", "0.15", "--retry-after", "20ms")
 	file := filepath.Join(dir, "textfile", "sluice.prom")
 	os.Mkdir(filepath.Dir(file), 0o755)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")

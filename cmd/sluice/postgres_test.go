@@ -316,9 +316,7 @@ func TestPostgresAndS3EphemeralPod(t *testing.T) {
 	dsn := testsrv.Postgres(t)
 	b := newS3Bucket(t)
 	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 600)
-	data, _ := os.ReadFile(in)
-	b.put(t, "in.jsonl", data)
+	_, ids := b.putInput(t, dir, 600)
 	emu := startEmulator(t, "--batch-time", "700ms")
 	args := openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"),
 		"--max-live-batches", "2", "--reconcile-grace", "300ms", "--db", dsn)
@@ -340,12 +338,10 @@ func TestPostgresAndS3EphemeralPod(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("the run on an empty state directory: exit %d\n%s", r.code, r.stderr)
 	}
-	got, ok := b.get(t, "out.jsonl")
+	p, ok := b.download(t, "out.jsonl", dir)
 	if !ok {
 		t.Fatal("no output object after the second run")
 	}
-	p := filepath.Join(dir, "out.jsonl")
-	writeFile(t, p, got)
 	checkOutput(t, p, ids)
 	st := emu.stats(t)
 	if st["requests_processed_more_than_once"] != 0 || st["batches_created"] != 6 || st["requests_processed"] != 600 {
@@ -368,9 +364,7 @@ func TestPostgresWorkersOnTwoMachines(t *testing.T) {
 	dsn := testsrv.Postgres(t)
 	b := newS3Bucket(t)
 	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 3000)
-	data, _ := os.ReadFile(in)
-	b.put(t, "in.jsonl", data)
+	_, ids := b.putInput(t, dir, 3000)
 	emu := startEmulator(t, "--batch-time", "200ms")
 	args := append(openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"), "--db", dsn),
 		"--max-batch-requests", "500", "--join", "--lease-ttl", "900ms", "--log-format", "json")
@@ -383,12 +377,10 @@ func TestPostgresWorkersOnTwoMachines(t *testing.T) {
 	if planned != 1 || merged != 1 {
 		t.Fatalf("%d workers planned and %d merged, want 1 and 1\nA:\n%s\nB:\n%s", planned, merged, ws[0].stderr.String(), ws[1].stderr.String())
 	}
-	got, ok := b.get(t, "out.jsonl")
+	p, ok := b.download(t, "out.jsonl", dir)
 	if !ok {
 		t.Fatal("no output object")
 	}
-	p := filepath.Join(dir, "out.jsonl")
-	writeFile(t, p, got)
 	checkOutput(t, p, ids)
 	if n := emu.stats(t)["requests_processed_more_than_once"]; n != 0 {
 		t.Errorf("the emulator processed %d requests more than once", n)

@@ -101,10 +101,7 @@ func TestStatusChunksShowLastErrorVerbatim(t *testing.T) {
 // file has the cancelled ones, and the exit code is 4.
 func TestCancelKeepsCompletedLines(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "5s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 60)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 60, "out.jsonl", "--batch-time", "5s")
 	base := "http://" + emu.addr + "/v1"
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--base-url", base, "--once", "--rate", "-1")

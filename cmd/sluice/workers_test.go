@@ -226,12 +226,10 @@ var workersBackends = []struct {
 			},
 			statusEnv: append([]string{"SLUICE_DB=" + dsn, "SLUICE_STATE=" + filepath.Join(dir, "status")}, b.env...),
 			output: func(t *testing.T) string {
-				got, ok := b.get(t, "out.jsonl")
+				p, ok := b.download(t, "out.jsonl", dir)
 				if !ok {
 					t.Fatal("no output object")
 				}
-				p := filepath.Join(dir, "out.jsonl")
-				writeFile(t, p, got)
 				return p
 			},
 			tracker: func(t *testing.T) tracker.Backend {
