@@ -181,14 +181,10 @@ func chunkBatches(t *testing.T, state string) map[string]bool {
 // path and returns their custom_ids.
 func writeMarked(t *testing.T, f adoptFamily, path, mark string, n int) []string {
 	t.Helper()
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	_, ids := writeRequests(t, path, n, func(i int) (string, string) {
 		id := fmt.Sprintf("q%03d", i)
-		ids = append(ids, id)
-		b.WriteString(f.line(id, fmt.Sprintf("%s prompt %d", mark, i)) + "\n")
-	}
-	writeFile(t, path, []byte(b.String()))
+		return id, f.line(id, fmt.Sprintf("%s prompt %d", mark, i))
+	})
 	return ids
 }
 

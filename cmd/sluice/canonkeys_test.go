@@ -170,6 +170,25 @@ func pyString(s string) string {
 	return b.String()
 }
 
+// canonRunner starts an emulator and returns it, a state directory and
+// run, which runs in to out there on the tracker db names
+// (canonBackends) with extra in the environment, and must exit 0.
+func canonRunner(t *testing.T, db []string) (*emulatorProc, string, func(extra []string, in, out string) result) {
+	t.Helper()
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB=")
+	return emu, dir, func(extra []string, in, out string) result {
+		t.Helper()
+		r := runSluice(t, append(env[:len(env):len(env)], extra...), append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "100",
+			"--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}, db...)...)
+		if r.code != 0 {
+			t.Fatalf("run %s: exit %d\n%s", in, r.code, r.stderr)
+		}
+		return r
+	}
+}
+
 // canonBackends are the trackers the tests run on: SQLite in the state
 // directory, and a private PostgreSQL server.
 func canonBackends(t *testing.T) map[string][]string {
@@ -190,18 +209,7 @@ func TestReuseKeyedOnCanonicalBody(t *testing.T) {
 	for name, db := range canonBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			emu := startEmulator(t)
-			dir := t.TempDir()
-			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB=")
-			run := func(in, out string) result {
-				t.Helper()
-				r := runSluice(t, env, append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "100",
-					"--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}, db...)...)
-				if r.code != 0 {
-					t.Fatalf("run %s: exit %d\n%s", in, r.code, r.stderr)
-				}
-				return r
-			}
+			emu, dir, run := canonRunner(t, db)
 			processed := func() int64 { return emu.stats(t)["requests_processed"] }
 			const n = 300
 			a := canonTestLines(n)
@@ -221,11 +229,11 @@ func TestReuseKeyedOnCanonicalBody(t *testing.T) {
 			writeLines(t, aIn, a)
 			writeLines(t, bIn, b)
 			aOut, bOut := filepath.Join(dir, "a.out.jsonl"), filepath.Join(dir, "b.out.jsonl")
-			run(aIn, aOut)
+			run(nil, aIn, aOut)
 			if got := processed(); got != n {
 				t.Fatalf("job a: %d requests processed, want %d", got, n)
 			}
-			r := run(bIn, bOut)
+			r := run(nil, bIn, bOut)
 			if got := processed() - n; got != 1 {
 				t.Errorf("the rewritten job bought %d requests, want 1 (only the one with seed 2^53)", got)
 			}
@@ -256,18 +264,7 @@ func TestReuseFromLegacyKeyLedger(t *testing.T) {
 	for name, db := range canonBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			emu := startEmulator(t)
-			dir := t.TempDir()
-			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB=")
-			run := func(extra []string, in, out string) result {
-				t.Helper()
-				r := runSluice(t, append(env, extra...), append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "100",
-					"--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}, db...)...)
-				if r.code != 0 {
-					t.Fatalf("run %s: exit %d\n%s", in, r.code, r.stderr)
-				}
-				return r
-			}
+			emu, dir, run := canonRunner(t, db)
 			const n = 200
 			a := canonTestLines(n)
 			// One body already in canonical form: its key is the same either way.

@@ -162,25 +162,33 @@ func (e *emulatorProc) stats(t *testing.T) map[string]int64 {
 // endpoints and returns the path and the custom_ids.
 func writeInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("r%05d", i)
-		ids = append(ids, id)
 		switch i % 3 {
 		case 0:
-			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"doc %d"}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"doc %d"}}`, id, i)
 		case 1:
-			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`, id, i)
 		default:
-			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1-nano","messages":[{"role":"user","content":"r %d"}]}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1-nano","messages":[{"role":"user","content":"r %d"}]}}`, id, i)
 		}
+	})
+}
+
+// writeRequests writes n request lines to path, line i and its custom_id
+// being what line returns for i, and returns the path and the custom_ids
+// in order.
+func writeRequests(t *testing.T, path string, n int, line func(i int) (id, text string)) (string, []string) {
+	t.Helper()
+	var b strings.Builder
+	ids := make([]string, 0, n)
+	for i := range n {
+		id, l := line(i)
+		ids = append(ids, id)
+		b.WriteString(l + "\n")
 	}
-	p := filepath.Join(dir, "in.jsonl")
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p, ids
+	writeFile(t, path, []byte(b.String()))
+	return path, ids
 }
 
 // checkOutput asserts the output has every custom_id exactly once, in
@@ -258,25 +266,15 @@ func randomDelays(rng *rand.Rand) func(int) time.Duration {
 // It reports whether the kill landed before the process ended by itself.
 func killAfter(t *testing.T, cmd *exec.Cmd, d time.Duration) (killed bool, code int) {
 	t.Helper()
-	var se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	defer func() {
-		if !killed && code != 0 {
-			t.Logf("stderr of the run that exited %d:\n%s", code, se.String())
-		}
-	}()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	w := startProc(t, cmd)
 	select {
-	case err := <-done:
-		code, _ := procExit(err)
-		return false, code
+	case <-w.done:
+		if w.code != 0 {
+			t.Logf("stderr of the run that exited %d:\n%s", w.code, w.stderr.String())
+		}
+		return false, w.code
 	case <-time.After(d):
-		cmd.Process.Signal(syscall.SIGKILL)
-		<-done
+		w.kill()
 		return true, -1
 	}
 }

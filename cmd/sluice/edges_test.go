@@ -23,25 +23,13 @@ import (
 // is killed and the test fails (a run that never ends is the bug).
 func runSluiceFor(t *testing.T, d time.Duration, env []string, args ...string) result {
 	t.Helper()
-	cmd := sluiceCmd(env, args...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	w := startWorkerProc(t, env, args...)
 	select {
-	case err := <-done:
-		code, err := procExit(err)
-		if err != nil {
-			t.Fatalf("run sluice: %v", err)
-		}
-		return result{code: code, stdout: so.String(), stderr: se.String()}
+	case <-w.done:
+		return result{code: w.code, stdout: w.stdout.String(), stderr: w.stderr.String()}
 	case <-time.After(d):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("sluice %s still running after %v; stderr (last 2000 bytes):\n%s", strings.Join(args, " "), d, tail(se.String(), 2000))
+		w.kill()
+		t.Fatalf("sluice %s still running after %v; stderr (last 2000 bytes):\n%s", strings.Join(args, " "), d, tail(w.stderr.String(), 2000))
 		return result{}
 	}
 }
@@ -56,16 +44,10 @@ func tail(s string, n int) string {
 // writeCloudflareInput writes n Workers AI requests.
 func writeCloudflareInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b []byte
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "cf.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("cf-%04d", i)
-		ids = append(ids, id)
-		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"hello %d","max_tokens":16}}`+"\n", id, i)
-	}
-	p := filepath.Join(dir, "cf.jsonl")
-	writeFile(t, p, b)
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"hello %d","max_tokens":16}}`, id, i)
+	})
 }
 
 func cloudflareEnv(dir string) []string {

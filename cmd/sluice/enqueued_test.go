@@ -21,6 +21,16 @@ func runSluiceWithin(t *testing.T, limit time.Duration, env []string, args ...st
 	return runSluiceFor(t, limit, env, args...)
 }
 
+// exampleJob starts an emulator with emuArgs and copies the example input
+// to a temporary directory (copyExample), the output to be out.jsonl there.
+func exampleJob(t *testing.T, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string) {
+	t.Helper()
+	emu = startEmulator(t, emuArgs...)
+	dir = t.TempDir()
+	in, ids = copyExample(t, dir)
+	return emu, dir, in, ids, filepath.Join(dir, "out.jsonl")
+}
+
 func lastBytes(s string, n int) string {
 	if len(s) > n {
 		return "..." + s[len(s)-n:]
@@ -35,16 +45,10 @@ func writeProseInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
 	const para = "The committee met on a grey morning to review the quarterly figures, and after a long discussion about shipping delays, " +
 		"staffing and the price of paper, it agreed to postpone the decision until the auditors had finished their report on the northern branch."
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "prose.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("p%04d", i)
-		ids = append(ids, id)
-		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"%d. %s"}]}}`+"\n", id, i, para)
-	}
-	p := filepath.Join(dir, "prose.jsonl")
-	writeFile(t, p, []byte(b.String()))
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"%d. %s"}]}}`, id, i, para)
+	})
 }
 
 // TestEnqueuedTokenBudgetCutsChunks (issue 11, item 5): with the provider's
@@ -100,10 +104,7 @@ func TestEnqueuedTokenLimitEqualToBudgetFinishes(t *testing.T) {
 			if db == "postgres" {
 				dbArgs = []string{"--db", testsrv.Postgres(t)}
 			}
-			emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
-			dir := t.TempDir()
-			in, ids := copyExample(t, dir)
-			out := filepath.Join(dir, "out.jsonl")
+			emu, dir, in, ids, out := exampleJob(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
 			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB=")
 			r := runSluiceWithin(t, 90*time.Second, env, append([]string{"run", in, "--out", out, "--provider", "openai",
 				"--base-url", "http://" + emu.addr + "/v1", "--max-enqueued-tokens", "2000",
@@ -258,10 +259,7 @@ func TestOnceRunsSplitRefusedBatches(t *testing.T) {
 	t.Parallel()
 	// Batches take 1s: a --once run has ended before the provider refuses
 	// the batch it submitted.
-	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "1s")
-	dir := t.TempDir()
-	in, ids := copyExample(t, dir)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := exampleJob(t, "--enqueued-token-limit", "2000", "--batch-time", "1s")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	// Runs one after the other, as a tight cron would: each does what is
 	// ready and exits 3 while work is left.
@@ -292,10 +290,7 @@ func TestOnceRunsSplitRefusedBatches(t *testing.T) {
 // answered once, none run twice at the provider.
 func TestKilledWhileSplittingResumes(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
-	dir := t.TempDir()
-	in, ids := copyExample(t, dir)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := exampleJob(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
 		"--max-enqueued-tokens", "2000", "--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms",

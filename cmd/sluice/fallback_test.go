@@ -21,20 +21,14 @@ import (
 // The first small of them set max_tokens 50; the others none.
 func writeFallbackInput(t *testing.T, dir string, n, small int) (string, []string) {
 	t.Helper()
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("q%04d", i)
-		ids = append(ids, id)
 		max := ""
 		if i < small {
 			max = `,"max_tokens":50`
 		}
-		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"%s,"messages":[{"role":"user","content":"question %d"}]}}`+"\n", id, max, i)
-	}
-	p := filepath.Join(dir, "in.jsonl")
-	writeFile(t, p, []byte(b.String()))
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"%s,"messages":[{"role":"user","content":"question %d"}]}}`, id, max, i)
+	})
 }
 
 // fallbackJob starts an emulator with emuArgs and writes

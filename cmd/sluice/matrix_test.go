@@ -72,20 +72,13 @@ const matrixKey = "sk-matrix-right"
 
 func writeCloudflareMatrixInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b []byte
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("cf-%05d", i)
-		ids = append(ids, id)
 		if i%2 == 0 {
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"tell me %d"}}`+"\n", id, i)
-		} else {
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/baai/bge-m3","body":{"query":"q%d","contexts":[{"text":"a"},{"text":"b"}]}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"tell me %d"}}`, id, i)
 		}
-	}
-	p := filepath.Join(dir, "in.jsonl")
-	writeFile(t, p, b)
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/baai/bge-m3","body":{"query":"q%d","contexts":[{"text":"a"},{"text":"b"}]}}`, id, i)
+	})
 }
 
 // cell is one matrix cell's world: a fresh state directory, an emulator

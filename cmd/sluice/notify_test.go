@@ -151,6 +151,28 @@ func outbox(t *testing.T, dir string, dsn ...string) []tracker.Notification {
 	return rows
 }
 
+// runDelivered runs sluice with args, which must exit 0 with every id of
+// ids in out, and returns the run and what rec then holds: want
+// deliveries (why says why), each with its signature verified.
+func runDelivered(t *testing.T, rec *receiver, env, args []string, out string, ids []string, what string, want int, why string) ([]delivery, result) {
+	t.Helper()
+	r := runSluice(t, env, args...)
+	if r.code != 0 {
+		t.Fatalf("%s: exit %d\n%s", what, r.code, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	got := rec.deliveries()
+	if len(got) != want {
+		t.Fatalf("receiver got %d deliveries, want %d%s", len(got), want, why)
+	}
+	for _, d := range got {
+		if d.verified != nil {
+			t.Fatalf("delivery %s: signature: %v", d.id, d.verified)
+		}
+	}
+	return got, r
+}
+
 // TestNotifyDoneSignedOnceAndSlack: a job run to the end with two
 // destinations (one Standard Webhooks JSON, one slack+) gets exactly one
 // job.done each, the JSON one verified by the Standard Webhooks library
@@ -165,18 +187,7 @@ func TestNotifyDoneSignedOnceAndSlack(t *testing.T) {
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "SLUICE_WEBHOOK_SECRET="+secret, "SLUICE_NOTIFY=slack+"+slack.url())
 	args := []string{"run", in, "--out", out, "--provider", "local", "--notify", rec.url(), "--log-level", "debug"}
-	r := runSluice(t, env, args...)
-	if r.code != 0 {
-		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
-	}
-	checkOutput(t, out, ids)
-	got := rec.deliveries()
-	if len(got) != 1 {
-		t.Fatalf("receiver got %d deliveries, want 1", len(got))
-	}
-	if got[0].verified != nil {
-		t.Fatalf("signature: %v", got[0].verified)
-	}
+	got, r := runDelivered(t, rec, env, args, out, ids, "run", 1, "")
 	e := got[0].event(t)
 	byState := e.Data["requests"].(map[string]any)["by_state"].(map[string]any)
 	if e.Type != "job.done" || byState["succeeded"] != float64(len(ids)) || e.Data["exit_code"] != float64(0) || e.Data["output"] != out {
@@ -225,20 +236,7 @@ func testKilledMidDelivery(t *testing.T, dsn string) {
 		t.Fatalf("after the kill the outbox holds %+v, want one event in sending", rows)
 	}
 
-	r := runSluice(t, env, args...)
-	if r.code != 0 {
-		t.Fatalf("run after the kill: exit %d\n%s", r.code, r.stderr)
-	}
-	checkOutput(t, out, ids)
-	got := rec.deliveries()
-	if len(got) != 2 {
-		t.Fatalf("receiver got %d deliveries, want 2 (the held one and its resend)", len(got))
-	}
-	for _, d := range got {
-		if d.verified != nil {
-			t.Fatalf("delivery %s: %v", d.id, d.verified)
-		}
-	}
+	got, _ := runDelivered(t, rec, env, args, out, ids, "run after the kill", 2, " (the held one and its resend)")
 	if got[0].id != got[1].id || string(got[0].body) != string(got[1].body) || got[0].event(t).Type != "job.done" {
 		t.Fatalf("the resend is another event: %s %s / %s %s", got[0].id, got[0].body, got[1].id, got[1].body)
 	}

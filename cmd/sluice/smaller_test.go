@@ -177,22 +177,30 @@ func TestProviderFileCleanupIsShown(t *testing.T) {
 	}
 }
 
+// writeTwoModels writes n chat lines m-0, m-1, ... to in.jsonl in dir:
+// line i of model other where i%k is 1, of gpt-4o-mini elsewhere.
+func writeTwoModels(t *testing.T, dir string, n, k int, other string) string {
+	t.Helper()
+	var lines []string
+	for i := range n {
+		model := "gpt-4o-mini"
+		if i%k == 1 {
+			model = other
+		}
+		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	writeLines(t, in, lines)
+	return in
+}
+
 // TestModelMapMissWarnedAtPlan: chat lines whose model --model-map does not
 // rename are sent as written; the plan warns once per such model, with
 // the number of lines and the first file:line, where before only "no price
 // for gpt-4.1-nano" hinted at it.
 func TestModelMapMissWarnedAtPlan(t *testing.T) {
 	dir := t.TempDir()
-	var lines []string
-	for i := range 9 {
-		model := "gpt-4o-mini"
-		if i%3 == 1 {
-			model = "gpt-4.1-nano"
-		}
-		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
-	}
-	in := filepath.Join(dir, "in.jsonl")
-	writeLines(t, in, lines)
+	in := writeTwoModels(t, dir, 9, 3, "gpt-4.1-nano")
 	r := runSluice(t, append(stateEnv(dir), "GEMINI_API_KEY=x"), "plan", in, "--provider", "gemini",
 		"--model-map", "gpt-4o-mini=gemini-2.5-flash")
 	want := `"model":"gpt-4.1-nano","lines":3,"first":"` + in + `:2"`
@@ -325,16 +333,7 @@ func TestLocalBatchTimeKeptBySubmittedBatches(t *testing.T) {
 // family's own models are not.
 func TestForeignModelWarnedWithoutMap(t *testing.T) {
 	dir := t.TempDir()
-	var lines []string
-	for i := range 6 {
-		model := "gpt-4o-mini"
-		if i%2 == 1 {
-			model = "claude-haiku-4-5"
-		}
-		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
-	}
-	in := filepath.Join(dir, "in.jsonl")
-	writeLines(t, in, lines)
+	in := writeTwoModels(t, dir, 6, 2, "claude-haiku-4-5")
 	r := runSluice(t, append(stateEnv(dir), "ANTHROPIC_API_KEY=x"), "plan", in, "--provider", "anthropic")
 	want := `"model":"gpt-4o-mini","lines":3,"first":"` + in + `:1"`
 	if r.code != 0 || !strings.Contains(r.stderr, want) {
