@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -154,28 +153,12 @@ func (c *cell) checkOneBatchPerChunk(why string) {
 	defer srv.Close()
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
-	resp, err := http.Get(hs.URL + "/v1/batches?limit=100")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Data []struct {
-			ID       string            `json:"id"`
-			Metadata map[string]string `json:"metadata"`
-		} `json:"data"`
-		HasMore bool `json:"has_more"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || list.HasMore {
-		c.t.Fatalf("list the local emulator's batches: %v (more than one page: %v)", err, list.HasMore)
-	}
-	seen := map[string]string{}
-	for _, b := range list.Data {
-		k := b.Metadata["sluice_chunk"] + "/" + b.Metadata["sluice_attempt"]
+	seen := map[[2]int64]string{}
+	for id, k := range emulatorBatches(c.t, hs.Listener.Addr().String()) {
 		if prev, ok := seen[k]; ok {
-			c.t.Errorf("%s: chunk/attempt %s has two batches: %s and %s", why, k, prev, b.ID)
+			c.t.Errorf("%s: chunk/attempt %d/%d has two batches: %s and %s", why, k[0], k[1], prev, id)
 		}
-		seen[k] = b.ID
+		seen[k] = id
 	}
 	if len(seen) == 0 {
 		c.t.Errorf("%s: the local emulator holds no batch", why)
