@@ -151,6 +151,17 @@ func outbox(t *testing.T, dir string, dsn ...string) []tracker.Notification {
 	return rows
 }
 
+// failFirst is a receiver's answer: 503 with h to the first delivery,
+// then ok.
+func failFirst(h http.Header, ok int) func(n int) (int, http.Header) {
+	return func(n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusServiceUnavailable, h
+		}
+		return ok, nil
+	}
+}
+
 // runDelivered runs sluice with args, which must exit 0 with every id of
 // ids in out, and returns the run and what rec then holds: want
 // deliveries (why says why), each with its signature verified.
@@ -259,12 +270,7 @@ func TestNotifyRetriesHonouringRetryAfter(t *testing.T) {
 	dir := t.TempDir()
 	secret := newSecret(t)
 	rec := startReceiver(t, secret)
-	rec.answer = func(n int) (int, http.Header) {
-		if n == 1 {
-			return http.StatusServiceUnavailable, http.Header{"Retry-After": {"2"}}
-		}
-		return http.StatusNoContent, nil
-	}
+	rec.answer = failFirst(http.Header{"Retry-After": {"2"}}, http.StatusNoContent)
 	in, _ := writeInput(t, dir, 20)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_WEBHOOK_SECRET="+secret)
 	r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai", "--max-attempts", "1",
@@ -358,12 +364,7 @@ func TestNotifyWorkersSendOnce(t *testing.T) {
 	dir := t.TempDir()
 	secret := newSecret(t)
 	rec := startReceiver(t, secret)
-	rec.answer = func(n int) (int, http.Header) {
-		if n == 1 {
-			return http.StatusServiceUnavailable, nil
-		}
-		return http.StatusOK, nil
-	}
+	rec.answer = failFirst(nil, http.StatusOK)
 	rec.delay = time.Second // a slow receiver: a second claim would overlap the first's send
 	in, ids := writeInput(t, dir, 2000)
 	out := filepath.Join(dir, "o.jsonl")
