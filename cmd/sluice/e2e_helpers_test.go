@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -215,6 +216,29 @@ func checkOutput(t *testing.T, path string, ids []string) []sluice.OutputLine {
 		out = append(out, o)
 	}
 	return out
+}
+
+// outcomes counts the output's lines by outcome: "ok" for a 200 answer
+// without error, else the error's code ("other" for neither). When codes
+// are given, a line that is neither a success nor an error of one of them
+// fails the test, named.
+func outcomes(t *testing.T, lines []sluice.OutputLine, codes ...sluice.ErrorCode) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	for i, l := range lines {
+		k := "other"
+		switch {
+		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
+			k = "ok"
+		case l.Error != nil:
+			k = string(l.Error.Code)
+		}
+		n[k]++
+		if len(codes) > 0 && k != "ok" && (l.Error == nil || !slices.Contains(codes, l.Error.Code)) {
+			t.Errorf("output line %d (%s): neither a success nor %v: %+v", i+1, l.CustomID, codes, l)
+		}
+	}
+	return n
 }
 
 // openAIJob is how most end-to-end tests begin: an emulator started with

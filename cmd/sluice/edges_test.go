@@ -361,32 +361,29 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 	dir := t.TempDir()
 	var b []byte
 	type want struct {
+		line     string
 		id       string // "" when none can be read
 		rejected bool
 	}
+	// The rejected lines by line number: the line, and the custom_id its
+	// output line holds ("" when there is none).
+	rejected := map[int]want{
+		1: {`{"custom_id":"q01","method":"POST","url":"/v1/chat/completions"}`, "q01", true}, // rejected first: before any valid request
+		5: {`{"custom_id":"q05","method":"GET","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}`, "q05", true},
+		9: {"this is not json", "", true},
+		// A duplicate of line 2's custom_id: line 2 holds it in the output.
+		14: {`{"custom_id":"q02","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[]}}`, "", true},
+		20: {`{"custom_id":"q20","method":"POST","url":"/v1/nowhere","body":{"model":"gpt-4o-mini"}}`, "q20", true}, // rejected last: after every valid request
+	}
 	var wants []want
 	for i := 1; i <= 20; i++ {
-		id := fmt.Sprintf("q%02d", i)
-		switch i {
-		case 1: // rejected first: before any valid request
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions"}`+"\n", id)
-			wants = append(wants, want{id, true})
-		case 5:
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"GET","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}`+"\n", id)
-			wants = append(wants, want{id, true})
-		case 9:
-			b = append(b, "this is not json\n"...)
-			wants = append(wants, want{"", true})
-		case 14: // a duplicate of line 2's custom_id: line 2 holds it in the output
-			b = fmt.Appendf(b, `{"custom_id":"q02","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[]}}`+"\n")
-			wants = append(wants, want{"", true})
-		case 20: // rejected last: after every valid request
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/nowhere","body":{"model":"gpt-4o-mini"}}`+"\n", id)
-			wants = append(wants, want{id, true})
-		default:
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi %d"}]}}`+"\n", id, i)
-			wants = append(wants, want{id, false})
+		w, bad := rejected[i]
+		if !bad {
+			w.id = fmt.Sprintf("q%02d", i)
+			w.line = fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi %d"}]}}`, w.id, i)
 		}
+		b = append(b, w.line+"\n"...)
+		wants = append(wants, w)
 	}
 	in := filepath.Join(dir, "in.jsonl")
 	writeFile(t, in, b)
@@ -417,44 +414,22 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 		}
 	}
 	// The errors file has every rejected line, with its line number.
-	eb, err := os.ReadFile(filepath.Join(dir, "out.errors.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errLines []struct {
-		CustomID *string `json:"custom_id"`
+	errLines := readJSONL[struct {
+		CustomID string `json:"custom_id"` // "" for null
 		Error    struct {
 			Code    string
 			Message string
 			Line    int64
 		}
-	}
-	for _, l := range strings.Split(strings.TrimSpace(string(eb)), "\n") {
-		var e struct {
-			CustomID *string `json:"custom_id"`
-			Error    struct {
-				Code    string
-				Message string
-				Line    int64
-			}
-		}
-		if err := json.Unmarshal([]byte(l), &e); err != nil {
-			t.Fatalf("errors line %q: %v", l, err)
-		}
-		errLines = append(errLines, e)
-	}
+	}](t, filepath.Join(dir, "out.errors.jsonl"))
 	wantLines := []int64{1, 5, 9, 14, 20}
 	if len(errLines) != len(wantLines) {
-		t.Fatalf("errors file has %d lines, want %d:\n%s", len(errLines), len(wantLines), eb)
+		t.Fatalf("errors file has %d lines, want %d:\n%+v", len(errLines), len(wantLines), errLines)
 	}
 	for i, e := range errLines {
 		w := wants[wantLines[i]-1]
-		got := ""
-		if e.CustomID != nil {
-			got = *e.CustomID
-		}
-		if e.Error.Line != wantLines[i] || got != w.id || e.Error.Code != "invalid_request" || e.Error.Message == "" {
-			t.Errorf("errors line %d: %+v (custom_id %q), want line %d custom_id %q", i+1, e.Error, got, wantLines[i], w.id)
+		if e.Error.Line != wantLines[i] || e.CustomID != w.id || e.Error.Code != "invalid_request" || e.Error.Message == "" {
+			t.Errorf("errors line %d: %+v (custom_id %q), want line %d custom_id %q", i+1, e.Error, e.CustomID, wantLines[i], w.id)
 		}
 	}
 	if !strings.Contains(errLines[2].Error.Message, "column 1") || !strings.Contains(errLines[3].Error.Message, "duplicate") {

@@ -154,17 +154,8 @@ func testFallbackKilled(t *testing.T, dsn string) {
 	if st["requests_processed_more_than_once"] != 0 {
 		t.Errorf("%d requests executed twice: the resumed fallback bought again", st["requests_processed_more_than_once"])
 	}
-	ok, unknown := 0, 0
-	for i, l := range checkOutput(t, out, ids) {
-		switch {
-		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
-			ok++
-		case l.Error != nil && l.Error.Code == sluice.CodeRealtimeUnknown:
-			unknown++
-		default:
-			t.Errorf("output line %d (%s): neither a success nor realtime_unknown: %+v", i+1, l.CustomID, l.Error)
-		}
-	}
+	n := outcomes(t, checkOutput(t, out, ids), sluice.CodeRealtimeUnknown)
+	ok, unknown := n["ok"], n[string(sluice.CodeRealtimeUnknown)]
 	t.Logf("%d succeeded, %d realtime_unknown; emulator executed %d (sync %d)", ok, unknown, st["requests_processed"], st["sync_requests"])
 	if int64(ok+unknown) != 30 || int64(ok) > st["requests_processed"] {
 		t.Errorf("%d succeeded + %d unknown, emulator executed %d", ok, unknown, st["requests_processed"])
@@ -397,15 +388,7 @@ func TestFallbackCancelledMidFallback(t *testing.T) {
 		t.Errorf("%d synchronous calls after the cancel (%d before), %d executed twice; want none more, 0",
 			st["sync_requests"], before, st["requests_processed_more_than_once"])
 	}
-	codes := map[string]int{}
-	for _, l := range checkOutput(t, out, ids) {
-		switch {
-		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
-			codes["ok"]++
-		case l.Error != nil:
-			codes[string(l.Error.Code)]++
-		}
-	}
+	codes := outcomes(t, checkOutput(t, out, ids))
 	t.Logf("outcomes %v; emulator executed %d", codes, st["requests_processed"])
 	// The realtime chunk's unsent requests are cancelled; chunks of retries
 	// not yet started keep their last attempt's batch_cancelled.

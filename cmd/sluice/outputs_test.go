@@ -131,6 +131,20 @@ func readLines(t *testing.T, path string) []string {
 	return strings.Split(s, "\n")
 }
 
+// readJSONL decodes each line of a JSON Lines file into a T.
+func readJSONL[T any](t *testing.T, path string) []T {
+	t.Helper()
+	var vs []T
+	for _, l := range readLines(t, path) {
+		var v T
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatalf("%s: line %q: %v", path, l, err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
 // TestOutputFilesHonourUmask (issue 21, item 6): the output, errors and
 // rejects files are made as every Unix tool makes a file, 0666 less the
 // umask: 0644 under umask 022, 0600 under 077.

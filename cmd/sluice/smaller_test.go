@@ -181,16 +181,14 @@ func TestProviderFileCleanupIsShown(t *testing.T) {
 // line i of model other where i%k is 1, of gpt-4o-mini elsewhere.
 func writeTwoModels(t *testing.T, dir string, n, k int, other string) string {
 	t.Helper()
-	var lines []string
-	for i := range n {
+	in, _ := writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		model := "gpt-4o-mini"
 		if i%k == 1 {
 			model = other
 		}
-		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
-	}
-	in := filepath.Join(dir, "in.jsonl")
-	writeLines(t, in, lines)
+		id := fmt.Sprintf("m-%d", i)
+		return id, chatLine(id, model, "hello", 16)
+	})
 	return in
 }
 

@@ -148,18 +148,8 @@ func TestCancelKeepsCompletedLines(t *testing.T) {
 			t.Errorf("batch %s is %q at the provider, want cancelled", b.BatchID, st)
 		}
 	}
-	lines := checkOutput(t, out, ids)
-	var ok, cancelled int
-	for _, l := range lines {
-		switch {
-		case l.Response != nil && l.Response.StatusCode == 200 && l.Error == nil:
-			ok++
-		case l.Error != nil && (l.Error.Code == sluice.CodeBatchCancelled || l.Error.Code == sluice.CodeCancelled):
-			cancelled++
-		default:
-			t.Errorf("%s: neither a success nor cancelled: %+v", l.CustomID, l)
-		}
-	}
+	n := outcomes(t, checkOutput(t, out, ids), sluice.CodeBatchCancelled, sluice.CodeCancelled)
+	ok, cancelled := n["ok"], n[string(sluice.CodeBatchCancelled)]+n[string(sluice.CodeCancelled)]
 	if ok == 0 || cancelled == 0 {
 		t.Errorf("%d succeeded, %d cancelled: want the completed lines kept and the rest cancelled", ok, cancelled)
 	}
