@@ -414,14 +414,7 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 		}
 	}
 	// The errors file has every rejected line, with its line number.
-	errLines := readJSONL[struct {
-		CustomID string `json:"custom_id"` // "" for null
-		Error    struct {
-			Code    string
-			Message string
-			Line    int64
-		}
-	}](t, filepath.Join(dir, "out.errors.jsonl"))
+	errLines := readJSONL[errorsLine](t, filepath.Join(dir, "out.errors.jsonl"))
 	wantLines := []int64{1, 5, 9, 14, 20}
 	if len(errLines) != len(wantLines) {
 		t.Fatalf("errors file has %d lines, want %d:\n%+v", len(errLines), len(wantLines), errLines)

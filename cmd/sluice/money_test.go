@@ -117,15 +117,7 @@ func TestReuseAcrossJobsBuysOnlyNewBodies(t *testing.T) {
 		}
 	}
 	// b's output is in b's input order.
-	var bIDs []string
-	for _, l := range b {
-		var o struct {
-			CustomID string `json:"custom_id"`
-		}
-		json.Unmarshal([]byte(l), &o)
-		bIDs = append(bIDs, o.CustomID)
-	}
-	checkOutput(t, bOut, bIDs)
+	checkOutput(t, bOut, customIDs(t, []byte(strings.Join(b, "\n"))))
 
 	// The first file grown by 10% and run as a new job: exactly 5 bought.
 	grown := append(append([]string{}, a...), chatLine("a-50", "gpt-4o-mini", "grown 1", 20), chatLine("a-51", "gpt-4o-mini", "grown 2", 20),
