@@ -71,6 +71,13 @@ func newSecret(t *testing.T) string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(key)
 }
 
+// newReceiver starts a receiver of a fresh secret, returned with it.
+func newReceiver(t *testing.T) (*receiver, string) {
+	t.Helper()
+	secret := newSecret(t)
+	return startReceiver(t, secret), secret
+}
+
 func startReceiver(t *testing.T, secret string) *receiver {
 	t.Helper()
 	wh, err := standardwebhooks.NewWebhook(secret)
@@ -235,8 +242,7 @@ func TestNotifyKilledMidDeliveryResentWithTheSameID(t *testing.T) {
 
 func testKilledMidDelivery(t *testing.T, dsn string) {
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
+	rec, secret := newReceiver(t)
 	rec.hold.Store(1)
 	in, ids := writeInput(t, dir, 30)
 	out := filepath.Join(dir, "out.jsonl")
@@ -268,8 +274,7 @@ func TestNotifyRetriesHonouringRetryAfter(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--validation-fail-rate", "1")
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
+	rec, secret := newReceiver(t)
 	rec.answer = failFirst(http.Header{"Retry-After": {"2"}}, http.StatusNoContent)
 	in, _ := writeInput(t, dir, 20)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_WEBHOOK_SECRET="+secret)
@@ -362,8 +367,7 @@ func TestNotifyWorkersSendOnce(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "2s")
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
+	rec, secret := newReceiver(t)
 	rec.answer = failFirst(nil, http.StatusOK)
 	rec.delay = time.Second // a slow receiver: a second claim would overlap the first's send
 	in, ids := writeInput(t, dir, 2000)
@@ -408,8 +412,7 @@ func TestNotifyWorkersSendOnce(t *testing.T) {
 func TestNotifyFailed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
+	rec, secret := newReceiver(t)
 	in, _ := writeInput(t, dir, 6)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_WEBHOOK_SECRET="+secret)
 	r := runSluiceFor(t, 90e9, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai", "--rate", "-1",
