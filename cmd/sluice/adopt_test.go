@@ -22,6 +22,7 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/emutest"
 )
 
 // adoptFamily is one provider family of the scenario: its --provider, the
@@ -190,39 +191,28 @@ func chunkBatches(t *testing.T, state string) map[string]bool {
 // path and returns their custom_ids.
 func writeMarked(t *testing.T, f adoptFamily, path, mark string, n int) []string {
 	t.Helper()
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	_, ids := writeRequests(t, path, n, func(i int) (string, string) {
 		id := fmt.Sprintf("q%03d", i)
-		ids = append(ids, id)
-		b.WriteString(f.line(id, fmt.Sprintf("%s prompt %d", mark, i)) + "\n")
-	}
-	writeFile(t, path, []byte(b.String()))
+		return id, f.line(id, fmt.Sprintf("%s prompt %d", mark, i))
+	})
 	return ids
 }
 
 // checkAnswers asserts every custom_id succeeded once, in order, with an
-// answer to its own prompt: the emulator echoes the prompt reversed, so an
-// answer to "MARK prompt i" holds "i tpmorp MARK" reversed.
+// answer to its own prompt: the emulator's fake model answers "echo: "
+// and the prompt reversed (emutest.ExpectedAnswer), so an answer to
+// "MARK prompt i" holds "echo: i tpmorp KRAM".
 func checkAnswers(t *testing.T, path string, ids []string, mark string) {
 	t.Helper()
 	for i, o := range checkOutput(t, path, ids) {
 		if o.Response == nil || o.Response.StatusCode != 200 {
 			t.Fatalf("%s: %+v, want a success", o.CustomID, o)
 		}
-		want := reverse(fmt.Sprintf("%s prompt %d", mark, i))
+		want := emutest.ExpectedAnswer(fmt.Sprintf("%s prompt %d", mark, i))
 		if body := string(o.Response.Body); !strings.Contains(body, want) {
 			t.Fatalf("%s answers another request: want %q in %s", o.CustomID, want, body)
 		}
 	}
-}
-
-func reverse(s string) string {
-	r := []rune(s)
-	for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
-		r[i], r[j] = r[j], r[i]
-	}
-	return string(r)
 }
 
 // freeAddr is a 127.0.0.1 address nothing listens on now, for emulators

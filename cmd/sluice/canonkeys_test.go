@@ -170,6 +170,41 @@ func pyString(s string) string {
 	return b.String()
 }
 
+// canonRun runs in to out with extra in the environment; the run must
+// exit 0.
+type canonRun func(extra []string, in, out string) result
+
+// onCanonBackends runs f, in parallel, on each tracker of canonBackends,
+// with an emulator and state directory of its own (canonRunner).
+func onCanonBackends(t *testing.T, f func(t *testing.T, emu *emulatorProc, dir string, run canonRun)) {
+	for name, db := range canonBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			emu, dir, run := canonRunner(t, db)
+			f(t, emu, dir, run)
+		})
+	}
+}
+
+// canonRunner starts an emulator and returns it, a state directory and
+// run, which runs in to out there on the tracker db names
+// (canonBackends) with extra in the environment, and must exit 0.
+func canonRunner(t *testing.T, db []string) (*emulatorProc, string, canonRun) {
+	t.Helper()
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB=")
+	return emu, dir, func(extra []string, in, out string) result {
+		t.Helper()
+		r := runSluice(t, append(env[:len(env):len(env)], extra...), append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "100",
+			"--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}, db...)...)
+		if r.code != 0 {
+			t.Fatalf("run %s: exit %d\n%s", in, r.code, r.stderr)
+		}
+		return r
+	}
+}
+
 // canonBackends are the trackers the tests run on: SQLite in the state
 // directory, and a private PostgreSQL server.
 func canonBackends(t *testing.T) map[string][]string {
@@ -187,63 +222,48 @@ func canonBackends(t *testing.T) map[string][]string {
 // differing only in a seed beyond 2^53 (2^53 against 2^53+1) is bought.
 func TestReuseKeyedOnCanonicalBody(t *testing.T) {
 	t.Parallel()
-	for name, db := range canonBackends(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			emu := startEmulator(t)
-			dir := t.TempDir()
-			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB=")
-			run := func(in, out string) result {
-				t.Helper()
-				r := runSluice(t, env, append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "100",
-					"--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}, db...)...)
-				if r.code != 0 {
-					t.Fatalf("run %s: exit %d\n%s", in, r.code, r.stderr)
-				}
-				return r
+	onCanonBackends(t, func(t *testing.T, emu *emulatorProc, dir string, run canonRun) {
+		processed := func() int64 { return emu.stats(t)["requests_processed"] }
+		const n = 300
+		a := canonTestLines(n)
+		rng := rand.New(rand.NewSource(21))
+		var b, bIDs []string
+		for i := n - 1; i >= 0; i-- {
+			id := fmt.Sprintf("py-%d", i)
+			b, bIDs = append(b, pyDumps(t, a[i], id, rng)), append(bIDs, id)
+		}
+		// a-0's seed is 2^53+1; the same request with seed 2^53 is another.
+		seed := strings.Replace(a[0], `"seed":9007199254740993`, `"seed":9007199254740992`, 1)
+		if seed == a[0] {
+			t.Fatal("the seed of a-0 is not 2^53+1")
+		}
+		b, bIDs = append(b, pyDumps(t, seed, "py-seed", rng)), append(bIDs, "py-seed")
+		aIn, bIn := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
+		writeLines(t, aIn, a)
+		writeLines(t, bIn, b)
+		aOut, bOut := filepath.Join(dir, "a.out.jsonl"), filepath.Join(dir, "b.out.jsonl")
+		run(nil, aIn, aOut)
+		if got := processed(); got != n {
+			t.Fatalf("job a: %d requests processed, want %d", got, n)
+		}
+		r := run(nil, bIn, bOut)
+		if got := processed() - n; got != 1 {
+			t.Errorf("the rewritten job bought %d requests, want 1 (only the one with seed 2^53)", got)
+		}
+		if !strings.Contains(r.stdout, fmt.Sprintf("reused: %d requests answered from earlier jobs' results", n)) {
+			t.Errorf("summary does not say %d were reused:\n%s", n, r.stdout)
+		}
+		checkOutput(t, bOut, bIDs)
+		ao, bo := outputByID(t, aOut), outputByID(t, bOut)
+		for i := 0; i < n; i++ {
+			if response(t, ao[fmt.Sprintf("a-%d", i)]) != response(t, bo[fmt.Sprintf("py-%d", i)]) {
+				t.Fatalf("py-%d's answer is not a-%d's", i, i)
 			}
-			processed := func() int64 { return emu.stats(t)["requests_processed"] }
-			const n = 300
-			a := canonTestLines(n)
-			rng := rand.New(rand.NewSource(21))
-			var b, bIDs []string
-			for i := n - 1; i >= 0; i-- {
-				id := fmt.Sprintf("py-%d", i)
-				b, bIDs = append(b, pyDumps(t, a[i], id, rng)), append(bIDs, id)
-			}
-			// a-0's seed is 2^53+1; the same request with seed 2^53 is another.
-			seed := strings.Replace(a[0], `"seed":9007199254740993`, `"seed":9007199254740992`, 1)
-			if seed == a[0] {
-				t.Fatal("the seed of a-0 is not 2^53+1")
-			}
-			b, bIDs = append(b, pyDumps(t, seed, "py-seed", rng)), append(bIDs, "py-seed")
-			aIn, bIn := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
-			writeLines(t, aIn, a)
-			writeLines(t, bIn, b)
-			aOut, bOut := filepath.Join(dir, "a.out.jsonl"), filepath.Join(dir, "b.out.jsonl")
-			run(aIn, aOut)
-			if got := processed(); got != n {
-				t.Fatalf("job a: %d requests processed, want %d", got, n)
-			}
-			r := run(bIn, bOut)
-			if got := processed() - n; got != 1 {
-				t.Errorf("the rewritten job bought %d requests, want 1 (only the one with seed 2^53)", got)
-			}
-			if !strings.Contains(r.stdout, fmt.Sprintf("reused: %d requests answered from earlier jobs' results", n)) {
-				t.Errorf("summary does not say %d were reused:\n%s", n, r.stdout)
-			}
-			checkOutput(t, bOut, bIDs)
-			ao, bo := outputByID(t, aOut), outputByID(t, bOut)
-			for i := 0; i < n; i++ {
-				if response(t, ao[fmt.Sprintf("a-%d", i)]) != response(t, bo[fmt.Sprintf("py-%d", i)]) {
-					t.Fatalf("py-%d's answer is not a-%d's", i, i)
-				}
-			}
-			if response(t, bo["py-seed"]) == response(t, ao["a-0"]) {
-				t.Error("the request with seed 2^53 got the answer of the one with 2^53+1")
-			}
-		})
-	}
+		}
+		if response(t, bo["py-seed"]) == response(t, ao["a-0"]) {
+			t.Error("the request with seed 2^53 got the answer of the one with 2^53+1")
+		}
+	})
 }
 
 // TestReuseFromLegacyKeyLedger: answers bought by a job planned before
@@ -253,48 +273,33 @@ func TestReuseKeyedOnCanonicalBody(t *testing.T) {
 // then (the same bytes up to whitespace): none bought again.
 func TestReuseFromLegacyKeyLedger(t *testing.T) {
 	t.Parallel()
-	for name, db := range canonBackends(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			emu := startEmulator(t)
-			dir := t.TempDir()
-			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_DB=")
-			run := func(extra []string, in, out string) result {
-				t.Helper()
-				r := runSluice(t, append(env, extra...), append([]string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "100",
-					"--poll-interval", "20ms", "--max-poll-interval", "100ms", "--rate", "-1"}, db...)...)
-				if r.code != 0 {
-					t.Fatalf("run %s: exit %d\n%s", in, r.code, r.stderr)
-				}
-				return r
-			}
-			const n = 200
-			a := canonTestLines(n)
-			// One body already in canonical form: its key is the same either way.
-			a = append(a, `{"custom_id":"a-canonical","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"content":"hi","role":"user"}],"model":"gpt-4o-mini"}}`)
-			var b, bIDs []string
-			for _, l := range a {
-				old := idOf(t, l)
-				id := strings.Replace(old, "a-", "b-", 1)
-				l = strings.Replace(l, `"custom_id":"`+old+`"`, `"custom_id": "`+id+`"`, 1)
-				l = strings.Replace(l, `"model":"gpt-4o-mini"`, `"model" : "gpt-4o-mini"`, 1) // whitespace only
-				b, bIDs = append(b, l), append(bIDs, id)
-			}
-			aIn, bIn := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
-			writeLines(t, aIn, a)
-			writeLines(t, bIn, b)
-			run([]string{"SLUICE_PLAN_LEGACY_KEYS=1"}, aIn, filepath.Join(dir, "a.out.jsonl"))
-			before := emu.stats(t)["requests_processed"]
-			r := run(nil, bIn, filepath.Join(dir, "b.out.jsonl"))
-			if got := emu.stats(t)["requests_processed"] - before; got != 0 {
-				t.Errorf("the job planned now bought %d requests answered under legacy keys, want 0", got)
-			}
-			if !strings.Contains(r.stdout, fmt.Sprintf("reused: %d requests answered from earlier jobs' results", len(a))) {
-				t.Errorf("summary does not say %d were reused:\n%s", len(a), r.stdout)
-			}
-			checkOutput(t, filepath.Join(dir, "b.out.jsonl"), bIDs)
-		})
-	}
+	onCanonBackends(t, func(t *testing.T, emu *emulatorProc, dir string, run canonRun) {
+		const n = 200
+		a := canonTestLines(n)
+		// One body already in canonical form: its key is the same either way.
+		a = append(a, `{"custom_id":"a-canonical","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"content":"hi","role":"user"}],"model":"gpt-4o-mini"}}`)
+		var b, bIDs []string
+		for _, l := range a {
+			old := idOf(t, l)
+			id := strings.Replace(old, "a-", "b-", 1)
+			l = strings.Replace(l, `"custom_id":"`+old+`"`, `"custom_id": "`+id+`"`, 1)
+			l = strings.Replace(l, `"model":"gpt-4o-mini"`, `"model" : "gpt-4o-mini"`, 1) // whitespace only
+			b, bIDs = append(b, l), append(bIDs, id)
+		}
+		aIn, bIn := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
+		writeLines(t, aIn, a)
+		writeLines(t, bIn, b)
+		run([]string{"SLUICE_PLAN_LEGACY_KEYS=1"}, aIn, filepath.Join(dir, "a.out.jsonl"))
+		before := emu.stats(t)["requests_processed"]
+		r := run(nil, bIn, filepath.Join(dir, "b.out.jsonl"))
+		if got := emu.stats(t)["requests_processed"] - before; got != 0 {
+			t.Errorf("the job planned now bought %d requests answered under legacy keys, want 0", got)
+		}
+		if !strings.Contains(r.stdout, fmt.Sprintf("reused: %d requests answered from earlier jobs' results", len(a))) {
+			t.Errorf("summary does not say %d were reused:\n%s", len(a), r.stdout)
+		}
+		checkOutput(t, filepath.Join(dir, "b.out.jsonl"), bIDs)
+	})
 }
 
 func idOf(t *testing.T, line string) string {

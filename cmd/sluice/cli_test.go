@@ -27,15 +27,7 @@ func TestReadmeFirstRun(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	b, _ := os.ReadFile("../../examples/requests.jsonl")
-	var ids []string
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var in struct {
-			CustomID string `json:"custom_id"`
-		}
-		json.Unmarshal([]byte(l), &in)
-		ids = append(ids, in.CustomID)
-	}
-	checkOutput(t, out, ids)
+	checkOutput(t, out, customIDs(t, b))
 	if !strings.Contains(r.stdout, "240 succeeded") {
 		t.Errorf("summary does not say 240 succeeded:\n%s", r.stdout)
 	}

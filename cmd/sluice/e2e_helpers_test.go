@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,14 +81,21 @@ func runSluice(t *testing.T, env []string, args ...string) result {
 	cmd := sluiceCmd(env, args...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
+	code, err := procExit(cmd.Run())
+	if err != nil {
 		t.Fatalf("run sluice: %v", err)
 	}
 	return result{code: code, stdout: so.String(), stderr: se.String()}
+}
+
+// procExit reads what a finished process's Run or Wait returned: its exit
+// code (-1 when a signal ended it), or the error when it did not run.
+func procExit(err error) (int, error) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return 0, err
 }
 
 // emulatorProc is `sluice emulate` running as its own process.
@@ -154,25 +163,33 @@ func (e *emulatorProc) stats(t *testing.T) map[string]int64 {
 // endpoints and returns the path and the custom_ids.
 func writeInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("r%05d", i)
-		ids = append(ids, id)
 		switch i % 3 {
 		case 0:
-			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"doc %d"}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"doc %d"}}`, id, i)
 		case 1:
-			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`, id, i)
 		default:
-			fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1-nano","messages":[{"role":"user","content":"r %d"}]}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1-nano","messages":[{"role":"user","content":"r %d"}]}}`, id, i)
 		}
+	})
+}
+
+// writeRequests writes n request lines to path, line i and its custom_id
+// being what line returns for i, and returns the path and the custom_ids
+// in order.
+func writeRequests(t *testing.T, path string, n int, line func(i int) (id, text string)) (string, []string) {
+	t.Helper()
+	var b strings.Builder
+	ids := make([]string, 0, n)
+	for i := range n {
+		id, l := line(i)
+		ids = append(ids, id)
+		b.WriteString(l + "\n")
 	}
-	p := filepath.Join(dir, "in.jsonl")
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p, ids
+	writeFile(t, path, []byte(b.String()))
+	return path, ids
 }
 
 // checkOutput asserts the output has every custom_id exactly once, in
@@ -201,18 +218,48 @@ func checkOutput(t *testing.T, path string, ids []string) []sluice.OutputLine {
 	return out
 }
 
+// outcomes counts the output's lines by outcome: "ok" for a 200 answer
+// without error, else the error's code ("other" for neither). When codes
+// are given, a line that is neither a success nor an error of one of them
+// fails the test, named.
+func outcomes(t *testing.T, lines []sluice.OutputLine, codes ...sluice.ErrorCode) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	for i, l := range lines {
+		k := "other"
+		switch {
+		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
+			k = "ok"
+		case l.Error != nil:
+			k = string(l.Error.Code)
+		}
+		n[k]++
+		if len(codes) > 0 && k != "ok" && (l.Error == nil || !slices.Contains(codes, l.Error.Code)) {
+			t.Errorf("output line %d (%s): neither a success nor %v: %+v", i+1, l.CustomID, codes, l)
+		}
+	}
+	return n
+}
+
 // openAIJob is how most end-to-end tests begin: an emulator started with
 // emuArgs, n input lines (writeInput) in a temp directory dir, the output
 // path out (outName in dir) and the environment of a --provider openai
 // run against the emulator, state in dir.
 func openAIJob(t *testing.T, n int, outName string, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string, env []string) {
 	t.Helper()
+	emu, dir, in, ids, out = emulatorJob(t, n, outName, emuArgs...)
+	env = append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
+	return emu, dir, in, ids, out, env
+}
+
+// emulatorJob starts an emulator with emuArgs and writes n requests to
+// in.jsonl in a temporary directory, the output to be outName there.
+func emulatorJob(t *testing.T, n int, outName string, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string) {
+	t.Helper()
 	emu = startEmulator(t, emuArgs...)
 	dir = t.TempDir()
 	in, ids = writeInput(t, dir, n)
-	out = filepath.Join(dir, outName)
-	env = append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
-	return emu, dir, in, ids, out, env
+	return emu, dir, in, ids, filepath.Join(dir, outName)
 }
 
 // killRuns runs the command mk builds up to runs times, SIGKILLing run i
@@ -243,27 +290,15 @@ func randomDelays(rng *rand.Rand) func(int) time.Duration {
 // It reports whether the kill landed before the process ended by itself.
 func killAfter(t *testing.T, cmd *exec.Cmd, d time.Duration) (killed bool, code int) {
 	t.Helper()
-	var se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	defer func() {
-		if !killed && code != 0 {
-			t.Logf("stderr of the run that exited %d:\n%s", code, se.String())
-		}
-	}()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	w := startProc(t, cmd)
 	select {
-	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); ok {
-			return false, ee.ExitCode()
+	case <-w.done:
+		if w.code != 0 {
+			t.Logf("stderr of the run that exited %d:\n%s", w.code, w.stderr.String())
 		}
-		return false, 0
+		return false, w.code
 	case <-time.After(d):
-		cmd.Process.Signal(syscall.SIGKILL)
-		<-done
+		w.kill()
 		return true, -1
 	}
 }
@@ -307,28 +342,26 @@ func decompressZstd(t *testing.T, src, dst string) {
 // awaited moment).
 func killWhen(t *testing.T, cmd *exec.Cmd, what string, ready func() bool) {
 	t.Helper()
-	var se lockedBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !ready() {
+	killWhenLog(t, cmd, what, 2*time.Minute, func(string) bool { return ready() })
+}
+
+// killWhenLog is killWhen whose ready reads the process's stderr so far,
+// waiting at most limit.
+func killWhenLog(t *testing.T, cmd *exec.Cmd, what string, limit time.Duration, ready func(stderr string) bool) {
+	t.Helper()
+	w := startProc(t, cmd)
+	deadline := time.Now().Add(limit)
+	for !ready(w.stderr.String()) {
 		select {
-		case err := <-done:
-			t.Fatalf("the first run ended (%v) before it was killed:\n%s", err, se.String())
-		default:
+		case <-w.done:
+			t.Fatalf("the first run ended (exit %d) before it was killed (no %s):\n%s", w.code, what, w.stderr.String())
+		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no %s after 2 minutes:\n%s", what, se.String())
+			t.Fatalf("no %s after %v:\n%s", what, limit, w.stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	w.kill()
 }
 
 // waitWorkers waits up to timeout for each worker to end, fails the test

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,27 +23,13 @@ import (
 // is killed and the test fails (a run that never ends is the bug).
 func runSluiceFor(t *testing.T, d time.Duration, env []string, args ...string) result {
 	t.Helper()
-	cmd := sluiceCmd(env, args...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	w := startWorkerProc(t, env, args...)
 	select {
-	case err := <-done:
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("run sluice: %v", err)
-		}
-		return result{code: code, stdout: so.String(), stderr: se.String()}
+	case <-w.done:
+		return result{code: w.code, stdout: w.stdout.String(), stderr: w.stderr.String()}
 	case <-time.After(d):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("sluice %s still running after %v; stderr (last 2000 bytes):\n%s", strings.Join(args, " "), d, tail(se.String(), 2000))
+		w.kill()
+		t.Fatalf("sluice %s still running after %v; stderr (last 2000 bytes):\n%s", strings.Join(args, " "), d, tail(w.stderr.String(), 2000))
 		return result{}
 	}
 }
@@ -59,16 +44,10 @@ func tail(s string, n int) string {
 // writeCloudflareInput writes n Workers AI requests.
 func writeCloudflareInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b []byte
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "cf.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("cf-%04d", i)
-		ids = append(ids, id)
-		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"hello %d","max_tokens":16}}`+"\n", id, i)
-	}
-	p := filepath.Join(dir, "cf.jsonl")
-	writeFile(t, p, b)
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"hello %d","max_tokens":16}}`, id, i)
+	})
 }
 
 func cloudflareEnv(dir string) []string {
@@ -164,11 +143,7 @@ func TestOutputIsInputRefused(t *testing.T) {
 			cmd.Dir = dir
 			var se bytes.Buffer
 			cmd.Stderr = &se
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			}
+			code, _ := procExit(cmd.Run())
 			if code != 2 {
 				t.Errorf("exit %d, want 2\n%s", code, se.String())
 			}
@@ -344,15 +319,12 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
 	// Every call takes 1.5s: the second signal, 700ms after the first,
 	// finds calls in flight to cancel.
-	emu := startEmulator(t, "--batch-time", "500ms", "--slow-rate", "1", "--slow-delay", "1500ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 24)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 24, "out.jsonl", "--batch-time", "500ms", "--slow-rate", "1", "--slow-delay", "1500ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-test", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "10", "--poll-interval", "50ms",
 		"--max-poll-interval", "100ms", "--rate", "-1", "--reconcile-grace", "1s"}
 	cmd := sluiceCmd(env, args...)
-	var se syncBuffer
+	var se lockedBuffer
 	cmd.Stderr = &se
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -365,11 +337,7 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGINT)
 	time.Sleep(700 * time.Millisecond) // a second signal counts after 500ms
 	cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	}
+	code, _ := procExit(cmd.Wait())
 	if code != 3 {
 		t.Fatalf("exit %d after two Ctrl-C, want 3\n%s", code, tail(se.String(), 3000))
 	}
@@ -386,24 +354,6 @@ func TestCtrlCTwiceExits3(t *testing.T) {
 	checkOutput(t, out, ids)
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 var _ = json.Marshal
 
 // Item 8: --skip-invalid accounts for every input line. Each rejected line
@@ -416,32 +366,29 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 	dir := t.TempDir()
 	var b []byte
 	type want struct {
+		line     string
 		id       string // "" when none can be read
 		rejected bool
 	}
+	// The rejected lines by line number: the line, and the custom_id its
+	// output line holds ("" when there is none).
+	rejected := map[int]want{
+		1: {`{"custom_id":"q01","method":"POST","url":"/v1/chat/completions"}`, "q01", true}, // rejected first: before any valid request
+		5: {`{"custom_id":"q05","method":"GET","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}`, "q05", true},
+		9: {"this is not json", "", true},
+		// A duplicate of line 2's custom_id: line 2 holds it in the output.
+		14: {`{"custom_id":"q02","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[]}}`, "", true},
+		20: {`{"custom_id":"q20","method":"POST","url":"/v1/nowhere","body":{"model":"gpt-4o-mini"}}`, "q20", true}, // rejected last: after every valid request
+	}
 	var wants []want
 	for i := 1; i <= 20; i++ {
-		id := fmt.Sprintf("q%02d", i)
-		switch i {
-		case 1: // rejected first: before any valid request
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions"}`+"\n", id)
-			wants = append(wants, want{id, true})
-		case 5:
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"GET","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}`+"\n", id)
-			wants = append(wants, want{id, true})
-		case 9:
-			b = append(b, "this is not json\n"...)
-			wants = append(wants, want{"", true})
-		case 14: // a duplicate of line 2's custom_id: line 2 holds it in the output
-			b = fmt.Appendf(b, `{"custom_id":"q02","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[]}}`+"\n")
-			wants = append(wants, want{"", true})
-		case 20: // rejected last: after every valid request
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/nowhere","body":{"model":"gpt-4o-mini"}}`+"\n", id)
-			wants = append(wants, want{id, true})
-		default:
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi %d"}]}}`+"\n", id, i)
-			wants = append(wants, want{id, false})
+		w, bad := rejected[i]
+		if !bad {
+			w.id = fmt.Sprintf("q%02d", i)
+			w.line = fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi %d"}]}}`, w.id, i)
 		}
+		b = append(b, w.line+"\n"...)
+		wants = append(wants, w)
 	}
 	in := filepath.Join(dir, "in.jsonl")
 	writeFile(t, in, b)
@@ -472,44 +419,15 @@ func TestSkipInvalidAccountsForEveryLine(t *testing.T) {
 		}
 	}
 	// The errors file has every rejected line, with its line number.
-	eb, err := os.ReadFile(filepath.Join(dir, "out.errors.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errLines []struct {
-		CustomID *string `json:"custom_id"`
-		Error    struct {
-			Code    string
-			Message string
-			Line    int64
-		}
-	}
-	for _, l := range strings.Split(strings.TrimSpace(string(eb)), "\n") {
-		var e struct {
-			CustomID *string `json:"custom_id"`
-			Error    struct {
-				Code    string
-				Message string
-				Line    int64
-			}
-		}
-		if err := json.Unmarshal([]byte(l), &e); err != nil {
-			t.Fatalf("errors line %q: %v", l, err)
-		}
-		errLines = append(errLines, e)
-	}
+	errLines := readJSONL[errorsLine](t, filepath.Join(dir, "out.errors.jsonl"))
 	wantLines := []int64{1, 5, 9, 14, 20}
 	if len(errLines) != len(wantLines) {
-		t.Fatalf("errors file has %d lines, want %d:\n%s", len(errLines), len(wantLines), eb)
+		t.Fatalf("errors file has %d lines, want %d:\n%+v", len(errLines), len(wantLines), errLines)
 	}
 	for i, e := range errLines {
 		w := wants[wantLines[i]-1]
-		got := ""
-		if e.CustomID != nil {
-			got = *e.CustomID
-		}
-		if e.Error.Line != wantLines[i] || got != w.id || e.Error.Code != "invalid_request" || e.Error.Message == "" {
-			t.Errorf("errors line %d: %+v (custom_id %q), want line %d custom_id %q", i+1, e.Error, got, wantLines[i], w.id)
+		if e.Error.Line != wantLines[i] || e.CustomID != w.id || e.Error.Code != "invalid_request" || e.Error.Message == "" {
+			t.Errorf("errors line %d: %+v (custom_id %q), want line %d custom_id %q", i+1, e.Error, e.CustomID, wantLines[i], w.id)
 		}
 	}
 	if !strings.Contains(errLines[2].Error.Message, "column 1") || !strings.Contains(errLines[3].Error.Message, "duplicate") {
@@ -627,10 +545,7 @@ func TestEmulatorBannerNamesEveryFamily(t *testing.T) {
 // missing_result.
 func TestCancelWhileValidatingSaysCancelled(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
-	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 9)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 9, "out.jsonl", "--stuck-rate", "1", "--stuck-phase", "validating")
 	base := "http://" + emu.addr + "/v1"
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	r := runSluiceFor(t, 60*time.Second, env, "run", in, "--out", out, "--provider", "openai", "--base-url", base, "--once", "--rate", "-1")

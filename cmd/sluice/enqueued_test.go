@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,27 +14,21 @@ import (
 	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
-// runSluiceWithin is runSluice that kills sluice after limit: a run that
-// would loop for ever fails the test instead of hanging it.
+// runSluiceWithin is runSluiceFor: a run that would loop for ever fails
+// the test instead of hanging it.
 func runSluiceWithin(t *testing.T, limit time.Duration, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = sluiceCmd(env).Env
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("sluice %s did not end within %v\nstderr (tail):\n%s", strings.Join(args, " "), limit, lastBytes(se.String(), 2000))
-	}
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run sluice: %v", err)
-	}
-	return result{code: code, stdout: so.String(), stderr: se.String()}
+	return runSluiceFor(t, limit, env, args...)
+}
+
+// exampleJob starts an emulator with emuArgs and copies the example input
+// to a temporary directory (copyExample), the output to be out.jsonl there.
+func exampleJob(t *testing.T, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string) {
+	t.Helper()
+	emu = startEmulator(t, emuArgs...)
+	dir = t.TempDir()
+	in, ids = copyExample(t, dir)
+	return emu, dir, in, ids, filepath.Join(dir, "out.jsonl")
 }
 
 func lastBytes(s string, n int) string {
@@ -55,16 +45,10 @@ func writeProseInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
 	const para = "The committee met on a grey morning to review the quarterly figures, and after a long discussion about shipping delays, " +
 		"staffing and the price of paper, it agreed to postpone the decision until the auditors had finished their report on the northern branch."
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "prose.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("p%04d", i)
-		ids = append(ids, id)
-		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"%d. %s"}]}}`+"\n", id, i, para)
-	}
-	p := filepath.Join(dir, "prose.jsonl")
-	writeFile(t, p, []byte(b.String()))
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"%d. %s"}]}}`, id, i, para)
+	})
 }
 
 // TestEnqueuedTokenBudgetCutsChunks (issue 11, item 5): with the provider's
@@ -120,10 +104,7 @@ func TestEnqueuedTokenLimitEqualToBudgetFinishes(t *testing.T) {
 			if db == "postgres" {
 				dbArgs = []string{"--db", testsrv.Postgres(t)}
 			}
-			emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
-			dir := t.TempDir()
-			in, ids := copyExample(t, dir)
-			out := filepath.Join(dir, "out.jsonl")
+			emu, dir, in, ids, out := exampleJob(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
 			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB=")
 			r := runSluiceWithin(t, 90*time.Second, env, append([]string{"run", in, "--out", out, "--provider", "openai",
 				"--base-url", "http://" + emu.addr + "/v1", "--max-enqueued-tokens", "2000",
@@ -285,10 +266,7 @@ func TestOnceRunsSplitRefusedBatches(t *testing.T) {
 	t.Parallel()
 	// Batches take 1s: a --once run has ended before the provider refuses
 	// the batch it submitted.
-	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "1s")
-	dir := t.TempDir()
-	in, ids := copyExample(t, dir)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := exampleJob(t, "--enqueued-token-limit", "2000", "--batch-time", "1s")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	// Runs one after the other, as a tight cron would: each does what is
 	// ready and exits 3 while work is left.
@@ -319,37 +297,14 @@ func TestOnceRunsSplitRefusedBatches(t *testing.T) {
 // answered once, none run twice at the provider.
 func TestKilledWhileSplittingResumes(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
-	dir := t.TempDir()
-	in, ids := copyExample(t, dir)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := exampleJob(t, "--enqueued-token-limit", "2000", "--batch-time", "300ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
 		"--max-enqueued-tokens", "2000", "--rate", "-1", "--poll-interval", "50ms", "--max-poll-interval", "200ms",
 		"--reconcile-grace", "1s"}
-	cmd := sluiceCmd(env, args...)
-	var se syncBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(se.String(), "limit by itself; split") {
-		select {
-		case err := <-done:
-			t.Fatalf("the first run ended (%v) before it split a batch:\n%s", err, lastBytes(se.String(), 3000))
-		default:
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no split after 60s:\n%s", lastBytes(se.String(), 3000))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	killWhenLog(t, sluiceCmd(env, args...), "split", 60*time.Second, func(se string) bool {
+		return strings.Contains(se, "limit by itself; split")
+	})
 	r := runSluiceWithin(t, 90*time.Second, env, args...)
 	if r.code != 0 {
 		t.Fatalf("resumed run: exit %d, want 0\n%s", r.code, lastBytes(r.stderr, 3000))

@@ -210,10 +210,7 @@ func mapsEqual(a, b map[string]int64) bool {
 // their results expire.
 func TestRunFetchesSoonestExpiringFirst(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "6s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 12)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 12, "out.jsonl", "--batch-time", "6s")
 	env := expiryEnv(dir, emu)
 	base := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "4", "--rate", "-1",
 		"--poll-interval", "10ms", "--max-poll-interval", "10ms"}
@@ -263,10 +260,7 @@ func TestRunFetchesSoonestExpiringFirst(t *testing.T) {
 // they would go to a new batch, as for any batch without results).
 func TestExpiredResultsReported(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "300ms", "--result-retention-scale", "0.001", "--truncate-download-rate", "1")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 6)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 6, "out.jsonl", "--batch-time", "300ms", "--result-retention-scale", "0.001", "--truncate-download-rate", "1")
 	env := expiryEnv(dir, emu)
 	base := []string{"run", in, "--out", out, "--provider", "openai", "--max-batch-requests", "2", "--rate", "-1",
 		"--output-expires-after", "1h", "--max-attempts", "1", "--http-attempts", "1", "--poll-interval", "10ms"}

@@ -21,20 +21,25 @@ import (
 // The first small of them set max_tokens 50; the others none.
 func writeFallbackInput(t *testing.T, dir string, n, small int) (string, []string) {
 	t.Helper()
-	var b strings.Builder
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("q%04d", i)
-		ids = append(ids, id)
 		max := ""
 		if i < small {
 			max = `,"max_tokens":50`
 		}
-		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"%s,"messages":[{"role":"user","content":"question %d"}]}}`+"\n", id, max, i)
-	}
-	p := filepath.Join(dir, "in.jsonl")
-	writeFile(t, p, []byte(b.String()))
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"%s,"messages":[{"role":"user","content":"question %d"}]}}`, id, max, i)
+	})
+}
+
+// fallbackJob starts an emulator with emuArgs and writes
+// writeFallbackInput's n requests (small of them bounded) in a temporary
+// directory, the output to be out.jsonl there.
+func fallbackJob(t *testing.T, n, small int, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string) {
+	t.Helper()
+	emu = startEmulator(t, emuArgs...)
+	dir = t.TempDir()
+	in, ids = writeFallbackInput(t, dir, n, small)
+	return emu, dir, in, ids, filepath.Join(dir, "out.jsonl")
 }
 
 // fallbackBatchTime and fallbackAfter are the --batch-time and the
@@ -105,10 +110,7 @@ func checkFellBack(t *testing.T, emu *emulatorProc) {
 // request twice.
 func TestFallbackRealtimeAnswersStuckBatches(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", fallbackBatchTime)
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--batch-time", fallbackBatchTime)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	r := runSluice(t, env, fallbackArgs(emu, in, out, time.Now(), fallbackAfter)...)
 	if r.code != exitOK {
@@ -150,10 +152,7 @@ func TestFallbackKilledMidFallbackNoSecondPurchase(t *testing.T) {
 }
 
 func testFallbackKilled(t *testing.T, dsn string) {
-	emu := startEmulator(t, "--batch-time", fallbackBatchTime, "--sync-delay", "300ms")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--batch-time", fallbackBatchTime, "--sync-delay", "300ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_DB="+dsn)
 	args := fallbackArgs(emu, in, out, time.Now(), fallbackAfter, "--concurrency", "3")
 	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 4 })
@@ -169,17 +168,8 @@ func testFallbackKilled(t *testing.T, dsn string) {
 	if st["requests_processed_more_than_once"] != 0 {
 		t.Errorf("%d requests executed twice: the resumed fallback bought again", st["requests_processed_more_than_once"])
 	}
-	ok, unknown := 0, 0
-	for i, l := range checkOutput(t, out, ids) {
-		switch {
-		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
-			ok++
-		case l.Error != nil && l.Error.Code == sluice.CodeRealtimeUnknown:
-			unknown++
-		default:
-			t.Errorf("output line %d (%s): neither a success nor realtime_unknown: %+v", i+1, l.CustomID, l.Error)
-		}
-	}
+	n := outcomes(t, checkOutput(t, out, ids), sluice.CodeRealtimeUnknown)
+	ok, unknown := n["ok"], n[string(sluice.CodeRealtimeUnknown)]
 	t.Logf("%d succeeded, %d realtime_unknown; emulator executed %d (sync %d)", ok, unknown, st["requests_processed"], st["sync_requests"])
 	if int64(ok+unknown) != 30 || int64(ok) > st["requests_processed"] {
 		t.Errorf("%d succeeded + %d unknown, emulator executed %d", ok, unknown, st["requests_processed"])
@@ -200,10 +190,7 @@ func testFallbackKilled(t *testing.T, dsn string) {
 // nothing is bought twice.
 func TestFallbackSpendCapStops(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", fallbackBatchTime)
-	dir := t.TempDir()
-	in, _ := writeFallbackInput(t, dir, 30, 20)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, _, out := fallbackJob(t, 30, 20, "--batch-time", fallbackBatchTime)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	// gpt-4o-mini at the batch price: $0.075 and $0.30 per million input
 	// and output tokens. Ten requests with max_tokens 50 are bounded by
@@ -233,10 +220,7 @@ func TestFallbackSpendCapStops(t *testing.T) {
 // the synchronous API, before --fallback-at, instead of to a new batch.
 func TestFallbackStuckBatchGoesRealtime(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--stuck-rate", "1", "--stuck-phase", "validating")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	start := time.Now()
 	r := runSluice(t, env, fallbackArgs(emu, in, out, start, 2*time.Minute, "--stuck-after", "2s")...)
@@ -297,10 +281,7 @@ func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
 	for _, fam := range []string{"openai", "anthropic"} {
 		t.Run(fam, func(t *testing.T) {
 			t.Parallel()
-			emu := startEmulator(t, "--stuck-rate", "1", "--stuck-phase", "validating", "--sync-limit", "5", "--sync-window", "2s")
-			dir := t.TempDir()
-			in, ids := writeFallbackInput(t, dir, 15, 30) // max_tokens: Anthropic requires it
-			out := filepath.Join(dir, "out.jsonl")
+			emu, dir, in, ids, out := fallbackJob(t, 15, 30, "--stuck-rate", "1", "--stuck-phase", "validating", "--sync-limit", "5", "--sync-window", "2s") // max_tokens: Anthropic requires it
 			env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "ANTHROPIC_API_KEY=sk-ant-test", "ANTHROPIC_BASE_URL=http://"+emu.addr)
 			args := fallbackArgs(emu, in, out, time.Now(), 2*time.Minute, "--stuck-after", "1s", "--concurrency", "3")
 			if fam == "anthropic" {
@@ -355,10 +336,7 @@ func TestFallbackFamilies(t *testing.T) {
 	} {
 		t.Run(c.family, func(t *testing.T) {
 			t.Parallel()
-			emu := startEmulator(t, "--batch-time", fallbackBatchTime)
-			dir := t.TempDir()
-			in, ids := writeFallbackInput(t, dir, 30, 30)
-			out := filepath.Join(dir, "out.jsonl")
+			emu, dir, in, ids, out := fallbackJob(t, 30, 30, "--batch-time", fallbackBatchTime)
 			env := stateEnv(dir)
 			if c.family == "gemini" {
 				env = append(env, geminiEnv(emu.addr, "gm-test")...)
@@ -384,10 +362,7 @@ func TestFallbackFamilies(t *testing.T) {
 // chat.completions): every line answered, none executed twice.
 func TestFallbackCloudflare(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "5s") // live well past --fallback-at (3s)
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 30)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 30, "--batch-time", "5s") // live well past --fallback-at (3s)
 	env := append(cloudflareEnv(dir), "CLOUDFLARE_BASE_URL=http://"+emu.addr+"/client/v4")
 	r := runSluice(t, env, fallbackRunArgs(in, out, time.Now(), 3*time.Second, "--provider", "cloudflare",
 		"--model-map", "gpt-4o-mini=@cf/meta/llama-3.3-70b-instruct-fp8-fast", "--max-live-batches", "1")...)
@@ -411,10 +386,7 @@ func TestFallbackCloudflare(t *testing.T) {
 // executed twice.
 func TestFallbackCancelledMidFallback(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", fallbackBatchTime, "--sync-delay", "400ms")
-	dir := t.TempDir()
-	in, ids := writeFallbackInput(t, dir, 30, 0)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := fallbackJob(t, 30, 0, "--batch-time", fallbackBatchTime, "--sync-delay", "400ms")
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	args := fallbackArgs(emu, in, out, time.Now(), fallbackAfter, "--concurrency", "1")
 	killWhen(t, sluiceCmd(env, args...), "synchronous calls", func() bool { return emu.stats(t)["sync_requests"] >= 3 })
@@ -430,15 +402,7 @@ func TestFallbackCancelledMidFallback(t *testing.T) {
 		t.Errorf("%d synchronous calls after the cancel (%d before), %d executed twice; want none more, 0",
 			st["sync_requests"], before, st["requests_processed_more_than_once"])
 	}
-	codes := map[string]int{}
-	for _, l := range checkOutput(t, out, ids) {
-		switch {
-		case l.Error == nil && l.Response != nil && l.Response.StatusCode == 200:
-			codes["ok"]++
-		case l.Error != nil:
-			codes[string(l.Error.Code)]++
-		}
-	}
+	codes := outcomes(t, checkOutput(t, out, ids))
 	t.Logf("outcomes %v; emulator executed %d", codes, st["requests_processed"])
 	// The realtime chunk's unsent requests are cancelled; chunks of retries
 	// not yet started keep their last attempt's batch_cancelled.

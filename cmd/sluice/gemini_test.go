@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
-	"github.com/sluice-batch/sluice/tracker"
 )
 
 // The Gemini cells of the provider conformance matrix, through the binary
@@ -25,20 +23,11 @@ import (
 // writeGeminiInput writes n native Gemini lines over two models.
 func writeGeminiInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b []byte
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("g-%05d", i)
-		ids = append(ids, id)
-		model := "gemini-2.5-flash"
-		if i%3 == 2 {
-			model = "gemini-2.5-pro"
-		}
-		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1beta/models/%s:generateContent","body":{"contents":[{"role":"user","parts":[{"text":"question %d"}]}],"generationConfig":{"maxOutputTokens":32}}}`+"\n", id, model, i)
-	}
-	p := filepath.Join(dir, "in.jsonl")
-	writeFile(t, p, b)
-	return p, ids
+		model := []string{"gemini-2.5-flash", "gemini-2.5-flash", "gemini-2.5-pro"}[i%3]
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1beta/models/%s:generateContent","body":{"contents":[{"role":"user","parts":[{"text":"question %d"}]}],"generationConfig":{"maxOutputTokens":32}}}`, id, model, i)
+	})
 }
 
 func geminiEnv(addr, key string) []string {
@@ -62,16 +51,24 @@ func (e *emulatorProc) familyStats(t *testing.T, family string) map[string]int64
 	return st.ByFamily[family]
 }
 
+// geminiJob starts an emulator whose key is gm-right, with emuArgs, and
+// writes n Gemini requests to a temporary directory (writeGeminiInput),
+// the output to be out.jsonl there.
+func geminiJob(t *testing.T, n int, emuArgs ...string) (emu *emulatorProc, dir, in string, ids []string, out string) {
+	t.Helper()
+	emu = startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=gm-right"}, emuArgs...)
+	dir = t.TempDir()
+	in, ids = writeGeminiInput(t, dir, n)
+	return emu, dir, in, ids, filepath.Join(dir, "out.jsonl")
+}
+
 // TestGeminiRunCompletes: `sluice run --provider gemini --base-url
 // EMU/gemini` from a fresh state directory ends 0 with every custom_id
 // once, in input order, each a GenerateContentResponse, and the emulator
 // ran each request once.
 func TestGeminiRunCompletes(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
-	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=gm-right"}, "--batch-time", "300ms")
-	dir := t.TempDir()
-	in, ids := writeGeminiInput(t, dir, 90)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := geminiJob(t, 90, "--batch-time", "300ms")
 	r := runSluice(t, []string{"GEMINI_API_KEY=gm-right", "GOOGLE_API_KEY="}, "run", in, "--out", out,
 		"--provider", "gemini", "--base-url", "http://"+emu.addr+"/gemini", "--state", filepath.Join(dir, "state"),
 		"--max-batch-requests", "20", "--poll-interval", "50ms", "--max-poll-interval", "200ms", "--rate", "-1")
@@ -133,18 +130,10 @@ func TestGeminiCrashLoop(t *testing.T) {
 	if g := emu.familyStats(t, "gemini"); g["requests_processed_more_than_once"] != 0 || g["requests_processed"] < 240 {
 		t.Errorf("gemini family stats after %d kills: %v", kills, g)
 	}
-	db, err := tracker.Open(context.Background(), state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	jobs, _ := db.Jobs(context.Background())
-	for _, j := range jobs {
-		cs, _ := db.Chunks(context.Background(), j.ID)
-		for _, c := range cs {
-			if c.State == sluice.ChunkUploading || c.State == sluice.ChunkCreating || !c.State.Terminal() {
-				t.Errorf("chunk %d left in %s", c.ID, c.State)
-			}
+	_, cs := stateChunks(t, state)
+	for _, c := range cs {
+		if c.State == sluice.ChunkUploading || c.State == sluice.ChunkCreating || !c.State.Terminal() {
+			t.Errorf("chunk %d left in %s", c.ID, c.State)
 		}
 	}
 	t.Logf("%d kills", kills)
@@ -155,10 +144,7 @@ func TestGeminiCrashLoop(t *testing.T) {
 // with the right key then completes.
 func TestGeminiWrongKeyExits1(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
-	emu := startEmulatorEnv(t, []string{"SLUICE_EMULATOR_API_KEY=gm-right"}, "--batch-time", "200ms")
-	dir := t.TempDir()
-	in, ids := writeGeminiInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := geminiJob(t, 30, "--batch-time", "200ms")
 	args := []string{"run", in, "--out", out, "--provider", "gemini", "--state", filepath.Join(dir, "state"),
 		"--max-batch-requests", "10", "--poll-interval", "50ms", "--max-poll-interval", "200ms", "--rate", "-1"}
 	r := runSluice(t, geminiEnv(emu.addr, "gm-wrong-secret"), args...)

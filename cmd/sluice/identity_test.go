@@ -13,10 +13,7 @@ import (
 // other way. Another job may not write the same output.
 func TestSameJobWhicheverWayTheEndpointIsGiven(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "3s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 30)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 30, "out.jsonl", "--batch-time", "3s")
 	base := "http://" + emu.addr + "/v1"
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--rate", "-1",

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -58,6 +59,29 @@ func checkIntegrity(t *testing.T, state string) {
 	if err := db.IntegrityCheck(context.Background()); err != nil {
 		t.Error(err)
 	}
+}
+
+// stateChunks reads the tracker of a state directory: how many jobs it
+// holds and every chunk of them.
+func stateChunks(t *testing.T, state string) (jobs int, chunks []*sluice.Chunk) {
+	t.Helper()
+	db, err := tracker.Open(context.Background(), state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	js, err := db.Jobs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		cs, err := db.Chunks(context.Background(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, cs...)
+	}
+	return len(js), chunks
 }
 
 // TestStateDatabaseLocked: a run waits for another process's write lock,

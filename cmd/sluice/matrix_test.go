@@ -8,25 +8,19 @@ package main
 // in parallel. A new provider family is one row of matrixProviders.
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/internal/testsrv"
-	"github.com/sluice-batch/sluice/tracker"
 )
 
 // matrixProvider is one row of the matrix: how to reach a provider family
@@ -96,20 +90,13 @@ const matrixKey = "sk-matrix-right"
 
 func writeCloudflareMatrixInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b []byte
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("cf-%05d", i)
-		ids = append(ids, id)
 		if i%2 == 0 {
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"tell me %d"}}`+"\n", id, i)
-		} else {
-			b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/baai/bge-m3","body":{"query":"q%d","contexts":[{"text":"a"},{"text":"b"}]}}`+"\n", id, i)
+			return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/meta/llama-3.3-70b-instruct-fp8-fast","body":{"prompt":"tell me %d"}}`, id, i)
 		}
-	}
-	p := filepath.Join(dir, "in.jsonl")
-	writeFile(t, p, b)
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/ai/run/@cf/baai/bge-m3","body":{"query":"q%d","contexts":[{"text":"a"},{"text":"b"}]}}`, id, i)
+	})
 }
 
 // cell is one matrix cell's world: a fresh state directory, an emulator
@@ -192,28 +179,12 @@ func (c *cell) checkOneBatchPerChunk(why string) {
 	defer srv.Close()
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
-	resp, err := http.Get(hs.URL + "/v1/batches?limit=100")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Data []struct {
-			ID       string            `json:"id"`
-			Metadata map[string]string `json:"metadata"`
-		} `json:"data"`
-		HasMore bool `json:"has_more"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || list.HasMore {
-		c.t.Fatalf("list the local emulator's batches: %v (more than one page: %v)", err, list.HasMore)
-	}
-	seen := map[string]string{}
-	for _, b := range list.Data {
-		k := b.Metadata["sluice_chunk"] + "/" + b.Metadata["sluice_attempt"]
+	seen := map[[2]int64]string{}
+	for id, k := range emulatorBatches(c.t, hs.Listener.Addr().String()) {
 		if prev, ok := seen[k]; ok {
-			c.t.Errorf("%s: chunk/attempt %s has two batches: %s and %s", why, k, prev, b.ID)
+			c.t.Errorf("%s: chunk/attempt %d/%d has two batches: %s and %s", why, k[0], k[1], prev, id)
 		}
-		seen[k] = b.ID
+		seen[k] = id
 	}
 	if len(seen) == 0 {
 		c.t.Errorf("%s: the local emulator holds no batch", why)
@@ -240,24 +211,14 @@ func (c *cell) finish(why string) {
 	} else if twice := c.stats()["requests_processed_more_than_once"]; twice != 0 && c.p.reconciles {
 		c.t.Errorf("%s: %d requests executed more than once", why, twice)
 	}
-	db, err := tracker.Open(context.Background(), c.state)
-	if err != nil {
-		c.t.Fatal(err)
+	checkIntegrity(c.t, c.state)
+	jobs, cs := stateChunks(c.t, c.state)
+	if jobs != 1 {
+		c.t.Errorf("%s: %d jobs in the state, want 1", why, jobs)
 	}
-	defer db.Close()
-	if err := db.IntegrityCheck(context.Background()); err != nil {
-		c.t.Error(err)
-	}
-	jobs, _ := db.Jobs(context.Background())
-	if len(jobs) != 1 {
-		c.t.Errorf("%s: %d jobs in the state, want 1", why, len(jobs))
-	}
-	for _, j := range jobs {
-		cs, _ := db.Chunks(context.Background(), j.ID)
-		for _, ch := range cs {
-			if !ch.State.Terminal() {
-				c.t.Errorf("%s: chunk %d left %s", why, ch.ID, ch.State)
-			}
+	for _, ch := range cs {
+		if !ch.State.Terminal() {
+			c.t.Errorf("%s: chunk %d left %s", why, ch.ID, ch.State)
 		}
 	}
 	if c.p.name == "vertex" {
@@ -279,73 +240,35 @@ func (c *cell) finish(why string) {
 	}
 }
 
-// liveRun is a sluice run in progress whose stderr can be waited on.
-type liveRun struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	done chan struct{}
-	code int
-}
-
-func (l *liveRun) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *liveRun) stderr() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func startRun(t *testing.T, env []string, args ...string) *liveRun {
+// startRun starts a sluice run whose stderr can be waited on.
+func startRun(t *testing.T, env []string, args ...string) *workerProc {
 	t.Helper()
-	l := &liveRun{cmd: sluiceCmd(env, args...), done: make(chan struct{})}
-	l.cmd.Stdout, l.cmd.Stderr = io_Discard{}, l
-	if err := l.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := l.cmd.Wait()
-		l.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			l.code = ee.ExitCode()
-		}
-		close(l.done)
-	}()
-	t.Cleanup(func() { l.cmd.Process.Kill(); <-l.done })
-	return l
+	return startWorkerProc(t, env, args...)
 }
-
-type io_Discard struct{}
-
-func (io_Discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // waitLog waits until the run's log says s.
-func (l *liveRun) waitLog(t *testing.T, s string) {
+func (l *workerProc) waitLog(t *testing.T, s string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(l.stderr(), s) {
+	for !strings.Contains(l.stderr.String(), s) {
 		select {
 		case <-l.done:
-			t.Fatalf("the run ended (exit %d) before its log said %q:\n%s", l.code, s, lastBytes(l.stderr(), 3000))
+			t.Fatalf("the run ended (exit %d) before its log said %q:\n%s", l.code, s, lastBytes(l.stderr.String(), 3000))
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the run's log never said %q:\n%s", s, lastBytes(l.stderr(), 3000))
+			t.Fatalf("the run's log never said %q:\n%s", s, lastBytes(l.stderr.String(), 3000))
 		}
 	}
 }
 
-func (l *liveRun) wait(t *testing.T) int {
+func (l *workerProc) wait(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-l.done:
 		return l.code
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("the run did not end:\n%s", lastBytes(l.stderr(), 3000))
+		t.Fatalf("the run did not end:\n%s", lastBytes(l.stderr.String(), 3000))
 	}
 	return -1
 }
@@ -369,7 +292,7 @@ func TestProviderMatrix(t *testing.T) {
 			l.waitLog(t, "batch submitted")
 			l.cmd.Process.Signal(os.Interrupt)
 			if code := l.wait(t); code != exitStopped {
-				t.Fatalf("Ctrl-C once: exit %d, want 3\n%s", code, lastBytes(l.stderr(), 3000))
+				t.Fatalf("Ctrl-C once: exit %d, want 3\n%s", code, lastBytes(l.stderr.String(), 3000))
 			}
 			// Ctrl-C twice: calls in flight are cancelled; the run stops
 			// with work left.
@@ -380,7 +303,7 @@ func TestProviderMatrix(t *testing.T) {
 			time.Sleep(600 * time.Millisecond) // a second signal counts after 500ms
 			l.cmd.Process.Signal(os.Interrupt)
 			if code := l.wait(t); code != exitStopped {
-				t.Fatalf("Ctrl-C twice: exit %d, want 3 (stopped with work left)\n%s", code, lastBytes(l.stderr(), 3000))
+				t.Fatalf("Ctrl-C twice: exit %d, want 3 (stopped with work left)\n%s", code, lastBytes(l.stderr.String(), 3000))
 			}
 			c.finish("after Ctrl-C once and twice")
 		})
@@ -460,18 +383,10 @@ func TestProviderMatrix(t *testing.T) {
 // state (uploading, creating): a run that stopped left a call unsettled.
 func checkNoIntent(t *testing.T, state string) {
 	t.Helper()
-	db, err := tracker.Open(context.Background(), state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	jobs, _ := db.Jobs(context.Background())
-	for _, j := range jobs {
-		cs, _ := db.Chunks(context.Background(), j.ID)
-		for _, ch := range cs {
-			if ch.State == sluice.ChunkUploading || ch.State == sluice.ChunkCreating {
-				t.Errorf("chunk %d left in intent state %s", ch.ID, ch.State)
-			}
+	_, cs := stateChunks(t, state)
+	for _, ch := range cs {
+		if ch.State == sluice.ChunkUploading || ch.State == sluice.ChunkCreating {
+			t.Errorf("chunk %d left in intent state %s", ch.ID, ch.State)
 		}
 	}
 }

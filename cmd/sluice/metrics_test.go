@@ -127,10 +127,7 @@ func umask(t *testing.T) os.FileMode {
 // emulator created, API calls and retries counted, spend and tokens.
 func TestMetricsServedAndWritten(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "1500ms", "--http-fault-rate", "0.15", "--retry-after", "20ms")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 300)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 300, "out.jsonl", "--batch-time", "1500ms", "--http-fault-rate", "0.15", "--retry-after", "20ms")
 	file := filepath.Join(dir, "textfile", "sluice.prom")
 	os.Mkdir(filepath.Dir(file), 0o755)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1")
@@ -156,15 +153,8 @@ func TestMetricsServedAndWritten(t *testing.T) {
 		t.Errorf("file after --once: %v batches created, the emulator says %d", v, createdByOnce)
 	}
 
-	cmd := sluiceCmd(env, append(args, "--metrics-addr", "127.0.0.1:0")...)
-	var se lockedBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
+	w := startWorkerProc(t, env, append(args, "--metrics-addr", "127.0.0.1:0")...)
+	se := w.stderr
 	addrRE := regexp.MustCompile(`"metrics_addr":"(127\.0\.0\.1:\d+)"`)
 	var scraped []byte
 	for deadline := time.Now().Add(time.Minute); scraped == nil; {
@@ -172,8 +162,8 @@ func TestMetricsServedAndWritten(t *testing.T) {
 			t.Fatalf("no scrape with batches live within a minute:\n%s", se.String())
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("the run ended (%v) before a scrape saw batches live:\n%s", err, se.String())
+		case <-w.done:
+			t.Fatalf("the run ended (exit %d) before a scrape saw batches live:\n%s", w.code, se.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 		m := addrRE.FindStringSubmatch(se.String())
@@ -200,8 +190,8 @@ func TestMetricsServedAndWritten(t *testing.T) {
 	if _, ok := value(live, "sluice_run_exit_code"); ok {
 		t.Error("a live run reports an exit code")
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v\n%s", err, se.String())
+	if <-w.done; w.code != 0 {
+		t.Fatalf("run: exit %d\n%s", w.code, se.String())
 	}
 	checkOutput(t, out, ids)
 

@@ -28,17 +28,11 @@ func familyEnv(family, key, addr string) []string {
 // writeMTInput writes n chat-completion lines over two models, for Mistral and Together.
 func writeMTInput(t *testing.T, dir string, n int) (string, []string) {
 	t.Helper()
-	var b []byte
-	var ids []string
-	for i := 0; i < n; i++ {
+	return writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf("c%05d", i)
-		ids = append(ids, id)
 		model := []string{"mistral-small-latest", "meta-llama/Llama-3.3-70B-Instruct-Turbo"}[i%2]
-		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":64,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"question %d"}]}}`+"\n", id, model, i)
-	}
-	p := filepath.Join(dir, "in.jsonl")
-	writeFile(t, p, b)
-	return p, ids
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":64,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"question %d"}]}}`, id, model, i)
+	})
 }
 
 // TestProvidersCommand: `sluice providers` lists every preset with its

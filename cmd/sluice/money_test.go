@@ -117,15 +117,7 @@ func TestReuseAcrossJobsBuysOnlyNewBodies(t *testing.T) {
 		}
 	}
 	// b's output is in b's input order.
-	var bIDs []string
-	for _, l := range b {
-		var o struct {
-			CustomID string `json:"custom_id"`
-		}
-		json.Unmarshal([]byte(l), &o)
-		bIDs = append(bIDs, o.CustomID)
-	}
-	checkOutput(t, bOut, bIDs)
+	checkOutput(t, bOut, customIDs(t, []byte(strings.Join(b, "\n"))))
 
 	// The first file grown by 10% and run as a new job: exactly 5 bought.
 	grown := append(append([]string{}, a...), chatLine("a-50", "gpt-4o-mini", "grown 1", 20), chatLine("a-51", "gpt-4o-mini", "grown 2", 20),
@@ -239,12 +231,10 @@ func TestPlanCostAgainstHandComputed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	env := stateEnv(dir)
-	var lines []string
-	for i := 0; i < 30; i++ {
-		lines = append(lines, chatLine(fmt.Sprintf("p-%d", i), "gpt-4o-mini", strings.Repeat("word ", 10+i), 10+i))
-	}
-	in := filepath.Join(dir, "in.jsonl")
-	writeLines(t, in, lines)
+	in, _ := writeRequests(t, filepath.Join(dir, "in.jsonl"), 30, func(i int) (string, string) {
+		id := fmt.Sprintf("p-%d", i)
+		return id, chatLine(id, "gpt-4o-mini", strings.Repeat("word ", 10+i), 10+i)
+	})
 	d := planJSONOf(t, env, in, "--max-batch-requests", "10")
 	if len(d.Chunks) != 3 || d.EstCost == nil || d.PriceSource != "built-in" {
 		t.Fatalf("plan: %+v", d)
@@ -297,12 +287,10 @@ func TestPlanCostAgainstHandComputed(t *testing.T) {
 	if !strings.Contains(r.stdout, "reported by the provider (x") || !strings.Contains(r.stdout, "spend: $") {
 		t.Errorf("summary without estimate vs actual and spend:\n%s", r.stdout)
 	}
-	var more []string
-	for i := 0; i < 10; i++ {
-		more = append(more, chatLine(fmt.Sprintf("m-%d", i), "gpt-4o-mini", strings.Repeat("other ", 20+i), 500))
-	}
-	in2 := filepath.Join(dir, "in2.jsonl")
-	writeLines(t, in2, more)
+	in2, _ := writeRequests(t, filepath.Join(dir, "in2.jsonl"), 10, func(i int) (string, string) {
+		id := fmt.Sprintf("m-%d", i)
+		return id, chatLine(id, "gpt-4o-mini", strings.Repeat("other ", 20+i), 500)
+	})
 	d = planJSONOf(t, env, in2)
 	l, ok := d.Learned["gpt-4o-mini"]
 	if !ok || l.InputRatio == nil || l.OutputRatio == nil {

@@ -71,6 +71,13 @@ func newSecret(t *testing.T) string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(key)
 }
 
+// newReceiver starts a receiver of a fresh secret, returned with it.
+func newReceiver(t *testing.T) (*receiver, string) {
+	t.Helper()
+	secret := newSecret(t)
+	return startReceiver(t, secret), secret
+}
+
 func startReceiver(t *testing.T, secret string) *receiver {
 	t.Helper()
 	wh, err := standardwebhooks.NewWebhook(secret)
@@ -151,6 +158,39 @@ func outbox(t *testing.T, dir string, dsn ...string) []tracker.Notification {
 	return rows
 }
 
+// failFirst is a receiver's answer: 503 with h to the first delivery,
+// then ok.
+func failFirst(h http.Header, ok int) func(n int) (int, http.Header) {
+	return func(n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusServiceUnavailable, h
+		}
+		return ok, nil
+	}
+}
+
+// runDelivered runs sluice with args, which must exit 0 with every id of
+// ids in out, and returns the run and what rec then holds: want
+// deliveries (why says why), each with its signature verified.
+func runDelivered(t *testing.T, rec *receiver, env, args []string, out string, ids []string, what string, want int, why string) ([]delivery, result) {
+	t.Helper()
+	r := runSluice(t, env, args...)
+	if r.code != 0 {
+		t.Fatalf("%s: exit %d\n%s", what, r.code, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	got := rec.deliveries()
+	if len(got) != want {
+		t.Fatalf("receiver got %d deliveries, want %d%s", len(got), want, why)
+	}
+	for _, d := range got {
+		if d.verified != nil {
+			t.Fatalf("delivery %s: signature: %v", d.id, d.verified)
+		}
+	}
+	return got, r
+}
+
 // TestNotifyDoneSignedOnceAndSlack: a job run to the end with two
 // destinations (one Standard Webhooks JSON, one slack+) gets exactly one
 // job.done each, the JSON one verified by the Standard Webhooks library
@@ -165,18 +205,7 @@ func TestNotifyDoneSignedOnceAndSlack(t *testing.T) {
 	out := filepath.Join(dir, "out.jsonl")
 	env := append(stateEnv(dir), "SLUICE_WEBHOOK_SECRET="+secret, "SLUICE_NOTIFY=slack+"+slack.url())
 	args := []string{"run", in, "--out", out, "--provider", "local", "--notify", rec.url(), "--log-level", "debug"}
-	r := runSluice(t, env, args...)
-	if r.code != 0 {
-		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
-	}
-	checkOutput(t, out, ids)
-	got := rec.deliveries()
-	if len(got) != 1 {
-		t.Fatalf("receiver got %d deliveries, want 1", len(got))
-	}
-	if got[0].verified != nil {
-		t.Fatalf("signature: %v", got[0].verified)
-	}
+	got, r := runDelivered(t, rec, env, args, out, ids, "run", 1, "")
 	e := got[0].event(t)
 	byState := e.Data["requests"].(map[string]any)["by_state"].(map[string]any)
 	if e.Type != "job.done" || byState["succeeded"] != float64(len(ids)) || e.Data["exit_code"] != float64(0) || e.Data["output"] != out {
@@ -213,8 +242,7 @@ func TestNotifyKilledMidDeliveryResentWithTheSameID(t *testing.T) {
 
 func testKilledMidDelivery(t *testing.T, dsn string) {
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
+	rec, secret := newReceiver(t)
 	rec.hold.Store(1)
 	in, ids := writeInput(t, dir, 30)
 	out := filepath.Join(dir, "out.jsonl")
@@ -225,20 +253,7 @@ func testKilledMidDelivery(t *testing.T, dsn string) {
 		t.Fatalf("after the kill the outbox holds %+v, want one event in sending", rows)
 	}
 
-	r := runSluice(t, env, args...)
-	if r.code != 0 {
-		t.Fatalf("run after the kill: exit %d\n%s", r.code, r.stderr)
-	}
-	checkOutput(t, out, ids)
-	got := rec.deliveries()
-	if len(got) != 2 {
-		t.Fatalf("receiver got %d deliveries, want 2 (the held one and its resend)", len(got))
-	}
-	for _, d := range got {
-		if d.verified != nil {
-			t.Fatalf("delivery %s: %v", d.id, d.verified)
-		}
-	}
+	got, _ := runDelivered(t, rec, env, args, out, ids, "run after the kill", 2, " (the held one and its resend)")
 	if got[0].id != got[1].id || string(got[0].body) != string(got[1].body) || got[0].event(t).Type != "job.done" {
 		t.Fatalf("the resend is another event: %s %s / %s %s", got[0].id, got[0].body, got[1].id, got[1].body)
 	}
@@ -259,14 +274,8 @@ func TestNotifyRetriesHonouringRetryAfter(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--validation-fail-rate", "1")
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
-	rec.answer = func(n int) (int, http.Header) {
-		if n == 1 {
-			return http.StatusServiceUnavailable, http.Header{"Retry-After": {"2"}}
-		}
-		return http.StatusNoContent, nil
-	}
+	rec, secret := newReceiver(t)
+	rec.answer = failFirst(http.Header{"Retry-After": {"2"}}, http.StatusNoContent)
 	in, _ := writeInput(t, dir, 20)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "OPENAI_BASE_URL=http://"+emu.addr+"/v1", "SLUICE_WEBHOOK_SECRET="+secret)
 	r := runSluice(t, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai", "--max-attempts", "1",
@@ -358,14 +367,8 @@ func TestNotifyWorkersSendOnce(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t, "--batch-time", "2s")
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
-	rec.answer = func(n int) (int, http.Header) {
-		if n == 1 {
-			return http.StatusServiceUnavailable, nil
-		}
-		return http.StatusOK, nil
-	}
+	rec, secret := newReceiver(t)
+	rec.answer = failFirst(nil, http.StatusOK)
 	rec.delay = time.Second // a slow receiver: a second claim would overlap the first's send
 	in, ids := writeInput(t, dir, 2000)
 	out := filepath.Join(dir, "o.jsonl")
@@ -409,8 +412,7 @@ func TestNotifyWorkersSendOnce(t *testing.T) {
 func TestNotifyFailed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	secret := newSecret(t)
-	rec := startReceiver(t, secret)
+	rec, secret := newReceiver(t)
 	in, _ := writeInput(t, dir, 6)
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x", "SLUICE_WEBHOOK_SECRET="+secret)
 	r := runSluiceFor(t, 90e9, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "openai", "--rate", "-1",

@@ -56,22 +56,7 @@ func TestSkipInvalidOutputCustomIDsUnique(t *testing.T) {
 		t.Errorf("the answer of a is not line 1's: %s", got[0].Response.Body)
 	}
 
-	type errLine struct {
-		CustomID *string `json:"custom_id"`
-		Error    struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Line    int64  `json:"line"`
-		} `json:"error"`
-	}
-	var errs []errLine
-	for _, l := range readLines(t, filepath.Join(dir, "out.errors.jsonl")) {
-		var e errLine
-		if err := json.Unmarshal([]byte(l), &e); err != nil {
-			t.Fatalf("errors line %q: %v", l, err)
-		}
-		errs = append(errs, e)
-	}
+	errs := readJSONL[errorsLine](t, filepath.Join(dir, "out.errors.jsonl"))
 	want := []struct {
 		line int64
 		id   string // "" for null
@@ -89,24 +74,16 @@ func TestSkipInvalidOutputCustomIDsUnique(t *testing.T) {
 	}
 	for i, w := range want {
 		e := errs[i]
-		id := ""
-		if e.CustomID != nil {
-			id = *e.CustomID
-		}
-		if e.Error.Line != w.line || id != w.id || e.Error.Code != "invalid_request" || !strings.Contains(e.Error.Message, w.msg) {
-			t.Errorf("errors line %d: custom_id %q %+v, want line %d custom_id %q and %q", i+1, id, e.Error, w.line, w.id, w.msg)
+		if e.Error.Line != w.line || e.CustomID != w.id || e.Error.Code != "invalid_request" || !strings.Contains(e.Error.Message, w.msg) {
+			t.Errorf("errors line %d: custom_id %q %+v, want line %d custom_id %q and %q", i+1, e.CustomID, e.Error, w.line, w.id, w.msg)
 		}
 	}
 	// The rejects file names each rejected line's custom_id and line.
 	var rej []string
-	for _, l := range readLines(t, rejects) {
-		var x struct {
-			Line     int64  `json:"line"`
-			CustomID string `json:"custom_id"`
-		}
-		if err := json.Unmarshal([]byte(l), &x); err != nil {
-			t.Fatalf("rejects line %q: %v", l, err)
-		}
+	for _, x := range readJSONL[struct {
+		Line     int64  `json:"line"`
+		CustomID string `json:"custom_id"`
+	}](t, rejects) {
 		rej = append(rej, fmt.Sprintf("%d:%s", x.Line, x.CustomID))
 	}
 	if g := strings.Join(rej, " "); g != "3:a 4:c 5:c 6:a 7:d 8:d" {
@@ -129,6 +106,30 @@ func readLines(t *testing.T, path string) []string {
 		return nil
 	}
 	return strings.Split(s, "\n")
+}
+
+// errorsLine is a line of an errors file (docs/contract.md).
+type errorsLine struct {
+	CustomID string `json:"custom_id"` // "" for null
+	Error    struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Line    int64  `json:"line"`
+	} `json:"error"`
+}
+
+// readJSONL decodes each line of a JSON Lines file into a T.
+func readJSONL[T any](t *testing.T, path string) []T {
+	t.Helper()
+	var vs []T
+	for _, l := range readLines(t, path) {
+		var v T
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatalf("%s: line %q: %v", path, l, err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 // TestOutputFilesHonourUmask (issue 21, item 6): the output, errors and

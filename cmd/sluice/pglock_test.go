@@ -176,6 +176,16 @@ func TestPostgresSecondRunWhileFirstLostItsConnection(t *testing.T) {
 	checkBoughtOnce(t, emu, dsn)
 }
 
+// restartableJob is openAIJob (n requests, the output o.jsonl) on a
+// private PostgreSQL server that can be stopped and started again, named
+// by SLUICE_DB in env.
+func restartableJob(t *testing.T, n int, emuArgs ...string) (srv *testsrv.RestartablePostgres, emu *emulatorProc, in string, ids []string, out string, env []string) {
+	t.Helper()
+	srv = testsrv.NewRestartablePostgres(t)
+	emu, _, in, ids, out, env = openAIJob(t, n, "o.jsonl", emuArgs...)
+	return srv, emu, in, ids, out, append(env, "SLUICE_DB="+srv.DSN)
+}
+
 // TestPostgresRestartMidRun: the PostgreSQL server is stopped in immediate
 // mode (every session cut, as a crash or a failover) and started again on
 // the same port while a run drives a job. The run takes its lock back,
@@ -185,10 +195,8 @@ func TestPostgresSecondRunWhileFirstLostItsConnection(t *testing.T) {
 // batch per chunk attempt.
 func TestPostgresRestartMidRun(t *testing.T) {
 	t.Parallel()
-	srv := testsrv.NewRestartablePostgres(t)
+	srv, emu, in, ids, out, env := restartableJob(t, 60, "--batch-time", "1s")
 	dsn := srv.DSN
-	emu, _, in, ids, out, env := openAIJob(t, 60, "o.jsonl", "--batch-time", "1s")
-	env = append(env, "SLUICE_DB="+dsn)
 	a := startWorkerProc(t, env, pgLockRunArgs(emu, in, out)...)
 	waitUntil(t, "a batch submitted", time.Minute, func() bool {
 		return pgTry(dsn, `SELECT COUNT(*) FROM chunks WHERE state = 'submitted'`) >= 1
@@ -217,10 +225,9 @@ func TestPostgresRestartMidRun(t *testing.T) {
 // chunk attempt.
 func TestPostgresRestartUnderWorkers(t *testing.T) {
 	t.Parallel()
-	srv := testsrv.NewRestartablePostgres(t)
+	srv, emu, in, ids, out, env := restartableJob(t, 240, "--batch-time", "700ms")
 	dsn := srv.DSN
-	emu, _, in, ids, out, env := openAIJob(t, 240, "o.jsonl", "--batch-time", "700ms")
-	env = append(env, "SLUICE_DB="+dsn, "SLUICE_JOIN=1")
+	env = append(env, "SLUICE_JOIN=1")
 	args := []string{"run", in, "--out", out, "--provider", "openai", "--base-url", "http://" + emu.addr + "/v1",
 		"--max-batch-requests", "12", "--concurrency", "3", "--rate", "-1", "--poll-interval", "100ms",
 		"--max-poll-interval", "300ms", "--lease-ttl", "900ms", "--reconcile-grace", "1s", "--log-format", "json",

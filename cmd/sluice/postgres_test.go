@@ -305,6 +305,18 @@ func TestPostgresLockAndCrashResume(t *testing.T) {
 	}
 }
 
+// pgS3Job starts a private PostgreSQL server, an S3 bucket holding n
+// requests under in.jsonl (written to a temporary directory too) and an
+// emulator with emuArgs.
+func pgS3Job(t *testing.T, n int, emuArgs ...string) (dsn string, b *s3Bucket, dir string, ids []string, emu *emulatorProc) {
+	t.Helper()
+	dsn = testsrv.Postgres(t)
+	b = newS3Bucket(t)
+	dir = t.TempDir()
+	_, ids = b.putInput(t, dir, n)
+	return dsn, b, dir, ids, startEmulator(t, emuArgs...)
+}
+
 // TestPostgresAndS3EphemeralPod: the disk-less machine of issue 13. A run
 // with the tracker in PostgreSQL (--db) and input, output and job files in
 // S3 (--store) is SIGKILLed mid-job; a run on another, empty state
@@ -313,13 +325,7 @@ func TestPostgresLockAndCrashResume(t *testing.T) {
 // twice, one batch per chunk.
 func TestPostgresAndS3EphemeralPod(t *testing.T) {
 	t.Parallel()
-	dsn := testsrv.Postgres(t)
-	b := newS3Bucket(t)
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 600)
-	data, _ := os.ReadFile(in)
-	b.put(t, "in.jsonl", data)
-	emu := startEmulator(t, "--batch-time", "700ms")
+	dsn, b, dir, ids, emu := pgS3Job(t, 600, "--batch-time", "700ms")
 	args := openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"),
 		"--max-live-batches", "2", "--reconcile-grace", "300ms", "--db", dsn)
 	first := filepath.Join(dir, "pod1")
@@ -340,12 +346,10 @@ func TestPostgresAndS3EphemeralPod(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("the run on an empty state directory: exit %d\n%s", r.code, r.stderr)
 	}
-	got, ok := b.get(t, "out.jsonl")
+	p, ok := b.download(t, "out.jsonl", dir)
 	if !ok {
 		t.Fatal("no output object after the second run")
 	}
-	p := filepath.Join(dir, "out.jsonl")
-	writeFile(t, p, got)
 	checkOutput(t, p, ids)
 	st := emu.stats(t)
 	if st["requests_processed_more_than_once"] != 0 || st["batches_created"] != 6 || st["requests_processed"] != 600 {
@@ -365,13 +369,7 @@ func TestPostgresAndS3EphemeralPod(t *testing.T) {
 // merges, every custom_id once in input order, nothing processed twice.
 func TestPostgresWorkersOnTwoMachines(t *testing.T) {
 	t.Parallel()
-	dsn := testsrv.Postgres(t)
-	b := newS3Bucket(t)
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 3000)
-	data, _ := os.ReadFile(in)
-	b.put(t, "in.jsonl", data)
-	emu := startEmulator(t, "--batch-time", "200ms")
+	dsn, b, dir, ids, emu := pgS3Job(t, 3000, "--batch-time", "200ms")
 	args := append(openAIRun(emu, b.url("in.jsonl"), b.url("out.jsonl"), "--store", b.url("state"), "--db", dsn),
 		"--max-batch-requests", "500", "--join", "--lease-ttl", "900ms", "--log-format", "json")
 	var ws []*workerProc
@@ -383,12 +381,10 @@ func TestPostgresWorkersOnTwoMachines(t *testing.T) {
 	if planned != 1 || merged != 1 {
 		t.Fatalf("%d workers planned and %d merged, want 1 and 1\nA:\n%s\nB:\n%s", planned, merged, ws[0].stderr.String(), ws[1].stderr.String())
 	}
-	got, ok := b.get(t, "out.jsonl")
+	p, ok := b.download(t, "out.jsonl", dir)
 	if !ok {
 		t.Fatal("no output object")
 	}
-	p := filepath.Join(dir, "out.jsonl")
-	writeFile(t, p, got)
 	checkOutput(t, p, ids)
 	if n := emu.stats(t)["requests_processed_more_than_once"]; n != 0 {
 		t.Errorf("the emulator processed %d requests more than once", n)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -56,15 +55,12 @@ func TestLiveAreaAndLogs(t *testing.T) {
 	}
 	defer ptmx.Close()
 	defer tty.Close()
-	var screen bytes.Buffer
-	var screenMu sync.Mutex
+	var screen lockedBuffer
 	go func() {
 		buf := make([]byte, 4096)
 		for {
 			n, err := ptmx.Read(buf)
-			screenMu.Lock()
 			screen.Write(buf[:n])
-			screenMu.Unlock()
 			if err != nil {
 				return
 			}
@@ -112,31 +108,14 @@ func TestLiveAreaAndLogs(t *testing.T) {
 	skew.Add(int64(1200 * time.Millisecond)) // past the one-second query throttle
 	cs, _ = store.Chunks(context.Background(), "j")
 	p.tick(cs)
-	// The refreshed counts reach the screen.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		screenMu.Lock()
-		s := ansi.ReplaceAllString(screen.String(), "")
-		screenMu.Unlock()
-		if strings.Contains(s, "requests: 25 of 100 done: 20 succeeded, 5 failed") {
-			break
-		}
-	}
+	waitUntil(t, "refreshed requests line", 10*time.Second, func() bool {
+		return strings.Contains(ansi.ReplaceAllString(screen.String(), ""), "requests: 25 of 100 done: 20 succeeded, 5 failed")
+	})
 	wg.Wait()
 	p.done()
 	fmt.Fprint(tty, "END\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		screenMu.Lock()
-		s := screen.String()
-		screenMu.Unlock()
-		if strings.Contains(s, "END") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	screenMu.Lock()
+	waitUntil(t, "END on the screen", 5*time.Second, func() bool { return strings.Contains(screen.String(), "END") })
 	raw := screen.String()
-	screenMu.Unlock()
 
 	text := ansi.ReplaceAllString(raw, "")
 	if n := strings.Count(text, "a log line that must stay whole"); n != 50 {

@@ -47,13 +47,10 @@ func reportStatus(t *testing.T, env []string) reportJob {
 // to prove the page escapes what comes from the data.
 func writeMarkupInput(t *testing.T, dir string, n int) string {
 	t.Helper()
-	var b strings.Builder
-	for i := range n {
+	p, _ := writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
 		id := fmt.Sprintf(`<img src=x onerror="document.body.dataset.pwned=1">&r%03d`, i)
-		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
-	}
-	p := filepath.Join(dir, "in.jsonl")
-	writeFile(t, p, []byte(b.String()))
+		return id, fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"q %d"}]}}`, id, i)
+	})
 	return p
 }
 

@@ -47,6 +47,32 @@ func (b *s3Bucket) put(t *testing.T, key string, data []byte) {
 	}
 }
 
+// putInput writes n requests to in.jsonl in dir (writeInput) and puts
+// them under the key in.jsonl.
+func (b *s3Bucket) putInput(t *testing.T, dir string, n int) (data []byte, ids []string) {
+	t.Helper()
+	in, ids := writeInput(t, dir, n)
+	data, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.put(t, "in.jsonl", data)
+	return data, ids
+}
+
+// download writes the object under key to a file of that name in dir and
+// returns its path, or false when there is no such object.
+func (b *s3Bucket) download(t *testing.T, key, dir string) (string, bool) {
+	t.Helper()
+	got, ok := b.get(t, key)
+	if !ok {
+		return "", false
+	}
+	p := filepath.Join(dir, key)
+	writeFile(t, p, got)
+	return p, true
+}
+
 // get returns the object under key, or false when there is none.
 func (b *s3Bucket) get(t *testing.T, key string) ([]byte, bool) {
 	t.Helper()
@@ -266,12 +292,10 @@ func testResumeOnEmptyStateDir(t *testing.T, kind string) {
 	if r.code != exitFailures {
 		t.Fatalf("second run: exit %d, want 4 (one line rejected)\n%s", r.code, r.stderr)
 	}
-	got, ok := b.get(t, "out.jsonl")
+	p, ok := b.download(t, "out.jsonl", dir)
 	if !ok {
 		t.Fatal("no output object after the second run")
 	}
-	p := filepath.Join(dir, "out.jsonl")
-	writeFile(t, p, got)
 	checkOutput(t, p, ids)
 	if _, err := os.Stat(first); err == nil {
 		t.Fatal("the second run recreated the first state directory")
@@ -296,9 +320,7 @@ func TestS3BadConfiguration(t *testing.T) {
 	t.Parallel()
 	b := newS3Bucket(t)
 	dir := t.TempDir()
-	in, _ := writeInput(t, dir, 10)
-	data, _ := os.ReadFile(in)
-	b.put(t, "in.jsonl", data)
+	b.putInput(t, dir, 10)
 	secret := os.Getenv("AWS_SECRET_ACCESS_KEY")
 	cases := []struct {
 		name string
@@ -355,9 +377,7 @@ func TestS3InputChanged(t *testing.T) {
 	t.Parallel()
 	b := newS3Bucket(t)
 	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 30)
-	data, _ := os.ReadFile(in)
-	b.put(t, "in.jsonl", data)
+	data, ids := b.putInput(t, dir, 30)
 	env := append([]string{"SLUICE_STATE=" + filepath.Join(dir, "state")}, b.env...)
 	if r := runSluice(t, env, "plan", b.url("in.jsonl")); r.code != 0 {
 		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
@@ -410,9 +430,7 @@ func TestS3CancelMergesToObject(t *testing.T) {
 	b := newS3Bucket(t)
 	emu := startEmulator(t, "--batch-time", "3s")
 	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 60)
-	data, _ := os.ReadFile(in)
-	b.put(t, "in.jsonl", data)
+	_, ids := b.putInput(t, dir, 60)
 	first := filepath.Join(dir, "first")
 	env := append([]string{"OPENAI_API_KEY=sk-x", "SLUICE_STATE=" + first, "SLUICE_STORE=" + b.url("state")}, b.env...)
 	r := runSluice(t, env, "run", b.url("in.jsonl"), "--out", b.url("out.jsonl"), "--provider", "openai",
@@ -435,11 +453,9 @@ func TestS3CancelMergesToObject(t *testing.T) {
 	if r.code != exitFailures && r.code != exitOK {
 		t.Fatalf("cancel: exit %d\n%s", r.code, r.stderr)
 	}
-	got, ok := b.get(t, "out.jsonl")
+	p, ok := b.download(t, "out.jsonl", dir)
 	if !ok {
 		t.Fatalf("no output object after the cancel:\n%s", r.stdout)
 	}
-	p := filepath.Join(dir, "out.jsonl")
-	writeFile(t, p, got)
 	checkOutput(t, p, ids)
 }

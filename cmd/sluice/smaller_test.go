@@ -74,11 +74,8 @@ func TestUnreadableInputIsBadInput(t *testing.T) {
 		asUnprivileged(t, cmd)
 		var se strings.Builder
 		cmd.Stderr = &se
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
+		code, err := procExit(cmd.Run())
+		if err != nil {
 			t.Fatal(err)
 		}
 		if code != 2 || !strings.Contains(se.String(), "input: open "+in+": permission denied") {
@@ -182,6 +179,21 @@ func TestProviderFileCleanupIsShown(t *testing.T) {
 	}
 }
 
+// writeTwoModels writes n chat lines m-0, m-1, ... to in.jsonl in dir:
+// line i of model other where i%k is 1, of gpt-4o-mini elsewhere.
+func writeTwoModels(t *testing.T, dir string, n, k int, other string) string {
+	t.Helper()
+	in, _ := writeRequests(t, filepath.Join(dir, "in.jsonl"), n, func(i int) (string, string) {
+		model := "gpt-4o-mini"
+		if i%k == 1 {
+			model = other
+		}
+		id := fmt.Sprintf("m-%d", i)
+		return id, chatLine(id, model, "hello", 16)
+	})
+	return in
+}
+
 // TestModelMapMissWarnedAtPlan: chat lines whose model --model-map does not
 // rename are sent as written; the plan warns once per such model, with
 // the number of lines and the first file:line, where before only "no price
@@ -189,16 +201,7 @@ func TestProviderFileCleanupIsShown(t *testing.T) {
 func TestModelMapMissWarnedAtPlan(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
-	var lines []string
-	for i := range 9 {
-		model := "gpt-4o-mini"
-		if i%3 == 1 {
-			model = "gpt-4.1-nano"
-		}
-		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
-	}
-	in := filepath.Join(dir, "in.jsonl")
-	writeLines(t, in, lines)
+	in := writeTwoModels(t, dir, 9, 3, "gpt-4.1-nano")
 	r := runSluice(t, append(stateEnv(dir), "GEMINI_API_KEY=x"), "plan", in, "--provider", "gemini",
 		"--model-map", "gpt-4o-mini=gemini-2.5-flash")
 	want := `"model":"gpt-4.1-nano","lines":3,"first":"` + in + `:2"`
@@ -225,13 +228,11 @@ func TestLogFlagsValidatedEverywhere(t *testing.T) {
 		cmd.Env = append(os.Environ(), stateEnv(dir)...)
 		var se strings.Builder
 		cmd.Stderr = &se
-		err := cmd.Run()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), se.String()
-		} else if err != nil {
+		code, err := procExit(cmd.Run())
+		if err != nil {
 			t.Fatal(err)
 		}
-		return 0, se.String()
+		return code, se.String()
 	}
 	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"providers"}, {"emulate", "--addr", "127.0.0.1:0"}} {
 		code, stderr := run(append(args, "--log-level", "verbose")...)
@@ -336,16 +337,7 @@ func TestLocalBatchTimeKeptBySubmittedBatches(t *testing.T) {
 func TestForeignModelWarnedWithoutMap(t *testing.T) {
 	t.Parallel() // its own state directory (and emulator)
 	dir := t.TempDir()
-	var lines []string
-	for i := range 6 {
-		model := "gpt-4o-mini"
-		if i%2 == 1 {
-			model = "claude-haiku-4-5"
-		}
-		lines = append(lines, chatLine(fmt.Sprintf("m-%d", i), model, "hello", 16))
-	}
-	in := filepath.Join(dir, "in.jsonl")
-	writeLines(t, in, lines)
+	in := writeTwoModels(t, dir, 6, 2, "claude-haiku-4-5")
 	r := runSluice(t, append(stateEnv(dir), "ANTHROPIC_API_KEY=x"), "plan", in, "--provider", "anthropic")
 	want := `"model":"gpt-4o-mini","lines":3,"first":"` + in + `:1"`
 	if r.code != 0 || !strings.Contains(r.stderr, want) {

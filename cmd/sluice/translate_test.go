@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-batch/sluice/internal/emutest"
 )
 
 // chatCompletion is what these tests read of an OpenAI chat.completion
@@ -120,18 +122,6 @@ func mustJSONString(s string) string {
 	return string(b)
 }
 
-// echo is the emulator's fake answer to a last user message.
-func echo(s string) string {
-	r := []rune(s)
-	if len(r) > 40 {
-		r = r[:40]
-	}
-	for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
-		r[i], r[j] = r[j], r[i]
-	}
-	return "echo: " + string(r)
-}
-
 // TestChatLinesOnAnyProvider runs one 2,000-line OpenAI chat completions
 // file to completion with --provider anthropic, cloudflare, gemini,
 // mistral and together
@@ -188,7 +178,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 					// The forced tool is called: a tool call comes back.
 					tc := ch.Message.ToolCalls
 					if ch.FinishReason != "tool_calls" || len(tc) != 1 || tc[0].Function.Name != "lookup" || tc[0].ID == "" ||
-						tc[0].Function.Arguments != `{"echo":`+mustJSONString(echo(lasts[i]))+`}` {
+						tc[0].Function.Arguments != `{"echo":`+mustJSONString(emutest.ExpectedAnswer(lasts[i]))+`}` {
 						t.Fatalf("%s: want a lookup tool call, got %s", o.CustomID, o.Response.Body)
 					}
 					continue
@@ -208,7 +198,7 @@ func TestChatLinesOnAnyProvider(t *testing.T) {
 					}
 					got = js.Echo
 				}
-				if want := echo(lasts[i]); got != want {
+				if want := emutest.ExpectedAnswer(lasts[i]); got != want {
 					t.Fatalf("%s: content %q, want %q (the translated request lost its last user message)", o.CustomID, ch.Message.Content, want)
 				}
 				if cc.Model != c.model {
@@ -334,7 +324,7 @@ func TestChatLinesSurviveSIGKILL(t *testing.T) {
 		if i%7 == 6 || i%7 == 4 || i%7 == 5 {
 			continue // tool call and JSON answers: TestChatLinesOnAnyProvider reads them
 		}
-		if want := echo(lasts[i]); cc.Choices[0].Message.Content != want {
+		if want := emutest.ExpectedAnswer(lasts[i]); cc.Choices[0].Message.Content != want {
 			t.Fatalf("%s: content %q, want %q", o.CustomID, cc.Choices[0].Message.Content, want)
 		}
 	}

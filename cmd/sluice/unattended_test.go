@@ -102,10 +102,7 @@ func TestStatusChunksShowLastErrorVerbatim(t *testing.T) {
 // file has the cancelled ones, and the exit code is 4.
 func TestCancelKeepsCompletedLines(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t, "--batch-time", "5s")
-	dir := t.TempDir()
-	in, ids := writeInput(t, dir, 60)
-	out := filepath.Join(dir, "out.jsonl")
+	emu, dir, in, ids, out := emulatorJob(t, 60, "out.jsonl", "--batch-time", "5s")
 	base := "http://" + emu.addr + "/v1"
 	env := append(stateEnv(dir), "OPENAI_API_KEY=sk-x")
 	r := runSluice(t, env, "run", in, "--out", out, "--provider", "openai", "--base-url", base, "--once", "--rate", "-1")
@@ -152,18 +149,8 @@ func TestCancelKeepsCompletedLines(t *testing.T) {
 			t.Errorf("batch %s is %q at the provider, want cancelled", b.BatchID, st)
 		}
 	}
-	lines := checkOutput(t, out, ids)
-	var ok, cancelled int
-	for _, l := range lines {
-		switch {
-		case l.Response != nil && l.Response.StatusCode == 200 && l.Error == nil:
-			ok++
-		case l.Error != nil && (l.Error.Code == sluice.CodeBatchCancelled || l.Error.Code == sluice.CodeCancelled):
-			cancelled++
-		default:
-			t.Errorf("%s: neither a success nor cancelled: %+v", l.CustomID, l)
-		}
-	}
+	n := outcomes(t, checkOutput(t, out, ids), sluice.CodeBatchCancelled, sluice.CodeCancelled)
+	ok, cancelled := n["ok"], n[string(sluice.CodeBatchCancelled)]+n[string(sluice.CodeCancelled)]
 	if ok == 0 || cancelled == 0 {
 		t.Errorf("%d succeeded, %d cancelled: want the completed lines kept and the rest cancelled", ok, cancelled)
 	}

@@ -51,16 +51,20 @@ func (l *lockedBuffer) String() string {
 
 func startWorkerProc(t *testing.T, env []string, args ...string) *workerProc {
 	t.Helper()
-	w := &workerProc{cmd: sluiceCmd(env, args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	return startProc(t, sluiceCmd(env, args...))
+}
+
+// startProc starts cmd with its stdout and stderr kept, to be read while it
+// runs; the test's end kills it.
+func startProc(t *testing.T, cmd *exec.Cmd) *workerProc {
+	t.Helper()
+	w := &workerProc{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		err := w.cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
-			w.code = ee.ExitCode()
-		}
+		w.code, _ = procExit(w.cmd.Wait())
 		close(w.done)
 	}()
 	t.Cleanup(func() { w.cmd.Process.Kill(); <-w.done })
@@ -222,12 +226,10 @@ var workersBackends = []struct {
 			},
 			statusEnv: append([]string{"SLUICE_DB=" + dsn, "SLUICE_STATE=" + filepath.Join(dir, "status")}, b.env...),
 			output: func(t *testing.T) string {
-				got, ok := b.get(t, "out.jsonl")
+				p, ok := b.download(t, "out.jsonl", dir)
 				if !ok {
 					t.Fatal("no output object")
 				}
-				p := filepath.Join(dir, "out.jsonl")
-				writeFile(t, p, got)
 				return p
 			},
 			tracker: func(t *testing.T) tracker.Backend {
