@@ -1,10 +1,13 @@
 package sluice
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 )
@@ -48,9 +51,15 @@ type Job struct {
 	PlanFlagsKnown   bool   `json:"-"`
 	// ProviderFiles says where the job's files at the provider stand:
 	// ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
-	ProviderFiles string    `json:"provider_files,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	ProviderFiles string `json:"provider_files,omitempty"`
+	// StoreKey is where a --store keeps the job's files, relative to the
+	// store: "jobs/ID/PLAN", PLAN a random name given when the job was
+	// planned, so that two plans of one job name (two state directories
+	// sharing a store) never share a key; empty for a job planned before
+	// (its files under "jobs/ID"). Set it with NewStoreKey.
+	StoreKey  string    `json:"store_key,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Chunk is a group of requests sharing (url, model) that fits one provider
@@ -127,8 +136,11 @@ type Chunk struct {
 	// UsageEstTokens is how far the estimate was off.
 	UsageEstTokens int64 `json:"usage_est_tokens,omitempty"`
 	// Digest is the content digest of the chunk file as sent (ChunkDigest),
-	// recorded with the chunk's first intent; empty for chunks whose first
-	// intent an earlier version recorded. Find adopts a provider object only
+	// recorded when the file is written (planned chunks and, from their
+	// conclusions, next attempts), else with the chunk's first intent;
+	// empty for chunks whose first intent an earlier version recorded. A
+	// chunk file whose bytes do not give it is never sent
+	// (docs/scale-out.md, "Two plans, one store"). Find adopts a provider object only
 	// when it carries this digest (docs/crash-safety.md, "Reconcile").
 	Digest string `json:"digest,omitempty"`
 }
@@ -253,9 +265,37 @@ func ChunkDigest(path string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := NewChunkHash()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil))[:DigestLen], nil
+	return DigestOf(h), nil
+}
+
+// NewChunkHash is the hash of ChunkDigest, for a writer that digests a
+// chunk file as it writes it (the splitter, at plan time).
+func NewChunkHash() hash.Hash { return sha256.New() }
+
+// DigestOf is the chunk digest of what h (a NewChunkHash) has read.
+func DigestOf(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil))[:DigestLen] }
+
+// NewStoreKey is a new plan's Job.StoreKey for job id: "jobs/ID/pHEX", 64
+// random bits naming this plan apart from any other plan of the same job
+// name (another state directory's, or this one's before its database was
+// lost), whatever their content.
+func NewStoreKey(id string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported systems
+	}
+	return path.Join("jobs", id, "p"+hex.EncodeToString(b[:]))
+}
+
+// FilesKey is where a --store keeps the job's files: StoreKey, or
+// "jobs/ID" for a job planned before plans had their own keys.
+func (j *Job) FilesKey() string {
+	if j.StoreKey != "" {
+		return j.StoreKey
+	}
+	return path.Join("jobs", j.ID)
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"hash"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -63,6 +65,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		cur    *sluice.Chunk
 		f      *os.File
 		w      *bufio.Writer
+		h      hash.Hash // cur's digest, fed as its file is written
 		itemB  int64
 		buf    []byte
 	)
@@ -83,7 +86,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 			return err
 		}
 		cur.Bytes = env.Size(cur.Requests, itemB)
-		cur.Bound = bound
+		cur.Bound, cur.Digest = bound, sluice.DigestOf(h)
 		chunks = append(chunks, cur)
 		cur = nil
 		return nil
@@ -111,7 +114,8 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 				return nil, nil, err
 			}
 			defer f.Close()
-			w = bufio.NewWriterSize(f, 1<<20)
+			h = sluice.NewChunkHash()
+			w = bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
 			itemB = 0
 			if _, err := w.Write(env.Header); err != nil {
 				return nil, nil, err

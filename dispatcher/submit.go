@@ -27,14 +27,8 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		if _, err := os.Stat(filepath.Join(d.job.Dir, c.Path)); err != nil {
 			return false, fatal(fmt.Errorf("chunk %d cannot be sent: %w; the job directory %s was changed under the job: restore it, or start over with --job NEW_NAME", c.ID, err, d.job.Dir))
 		}
-		if c.Digest == "" {
-			// Recorded with the intent below, carried by the upload and the
-			// batch: what a later run's Find must see to adopt them.
-			dg, err := sluice.ChunkDigest(filepath.Join(d.job.Dir, c.Path))
-			if err != nil {
-				return false, fatal(fmt.Errorf("chunk %d: %w", c.ID, err))
-			}
-			c.Digest = dg
+		if err := d.checkDigest(c); err != nil {
+			return false, err
 		}
 	}
 	if c.State == sluice.ChunkPending && d.caps.Files {
@@ -241,4 +235,28 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		return false, fatal(err)
 	}
 	return c.State != from, nil
+}
+
+// checkDigest proves the chunk file is the one the job planned before any
+// of its bytes are sent: a file that does not give the chunk's recorded
+// digest (another plan's, in a store two plans share; or changed under the
+// job) is a fatal error, never a silent send of other bodies. A chunk
+// without one (planned by an earlier version) gets it here, recorded with
+// the intent below and carried by the upload and the batch: what a later
+// run's Find must see to adopt them.
+func (d *Dispatcher) checkDigest(c *sluice.Chunk) error {
+	p := filepath.Join(d.job.Dir, c.Path)
+	dg, err := sluice.ChunkDigest(p)
+	switch {
+	case err != nil:
+		return fatal(fmt.Errorf("chunk %d: %w", c.ID, err))
+	case c.Digest == "":
+		c.Digest = dg
+	case dg != c.Digest:
+		return fatal(fmt.Errorf("chunk %d: the chunk file %s is not the one job %s planned (digest %s, want %s): "+
+			"another plan of the same job name owns this file (two state directories sharing one --store?), or it was changed; "+
+			"nothing of it was sent. Run with the state directory or database that planned it, or start over with --job NEW_NAME",
+			c.ID, c.Path, d.job.ID, dg, c.Digest))
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,6 +46,20 @@ type group struct {
 	maxOut    int64 // sum of its requests' max output tokens
 	noMax     int   // its requests that set none
 	id        int64 // the open chunk's id, given when it opened
+	// out is what w writes to: the open chunk's file, digested on the way
+	// (Chunk.Digest, recorded with the chunk).
+	out digestingFile
+}
+
+// digestingFile writes to a chunk file and feeds its chunk digest.
+type digestingFile struct {
+	f *os.File
+	h hash.Hash
+}
+
+func (d *digestingFile) Write(p []byte) (int, error) {
+	d.h.Write(p) // a hash.Hash never fails
+	return d.f.Write(p)
 }
 
 type groupKey struct{ url, model string }
@@ -445,16 +460,20 @@ func (w *writer) handle(g *group) error {
 		w.nextID++
 		g.tmp = filepath.Join(w.cfg.Dir, chunksDir, fmt.Sprintf(".open-c%06d", g.id))
 		flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		if g.out.h == nil {
+			g.out.h = sluice.NewChunkHash()
+		}
+		g.out.h.Reset()
 	}
 	f, err := os.OpenFile(g.tmp, flag, 0o600)
 	if err != nil {
 		return fmt.Errorf("chunk file: %w", err)
 	}
-	g.f = f
+	g.f, g.out.f = f, f
 	if g.w == nil {
-		g.w = bufio.NewWriterSize(f, chunkBufBytes)
+		g.w = bufio.NewWriterSize(&g.out, chunkBufBytes)
 	} else {
-		g.w.Reset(f)
+		g.w.Reset(&g.out)
 	}
 	w.open++
 	return nil
@@ -488,7 +507,7 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, g.ext))
 	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
 		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound,
-		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax}
+		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax, Digest: sluice.DigestOf(g.out.h)}
 	// The recorder fsyncs, closes and renames the file, and records it.
 	f := g.f
 	g.f = nil

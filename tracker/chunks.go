@@ -249,7 +249,7 @@ func (c *core) newChunks(ctx context.Context, ex executor, f *sluice.Finish) (id
 		}
 		ids[i] = id
 		if _, err := ex.exec(ctx, c.stmts.q("chunk_insert"), job, id, ch.Attempt, ch.URL, ch.Model, ch.Path, ch.Requests,
-			ch.Bytes, ch.EstTokens, ch.Bound, ch.State, ch.MaxOutputTokens, ch.NoMaxRequests, ch.Splits); err != nil {
+			ch.Bytes, ch.EstTokens, ch.Bound, ch.State, ch.MaxOutputTokens, ch.NoMaxRequests, ch.Splits, ch.Digest); err != nil {
 			return nil, nil, fmt.Errorf("record chunk %d: %w", id, err)
 		}
 	}

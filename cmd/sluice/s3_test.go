@@ -192,7 +192,7 @@ func testResumeOnEmptyStateDir(t *testing.T, kind string) {
 	if kind == "dir" {
 		store = filepath.Join(dir, "shared")
 		storedResults = func() int {
-			m, _ := filepath.Glob(filepath.Join(store, "jobs", "*", "results", "c*.results"))
+			m, _ := filepath.Glob(filepath.Join(store, "jobs", "*", "*", "results", "c*.results")) // jobs/JOB/PLAN
 			return len(m)
 		}
 	}

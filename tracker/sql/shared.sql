@@ -8,13 +8,13 @@
 -- name: job_get
 SELECT id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
 	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
-	model_map, default_max_tokens
+	model_map, default_max_tokens, store_key
 FROM jobs WHERE id = ?;
 
 -- name: jobs_all
 SELECT id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
 	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
-	model_map, default_max_tokens
+	model_map, default_max_tokens, store_key
 FROM jobs ORDER BY created_at DESC, id;
 
 -- name: job_set_state
@@ -76,8 +76,8 @@ WHERE job_id = ? AND id = ? AND state = ?;
 
 -- name: chunk_insert
 INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits, digest)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: chunk_next_id
 SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = ?;
@@ -102,7 +102,7 @@ INSERT INTO reuse_sources (job_id, source_job, requests) VALUES (?, ?, ?);
 
 -- name: plan_chunk_insert
 INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: plan_commit
 UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
