@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -65,7 +66,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		cur    *sluice.Chunk
 		f      *os.File
 		w      *bufio.Writer
-		h      hash.Hash // cur's digest, fed as its file is written
+		h      *xxh3.Hasher128 // cur's FileDigest, fed as its file is written
 		itemB  int64
 		buf    []byte
 	)
@@ -86,7 +87,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 			return err
 		}
 		cur.Bytes = env.Size(cur.Requests, itemB)
-		cur.Bound, cur.Digest = bound, sluice.DigestOf(h)
+		cur.Bound, cur.FileDigest = bound, sluice.FileDigestOf(h)
 		chunks = append(chunks, cur)
 		cur = nil
 		return nil
@@ -114,7 +115,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 				return nil, nil, err
 			}
 			defer f.Close()
-			h = sluice.NewChunkHash()
+			h = sluice.NewFileHash()
 			w = bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
 			itemB = 0
 			if _, err := w.Write(env.Header); err != nil {

@@ -238,25 +238,28 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 }
 
 // checkDigest proves the chunk file is the one the job planned before any
-// of its bytes are sent: a file that does not give the chunk's recorded
-// digest (another plan's, in a store two plans share; or changed under the
-// job) is a fatal error, never a silent send of other bodies. A chunk
-// without one (planned by an earlier version) gets it here, recorded with
-// the intent below and carried by the upload and the batch: what a later
-// run's Find must see to adopt them.
+// of its bytes are sent: a file that does not give the chunk's FileDigest,
+// recorded when the file was written (another plan's, in a store two plans
+// share; or changed under the job), is a fatal error, never a silent send
+// of other bodies. The chunk's Digest, if it has none yet, is read in the
+// same pass: recorded with the intent below and carried by the upload and
+// the batch, what a later run's Find must see to adopt them.
 func (d *Dispatcher) checkDigest(c *sluice.Chunk) error {
-	p := filepath.Join(d.job.Dir, c.Path)
-	dg, err := sluice.ChunkDigest(p)
-	switch {
-	case err != nil:
+	if c.Digest != "" && c.FileDigest == "" {
+		return nil // an earlier version's chunk, its first intent taken
+	}
+	dg, fdg, err := sluice.ChunkDigests(filepath.Join(d.job.Dir, c.Path), c.Digest == "")
+	if err != nil {
 		return fatal(fmt.Errorf("chunk %d: %w", c.ID, err))
-	case c.Digest == "":
-		c.Digest = dg
-	case dg != c.Digest:
-		return fatal(fmt.Errorf("chunk %d: the chunk file %s is not the one job %s planned (digest %s, want %s): "+
+	}
+	if c.FileDigest != "" && fdg != c.FileDigest {
+		return fatal(fmt.Errorf("chunk %d: the chunk file %s is not the one job %s planned (XXH3-128 %s, want %s): "+
 			"another plan of the same job name owns this file (two state directories sharing one --store?), or it was changed; "+
 			"nothing of it was sent. Run with the state directory or database that planned it, or start over with --job NEW_NAME",
-			c.ID, c.Path, d.job.ID, dg, c.Digest))
+			c.ID, c.Path, d.job.ID, fdg, c.FileDigest))
+	}
+	if c.Digest == "" {
+		c.Digest = dg
 	}
 	return nil
 }

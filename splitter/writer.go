@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,18 +46,18 @@ type group struct {
 	noMax     int   // its requests that set none
 	id        int64 // the open chunk's id, given when it opened
 	// out is what w writes to: the open chunk's file, digested on the way
-	// (Chunk.Digest, recorded with the chunk).
+	// (Chunk.FileDigest, recorded with the chunk).
 	out digestingFile
 }
 
 // digestingFile writes to a chunk file and feeds its chunk digest.
 type digestingFile struct {
 	f *os.File
-	h hash.Hash
+	h *xxh3.Hasher128
 }
 
 func (d *digestingFile) Write(p []byte) (int, error) {
-	d.h.Write(p) // a hash.Hash never fails
+	d.h.Write(p) // never fails
 	return d.f.Write(p)
 }
 
@@ -461,7 +460,7 @@ func (w *writer) handle(g *group) error {
 		g.tmp = filepath.Join(w.cfg.Dir, chunksDir, fmt.Sprintf(".open-c%06d", g.id))
 		flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 		if g.out.h == nil {
-			g.out.h = sluice.NewChunkHash()
+			g.out.h = sluice.NewFileHash()
 		}
 		g.out.h.Reset()
 	}
@@ -507,7 +506,7 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, g.ext))
 	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
 		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound,
-		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax, Digest: sluice.DigestOf(g.out.h)}
+		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax, FileDigest: sluice.FileDigestOf(g.out.h)}
 	// The recorder fsyncs, closes and renames the file, and records it.
 	f := g.f
 	g.f = nil

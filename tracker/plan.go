@@ -251,7 +251,7 @@ func (p *Plan) AddChunk(c *sluice.Chunk) error {
 	}
 	c.State = sluice.ChunkPending
 	if _, err := p.insChk.ExecContext(p.ctx, p.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests,
-		c.Bytes, c.EstTokens, c.Bound, c.State, c.MaxOutputTokens, c.NoMaxRequests, c.Digest); err != nil {
+		c.Bytes, c.EstTokens, c.Bound, c.State, c.MaxOutputTokens, c.NoMaxRequests, c.FileDigest); err != nil {
 		return fmt.Errorf("record chunk %d: %w", c.ID, err)
 	}
 	return p.wrote(1)

@@ -334,7 +334,7 @@ func (pl *pgPlan) AddChunk(c *sluice.Chunk) error {
 	c.State = sluice.ChunkPending
 	if _, err := pl.tx.Exec(pl.ctx, pgText(pl.d.stmts.q("plan_chunk_insert")),
 		pl.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-		c.MaxOutputTokens, c.NoMaxRequests, c.Digest); err != nil {
+		c.MaxOutputTokens, c.NoMaxRequests, c.FileDigest); err != nil {
 		pl.failed = fmt.Errorf("record chunk %d: %w", c.ID, pl.d.wrap(err))
 		return pl.failed
 	}

@@ -24,9 +24,17 @@ func TestStoreSharedByTwoPlans(t *testing.T) {
 	for _, kind := range []string{"s3", "dir"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			testStoreSharedByTwoPlans(t, kind)
+			testStoreSharedByTwoPlans(t, kind, false)
 		})
 	}
+}
+
+// TestStoreSharedByTwoPlansKilled: as TestStoreSharedByTwoPlans, but A
+// runs first and is SIGKILLed once a chunk's results are in the store;
+// its resumed run finishes its own batches, buying nothing twice.
+func TestStoreSharedByTwoPlansKilled(t *testing.T) {
+	t.Parallel()
+	testStoreSharedByTwoPlans(t, "dir", true)
 }
 
 // moveTracker copies the tracker of state dir from to a new, empty state
@@ -46,7 +54,7 @@ func moveTracker(t *testing.T, from, to string) {
 	}
 }
 
-func testStoreSharedByTwoPlans(t *testing.T, kind string) {
+func testStoreSharedByTwoPlans(t *testing.T, kind string, kill bool) {
 	b := newS3Bucket(t)
 	dir := t.TempDir()
 	store := b.url("state")
@@ -62,7 +70,12 @@ func testStoreSharedByTwoPlans(t *testing.T, kind string) {
 	}
 	dataA, _ := os.ReadFile(filepath.Join(dir, "a.jsonl"))
 	dataB, _ := os.ReadFile(filepath.Join(dir, "b.jsonl"))
-	emu := startEmulator(t)
+	var emu *emulatorProc
+	if kill {
+		emu = startEmulator(t, "--batch-time", "700ms")
+	} else {
+		emu = startEmulator(t)
+	}
 	in := b.url("in.jsonl")
 	run := func(state, out string) result {
 		env := append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + state}, b.env...)
@@ -73,7 +86,23 @@ func testStoreSharedByTwoPlans(t *testing.T, kind string) {
 	b.put(t, "in.jsonl", dataA)
 	stateA := filepath.Join(dir, "stateA")
 	envA := append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + stateA}, b.env...)
-	if r := runSluice(t, envA, "plan", in, "--provider", "openai", "--base-url", "http://"+emu.addr+"/v1",
+	if kill {
+		// A runs, and is killed once a chunk's results are in the store.
+		cmd := sluiceCmd(envA, openAIRun(emu, in, filepath.Join(dir, "outA.jsonl"), "--store", store, "--max-live-batches", "2")...)
+		killWhen(t, cmd, "a results file in the store", func() bool {
+			if kind == "dir" {
+				m, _ := filepath.Glob(filepath.Join(store, "jobs", "*", "*", "results", "c*.results"))
+				old, _ := filepath.Glob(filepath.Join(store, "jobs", "*", "results", "c*.results")) // before plan keys
+				return len(m)+len(old) >= 1
+			}
+			for _, k := range b.keys(t, "state/jobs/") {
+				if strings.Contains(k, "/results/c") {
+					return true
+				}
+			}
+			return false
+		})
+	} else if r := runSluice(t, envA, "plan", in, "--provider", "openai", "--base-url", "http://"+emu.addr+"/v1",
 		"--max-batch-requests", "100", "--store", store); r.code != 0 {
 		t.Fatalf("plan A: exit %d\n%s", r.code, r.stderr)
 	}
@@ -126,7 +155,8 @@ func testStoreSharedByTwoPlans(t *testing.T, kind string) {
 // TestStoreChunkFileReplaced: a chunk file in the store that is not the
 // one the job planned (another plan's bytes under its key: an earlier
 // version's plan into the same store, or a hand edit) is never sent. The
-// run from a fresh state directory stops naming the chunk and the digests,
+// run from a fresh state directory stops (exit 1) naming the chunk and the
+// digests,
 // and the provider gets no batch.
 func TestStoreChunkFileReplaced(t *testing.T) {
 	t.Parallel()
