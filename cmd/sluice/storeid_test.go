@@ -112,23 +112,20 @@ func testStoreSharedByTwoPlans(t *testing.T, kind string, kill bool) {
 	b.put(t, "in.jsonl", dataB)
 	stateB := filepath.Join(dir, "stateB")
 	outB := filepath.Join(dir, "outB.jsonl")
-	rB := run(stateB, outB)
-	if rB.code != 0 {
-		t.Fatalf("run B: exit %d\n%s", rB.code, rB.stderr)
+	runChecked := func(state, out string, ids []string, mark string) {
+		t.Helper()
+		if r := run(state, out); r.code != 0 {
+			t.Fatalf("run %s in %s: exit %d, want 0\n%s", mark, filepath.Base(state), r.code, r.stderr)
+		}
+		checkAnswers(t, out, ids, mark)
 	}
-	checkAnswers(t, outB, idsB, "B")
+	runChecked(stateB, outB, idsB, "B")
 
 	// A's input is back; A runs from a fresh state directory.
 	b.put(t, "in.jsonl", dataA)
 	stateA2 := filepath.Join(dir, "stateA2")
 	moveTracker(t, stateA, stateA2)
-	outA := filepath.Join(dir, "outA.jsonl")
-	rA := run(stateA2, outA)
-	t.Logf("run A: exit %d\n%s", rA.code, rA.stderr)
-	if rA.code != 0 {
-		t.Fatalf("run A: exit %d, want 0\n%s", rA.code, rA.stderr)
-	}
-	checkAnswers(t, outA, idsA, "A")
+	runChecked(stateA2, filepath.Join(dir, "outA.jsonl"), idsA, "A")
 
 	// B's job merged again from a fresh state directory reads B's results.
 	b.put(t, "in.jsonl", dataB)
@@ -137,10 +134,7 @@ func testStoreSharedByTwoPlans(t *testing.T, kind string, kill bool) {
 	if err := os.Remove(outB); err != nil {
 		t.Fatal(err)
 	}
-	if r := run(stateB2, outB); r.code != 0 {
-		t.Fatalf("merge of B from a fresh state directory: exit %d\n%s", r.code, r.stderr)
-	}
-	checkAnswers(t, outB, idsB, "B")
+	runChecked(stateB2, outB, idsB, "B")
 	envB2 := append([]string{"SLUICE_STATE=" + stateB2}, b.env...)
 	if r := runSluice(t, envB2, "status"); r.code != 0 {
 		t.Fatalf("status of B from a fresh state directory: exit %d\n%s", r.code, r.stderr)
