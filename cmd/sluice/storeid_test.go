@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,4 +195,56 @@ func TestStoreChunkFileReplaced(t *testing.T) {
 	if st := emu.stats(t); st["batches_created"] > 1 || st["requests_processed"] > 100 {
 		t.Fatalf("more than chunk 2 was sent: %v", st)
 	}
+}
+
+// TestStoreJobPlannedBeforePlanKeys: a job an earlier version planned (no
+// store key: its files under jobs/JOB/ in the store; no file digests) still
+// runs to the end from a fresh state directory, every answer its own.
+// (A compatibility check: the earlier version passes it too.)
+func TestStoreJobPlannedBeforePlanKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store := filepath.Join(dir, "shared")
+	in := filepath.Join(dir, "in.jsonl")
+	ids := writeMarked(t, adoptFamilies[0], in, "A", 200)
+	emu := startEmulator(t)
+	state := filepath.Join(dir, "state")
+	if r := runSluice(t, []string{"SLUICE_STATE=" + state}, "plan", in, "--provider", "openai", "--base-url", "http://"+emu.addr+"/v1",
+		"--max-batch-requests", "100", "--store", store); r.code != 0 {
+		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	}
+	// Made as an earlier version left it: the tracker without the new
+	// columns' values, the files under jobs/JOB/.
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, tracker.DBName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	if err := db.QueryRow(`SELECT store_key FROM jobs`).Scan(&key); err != nil || !strings.HasPrefix(key, "jobs/") {
+		t.Fatalf("store key %q, %v", key, err)
+	}
+	for _, q := range []string{`UPDATE jobs SET store_key = ''`, `UPDATE chunks SET file_digest = ''`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	plan := filepath.Join(store, filepath.FromSlash(key))
+	entries, err := os.ReadDir(plan)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("the plan's files in the store: %v, %v", entries, err)
+	}
+	for _, e := range entries {
+		if err := os.Rename(filepath.Join(plan, e.Name()), filepath.Join(filepath.Dir(plan), e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Remove(plan)
+	fresh := filepath.Join(dir, "fresh")
+	moveTracker(t, state, fresh)
+	out := filepath.Join(dir, "out.jsonl")
+	if r := runSluice(t, []string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + fresh}, openAIRun(emu, in, out, "--store", store)...); r.code != 0 {
+		t.Fatalf("run of the job planned before plan keys: exit %d\n%s", r.code, r.stderr)
+	}
+	checkAnswers(t, out, ids, "A")
 }
