@@ -126,6 +126,12 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 					if int64(len(b)) != g.Bytes {
 						t.Errorf("chunk %d: file has %d bytes, chunk says %d", i, len(b), g.Bytes)
 					}
+					// Its file digest, taken as it was written, is its bytes'
+					// (and the splitter's, for the same cut).
+					checkFileDigest(t, job.Dir, g)
+					if g.FileDigest != w.FileDigest {
+						t.Errorf("chunk %d: regroup's file digest %s, the splitter's %s", i, g.FileDigest, w.FileDigest)
+					}
 				}
 			})
 		}
@@ -156,7 +162,19 @@ func planJob(t *testing.T, db *tracker.DB, prov sluice.Provider, id, input strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range cs {
+		checkFileDigest(t, job.Dir, c)
+	}
 	return cs
+}
+
+// checkFileDigest asserts c's recorded file digest is its file's.
+func checkFileDigest(t *testing.T, dir string, c *sluice.Chunk) {
+	t.Helper()
+	_, fd, err := sluice.ChunkDigests(filepath.Join(dir, c.Path), false)
+	if err != nil || c.FileDigest == "" || fd != c.FileDigest {
+		t.Errorf("chunk %d: file digest %q recorded, the file's %q (%v)", c.ID, c.FileDigest, fd, err)
+	}
 }
 
 // randomLines are n requests of one url and model with bodies from a few
