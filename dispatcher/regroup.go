@@ -42,6 +42,9 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 	if err := d.fetch(ctx, c.Path); err != nil {
 		return nil, nil, err
 	}
+	if err := d.checkChunkFile(c, false); err != nil {
+		return nil, nil, err
+	}
 	src, err := os.Open(filepath.Join(d.job.Dir, c.Path))
 	if err != nil {
 		return nil, nil, err
