@@ -114,27 +114,33 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 					t.Fatalf("regroup made %d chunks, the splitter %d (limits %+v)", len(got), len(cut), lim)
 				}
 				for i := range cut {
-					g, w := got[i], cut[i]
-					if g.Requests != w.Requests || g.Bytes != w.Bytes || g.EstTokens != w.EstTokens || g.Bound != w.Bound {
-						t.Errorf("chunk %d: regroup %d requests %d bytes %d tokens bound %q; splitter %d %d %d %q (limits %+v)",
-							i, g.Requests, g.Bytes, g.EstTokens, g.Bound, w.Requests, w.Bytes, w.EstTokens, w.Bound, lim)
-					}
-					b, err := os.ReadFile(filepath.Join(job.Dir, g.Path))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if int64(len(b)) != g.Bytes {
-						t.Errorf("chunk %d: file has %d bytes, chunk says %d", i, len(b), g.Bytes)
-					}
-					// Its file digest, taken as it was written, is its bytes'
-					// (and the splitter's, for the same cut).
-					checkFileDigest(t, job.Dir, g)
-					if g.FileDigest != w.FileDigest {
-						t.Errorf("chunk %d: regroup's file digest %s, the splitter's %s", i, g.FileDigest, w.FileDigest)
-					}
+					checkCut(t, i, job.Dir, got[i], cut[i], lim)
 				}
 			})
 		}
+	}
+}
+
+// checkCut asserts regroup's chunk g is the splitter's w of the same cut:
+// its counts, its file's size and its file digest.
+func checkCut(t *testing.T, i int, dir string, g, w *sluice.Chunk, lim sluice.Limits) {
+	t.Helper()
+	if g.Requests != w.Requests || g.Bytes != w.Bytes || g.EstTokens != w.EstTokens || g.Bound != w.Bound {
+		t.Errorf("chunk %d: regroup %d requests %d bytes %d tokens bound %q; splitter %d %d %d %q (limits %+v)",
+			i, g.Requests, g.Bytes, g.EstTokens, g.Bound, w.Requests, w.Bytes, w.EstTokens, w.Bound, lim)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, g.Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) != g.Bytes {
+		t.Errorf("chunk %d: file has %d bytes, chunk says %d", i, len(b), g.Bytes)
+	}
+	// Its file digest, taken as it was written, is its bytes' (and the
+	// splitter's, for the same cut).
+	checkFileDigest(t, dir, g)
+	if g.FileDigest != w.FileDigest {
+		t.Errorf("chunk %d: regroup's file digest %s, the splitter's %s", i, g.FileDigest, w.FileDigest)
 	}
 }
 
