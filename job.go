@@ -1,12 +1,16 @@
 package sluice
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Fingerprint identifies the content of an input file, so a later run can
@@ -48,9 +52,15 @@ type Job struct {
 	PlanFlagsKnown   bool   `json:"-"`
 	// ProviderFiles says where the job's files at the provider stand:
 	// ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
-	ProviderFiles string    `json:"provider_files,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	ProviderFiles string `json:"provider_files,omitempty"`
+	// StoreKey is where a --store keeps the job's files, relative to the
+	// store: "jobs/ID/PLAN", PLAN a random name given when the job was
+	// planned (NewStoreKey), so that two plans of one job name (two state
+	// directories sharing a store) never share a key; empty for a job
+	// planned before (its files under "jobs/ID"). See FilesKey.
+	StoreKey  string    `json:"store_key,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Chunk is a group of requests sharing (url, model) that fits one provider
@@ -131,6 +141,13 @@ type Chunk struct {
 	// intent an earlier version recorded. Find adopts a provider object only
 	// when it carries this digest (docs/crash-safety.md, "Reconcile").
 	Digest string `json:"digest,omitempty"`
+	// FileDigest is the chunk file's XXH3-128 (FileDigestOf, 32 hex
+	// characters), computed while the file is written (by the splitter at
+	// plan time, by the dispatcher for a next attempt) and recorded with
+	// the chunk: a file that does not give it is never sent, as it is not
+	// the file this job planned (docs/scale-out.md, "Two plans, one
+	// store"). Empty for chunks written by an earlier version.
+	FileDigest string `json:"file_digest,omitempty"`
 }
 
 // Where a job's files at the provider stand (Job.ProviderFiles).
@@ -248,14 +265,61 @@ const DigestLen = 32
 // ChunkDigest is the content digest of the file at path: the first
 // DigestLen hex characters of the SHA-256 of its bytes, read in a stream.
 func ChunkDigest(path string) (string, error) {
+	dg, _, err := ChunkDigests(path, true)
+	return dg, err
+}
+
+// ChunkDigests reads the file at path once, in a stream, for its
+// FileDigestOf and, when withDigest, its ChunkDigest.
+func ChunkDigests(path string, withDigest bool) (digest, fileDigest string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer f.Close()
+	fh := NewFileHash()
+	var w io.Writer = fh
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
+	if withDigest {
+		w = io.MultiWriter(h, fh)
 	}
-	return hex.EncodeToString(h.Sum(nil))[:DigestLen], nil
+	if _, err := io.CopyBuffer(w, f, make([]byte, 1<<20)); err != nil {
+		return "", "", err
+	}
+	if withDigest {
+		digest = hex.EncodeToString(h.Sum(nil))[:DigestLen]
+	}
+	return digest, FileDigestOf(fh), nil
+}
+
+// NewFileHash is the hash of Chunk.FileDigest, for a writer that digests a
+// chunk file as it writes it: XXH3-128, cheap enough for the splitter's
+// write path (SHA-256 there cost planning a fifth more CPU).
+func NewFileHash() *xxh3.Hasher128 { return xxh3.New128() }
+
+// FileDigestOf is the Chunk.FileDigest of what h has read.
+func FileDigestOf(h *xxh3.Hasher128) string {
+	b := h.Sum128().Bytes()
+	return hex.EncodeToString(b[:])
+}
+
+// NewStoreKey is a new plan's Job.StoreKey for job id: "jobs/ID/pHEX", 64
+// random bits naming this plan apart from any other plan of the same job
+// name (another state directory's, or this one's before its database was
+// lost), whatever their content.
+func NewStoreKey(id string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported systems
+	}
+	return path.Join("jobs", id, "p"+hex.EncodeToString(b[:]))
+}
+
+// FilesKey is where a --store keeps the job's files: StoreKey, or
+// "jobs/ID" for a job planned before plans had their own keys.
+func (j *Job) FilesKey() string {
+	if j.StoreKey != "" {
+		return j.StoreKey
+	}
+	return path.Join("jobs", j.ID)
 }

@@ -118,6 +118,9 @@ func (d *Dispatcher) realtime(ctx context.Context, c *sluice.Chunk) (bool, error
 	if err := d.fetch(ctx, c.Path); err != nil {
 		return false, fatal(fmt.Errorf("chunk %d: fetch %s: %w", c.ID, c.Path, err))
 	}
+	if err := d.checkChunkFile(c, false); err != nil {
+		return false, err
+	}
 	prior, err := d.rtStore.RealtimeCalls(ctx, d.job.ID, c.ID)
 	if err != nil {
 		return false, fatal(err)

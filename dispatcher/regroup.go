@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/sluice-batch/sluice"
 )
@@ -39,6 +42,9 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 	if err := d.fetch(ctx, c.Path); err != nil {
 		return nil, nil, err
 	}
+	if err := d.checkChunkFile(c, false); err != nil {
+		return nil, nil, err
+	}
 	src, err := os.Open(filepath.Join(d.job.Dir, c.Path))
 	if err != nil {
 		return nil, nil, err
@@ -63,6 +69,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		cur    *sluice.Chunk
 		f      *os.File
 		w      *bufio.Writer
+		h      *xxh3.Hasher128 // cur's FileDigest, fed as its file is written
 		itemB  int64
 		buf    []byte
 	)
@@ -83,7 +90,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 			return err
 		}
 		cur.Bytes = env.Size(cur.Requests, itemB)
-		cur.Bound = bound
+		cur.Bound, cur.FileDigest = bound, sluice.FileDigestOf(h)
 		chunks = append(chunks, cur)
 		cur = nil
 		return nil
@@ -111,7 +118,8 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 				return nil, nil, err
 			}
 			defer f.Close()
-			w = bufio.NewWriterSize(f, 1<<20)
+			h = sluice.NewFileHash()
+			w = bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
 			itemB = 0
 			if _, err := w.Write(env.Header); err != nil {
 				return nil, nil, err

@@ -115,21 +115,33 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 					t.Fatalf("regroup made %d chunks, the splitter %d (limits %+v)", len(got), len(cut), lim)
 				}
 				for i := range cut {
-					g, w := got[i], cut[i]
-					if g.Requests != w.Requests || g.Bytes != w.Bytes || g.EstTokens != w.EstTokens || g.Bound != w.Bound {
-						t.Errorf("chunk %d: regroup %d requests %d bytes %d tokens bound %q; splitter %d %d %d %q (limits %+v)",
-							i, g.Requests, g.Bytes, g.EstTokens, g.Bound, w.Requests, w.Bytes, w.EstTokens, w.Bound, lim)
-					}
-					b, err := os.ReadFile(filepath.Join(job.Dir, g.Path))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if int64(len(b)) != g.Bytes {
-						t.Errorf("chunk %d: file has %d bytes, chunk says %d", i, len(b), g.Bytes)
-					}
+					checkCut(t, i, job.Dir, got[i], cut[i], lim)
 				}
 			})
 		}
+	}
+}
+
+// checkCut asserts regroup's chunk g is the splitter's w of the same cut:
+// its counts, its file's size and its file digest.
+func checkCut(t *testing.T, i int, dir string, g, w *sluice.Chunk, lim sluice.Limits) {
+	t.Helper()
+	if g.Requests != w.Requests || g.Bytes != w.Bytes || g.EstTokens != w.EstTokens || g.Bound != w.Bound {
+		t.Errorf("chunk %d: regroup %d requests %d bytes %d tokens bound %q; splitter %d %d %d %q (limits %+v)",
+			i, g.Requests, g.Bytes, g.EstTokens, g.Bound, w.Requests, w.Bytes, w.EstTokens, w.Bound, lim)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, g.Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) != g.Bytes {
+		t.Errorf("chunk %d: file has %d bytes, chunk says %d", i, len(b), g.Bytes)
+	}
+	// Its file digest, taken as it was written, is its bytes' (and the
+	// splitter's, for the same cut).
+	checkFileDigest(t, dir, g)
+	if g.FileDigest != w.FileDigest {
+		t.Errorf("chunk %d: regroup's file digest %s, the splitter's %s", i, g.FileDigest, w.FileDigest)
 	}
 }
 
@@ -157,7 +169,19 @@ func planJob(t *testing.T, db *tracker.DB, prov sluice.Provider, id, input strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range cs {
+		checkFileDigest(t, job.Dir, c)
+	}
 	return cs
+}
+
+// checkFileDigest asserts c's recorded file digest is its file's.
+func checkFileDigest(t *testing.T, dir string, c *sluice.Chunk) {
+	t.Helper()
+	_, fd, err := sluice.ChunkDigests(filepath.Join(dir, c.Path), false)
+	if err != nil || c.FileDigest == "" || fd != c.FileDigest {
+		t.Errorf("chunk %d: file digest %q recorded, the file's %q (%v)", c.ID, c.FileDigest, fd, err)
+	}
 }
 
 // randomLines are n requests of one url and model with bodies from a few
@@ -184,3 +208,60 @@ func randomLines(rng *rand.Rand, family string, n int) []string {
 
 // The tracker reads one chunk for a claimed step, not every chunk.
 var _ chunkGetter = (*tracker.DB)(nil)
+
+// TestRegroupRefusesAnotherFile: a chunk file that is not the one the job
+// planned (its recorded file digest is another's: another plan's file in a
+// shared store, or one changed under the job) is never cut into next
+// attempts: regroup fails naming the chunk, and writes nothing.
+func TestRegroupRefusesAnotherFile(t *testing.T) {
+	ctx := context.Background()
+	db, err := tracker.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p, err := provider.Lookup("openai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: "http://127.0.0.1:1/v1", APIKey: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(t.TempDir(), "in.jsonl")
+	lines := randomLines(rand.New(rand.NewPCG(5, 6)), "openai", 30)
+	if err := os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := planJob(t, db, prov, "j", input, p.Limits)[0]
+	job, err := db.Job(ctx, c.Job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same size, one byte of a body another.
+	path := filepath.Join(job.Dir, c.Path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndex(string(b), `"content":"`) + len(`"content":"`)
+	b[i] ^= 1
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []sluice.Request
+	var idx []int
+	db.ChunkRequests(ctx, job.ID, c.ID, func(r *sluice.Request) error {
+		idx = append(idx, len(reqs))
+		reqs = append(reqs, *r)
+		return nil
+	})
+	d := New(db, prov, job, Options{})
+	got, _, err := d.regroup(ctx, c, reqs, idx, d.retryCut(c))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("chunk %d: the chunk file %s is not the one job %s planned", c.ID, c.Path, job.ID)) {
+		t.Fatalf("regroup of another file: %v, %v; want the refusal", got, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(job.Dir, "chunks", "*-a2-*")); len(m) != 0 {
+		t.Fatalf("next attempts written: %v", m)
+	}
+}

@@ -35,14 +35,8 @@ func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) 
 		if _, err := os.Stat(filepath.Join(d.job.Dir, c.Path)); err != nil {
 			return false, fatal(fmt.Errorf("chunk %d cannot be sent: %w; the job directory %s was changed under the job: restore it, or start over with --job NEW_NAME", c.ID, err, d.job.Dir))
 		}
-		if c.Digest == "" {
-			// Recorded with the intent below, carried by the upload and the
-			// batch: what a later run's Find must see to adopt them.
-			dg, err := sluice.ChunkDigest(filepath.Join(d.job.Dir, c.Path))
-			if err != nil {
-				return false, fatal(fmt.Errorf("chunk %d: %w", c.ID, err))
-			}
-			c.Digest = dg
+		if err := d.checkChunkFile(c, true); err != nil {
+			return false, err
 		}
 	}
 	if c.State == sluice.ChunkPending && d.caps.Files {
@@ -265,4 +259,33 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, c *sluice.Chunk) (bool, e
 		return false, fatal(err)
 	}
 	return c.State != from, nil
+}
+
+// checkChunkFile proves the chunk file is the one the job planned before
+// any of its bytes are sent (submit, realtime) or moved into next
+// attempts (regroup): a file that does not give the chunk's FileDigest,
+// recorded when the file was written (another plan's, in a store two plans
+// share; or changed under the job), is a fatal error, never a silent send
+// of other bodies. With digest, the chunk's Digest, if it has none yet, is
+// read in the same pass: recorded with submit's intent and carried by the
+// upload and the batch, what a later run's Find must see to adopt them.
+func (d *Dispatcher) checkChunkFile(c *sluice.Chunk, digest bool) error {
+	digest = digest && c.Digest == ""
+	if !digest && c.FileDigest == "" {
+		return nil // an earlier version's chunk: nothing to check against
+	}
+	dg, fdg, err := sluice.ChunkDigests(filepath.Join(d.job.Dir, c.Path), digest)
+	if err != nil {
+		return fatal(fmt.Errorf("chunk %d: %w", c.ID, err))
+	}
+	if c.FileDigest != "" && fdg != c.FileDigest {
+		return fatal(fmt.Errorf("chunk %d: the chunk file %s is not the one job %s planned (XXH3-128 %s, want %s): "+
+			"another plan of the same job name owns this file (two state directories sharing one --store?), or it was changed; "+
+			"nothing of it was sent. Run with the state directory or database that planned it, or start over with --job NEW_NAME",
+			c.ID, c.Path, d.job.ID, fdg, c.FileDigest))
+	}
+	if digest {
+		c.Digest = dg
+	}
+	return nil
 }

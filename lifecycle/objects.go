@@ -115,12 +115,12 @@ func hashInput(ctx context.Context, objects Objects, input string) (string, erro
 	return splitter.HashReader(r)
 }
 
-// jobFiles keeps a job's files in a store under jobs/JOB/, the layout of
+// jobFiles keeps a job's files in a store under jobs/JOB/PLAN/, the layout of
 // the state directory; the job directory is the local cache of them
 // (dispatcher.Files).
 type jobFiles struct {
 	store objstore.Store
-	key   string // jobs/JOB
+	key   string // Job.FilesKey: jobs/JOB/PLAN (jobs/JOB for older jobs)
 	dir   string // the job directory
 }
 
@@ -147,7 +147,7 @@ func checkStoreHolds(ctx context.Context, db Store, job *sluice.Job, store objst
 		return nil
 	}
 	errFound := errors.New("found")
-	err := store.List(ctx, objstore.Join("jobs", job.ID, "chunks")+"/", func(objstore.Info) error { return errFound })
+	err := store.List(ctx, objstore.Join(job.FilesKey(), "chunks")+"/", func(objstore.Info) error { return errFound })
 	switch {
 	case err == errFound:
 		return nil
@@ -172,7 +172,7 @@ func newJobFiles(store objstore.Store, job *sluice.Job) *jobFiles {
 	if store == nil {
 		return nil
 	}
-	return &jobFiles{store: store, key: objstore.Join("jobs", job.ID), dir: job.Dir}
+	return &jobFiles{store: store, key: job.FilesKey(), dir: job.Dir}
 }
 
 func (j *jobFiles) Put(ctx context.Context, rel string) error {

@@ -134,7 +134,7 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 	}
 	job = &sluice.Job{ID: id, Provider: p.Name, Input: input, Model: s.Model, Dir: dir,
 		Limits: p.Limits.Override(s.Limits), MaxAttempts: attempts, Endpoint: s.Endpoint,
-		ModelMap: CanonicalModelMap(s.ModelMap), DefaultMaxTokens: s.DefaultMaxTokens}
+		StoreKey: sluice.NewStoreKey(id), ModelMap: CanonicalModelMap(s.ModelMap), DefaultMaxTokens: s.DefaultMaxTokens}
 	plan, err := db.BeginPlan(ctx, job)
 	if err != nil {
 		return nil, err

@@ -51,6 +51,21 @@ type group struct {
 	// the requests the open chunk is to hold (0: no such target).
 	left   int
 	target int
+
+	// out is what w writes to: the open chunk's file, digested on the way
+	// (Chunk.FileDigest, recorded with the chunk).
+	out digestingFile
+}
+
+// digestingFile writes to a chunk file and feeds its chunk digest.
+type digestingFile struct {
+	f *os.File
+	h *xxh3.Hasher128
+}
+
+func (d *digestingFile) Write(p []byte) (int, error) {
+	d.h.Write(p) // never fails
+	return d.f.Write(p)
 }
 
 type groupKey struct{ url, model string }
@@ -460,16 +475,20 @@ func (w *writer) handle(g *group) error {
 		w.nextID++
 		g.tmp = filepath.Join(w.cfg.Dir, chunksDir, fmt.Sprintf(".open-c%06d", g.id))
 		flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		if g.out.h == nil {
+			g.out.h = sluice.NewFileHash()
+		}
+		g.out.h.Reset()
 	}
 	f, err := os.OpenFile(g.tmp, flag, 0o600)
 	if err != nil {
 		return fmt.Errorf("chunk file: %w", err)
 	}
-	g.f = f
+	g.f, g.out.f = f, f
 	if g.w == nil {
-		g.w = bufio.NewWriterSize(f, chunkBufBytes)
+		g.w = bufio.NewWriterSize(&g.out, chunkBufBytes)
 	} else {
-		g.w.Reset(f)
+		g.w.Reset(&g.out)
 	}
 	w.open++
 	return nil
@@ -506,7 +525,7 @@ func (w *writer) closeChunk(g *group, bound string) error {
 	rel := filepath.Join(chunksDir, fmt.Sprintf("c%06d-a1%s", g.id, g.ext))
 	c := sluice.Chunk{ID: g.id, Attempt: 1, URL: g.url, Model: g.model, Path: rel, Requests: g.n,
 		Bytes: g.size, EstTokens: g.tokens, State: sluice.ChunkPending, Bound: bound,
-		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax}
+		MaxOutputTokens: g.maxOut, NoMaxRequests: g.noMax, FileDigest: sluice.FileDigestOf(g.out.h)}
 	// The recorder fsyncs, closes and renames the file, and records it.
 	f := g.f
 	g.f = nil

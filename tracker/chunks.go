@@ -22,7 +22,7 @@ func scanChunk(row scanner) (*sluice.Chunk, error) {
 	if err := row.Scan(&c.Job, &c.ID, &c.Attempt, &c.URL, &c.Model, &c.Path, &c.Requests, &c.Bytes,
 		&c.EstTokens, &c.Bound, &c.State, &c.FileID, &c.BatchID, &c.BatchStatus, &intent, &next, &c.Polls,
 		&sub, &ended, &c.LastError, &c.InputTokens, &c.OutputTokens, &c.ResultsPath, &c.FetchFailures,
-		&c.ErrorCode, &c.Stuck, &c.MaxOutputTokens, &c.NoMaxRequests, &c.UsageEstTokens, &c.QueueRefusals, &c.Digest, &c.Splits, &expire); err != nil {
+		&c.ErrorCode, &c.Stuck, &c.MaxOutputTokens, &c.NoMaxRequests, &c.UsageEstTokens, &c.QueueRefusals, &c.Digest, &c.Splits, &expire, &c.FileDigest); err != nil {
 		return nil, err
 	}
 	c.IntentAt, c.NextPollAt, c.SubmittedAt, c.EndedAt = fromNS(intent), fromNS(next), fromNS(sub), fromNS(ended)
@@ -249,7 +249,7 @@ func (c *core) newChunks(ctx context.Context, ex executor, f *sluice.Finish) (id
 		}
 		ids[i] = id
 		if _, err := ex.exec(ctx, c.stmts.q("chunk_insert"), job, id, ch.Attempt, ch.URL, ch.Model, ch.Path, ch.Requests,
-			ch.Bytes, ch.EstTokens, ch.Bound, ch.State, ch.MaxOutputTokens, ch.NoMaxRequests, ch.Splits); err != nil {
+			ch.Bytes, ch.EstTokens, ch.Bound, ch.State, ch.MaxOutputTokens, ch.NoMaxRequests, ch.Splits, ch.FileDigest); err != nil {
 			return nil, nil, fmt.Errorf("record chunk %d: %w", id, err)
 		}
 	}

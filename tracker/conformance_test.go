@@ -50,6 +50,7 @@ var conformance = []struct {
 	{"PruneWorkers", testPruneWorkers},
 	{"FinishChunkGivesNewChunkIDs", testFinishChunkGivesNewChunkIDs},
 	{"DigestRecordedWithTheIntent", testDigestRecordedWithTheIntent},
+	{"PlanRecordsStoreKeyAndDigests", testPlanRecordsStoreKeyAndDigests},
 	{"ResultsExpiryRoundTrips", testResultsExpiryRoundTrips},
 }
 

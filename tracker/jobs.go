@@ -20,7 +20,7 @@ func scanJob(row scanner) (*sluice.Job, error) {
 	var maxTokens *int64
 	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
 		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
-		&cancel, &created, &updated, &j.Reused, &j.Endpoint, &j.ProviderFiles, &modelMap, &maxTokens); err != nil {
+		&cancel, &created, &updated, &j.Reused, &j.Endpoint, &j.ProviderFiles, &modelMap, &maxTokens, &j.StoreKey); err != nil {
 		return nil, err
 	}
 	if modelMap != nil && maxTokens != nil {

@@ -87,7 +87,7 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 	if err := d.db.QueryRowContext(ctx, sqliteStmts.q("plan_job_insert"),
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
-		job.ModelMap, job.DefaultMaxTokens, canonicalKeys()).Scan(&key); err != nil {
+		job.ModelMap, job.DefaultMaxTokens, canonicalKeys(), job.StoreKey).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	if key > maxJobKey {
@@ -251,7 +251,7 @@ func (p *Plan) AddChunk(c *sluice.Chunk) error {
 	}
 	c.State = sluice.ChunkPending
 	if _, err := p.insChk.ExecContext(p.ctx, p.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests,
-		c.Bytes, c.EstTokens, c.Bound, c.State, c.MaxOutputTokens, c.NoMaxRequests); err != nil {
+		c.Bytes, c.EstTokens, c.Bound, c.State, c.MaxOutputTokens, c.NoMaxRequests, c.FileDigest); err != nil {
 		return fmt.Errorf("record chunk %d: %w", c.ID, err)
 	}
 	return p.wrote(1)

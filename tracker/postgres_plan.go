@@ -83,7 +83,7 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 	if err := p.pool.QueryRow(ctx, p.stmts.q("plan_job_insert"),
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
-		job.ModelMap, job.DefaultMaxTokens, canonicalKeys()).Scan(&key); err != nil {
+		job.ModelMap, job.DefaultMaxTokens, canonicalKeys(), job.StoreKey).Scan(&key); err != nil {
 		return nil, p.wrap(fmt.Errorf("record job %s: %w", job.ID, err))
 	}
 	if key > maxJobKey {
@@ -334,7 +334,7 @@ func (pl *pgPlan) AddChunk(c *sluice.Chunk) error {
 	c.State = sluice.ChunkPending
 	if _, err := pl.tx.Exec(pl.ctx, pgText(pl.d.stmts.q("plan_chunk_insert")),
 		pl.job.ID, c.ID, c.Attempt, c.URL, c.Model, c.Path, c.Requests, c.Bytes, c.EstTokens, c.Bound, c.State,
-		c.MaxOutputTokens, c.NoMaxRequests); err != nil {
+		c.MaxOutputTokens, c.NoMaxRequests, c.FileDigest); err != nil {
 		pl.failed = fmt.Errorf("record chunk %d: %w", c.ID, pl.d.wrap(err))
 		return pl.failed
 	}

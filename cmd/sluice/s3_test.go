@@ -237,7 +237,7 @@ func testResumeOnEmptyStateDir(t *testing.T, kind string) {
 	if kind == "dir" {
 		store = filepath.Join(dir, "shared")
 		storedResults = func() int {
-			m, _ := filepath.Glob(filepath.Join(store, "jobs", "*", "results", "c*.results"))
+			m, _ := filepath.Glob(filepath.Join(store, "jobs", "*", "*", "results", "c*.results")) // jobs/JOB/PLAN
 			return len(m)
 		}
 	}
@@ -266,17 +266,7 @@ func testResumeOnEmptyStateDir(t *testing.T, kind string) {
 
 	// The tracker moves to a new, empty state directory; the old one goes.
 	second := filepath.Join(dir, "second")
-	if err := os.MkdirAll(second, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if data, err := os.ReadFile(filepath.Join(first, tracker.DBName+suffix)); err == nil {
-			writeFile(t, filepath.Join(second, tracker.DBName+suffix), data)
-		}
-	}
-	if err := os.RemoveAll(first); err != nil {
-		t.Fatal(err)
-	}
+	moveTracker(t, first, second)
 	env := append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + second}, b.env...)
 	// Another store than the plan's is refused before any work.
 	wrong := append([]string{}, args...)

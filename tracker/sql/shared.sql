@@ -8,13 +8,13 @@
 -- name: job_get
 SELECT id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
 	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
-	model_map, default_max_tokens
+	model_map, default_max_tokens, store_key
 FROM jobs WHERE id = ?;
 
 -- name: jobs_all
 SELECT id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
 	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
-	model_map, default_max_tokens
+	model_map, default_max_tokens, store_key
 FROM jobs ORDER BY created_at DESC, id;
 
 -- name: job_set_state
@@ -50,14 +50,14 @@ SELECT max_cost FROM jobs WHERE id = ?;
 SELECT job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
 	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
 	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck, max_output_tokens, no_max_requests,
-	usage_est_tokens, queue_refusals, digest, splits, results_expire_at
+	usage_est_tokens, queue_refusals, digest, splits, results_expire_at, file_digest
 FROM chunks WHERE job_id = ? ORDER BY id;
 
 -- name: chunk_get
 SELECT job_id, id, attempt, url, model, path, requests, bytes, est_tokens, bound, state, file_id,
 	batch_id, batch_status, intent_at, next_poll_at, polls, submitted_at, ended_at, last_error,
 	input_tokens, output_tokens, results_path, fetch_failures, error_code, stuck, max_output_tokens, no_max_requests,
-	usage_est_tokens, queue_refusals, digest, splits, results_expire_at
+	usage_est_tokens, queue_refusals, digest, splits, results_expire_at, file_digest
 FROM chunks WHERE job_id = ? AND id = ?;
 
 -- name: chunk_record_error
@@ -76,8 +76,8 @@ WHERE job_id = ? AND id = ? AND state = ?;
 
 -- name: chunk_insert
 INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, splits, file_digest)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: chunk_next_id
 SELECT COALESCE(MAX(id), 0) + 1 FROM chunks WHERE job_id = ?;
@@ -102,7 +102,7 @@ INSERT INTO reuse_sources (job_id, source_job, requests) VALUES (?, ?, ?);
 
 -- name: plan_chunk_insert
 INSERT INTO chunks (job_id, id, attempt, url, model, path, requests,
-	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+	bytes, est_tokens, bound, state, max_output_tokens, no_max_requests, file_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: plan_commit
 UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ?,
