@@ -244,7 +244,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	case provider.FamilyXAI:
 		prov, err = xai.New(xai.Config{Config: pc, Input: n.xai.input, AddBytes: n.xai.addBytes, CancelPath: n.xai.cancelPath})
 	case provider.FamilyVertex:
-		if prov, err = newVertex(ctx, f, n, p, baseURL, key, retry, rl, plog); err != nil {
+		if prov, err = newVertex(ctx, f, n, pc); err != nil {
 			return nil, nil, err // with its exit code (vertex.go)
 		}
 	default:

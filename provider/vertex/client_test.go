@@ -94,8 +94,8 @@ func newRig(t *testing.T) *rig {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { ts.Close(); srv.Close() })
-	c, err := vertex.New(context.Background(), vertex.Config{BaseURL: ts.URL, Project: "p1", Location: "us-central1",
-		Bucket: "gs://" + bucket + "/pre", AccessToken: "ya29.right", Retry: httpx.Retry{MaxAttempts: 2}, RateLimit: httpx.RateLimit{PerSecond: -1}})
+	c, err := vertex.New(context.Background(), vertex.Config{Project: "p1", Location: "us-central1", Bucket: "gs://" + bucket + "/pre",
+		Config: provider.Config{BaseURL: ts.URL, APIKey: "ya29.right", Retry: httpx.Retry{MaxAttempts: 2}, RateLimit: httpx.RateLimit{PerSecond: -1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +274,8 @@ func TestFindAdoptsOnlyOnContentProof(t *testing.T) {
 // run (exit 1), not a failed chunk.
 func TestWrongTokenIsUnauthorized(t *testing.T) {
 	r := newRig(t)
-	c, err := vertex.New(context.Background(), vertex.Config{BaseURL: r.ts.URL, Project: "p1", Location: "us-central1",
-		Bucket: "gs://" + r.bucket + "/pre", AccessToken: "ya29.wrong", Retry: httpx.Retry{MaxAttempts: 1}})
+	c, err := vertex.New(context.Background(), vertex.Config{Project: "p1", Location: "us-central1", Bucket: "gs://" + r.bucket + "/pre",
+		Config: provider.Config{BaseURL: r.ts.URL, APIKey: "ya29.wrong", Retry: httpx.Retry{MaxAttempts: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
