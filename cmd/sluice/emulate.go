@@ -74,6 +74,7 @@ custom_id of one job executed twice: money spent twice), also per family.`,
 	fs.DurationVar(&o.SyncDelay, "sync-delay", 0, "how long each synchronous call (POST /v1/chat/completions, ...) takes to answer")
 	fs.BoolVar(&o.CloudflareAnyModel, "cloudflare-any-model", false, "queue Workers AI batches for any model (default: only the async-capable models docs/providers.md names; the live API refuses the others with 400 code 5007)")
 	o.APIKey = os.Getenv("SLUICE_EMULATOR_API_KEY")
+	o.GCSHost = os.Getenv("STORAGE_EMULATOR_HOST") // the Vertex AI family's Cloud Storage
 	return cmd
 }
 

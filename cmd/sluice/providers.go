@@ -186,7 +186,8 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	closer := func() {}
 	key := credential(p)
 	if p.Name == "local" {
-		srv, err := emulator.New(emulator.Options{DataDir: filepath.Join(stateDir, "emulator"), BatchTime: n.localBatchTime})
+		srv, err := emulator.New(emulator.Options{DataDir: filepath.Join(stateDir, "emulator"), BatchTime: n.localBatchTime,
+			GCSHost: os.Getenv("STORAGE_EMULATOR_HOST")})
 		if err != nil {
 			return nil, nil, fmt.Errorf("start the local emulator: %w", err)
 		}

@@ -51,7 +51,8 @@ func newVertex(ctx context.Context, f *jobFlags, n *netFlags, pc provider.Config
 	case bucket == "":
 		return nil, usageErr("provider %s needs Cloud Storage for its input and output: --vertex-bucket gs://BUCKET/PREFIX (or $SLUICE_VERTEX_BUCKET, or --store gs://…)", p.Name)
 	}
-	c, err := vertex.New(ctx, vertex.Config{Config: pc, APIVersion: v.apiVersion, Project: project, Location: location, Bucket: bucket})
+	c, err := vertex.New(ctx, vertex.Config{Config: pc, APIVersion: v.apiVersion, Project: project, Location: location, Bucket: bucket,
+		GCS: gcsOptions()})
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}

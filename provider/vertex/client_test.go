@@ -87,19 +87,20 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	_, bucket := testsrv.GCS(t)
-	srv, err := emulator.New(emulator.Options{APIKey: "ya29.right", VertexMinBatchTime: 100 * time.Millisecond, Logf: t.Logf})
+	host, bucket := testsrv.GCS(t)
+	srv, err := emulator.New(emulator.Options{APIKey: "ya29.right", VertexMinBatchTime: 100 * time.Millisecond, GCSHost: host, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { ts.Close(); srv.Close() })
 	c, err := vertex.New(context.Background(), vertex.Config{Project: "p1", Location: "us-central1", Bucket: "gs://" + bucket + "/pre",
+		GCS:    objstore.GCSOptions{Emulator: host},
 		Config: provider.Config{BaseURL: ts.URL, APIKey: "ya29.right", Retry: httpx.Retry{MaxAttempts: 2}, RateLimit: httpx.RateLimit{PerSecond: -1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := objstore.NewGCS(context.Background(), bucket, "", objstore.GCSOptions{})
+	store, err := objstore.NewGCS(context.Background(), bucket, "", objstore.GCSOptions{Emulator: host})
 	if err != nil {
 		t.Fatal(err)
 	}
