@@ -378,17 +378,23 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 		op["response"] = map[string]any{"@type": gemOutputType, "inlinedResponses": inl}
 	}
 	if b.Status == stFailed && len(b.Errors) > 0 {
-		msgs := make([]string, len(b.Errors))
-		for i, e := range b.Errors {
-			msgs[i] = e.Message
-		}
-		code := gemGRPCCode[b.Errors[0].Code]
-		if code == 0 {
-			code = gemGRPCCode["INTERNAL"]
-		}
-		op["error"] = map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
+		op["error"] = gemFailure(b)
 	}
 	return op
+}
+
+// gemFailure is the google.rpc.Status of a failed batch (Gemini) or job
+// (Vertex AI): its errors' messages, the first one's code.
+func gemFailure(b *batchRec) map[string]any {
+	msgs := make([]string, len(b.Errors))
+	for i, e := range b.Errors {
+		msgs[i] = e.Message
+	}
+	code := gemGRPCCode[b.Errors[0].Code]
+	if code == 0 {
+		code = gemGRPCCode["INTERNAL"]
+	}
+	return map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
 }
 
 // gemBatchAction serves POST /batches/{id}:cancel. Cancel ends the batch

@@ -282,15 +282,7 @@ func (s *Server) vtxJobJSON(b *batchRec, now time.Time) map[string]any {
 	}
 	switch {
 	case b.Status == stFailed && len(b.Errors) > 0:
-		msgs := make([]string, len(b.Errors))
-		for i, e := range b.Errors {
-			msgs[i] = e.Message
-		}
-		code := gemGRPCCode[b.Errors[0].Code]
-		if code == 0 {
-			code = gemGRPCCode["INTERNAL"]
-		}
-		j["error"] = map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
+		j["error"] = gemFailure(b)
 	case b.Status == stCancelled:
 		j["error"] = map[string]any{"code": gemGRPCCode["CANCELLED"], "message": "CANCELED"}
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
@@ -269,7 +270,7 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
 	var j job
 	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(batchID, nil)}, &j); err != nil {
-		return sluice.Batch{}, notFound("poll job "+batchID, err)
+		return sluice.Batch{}, compat.NotFound("poll job "+batchID, err)
 	}
 	return j.toBatch(), nil
 }
@@ -281,7 +282,7 @@ func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, erro
 		Body: httpx.BytesBody([]byte("{}"))}, nil)
 	var ae *sluice.APIError
 	if err != nil && !(errors.As(err, &ae) && ae.Code == "FAILED_PRECONDITION") {
-		return sluice.Batch{}, notFound("cancel job "+batchID, err)
+		return sluice.Batch{}, compat.NotFound("cancel job "+batchID, err)
 	}
 	return c.Poll(ctx, sluice.BatchRef{}, batchID)
 }
@@ -341,12 +342,4 @@ func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...str
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// notFound wraps err with what, adding sluice.ErrNotFound to a 404.
-func notFound(what string, err error) error {
-	if httpx.IsNotFound(err) {
-		return fmt.Errorf("%s: %w: %w", what, sluice.ErrNotFound, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

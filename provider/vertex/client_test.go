@@ -307,3 +307,20 @@ func TestCancelRunningJob(t *testing.T) {
 		}
 	}
 }
+
+// TestMapState: every JobState maps as the service means it;
+// PARTIALLY_SUCCEEDED has ended with predictions to read.
+func TestMapState(t *testing.T) {
+	for in, want := range map[string]sluice.BatchStatus{
+		"JOB_STATE_PENDING": sluice.BatchValidating, "JOB_STATE_QUEUED": sluice.BatchValidating,
+		"JOB_STATE_RUNNING": sluice.BatchInProgress, "JOB_STATE_UPDATING": sluice.BatchInProgress,
+		"JOB_STATE_SUCCEEDED": sluice.BatchCompleted, "JOB_STATE_PARTIALLY_SUCCEEDED": sluice.BatchCompleted,
+		"JOB_STATE_FAILED": sluice.BatchFailed, "JOB_STATE_CANCELLING": sluice.BatchCancelling,
+		"JOB_STATE_CANCELLED": sluice.BatchCancelled, "JOB_STATE_EXPIRED": sluice.BatchExpired,
+		"job_state_partially_succeeded": sluice.BatchCompleted, "": sluice.BatchInProgress,
+	} {
+		if got := vertex.MapState(in); got != want {
+			t.Errorf("MapState(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
