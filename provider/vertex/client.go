@@ -278,13 +278,10 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 // Cancel asks POST /{v}/{name}:cancel, then reads the job. A job that has
 // already ended (400 FAILED_PRECONDITION) is just read.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url(batchID+":cancel", nil), Header: jsonHeader,
-		Body: httpx.BytesBody([]byte("{}"))}, nil)
-	var ae *sluice.APIError
-	if err != nil && !(errors.As(err, &ae) && ae.Code == "FAILED_PRECONDITION") {
-		return sluice.Batch{}, compat.NotFound("cancel job "+batchID, err)
-	}
-	return c.Poll(ctx, sluice.BatchRef{}, batchID)
+	call := httpx.Call{Method: http.MethodPost, URL: c.url(batchID+":cancel", nil), Header: jsonHeader, Body: httpx.BytesBody([]byte("{}"))}
+	return gemini.CancelThenPoll(ctx, c.HC, call, "cancel job "+batchID, func() (sluice.Batch, error) {
+		return c.Poll(ctx, sluice.BatchRef{}, batchID)
+	})
 }
 
 // Fetch copies the job's prediction files (predictions*.jsonl under its
