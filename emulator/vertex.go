@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -46,9 +47,7 @@ const (
 
 // vtxPrecondition is a 400 FAILED_PRECONDITION.
 func vtxPrecondition(format string, args ...any) *apiError {
-	e := errf(http.StatusBadRequest, format, args...)
-	e.Type = "FAILED_PRECONDITION"
-	return e
+	return gemErr(http.StatusBadRequest, "FAILED_PRECONDITION", fmt.Sprintf(format, args...))
 }
 
 func (s *Server) vertexRoutes(mux *http.ServeMux) {
@@ -406,14 +405,10 @@ func (s *Server) runVertexLine(b *batchRec, i int, line []byte, done bool, undon
 	json.Unmarshal(line, &ln)
 	var key string
 	json.Unmarshal(ln["key"], &key)
-	r := lineResult{customID: key, dest: destOut, kind: outErrored}
 	if !done {
-		r.dest, r.kind = destNone, outExpired
-		if undone == stCancelled {
-			r.kind = outCancelled
-		}
-		return r
+		return notRun(key, undone)
 	}
+	r := lineResult{customID: key, dest: destOut, kind: outErrored}
 	ln["processed_time"] = mustJSON(s.now().UTC().Format("2006-01-02T15:04:05.000-07:00"))
 	errLine := func(status int, msg string) []byte {
 		ln["status"] = mustJSON(vtxStatus(status, msg))
