@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -45,9 +44,12 @@ const (
 	vtxLabel     = "label:"            // prefix of the job's labels
 )
 
-// vtxPrecondition is a 400 FAILED_PRECONDITION.
+// vtxPrecondition is a 400 FAILED_PRECONDITION (errf's message, the
+// status name in Type).
 func vtxPrecondition(format string, args ...any) *apiError {
-	return gemErr(http.StatusBadRequest, "FAILED_PRECONDITION", fmt.Sprintf(format, args...))
+	e := errf(http.StatusBadRequest, format, args...)
+	e.Type = "FAILED_PRECONDITION"
+	return e
 }
 
 func (s *Server) vertexRoutes(mux *http.ServeMux) {
