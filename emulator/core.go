@@ -12,7 +12,8 @@ package emulator
 //     in the family's envelope (the status picks the type or code the
 //     caller left empty), badBody names a body that does not parse, and
 //     noBatch a batch id the family does not know. openaiFam, anthropicFam,
-//     cloudflareFam, geminiFam, mistralFam and togetherFam are the values;
+//     cloudflareFam, geminiFam, mistralFam, togetherFam, xaiFam and
+//     vertexFam are the values;
 //     familyByName finds one (the middleware's injected faults, the 404 of
 //     an unknown route).
 //   - fam.h(handler) adapts a handler `func(w, r) error` to http: a
@@ -312,13 +313,16 @@ var xaiFam = &family{
 	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "Batch "+id+" not found") },
 }
 
-// vertexFam answers in Google's envelope, as Gemini does; its handlers go
-// through vtxServe (vertex.go).
+// vertexFam answers in Google's envelope, as Gemini does; noBatch takes
+// the job's resource name (projects/…/locations/…/batchPredictionJobs/ID:
+// vtxJob).
 var vertexFam = &family{
 	name:    famVertex,
 	write:   geminiFam.write,
 	badBody: geminiFam.badBody,
-	noBatch: func(id string) *apiError { return errf(http.StatusNotFound, "BatchPredictionJob "+id+" not found.") },
+	noBatch: func(name string) *apiError {
+		return errf(http.StatusNotFound, "The BatchPredictionJob "+name+" does not exist.")
+	},
 }
 
 // bedrockFam answers in AWS's JSON error shape (bedrockFault, bedrock.go).

@@ -238,6 +238,16 @@ func (s *Server) scanGemini(path string, size int64) (scanResult, error) {
 			"The batch input file is %s bytes; the maximum is %s bytes.", commas(size), commas(s.opts.GeminiMaxFileBytes))}}
 		return sc, nil
 	}
+	return scanRequests(path, true, "", "the batch input file is empty")
+}
+
+// scanRequests checks an input file of {"request": GenerateContentRequest}
+// lines (each with a "key" when needKey) and counts its requests and
+// estimated tokens; every message starts with prefix, and empty is that
+// of a file without a line. Gemini's batches and Vertex AI's jobs read
+// their input with it.
+func scanRequests(path string, needKey bool, prefix, empty string) (scanResult, error) {
+	var sc scanResult
 	in, err := os.Open(path)
 	if err != nil {
 		return sc, err
@@ -251,11 +261,11 @@ func (s *Server) scanGemini(path string, size int64) (scanResult, error) {
 		}
 		switch err := json.Unmarshal(t, &ln); {
 		case err != nil:
-			sc.add(fmt.Sprintf("line %d is not valid JSON: %v", lineNo, err))
-		case ln.Key == nil:
-			sc.add(fmt.Sprintf("line %d has no \"key\"", lineNo))
+			sc.add(fmt.Sprintf("%sline %d is not valid JSON: %v", prefix, lineNo, err))
+		case needKey && ln.Key == nil:
+			sc.add(fmt.Sprintf("%sline %d has no \"key\"", prefix, lineNo))
 		case len(ln.Request) == 0 || ln.Request[0] != '{':
-			sc.add(fmt.Sprintf("line %d: \"request\" must be a GenerateContentRequest object", lineNo))
+			sc.add(fmt.Sprintf("%sline %d: \"request\" must be a GenerateContentRequest object", prefix, lineNo))
 		default:
 			sc.tokens += approxTokens(len(ln.Request))
 		}
@@ -264,7 +274,7 @@ func (s *Server) scanGemini(path string, size int64) (scanResult, error) {
 		return sc, err
 	}
 	if sc.n == 0 {
-		sc.add("the batch input file is empty")
+		sc.add(empty)
 	}
 	return sc, nil
 }
@@ -368,17 +378,23 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 		op["response"] = map[string]any{"@type": gemOutputType, "inlinedResponses": inl}
 	}
 	if b.Status == stFailed && len(b.Errors) > 0 {
-		msgs := make([]string, len(b.Errors))
-		for i, e := range b.Errors {
-			msgs[i] = e.Message
-		}
-		code := gemGRPCCode[b.Errors[0].Code]
-		if code == 0 {
-			code = gemGRPCCode["INTERNAL"]
-		}
-		op["error"] = map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
+		op["error"] = gemFailure(b)
 	}
 	return op
+}
+
+// gemFailure is the google.rpc.Status of a failed batch (Gemini) or job
+// (Vertex AI): its errors' messages, the first one's code.
+func gemFailure(b *batchRec) map[string]any {
+	msgs := make([]string, len(b.Errors))
+	for i, e := range b.Errors {
+		msgs[i] = e.Message
+	}
+	code := gemGRPCCode[b.Errors[0].Code]
+	if code == 0 {
+		code = gemGRPCCode["INTERNAL"]
+	}
+	return map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
 }
 
 // gemBatchAction serves POST /batches/{id}:cancel. Cancel ends the batch

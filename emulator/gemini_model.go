@@ -220,6 +220,16 @@ func gemStatusLine(name, msg string) map[string]any {
 	return map[string]any{"code": gemGRPCCode[name], "message": msg}
 }
 
+// notRun is the result of a line that a Gemini batch or a Vertex AI job
+// did not run (expired, or cancelled when undone is): no output line.
+func notRun(customID, undone string) lineResult {
+	r := lineResult{customID: customID, dest: destNone, kind: outExpired}
+	if undone == stCancelled {
+		r.kind = outCancelled
+	}
+	return r
+}
+
 // runGeminiLine produces the result of line i ({"key","request"}) of a
 // Gemini batch: {"key","response"} or {"key","status"} (the field name is
 // Options.GeminiLineErrorField). Lines not run (expired, cancelled) get no
@@ -233,14 +243,10 @@ func (s *Server) runGeminiLine(b *batchRec, i int, line []byte, done bool, undon
 	json.Unmarshal(line, &ln)
 	var key string
 	json.Unmarshal(ln.Key, &key)
-	r := lineResult{customID: key, dest: destOut, kind: outErrored}
 	if !done {
-		r.dest, r.kind = destNone, outExpired
-		if undone == stCancelled {
-			r.kind = outCancelled
-		}
-		return r
+		return notRun(key, undone)
 	}
+	r := lineResult{customID: key, dest: destOut, kind: outErrored}
 	keyJSON := ln.Key
 	if len(keyJSON) == 0 {
 		keyJSON = json.RawMessage(`""`)

@@ -177,6 +177,11 @@ type Options struct {
 	// longer): the real service takes minutes, and a job that ended at
 	// its first poll could never be cancelled.
 	VertexMinBatchTime time.Duration
+	// GCSHost is the GCS-compatible server (host:port or URL) the Vertex
+	// AI family reads job input from and writes predictions to (`sluice
+	// emulate` passes $STORAGE_EMULATOR_HOST); without one, creating a job
+	// answers 400 FAILED_PRECONDITION.
+	GCSHost string
 
 	// EmbeddingDim is the dimension of fake embeddings (default 8), for
 	// OpenAI and Cloudflare embedding models of unknown size; the bge models

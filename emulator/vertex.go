@@ -1,12 +1,9 @@
 package emulator
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -23,9 +20,11 @@ import (
 // delete), served at the root of the port (/v1/projects/... and the
 // google-genai SDK's /v1beta1/projects/...), because Google's clients take
 // a host and port but no path prefix. A job reads its input JSONL from,
-// and writes predictions.jsonl to, the GCS server at STORAGE_EMULATOR_HOST
-// (through the official client, objstore.GCS); without one, create is
-// refused (the emulator never reaches the network beyond loopback).
+// and writes predictions.jsonl to, the GCS server at Options.GCSHost
+// (`sluice emulate` passes STORAGE_EMULATOR_HOST; through the official
+// client, objstore.GCS); without one, create is refused (the emulator
+// never reaches the network beyond loopback). Its handlers are built on
+// the core (core.go) with vertexFam, Google's envelope.
 //
 // Input lines are {"request": GenerateContentRequest, ...}; every other
 // top-level field (sluice's "key") is echoed into the output line, as the
@@ -45,61 +44,23 @@ const (
 	vtxLabel     = "label:"            // prefix of the job's labels
 )
 
-// vtxErr is an error of the Vertex family, written in Google's envelope by
-// vtxServe (the family's one error mapping).
-type vtxErr struct {
-	status int
-	name   string // google.rpc.Code name; "" for the status's usual one
-	msg    string
-}
-
-func (e *vtxErr) Error() string { return e.msg }
-
-func vtxErrorf(status int, name, format string, args ...any) error {
-	return &vtxErr{status: status, name: name, msg: fmt.Sprintf(format, args...)}
-}
-
-// vtxServe adapts a handler that returns an answer or an error: every
-// error of the family goes out through here, in Google's envelope.
-func (s *Server) vtxServe(h func(r *http.Request) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		v, err := h(r)
-		var ve *vtxErr
-		switch {
-		case err == nil:
-			writeJSON(w, http.StatusOK, v)
-		case errors.As(err, &ve):
-			gemErrorStatus(w, ve.status, ve.name, ve.msg)
-		default:
-			gemErrorStatus(w, http.StatusInternalServerError, "", err.Error())
-		}
-	}
-}
-
-// vtxLocked runs fn holding s.mu (unlocked by defer), the clock ticked.
-func (s *Server) vtxLocked(fn func(now time.Time) (any, error)) (any, error) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tick(now)
-	return fn(now)
-}
-
-// vtxSeq allocates the next id sequence number.
-func (s *Server) vtxSeq() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.nextSeq()
+// vtxPrecondition is a 400 FAILED_PRECONDITION (errf's message, the
+// status name in Type).
+func vtxPrecondition(format string, args ...any) *apiError {
+	e := errf(http.StatusBadRequest, format, args...)
+	e.Type = "FAILED_PRECONDITION"
+	return e
 }
 
 func (s *Server) vertexRoutes(mux *http.ServeMux) {
+	h := vertexFam.h
 	for _, v := range []string{"/v1", "/v1beta1"} {
 		base := v + "/projects/{project}/locations/{location}/batchPredictionJobs"
-		mux.HandleFunc("POST "+base, s.vtxServe(s.vtxCreate))
-		mux.HandleFunc("GET "+base, s.vtxServe(s.vtxList))
-		mux.HandleFunc("GET "+base+"/{id}", s.vtxServe(s.vtxGet))
-		mux.HandleFunc("POST "+base+"/{id}", s.vtxServe(s.vtxCancel)) // {id}:cancel
-		mux.HandleFunc("DELETE "+base+"/{id}", s.vtxServe(s.vtxDelete))
+		mux.HandleFunc("POST "+base, h(s.vtxCreate))
+		mux.HandleFunc("GET "+base, h(s.vtxList))
+		mux.HandleFunc("GET "+base+"/{id}", h(s.vtxGet))
+		mux.HandleFunc("POST "+base+"/{id}", h(s.vtxCancel)) // {id}:cancel
+		mux.HandleFunc("DELETE "+base+"/{id}", h(s.vtxDelete))
 	}
 }
 
@@ -129,7 +90,7 @@ type vtxCreateReq struct {
 // output prefix.
 func (q *vtxCreateReq) check() ([]string, string, error) {
 	bad := func(format string, args ...any) ([]string, string, error) {
-		return nil, "", vtxErrorf(http.StatusBadRequest, "", format, args...)
+		return nil, "", errf(http.StatusBadRequest, format, args...)
 	}
 	switch {
 	case q.DisplayName == "":
@@ -158,18 +119,17 @@ func (q *vtxCreateReq) check() ([]string, string, error) {
 // publishers/google/models/gemini-2.5-flash or of a full resource name).
 func vtxModelName(m string) string { return m[strings.LastIndex(m, "/")+1:] }
 
-// vtxGCS opens the bucket of a gs:// URI at STORAGE_EMULATOR_HOST, and
-// gives the key.
-func vtxGCS(ctx context.Context, uri string) (*objstore.GCS, string, error) {
-	if os.Getenv("STORAGE_EMULATOR_HOST") == "" {
-		return nil, "", vtxErrorf(http.StatusBadRequest, "FAILED_PRECONDITION",
-			"The emulator's Vertex AI family reads and writes Cloud Storage at STORAGE_EMULATOR_HOST, which is not set.")
+// vtxGCS opens the bucket of a gs:// URI at Options.GCSHost, and gives
+// the key.
+func (s *Server) vtxGCS(ctx context.Context, uri string) (*objstore.GCS, string, error) {
+	if s.opts.GCSHost == "" {
+		return nil, "", vtxPrecondition("The emulator's Vertex AI family reads and writes Cloud Storage at STORAGE_EMULATOR_HOST, which is not set.")
 	}
 	loc, err := objstore.Parse(uri)
 	if err != nil || !loc.GCS {
-		return nil, "", vtxErrorf(http.StatusBadRequest, "", "%q is not a gs:// URI.", uri)
+		return nil, "", errf(http.StatusBadRequest, "%q is not a gs:// URI.", uri)
 	}
-	g, err := objstore.NewGCS(ctx, loc.Bucket, "", objstore.GCSOptions{})
+	g, err := objstore.NewGCS(ctx, loc.Bucket, "", objstore.GCSOptions{Emulator: s.opts.GCSHost})
 	if err != nil {
 		return nil, "", err
 	}
@@ -185,22 +145,22 @@ func (s *Server) vtxImport(ctx context.Context, uris []string, dst string) error
 	}
 	defer f.Close()
 	for _, u := range uris {
-		if err := vtxCopyObject(ctx, u, f); err != nil {
+		if err := s.vtxCopyObject(ctx, u, f); err != nil {
 			return err
 		}
 	}
 	return f.Sync()
 }
 
-func vtxCopyObject(ctx context.Context, uri string, w io.Writer) error {
-	g, key, err := vtxGCS(ctx, uri)
+func (s *Server) vtxCopyObject(ctx context.Context, uri string, w io.Writer) error {
+	g, key, err := s.vtxGCS(ctx, uri)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
 	r, _, err := g.Open(ctx, key)
 	if errors.Is(err, objstore.ErrNotExist) || errors.Is(err, objstore.ErrNoBucket) {
-		return vtxErrorf(http.StatusBadRequest, "", "Failed to import data. Not found: %s.", uri)
+		return errf(http.StatusBadRequest, "Failed to import data. Not found: %s.", uri)
 	}
 	if err != nil {
 		return err
@@ -210,31 +170,28 @@ func vtxCopyObject(ctx context.Context, uri string, w io.Writer) error {
 	return err
 }
 
-func (s *Server) vtxCreate(r *http.Request) (any, error) {
-	body, err := readLimited(r, 1<<20)
+func (s *Server) vtxCreate(w http.ResponseWriter, r *http.Request) error {
+	q, err := decode[vtxCreateReq](r, 1<<20, vertexFam)
 	if err != nil {
-		return nil, vtxErrorf(http.StatusBadRequest, "", "%v", err)
-	}
-	var q vtxCreateReq
-	if err := json.Unmarshal(body, &q); err != nil {
-		return nil, vtxErrorf(http.StatusBadRequest, "", "Invalid JSON payload received. %v", err)
+		return err
 	}
 	uris, outPrefix, err := q.check()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	seq := s.vtxSeq()
+	var seq int64
+	s.locked(func() error { seq = s.nextSeq(); return nil })
 	id := strconv.FormatUint(1e18+h64(s.opts.Seed, "vtxjob", "", int(seq))%8e18, 10)
 	if err := s.vtxImport(r.Context(), uris, s.batchInput(id)); err != nil {
 		os.Remove(s.batchInput(id))
-		return nil, err
+		return err
 	}
 	sc, err := s.scanVertex(s.batchInput(id))
 	if err != nil {
 		os.Remove(s.batchInput(id))
-		return nil, err
+		return err
 	}
-	return s.vtxLocked(func(now time.Time) (any, error) {
+	return s.ticked(func(now time.Time) error {
 		md := map[string]string{vtxOutPrefix: outPrefix, vtxInURIs: strings.Join(uris, "\n"), vtxModel: q.Model}
 		for k, v := range q.Labels {
 			md[vtxLabel+k] = v
@@ -243,25 +200,11 @@ func (s *Server) vtxCreate(r *http.Request) (any, error) {
 		b := &batchRec{ID: id, Family: famVertex, Seq: seq, Created: now, Model: vtxModelName(q.Model),
 			InputFileID: uris[0], Account: vtxParent(r), DisplayName: q.DisplayName, Metadata: md,
 			JobKey: jobKeyFromFilename(q.DisplayName), N: sc.n, Tokens: sc.tokens, ScanErrors: sc.errs,
-			FailInjected: unit(h64(s.opts.Seed, "vfail", id, 0)) < s.opts.ValidationFailRate,
-			ExpireFate:   unit(h64(s.opts.Seed, "expire", id, 0)) < s.opts.ExpireRate,
+			FailInjected: s.fated("vfail", id, 0, s.opts.ValidationFailRate),
+			ExpireFate:   s.fated("expire", id, 0, s.opts.ExpireRate),
 			Status:       stValidating, BatchTimeNs: &bt}
-		s.drawBatchFates(b)
-		s.batches[id], s.active[id] = b, b
-		s.saveBatch(b)
-		s.bump(func(st *Stats) {
-			st.BatchesCreated++
-			fs := st.family(famVertex)
-			fs.BatchesCreated++
-			st.ByFamily[famVertex] = fs
-		})
-		s.saveState()
-		s.logf("emulator: vertex job %s created: %d requests for %s", id, b.N, b.Model)
-		answer := s.vtxJobJSON(b, now)
-		if s.forgets(b) {
-			s.forget(b)
-		}
-		return answer, nil
+		s.register(w, b, http.StatusOK, func() any { return s.vtxJobJSON(b, now) })
+		return nil
 	})
 }
 
@@ -269,39 +212,8 @@ func (s *Server) vtxCreate(r *http.Request) (any, error) {
 // its requests and estimated tokens; a line that is not such an object
 // fails the job when it leaves PENDING, as the service's import does.
 func (s *Server) scanVertex(path string) (scanResult, error) {
-	var sc scanResult
-	in, err := os.Open(path)
-	if err != nil {
-		return sc, err
-	}
-	defer in.Close()
-	br := bufio.NewReaderSize(in, 1<<20)
-	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			sc.n++
-			var ln struct {
-				Request json.RawMessage `json:"request"`
-			}
-			switch err := json.Unmarshal(t, &ln); {
-			case err != nil:
-				sc.add(fmt.Sprintf("Failed to import data: line %d is not valid JSON: %v", lineNo, err))
-			case len(ln.Request) == 0 || ln.Request[0] != '{':
-				sc.add(fmt.Sprintf("Failed to import data: line %d: \"request\" must be a GenerateContentRequest object", lineNo))
-			default:
-				sc.tokens += approxTokens(len(ln.Request))
-			}
-		}
-		if rerr == io.EOF {
-			break
-		} else if rerr != nil {
-			return sc, rerr
-		}
-	}
-	if sc.n == 0 {
-		sc.add("Failed to import data: the input is empty")
-	}
-	return sc, nil
+	const prefix = "Failed to import data: "
+	return scanRequests(path, false, prefix, prefix+"the input is empty")
 }
 
 // vtxState is the JobState of a job.
@@ -371,90 +283,76 @@ func (s *Server) vtxJobJSON(b *batchRec, now time.Time) map[string]any {
 	}
 	switch {
 	case b.Status == stFailed && len(b.Errors) > 0:
-		msgs := make([]string, len(b.Errors))
-		for i, e := range b.Errors {
-			msgs[i] = e.Message
-		}
-		code := gemGRPCCode[b.Errors[0].Code]
-		if code == 0 {
-			code = gemGRPCCode["INTERNAL"]
-		}
-		j["error"] = map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
+		j["error"] = gemFailure(b)
 	case b.Status == stCancelled:
 		j["error"] = map[string]any{"code": gemGRPCCode["CANCELLED"], "message": "CANCELED"}
 	}
 	return j
 }
 
-// vtxLookup finds a job of the request's project and location.
-func (s *Server) vtxLookup(r *http.Request, id string) (*batchRec, error) {
-	if b := s.batches[id]; b != nil && b.Family == famVertex && b.Account == vtxParent(r) {
-		return b, nil
-	}
-	return nil, vtxErrorf(http.StatusNotFound, "", "The BatchPredictionJob %s/batchPredictionJobs/%s does not exist.", vtxParent(r), id)
+// vtxJob runs fn on job id of the request's project and location, with
+// s.mu held and every batch advanced to now (withBatch, with the job's
+// project and location in its lookup and its noBatch).
+func (s *Server) vtxJob(r *http.Request, id string, fn func(b *batchRec, now time.Time) error) error {
+	return s.ticked(func(now time.Time) error {
+		b := s.batches[id]
+		if b == nil || b.Family != famVertex || b.Account != vtxParent(r) {
+			return vertexFam.noBatch(vtxParent(r) + "/batchPredictionJobs/" + id)
+		}
+		return fn(b, now)
+	})
 }
 
-func (s *Server) vtxGet(r *http.Request) (any, error) {
-	return s.vtxLocked(func(now time.Time) (any, error) {
-		b, err := s.vtxLookup(r, r.PathValue("id"))
-		if err != nil {
-			return nil, err
-		}
-		return s.vtxJobJSON(b, now), nil
+func (s *Server) vtxGet(w http.ResponseWriter, r *http.Request) error {
+	return s.vtxJob(r, r.PathValue("id"), func(b *batchRec, now time.Time) error {
+		writeJSON(w, http.StatusOK, s.vtxJobJSON(b, now))
+		return nil
 	})
 }
 
 // vtxCancel serves POST …/batchPredictionJobs/{id}:cancel: the job ends
 // CANCELLED at once (the requests already run keep their predictions); a
 // job that has ended answers 400 FAILED_PRECONDITION.
-func (s *Server) vtxCancel(r *http.Request) (any, error) {
+func (s *Server) vtxCancel(w http.ResponseWriter, r *http.Request) error {
 	id, action, _ := strings.Cut(r.PathValue("id"), ":")
 	if action != "cancel" {
-		return nil, vtxErrorf(http.StatusNotFound, "", "Unknown method %q of BatchPredictionJob.", action)
+		return errf(http.StatusNotFound, "Unknown method %q of BatchPredictionJob.", action)
 	}
-	return s.vtxLocked(func(now time.Time) (any, error) {
-		b, err := s.vtxLookup(r, id)
-		if err != nil {
-			return nil, err
-		}
+	return s.vtxJob(r, id, func(b *batchRec, now time.Time) error {
 		if !s.cancel(b, now) {
-			return nil, vtxErrorf(http.StatusBadRequest, "FAILED_PRECONDITION",
-				"The BatchPredictionJob %s is in state %s and cannot be cancelled.", b.vtxName(), vtxState(b))
+			return vtxPrecondition("The BatchPredictionJob %s is in state %s and cannot be cancelled.", b.vtxName(), vtxState(b))
 		}
 		s.apply(b, evCancelled, now)
-		return map[string]any{}, nil
+		writeJSON(w, http.StatusOK, map[string]any{})
+		return nil
 	})
 }
 
 // vtxDelete deletes an ended job (its predictions stay in Cloud Storage)
 // and answers a done long-running Operation.
-func (s *Server) vtxDelete(r *http.Request) (any, error) {
-	return s.vtxLocked(func(now time.Time) (any, error) {
-		b, err := s.vtxLookup(r, r.PathValue("id"))
-		if err != nil {
-			return nil, err
-		}
+func (s *Server) vtxDelete(w http.ResponseWriter, r *http.Request) error {
+	return s.vtxJob(r, r.PathValue("id"), func(b *batchRec, now time.Time) error {
 		if !terminal(b.Status) {
-			return nil, vtxErrorf(http.StatusBadRequest, "FAILED_PRECONDITION",
-				"The BatchPredictionJob %s can only be deleted once it has finished.", b.vtxName())
+			return vtxPrecondition("The BatchPredictionJob %s can only be deleted once it has finished.", b.vtxName())
 		}
 		delete(s.batches, b.ID)
 		s.deleteBatchFiles(b.ID)
-		return map[string]any{"name": b.Account + "/operations/" + hexID(s.opts.Seed, "vtxop", b.ID, 0, 19), "done": true,
-			"response": map[string]any{"@type": "type.googleapis.com/google.protobuf.Empty"}}, nil
+		writeJSON(w, http.StatusOK, map[string]any{"name": b.Account + "/operations/" + hexID(s.opts.Seed, "vtxop", b.ID, 0, 19), "done": true,
+			"response": map[string]any{"@type": "type.googleapis.com/google.protobuf.Empty"}})
+		return nil
 	})
 }
 
 // vtxList serves the listing, newest first, paged with pageSize (default
 // 100) and pageToken; filter takes display_name="…" (the only filter
 // emulated; others are refused).
-func (s *Server) vtxList(r *http.Request) (any, error) {
+func (s *Server) vtxList(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	size := 100
 	if v := q.Get("pageSize"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return nil, vtxErrorf(http.StatusBadRequest, "", "Invalid page_size %q.", v)
+			return errf(http.StatusBadRequest, "Invalid page_size %q.", v)
 		}
 		if n > 0 {
 			size = min(n, 1000)
@@ -462,9 +360,9 @@ func (s *Server) vtxList(r *http.Request) (any, error) {
 	}
 	name, err := vtxFilter(q.Get("filter"))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return s.vtxLocked(func(now time.Time) (any, error) {
+	return s.ticked(func(now time.Time) error {
 		var all []*batchRec
 		for _, b := range s.sortedBatches(famVertex) {
 			if b.Account == vtxParent(r) && (name == "" || b.DisplayName == name) {
@@ -480,7 +378,8 @@ func (s *Server) vtxList(r *http.Request) (any, error) {
 		if next != "" {
 			out["nextPageToken"] = next
 		}
-		return out, nil
+		writeJSON(w, http.StatusOK, out)
+		return nil
 	})
 }
 
@@ -496,7 +395,7 @@ func vtxFilter(f string) (string, error) {
 			}
 		}
 	}
-	return "", vtxErrorf(http.StatusBadRequest, "", "Unsupported filter %q: the emulator takes display_name=\"NAME\".", f)
+	return "", errf(http.StatusBadRequest, "Unsupported filter %q: the emulator takes display_name=\"NAME\".", f)
 }
 
 // runVertexLine produces the output line of input line i: the input's
@@ -508,14 +407,10 @@ func (s *Server) runVertexLine(b *batchRec, i int, line []byte, done bool, undon
 	json.Unmarshal(line, &ln)
 	var key string
 	json.Unmarshal(ln["key"], &key)
-	r := lineResult{customID: key, dest: destOut, kind: outErrored}
 	if !done {
-		r.dest, r.kind = destNone, outExpired
-		if undone == stCancelled {
-			r.kind = outCancelled
-		}
-		return r
+		return notRun(key, undone)
 	}
+	r := lineResult{customID: key, dest: destOut, kind: outErrored}
 	ln["processed_time"] = mustJSON(s.now().UTC().Format("2006-01-02T15:04:05.000-07:00"))
 	errLine := func(status int, msg string) []byte {
 		ln["status"] = mustJSON(vtxStatus(status, msg))
@@ -572,7 +467,7 @@ func (s *Server) commitVertexOutput(b *batchRec, rf *resultFile, t time.Time) er
 	dir := strings.TrimRight(b.Metadata[vtxOutPrefix], "/") + "/prediction-model-" + t.UTC().Format("2006-01-02T15:04:05.000000Z")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	g, key, err := vtxGCS(ctx, dir+"/predictions.jsonl")
+	g, key, err := s.vtxGCS(ctx, dir+"/predictions.jsonl")
 	if err != nil {
 		return err
 	}

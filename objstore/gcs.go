@@ -18,13 +18,21 @@ import (
 	"google.golang.org/api/option"
 )
 
-// GCSOptions configure a Cloud Storage store. The endpoint and credentials
-// come the way Google's client reads them: STORAGE_EMULATOR_HOST names a
-// GCS-compatible server (fake-gcs-server, `sluice emulate`'s tests) and
-// then no credentials are sent; else Application Default Credentials
-// (GOOGLE_APPLICATION_CREDENTIALS, gcloud's, the metadata server), unless
-// AccessToken is given.
+// GCSOptions configure a Cloud Storage store. Emulator names a
+// GCS-compatible server (fake-gcs-server, `sluice emulate`'s tests), to
+// which no credentials are sent; else the credentials are Application
+// Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud's, the
+// metadata server), unless AccessToken is given.
+//
+// Google's client reads STORAGE_EMULATOR_HOST itself, and there is no
+// turning that off: with it set and Emulator empty, the client still goes
+// to that server (docs/architecture.md names this exception). sluice
+// passes the variable as Emulator.
 type GCSOptions struct {
+	// Emulator is the host:port (or URL) of a GCS-compatible server to use
+	// instead of Cloud Storage, without credentials (sluice passes
+	// $STORAGE_EMULATOR_HOST).
+	Emulator string
 	// AccessToken, when set, is sent as the OAuth2 bearer token instead of
 	// Application Default Credentials (sluice passes
 	// $GOOGLE_OAUTH_ACCESS_TOKEN, as Terraform's Google provider reads it).
@@ -49,12 +57,17 @@ type GCS struct {
 // does.
 func NewGCS(ctx context.Context, bucket, prefix string, o GCSOptions) (*GCS, error) {
 	var opts []option.ClientOption
-	emu := os.Getenv("STORAGE_EMULATOR_HOST")
+	emu := o.Emulator
 	switch {
 	case o.HTTPClient != nil:
 		opts = append(opts, option.WithHTTPClient(o.HTTPClient))
-	case o.AccessToken != "" && emu == "":
+	case emu != "":
+		opts = append(opts, option.WithoutAuthentication())
+	case o.AccessToken != "":
 		opts = append(opts, option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: o.AccessToken, TokenType: "Bearer"})))
+	}
+	if emu != "" {
+		opts = append(opts, option.WithEndpoint(strings.TrimRight(emuURL(emu), "/")+"/storage/v1/"))
 	}
 	c, err := storage.NewClient(ctx, opts...)
 	if err != nil {

@@ -37,12 +37,12 @@ func backends(t *testing.T, o S3Options) map[string]func(t *testing.T) Store {
 }
 
 // newTestGCS is a store on a fresh bucket of the test GCS server
-// (fake-gcs-server, reached as Google's client reads
+// (fake-gcs-server, named as Emulator the way sluice passes
 // STORAGE_EMULATOR_HOST).
 func newTestGCS(t *testing.T, prefix string) *GCS {
 	t.Helper()
-	_, bucket := testsrv.GCS(t)
-	g, err := NewGCS(context.Background(), bucket, prefix, GCSOptions{})
+	host, bucket := testsrv.GCS(t)
+	g, err := NewGCS(context.Background(), bucket, prefix, GCSOptions{Emulator: host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,3 +349,41 @@ func (c *cutBody) Read(p []byte) (int, error) {
 }
 
 func (c *cutBody) Close() error { return c.rc.Close() }
+
+// TestGCSEmulatorOption: the GCS server named in GCSOptions.Emulator is
+// the one used when STORAGE_EMULATOR_HOST is not set (the library reads
+// no environment of its own): an object put through it is read back
+// through a plain client of the test server, and the store names it.
+func TestGCSEmulatorOption(t *testing.T) {
+	host, bucket := testsrv.GCS(t)
+	t.Setenv("STORAGE_EMULATOR_HOST", "")
+	ctx := context.Background()
+	g, err := NewGCS(ctx, bucket, "pre", GCSOptions{Emulator: host, AccessToken: "ya29.never-sent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctx, "k.jsonl", strings.NewReader("line\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(g.String(), strings.TrimPrefix(host, "http://")) {
+		t.Fatalf("store %s does not name the server %s", g, host)
+	}
+	t.Setenv("STORAGE_EMULATOR_HOST", host)
+	plain, err := NewGCS(ctx, bucket, "", GCSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	r, _, err := plain.Open(ctx, "pre/k.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if b, _ := io.ReadAll(r); string(b) != "line\n" {
+		t.Fatalf("read back %q", b)
+	}
+}

@@ -75,6 +75,7 @@ custom_id of one job executed twice: money spent twice), also per family.`,
 	fs.IntVar(&o.BedrockMinRecords, "bedrock-min-records", 0, "Bedrock jobs of fewer records fail validation, as Bedrock's per-model minimum of records per job makes them (0: no minimum)")
 	fs.BoolVar(&o.CloudflareAnyModel, "cloudflare-any-model", false, "queue Workers AI batches for any model (default: only the async-capable models docs/providers.md names; the live API refuses the others with 400 code 5007)")
 	o.APIKey = os.Getenv("SLUICE_EMULATOR_API_KEY")
+	o.GCSHost = os.Getenv("STORAGE_EMULATOR_HOST") // the Vertex AI family's Cloud Storage
 	return cmd
 }
 

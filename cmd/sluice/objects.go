@@ -36,15 +36,17 @@ func pathArg(s string) (string, error) {
 
 var s3Stores sync.Map // bucket+"/"+prefix -> *objstore.S3 (gs:// ones: "gs://"+bucket+"/"+prefix -> *objstore.GCS)
 
-// gcsStore is s3Store for Cloud Storage: the official client reads
-// STORAGE_EMULATOR_HOST and Application Default Credentials, or
-// $GOOGLE_OAUTH_ACCESS_TOKEN when set.
+// gcsStore is s3Store for Cloud Storage: the GCS server at
+// $STORAGE_EMULATOR_HOST when set, else Cloud Storage with Application
+// Default Credentials, or $GOOGLE_OAUTH_ACCESS_TOKEN when set.
 func gcsStore(ctx context.Context, bucket, prefix string) (*objstore.GCS, error) {
 	id := "gs://" + bucket + "/" + prefix
 	if s, ok := s3Stores.Load(id); ok {
 		return s.(*objstore.GCS), nil
 	}
-	s, err := objstore.NewGCS(ctx, bucket, prefix, objstore.GCSOptions{AccessToken: os.Getenv("GOOGLE_OAUTH_ACCESS_TOKEN")})
+	o := gcsOptions()
+	o.AccessToken = os.Getenv("GOOGLE_OAUTH_ACCESS_TOKEN")
+	s, err := objstore.NewGCS(ctx, bucket, prefix, o)
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
@@ -53,6 +55,12 @@ func gcsStore(ctx context.Context, bucket, prefix string) (*objstore.GCS, error)
 	}
 	s3Stores.Store(id, s)
 	return s, nil
+}
+
+// gcsOptions is what the environment says of Cloud Storage's endpoint:
+// STORAGE_EMULATOR_HOST, as Google's clients read it.
+func gcsOptions() objstore.GCSOptions {
+	return objstore.GCSOptions{Emulator: os.Getenv("STORAGE_EMULATOR_HOST")}
 }
 
 // storeAt is the store of a parsed s3:// or gs:// location, under its key.

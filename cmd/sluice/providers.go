@@ -188,7 +188,8 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	closer := func() {}
 	key := credential(p)
 	if p.Name == "local" {
-		srv, err := emulator.New(emulator.Options{DataDir: filepath.Join(stateDir, "emulator"), BatchTime: n.localBatchTime})
+		srv, err := emulator.New(emulator.Options{DataDir: filepath.Join(stateDir, "emulator"), BatchTime: n.localBatchTime,
+			GCSHost: os.Getenv("STORAGE_EMULATOR_HOST")})
 		if err != nil {
 			return nil, nil, fmt.Errorf("start the local emulator: %w", err)
 		}
@@ -246,7 +247,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 	case provider.FamilyXAI:
 		prov, err = xai.New(xai.Config{Config: pc, Input: n.xai.input, AddBytes: n.xai.addBytes, CancelPath: n.xai.cancelPath})
 	case provider.FamilyVertex:
-		if prov, err = newVertex(ctx, f, n, p, baseURL, key, retry, rl, plog); err != nil {
+		if prov, err = newVertex(ctx, f, n, pc); err != nil {
 			return nil, nil, err // with its exit code (vertex.go)
 		}
 	case provider.FamilyBedrock:

@@ -13,12 +13,10 @@ import (
 	"os"
 	"strings"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
-	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/vertex"
 )
 
@@ -37,9 +35,8 @@ func (v *vertexFlags) register(cmd *cobra.Command) {
 
 // newVertex builds the Vertex client: every missing setting is a usage
 // error naming the flag and the variable; errors carry their exit codes.
-func newVertex(ctx context.Context, f *jobFlags, n *netFlags, p provider.Preset, baseURL, token string,
-	retry httpx.Retry, rl httpx.RateLimit, log zerolog.Logger) (sluice.Provider, error) {
-	v := n.vertex
+func newVertex(ctx context.Context, f *jobFlags, n *netFlags, pc provider.Config) (sluice.Provider, error) {
+	v, p := n.vertex, pc.Preset
 	project := cmpOr(v.project, os.Getenv("GOOGLE_CLOUD_PROJECT"))
 	location := cmpOr(v.location, os.Getenv("GOOGLE_CLOUD_LOCATION"))
 	bucket := cmpOr(v.bucket, os.Getenv("SLUICE_VERTEX_BUCKET"))
@@ -54,8 +51,8 @@ func newVertex(ctx context.Context, f *jobFlags, n *netFlags, p provider.Preset,
 	case bucket == "":
 		return nil, usageErr("provider %s needs Cloud Storage for its input and output: --vertex-bucket gs://BUCKET/PREFIX (or $SLUICE_VERTEX_BUCKET, or --store gs://…)", p.Name)
 	}
-	c, err := vertex.New(ctx, vertex.Config{Preset: p, BaseURL: baseURL, APIVersion: v.apiVersion, Project: project,
-		Location: location, Bucket: bucket, AccessToken: token, Retry: retry, RateLimit: rl, Limits: f.limits, Logger: log})
+	c, err := vertex.New(ctx, vertex.Config{Config: pc, APIVersion: v.apiVersion, Project: project, Location: location, Bucket: bucket,
+		GCS: gcsOptions()})
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}

@@ -178,12 +178,22 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 // Cancel asks POST /{v}/batches/{id}:cancel, then reads the batch. A batch
 // that has already ended (400 FAILED_PRECONDITION) is just read.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url("/"+batchName(batchID)+":cancel", nil), Header: jsonHeader}, nil)
+	call := httpx.Call{Method: http.MethodPost, URL: c.url("/"+batchName(batchID)+":cancel", nil), Header: jsonHeader}
+	return CancelThenPoll(ctx, c.HC, call, "cancel batch "+batchID, func() (sluice.Batch, error) {
+		return c.Poll(ctx, sluice.BatchRef{}, batchID)
+	})
+}
+
+// CancelThenPoll asks Google's :cancel custom method (call), then reads
+// the batch with poll; one that has already ended (400
+// FAILED_PRECONDITION) is just read. Vertex AI's jobs cancel the same way.
+func CancelThenPoll(ctx context.Context, hc *httpx.Client, call httpx.Call, what string, poll func() (sluice.Batch, error)) (sluice.Batch, error) {
+	err := hc.JSON(ctx, call, nil)
 	var ae *sluice.APIError
 	if err != nil && !(errors.As(err, &ae) && ae.Code == "FAILED_PRECONDITION") {
-		return sluice.Batch{}, notFound("cancel batch "+batchID, err)
+		return sluice.Batch{}, notFound(what, err)
 	}
-	return c.Poll(ctx, sluice.BatchRef{}, batchID)
+	return poll()
 }
 
 // Fetch downloads the batch's responses file into dir as

@@ -26,13 +26,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
@@ -45,13 +45,14 @@ const DefaultFindWindow = 96 * time.Hour
 const Scope = "https://www.googleapis.com/auth/cloud-platform"
 
 // Config configures a Client. The zero Preset means the "vertex" preset.
+// BaseURL is without the version, as Google's clients take it; a
+// "{location}" in it is replaced by Location (the preset's
+// https://{location}-aiplatform.googleapis.com; "global" is
+// https://aiplatform.googleapis.com). APIKey, when set, is the OAuth2
+// bearer token of every call ($GOOGLE_OAUTH_ACCESS_TOKEN); else
+// Application Default Credentials. FindWindow defaults to 96 h.
 type Config struct {
-	Preset provider.Preset
-	// BaseURL without the version, as Google's clients take it; a
-	// "{location}" in it is replaced by Location (the preset's
-	// https://{location}-aiplatform.googleapis.com; "global" is
-	// https://aiplatform.googleapis.com).
-	BaseURL string
+	provider.Config
 	// APIVersion is put after the base URL (default v1).
 	APIVersion string
 	Project    string // GOOGLE_CLOUD_PROJECT
@@ -59,38 +60,18 @@ type Config struct {
 	// Bucket is where chunk files and predictions live:
 	// gs://BUCKET/PREFIX.
 	Bucket string
-	// AccessToken, when set, is the OAuth2 bearer token of every call
-	// ($GOOGLE_OAUTH_ACCESS_TOKEN); else Application Default Credentials.
-	AccessToken string
-	HTTP        *http.Client
-	Retry       httpx.Retry
-	// RateLimit defaults to the preset's; Limiter, when set, is shared.
-	RateLimit httpx.RateLimit
-	Limiter   *httpx.Limiter
-	Limits    sluice.Limits // put over the preset's limits
-	Logger    zerolog.Logger
-	// FindWindow is how far back Find looks (default 96 h).
-	FindWindow time.Duration
-	// MaxLine bounds one result line in Decode (default
-	// provider.DefaultMaxLine).
-	MaxLine int
-	Clock   httpx.Clock
+	// GCS configures the Cloud Storage client of Bucket (its AccessToken
+	// is APIKey).
+	GCS objstore.GCSOptions
 }
 
 // Client implements sluice.Provider for Vertex AI batch prediction.
 type Client struct {
-	preset   provider.Preset
-	base     *url.URL
-	version  string
-	parent   string // projects/{p}/locations/{l}
-	store    *objstore.GCS
-	bucket   string // gs://BUCKET/PREFIX/ (with the slash)
-	hc       *httpx.Client
-	limits   sluice.Limits
-	findBack time.Duration
-	maxLine  int
-	clock    httpx.Clock
-	log      zerolog.Logger
+	provider.Base
+	version string
+	parent  string // projects/{p}/locations/{l}
+	store   *objstore.GCS
+	bucket  string // gs://BUCKET/PREFIX/ (with the slash)
 }
 
 var _ sluice.Provider = (*Client)(nil)
@@ -101,51 +82,44 @@ var _ sluice.Provider = (*Client)(nil)
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	p := cfg.Preset
 	if p.Name == "" {
-		p = provider.Presets["vertex"]
+		p = provider.Presets[string(provider.FamilyVertex)]
 	}
-	if p.Family != provider.FamilyVertex {
-		return nil, fmt.Errorf("vertex: preset %q is of family %q", p.Name, p.Family)
-	}
+	name := p.Name
 	if cfg.Project == "" || cfg.Location == "" {
-		return nil, fmt.Errorf("provider %s: set GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (or --vertex-project and --vertex-location)", p.Name)
+		return nil, fmt.Errorf("provider %s: set GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (or --vertex-project and --vertex-location)", name)
 	}
-	base, err := baseURL(p, cfg)
+	pc := cfg.Config
+	pc.Preset, pc.BaseURL = p, atLocation(cmpOr(cfg.BaseURL, p.BaseURL), cfg.Location)
+	wire := provider.Wire{Errors: gemini.GoogleErrors, FindWindow: DefaultFindWindow}
+	base, err := provider.NewBase(pc, provider.FamilyVertex, wire)
 	if err != nil {
 		return nil, err
+	}
+	for _, v := range []string{"/v1beta1", "/v1"} {
+		if strings.HasSuffix(base.URL.Path, v) {
+			return nil, fmt.Errorf("provider %s: base URL %q ends in the API version; give it without (like https://us-central1-aiplatform.googleapis.com)", name, pc.BaseURL)
+		}
 	}
 	loc, err := objstore.Parse(cfg.Bucket)
 	if err != nil || !loc.GCS {
-		return nil, fmt.Errorf("provider %s: --vertex-bucket %q: want gs://BUCKET/PREFIX (or --store gs://…)", p.Name, cfg.Bucket)
+		return nil, fmt.Errorf("provider %s: --vertex-bucket %q: want gs://BUCKET/PREFIX (or --store gs://…)", name, cfg.Bucket)
 	}
-	store, err := objstore.NewGCS(ctx, loc.Bucket, loc.Key, objstore.GCSOptions{AccessToken: cfg.AccessToken})
+	gcs := cfg.GCS
+	gcs.AccessToken = cfg.APIKey
+	store, err := objstore.NewGCS(ctx, loc.Bucket, loc.Key, gcs)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{preset: p, base: base, version: cfg.APIVersion, store: store,
+	c := &Client{Base: base, version: cmpOr(cfg.APIVersion, p.APIVersion, "v1"), store: store,
 		parent: "projects/" + cfg.Project + "/locations/" + cfg.Location,
-		bucket: strings.TrimSuffix("gs://"+loc.Bucket+"/"+loc.Key, "/") + "/",
-		limits: p.Limits.Override(cfg.Limits), findBack: cfg.FindWindow, maxLine: cfg.MaxLine,
-		clock: cfg.Clock, log: cfg.Logger}
-	if c.version == "" {
-		c.version = cmpOr(p.APIVersion, "v1")
+		bucket: strings.TrimSuffix("gs://"+loc.Bucket+"/"+loc.Key, "/") + "/"}
+	if cfg.APIKey == "" {
+		hc := c.HTTPConfig(pc, wire)
+		if hc.HTTP, err = adcClient(ctx, cfg.HTTP); err != nil {
+			return nil, fmt.Errorf("provider %s: %w", name, err)
+		}
+		c.HC = httpx.New(hc)
 	}
-	if c.findBack <= 0 {
-		c.findBack = DefaultFindWindow
-	}
-	if c.clock == nil {
-		c.clock = httpx.SystemClock{}
-	}
-	hc := httpx.Config{
-		HTTP: cfg.HTTP, Retry: cfg.Retry, Limiter: cfg.Limiter,
-		RateLimit: cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}),
-		Errors:    gemini.GoogleErrors, Clock: c.clock, Logger: cfg.Logger,
-	}
-	if cfg.AccessToken != "" {
-		hc.AuthHeader, hc.AuthScheme, hc.APIKey = "Authorization", "Bearer", cfg.AccessToken
-	} else if hc.HTTP, err = adcClient(ctx, cfg.HTTP); err != nil {
-		return nil, fmt.Errorf("provider %s: %w", p.Name, err)
-	}
-	c.hc = httpx.New(hc)
 	return c, nil
 }
 
@@ -163,34 +137,25 @@ func adcClient(ctx context.Context, hc *http.Client) (*http.Client, error) {
 	return &http.Client{Transport: &oauth2.Transport{Source: ts, Base: hc.Transport}, Timeout: hc.Timeout}, nil
 }
 
-func baseURL(p provider.Preset, cfg Config) (*url.URL, error) {
-	raw := cmpOr(cfg.BaseURL, p.BaseURL)
-	if cfg.Location == "global" {
+// atLocation is raw with its "{location}" put in ("{location}-" left out
+// for the global location).
+func atLocation(raw, location string) string {
+	if location == "global" {
 		raw = strings.Replace(raw, "{location}-", "", 1)
 	}
-	raw = strings.ReplaceAll(raw, "{location}", cfg.Location)
-	base, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("provider %s: base URL %q is not an http(s) URL", p.Name, raw)
-	}
-	for _, v := range []string{"/v1beta1", "/v1"} {
-		if strings.HasSuffix(base.Path, v) {
-			return nil, fmt.Errorf("provider %s: base URL %q ends in the API version; give it without (like https://us-central1-aiplatform.googleapis.com)", p.Name, raw)
+	return strings.ReplaceAll(raw, "{location}", location)
+}
+
+// cmpOr is the first of vs that is not "".
+func cmpOr(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
 		}
 	}
-	return base, nil
+	return ""
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-func (c *Client) Name() string                      { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits             { return c.limits }
 func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
 
 // Store is the Cloud Storage store of the bucket prefix.
@@ -198,13 +163,7 @@ func (c *Client) Store() *objstore.GCS { return c.store }
 
 // url is base/{version}/path with query q.
 func (c *Client) url(path string, q url.Values) string {
-	u := *c.base
-	u.Path = strings.TrimRight(u.Path, "/") + "/" + c.version + "/" + strings.TrimLeft(path, "/")
-	u.RawPath = ""
-	if len(q) > 0 {
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
+	return c.Join("/"+c.version+"/"+strings.TrimLeft(path, "/"), q)
 }
 
 // DisplayName is the display name of the job made for ref:
@@ -295,9 +254,9 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 		},
 	}
 	var j job
-	switch err := c.hc.JSON(ctx, call, &j); {
+	switch err := c.HC.JSON(ctx, call, &j); {
 	case errors.Is(err, httpx.ErrReconciled):
-		c.log.Info().Str("batch_id", adopted.Name).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created job")
+		c.Log.Info().Str("batch_id", adopted.Name).Int64("chunk", ref.Chunk).Msg("create answer lost; adopted the created job")
 		return adopted.toBatch(), nil
 	case err != nil:
 		return sluice.Batch{}, fmt.Errorf("create job for chunk %d: %w", ref.Chunk, err)
@@ -310,8 +269,8 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 // Poll reads GET /{v}/{name}.
 func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) (sluice.Batch, error) {
 	var j job
-	if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(batchID, nil)}, &j); err != nil {
-		return sluice.Batch{}, notFound("poll job "+batchID, err)
+	if err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(batchID, nil)}, &j); err != nil {
+		return sluice.Batch{}, compat.NotFound("poll job "+batchID, err)
 	}
 	return j.toBatch(), nil
 }
@@ -319,13 +278,10 @@ func (c *Client) Poll(ctx context.Context, ref sluice.BatchRef, batchID string) 
 // Cancel asks POST /{v}/{name}:cancel, then reads the job. A job that has
 // already ended (400 FAILED_PRECONDITION) is just read.
 func (c *Client) Cancel(ctx context.Context, batchID string) (sluice.Batch, error) {
-	err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodPost, URL: c.url(batchID+":cancel", nil), Header: jsonHeader,
-		Body: httpx.BytesBody([]byte("{}"))}, nil)
-	var ae *sluice.APIError
-	if err != nil && !(errors.As(err, &ae) && ae.Code == "FAILED_PRECONDITION") {
-		return sluice.Batch{}, notFound("cancel job "+batchID, err)
-	}
-	return c.Poll(ctx, sluice.BatchRef{}, batchID)
+	call := httpx.Call{Method: http.MethodPost, URL: c.url(batchID+":cancel", nil), Header: jsonHeader, Body: httpx.BytesBody([]byte("{}"))}
+	return gemini.CancelThenPoll(ctx, c.HC, call, "cancel job "+batchID, func() (sluice.Batch, error) {
+		return c.Poll(ctx, sluice.BatchRef{}, batchID)
+	})
 }
 
 // Fetch copies the job's prediction files (predictions*.jsonl under its
@@ -383,12 +339,4 @@ func (c *Client) Forget(ctx context.Context, ref sluice.BatchRef, fileIDs ...str
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// notFound wraps err with what, adding sluice.ErrNotFound to a 404.
-func notFound(what string, err error) error {
-	if httpx.IsNotFound(err) {
-		return fmt.Errorf("%s: %w: %w", what, sluice.ErrNotFound, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

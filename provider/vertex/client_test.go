@@ -87,19 +87,20 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	_, bucket := testsrv.GCS(t)
-	srv, err := emulator.New(emulator.Options{APIKey: "ya29.right", VertexMinBatchTime: 100 * time.Millisecond, Logf: t.Logf})
+	host, bucket := testsrv.GCS(t)
+	srv, err := emulator.New(emulator.Options{APIKey: "ya29.right", VertexMinBatchTime: 100 * time.Millisecond, GCSHost: host, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { ts.Close(); srv.Close() })
-	c, err := vertex.New(context.Background(), vertex.Config{BaseURL: ts.URL, Project: "p1", Location: "us-central1",
-		Bucket: "gs://" + bucket + "/pre", AccessToken: "ya29.right", Retry: httpx.Retry{MaxAttempts: 2}, RateLimit: httpx.RateLimit{PerSecond: -1}})
+	c, err := vertex.New(context.Background(), vertex.Config{Project: "p1", Location: "us-central1", Bucket: "gs://" + bucket + "/pre",
+		GCS:    objstore.GCSOptions{Emulator: host},
+		Config: provider.Config{BaseURL: ts.URL, APIKey: "ya29.right", Retry: httpx.Retry{MaxAttempts: 2}, RateLimit: httpx.RateLimit{PerSecond: -1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := objstore.NewGCS(context.Background(), bucket, "", objstore.GCSOptions{})
+	store, err := objstore.NewGCS(context.Background(), bucket, "", objstore.GCSOptions{Emulator: host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +275,8 @@ func TestFindAdoptsOnlyOnContentProof(t *testing.T) {
 // run (exit 1), not a failed chunk.
 func TestWrongTokenIsUnauthorized(t *testing.T) {
 	r := newRig(t)
-	c, err := vertex.New(context.Background(), vertex.Config{BaseURL: r.ts.URL, Project: "p1", Location: "us-central1",
-		Bucket: "gs://" + r.bucket + "/pre", AccessToken: "ya29.wrong", Retry: httpx.Retry{MaxAttempts: 1}})
+	c, err := vertex.New(context.Background(), vertex.Config{Project: "p1", Location: "us-central1", Bucket: "gs://" + r.bucket + "/pre",
+		Config: provider.Config{BaseURL: r.ts.URL, APIKey: "ya29.wrong", Retry: httpx.Retry{MaxAttempts: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,6 +304,23 @@ func TestCancelRunningJob(t *testing.T) {
 	for _, want := range []sluice.BatchStatus{sluice.BatchCancelled, sluice.BatchCancelled} {
 		if b, err = r.c.Cancel(ctx, b.ID); err != nil || b.Status != want {
 			t.Fatalf("cancel: %+v %v, want %s", b, err, want)
+		}
+	}
+}
+
+// TestMapState: every JobState maps as the service means it;
+// PARTIALLY_SUCCEEDED has ended with predictions to read.
+func TestMapState(t *testing.T) {
+	for in, want := range map[string]sluice.BatchStatus{
+		"JOB_STATE_PENDING": sluice.BatchValidating, "JOB_STATE_QUEUED": sluice.BatchValidating,
+		"JOB_STATE_RUNNING": sluice.BatchInProgress, "JOB_STATE_UPDATING": sluice.BatchInProgress,
+		"JOB_STATE_SUCCEEDED": sluice.BatchCompleted, "JOB_STATE_PARTIALLY_SUCCEEDED": sluice.BatchCompleted,
+		"JOB_STATE_FAILED": sluice.BatchFailed, "JOB_STATE_CANCELLING": sluice.BatchCancelling,
+		"JOB_STATE_CANCELLED": sluice.BatchCancelled, "JOB_STATE_EXPIRED": sluice.BatchExpired,
+		"job_state_partially_succeeded": sluice.BatchCompleted, "": sluice.BatchInProgress,
+	} {
+		if got := vertex.MapState(in); got != want {
+			t.Errorf("MapState(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

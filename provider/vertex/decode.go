@@ -26,7 +26,7 @@ import (
 // Lines that do not parse are skipped; Decode then returns a
 // *sluice.MalformedLines naming each file:line.
 func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string, lookup func(int) (string, bool), fn func(sluice.Result) error) error {
-	return provider.DecodeJSONL(ctx, files, c.maxLine, DecodeLine, fn)
+	return provider.DecodeJSONL(ctx, files, c.MaxLine, DecodeLine, fn)
 }
 
 // DecodeLine turns one predictions line into a Result.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/objstore"
@@ -16,9 +17,6 @@ import (
 
 // listPage is the page size asked of the job listing.
 const listPage = 100
-
-// maxPages bounds a listing, whatever the server says about more pages.
-const maxPages = 10_000
 
 // Find looks for what a previous run made for ref: the job whose
 // displayName is DisplayName(ref) (which carries ref's content digest)
@@ -54,44 +52,24 @@ func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID
 func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error) {
 	want := DisplayName(ref)
 	ownInput := c.bucket + inputKey(ref)
-	cutoff := c.clock.Now().Add(-c.findBack)
-	var dead *job
-	token := ""
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"pageSize": {strconv.Itoa(listPage)}, "filter": {`display_name="` + want + `"`}}
-		if token != "" {
-			q.Set("pageToken", token)
-		}
-		var l struct {
-			Jobs []job  `json:"batchPredictionJobs"`
-			Next string `json:"nextPageToken"`
-		}
-		if err := c.hc.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(c.parent+"/batchPredictionJobs", q)}, &l); err != nil {
-			return nil, err
-		}
-		allOld := len(l.Jobs) > 0
-		for i := range l.Jobs {
-			j := &l.Jobs[i]
-			if j.CreateTime.IsZero() || !j.CreateTime.Before(cutoff) {
-				allOld = false
+	jobs := provider.Listing[job]{
+		Page: func(ctx context.Context, token string) (provider.Page[job], error) {
+			q := url.Values{"pageSize": {strconv.Itoa(listPage)}, "filter": {`display_name="` + want + `"`}}
+			if token != "" {
+				q.Set("pageToken", token)
 			}
-			in := j.inputURI()
-			if j.DisplayName != want || !provider.MadeFrom(in, ref) || (ref.FileID == "" && in != ownInput) {
-				continue
+			var l struct {
+				Jobs []job  `json:"batchPredictionJobs"`
+				Next string `json:"nextPageToken"`
 			}
-			switch j.toBatch().Status {
-			case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
-				if dead == nil {
-					dead = j
-				}
-			default:
-				return j, nil
-			}
-		}
-		if allOld || l.Next == "" || l.Next == token {
-			break
-		}
-		token = l.Next
+			err := c.HC.JSON(ctx, httpx.Call{Method: http.MethodGet, URL: c.url(c.parent+"/batchPredictionJobs", q)}, &l)
+			return provider.Page[job]{Items: l.Jobs, Next: l.Next}, err
+		},
+		Created: func(j *job) time.Time { return j.CreateTime },
+		Cutoff:  c.Cutoff(),
 	}
-	return dead, nil
+	return jobs.Adopt(ctx, func(j *job) bool {
+		in := j.inputURI()
+		return j.DisplayName == want && provider.MadeFrom(in, ref) && (ref.FileID != "" || in == ownInput)
+	}, func(j *job) sluice.BatchStatus { return j.toBatch().Status })
 }

@@ -34,24 +34,14 @@ type job struct {
 	Error      json.RawMessage `json:"error"`
 }
 
-// MapState maps a JobState to sluice's BatchStatus. PARTIALLY_SUCCEEDED
-// has ended with predictions to read; an unknown state counts as running.
+// MapState maps a JobState to sluice's BatchStatus as gemini.MapState
+// reads the JOB_STATE_* names; PARTIALLY_SUCCEEDED, Vertex's own, has
+// ended with predictions to read. An unknown state counts as running.
 func MapState(state string) sluice.BatchStatus {
-	switch strings.TrimPrefix(strings.ToUpper(state), "JOB_STATE_") {
-	case "PENDING", "QUEUED":
-		return sluice.BatchValidating
-	case "SUCCEEDED", "PARTIALLY_SUCCEEDED":
+	if strings.TrimPrefix(strings.ToUpper(state), "JOB_STATE_") == "PARTIALLY_SUCCEEDED" {
 		return sluice.BatchCompleted
-	case "FAILED":
-		return sluice.BatchFailed
-	case "CANCELLED":
-		return sluice.BatchCancelled
-	case "CANCELLING":
-		return sluice.BatchCancelling
-	case "EXPIRED":
-		return sluice.BatchExpired
 	}
-	return sluice.BatchInProgress
+	return gemini.MapState(state)
 }
 
 // inputURI is the job's (only) input file.

@@ -51,10 +51,10 @@ func vertexClient(t *testing.T, base, token string) *genai.Client {
 // runs, list, delete, a wrong token (401) and a missing job (404).
 func TestVertexSDKRoundTrip(t *testing.T) {
 	clk := emutest.NewClock()
-	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now, APIKey: "ya29.vertex-token"})
+	host, bucket := testsrv.GCS(t)
+	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now, APIKey: "ya29.vertex-token", GCSHost: host})
 	ctx := context.Background()
-	_, bucket := testsrv.GCS(t)
-	g, err := objstore.NewGCS(ctx, bucket, "", objstore.GCSOptions{})
+	g, err := objstore.NewGCS(ctx, bucket, "", objstore.GCSOptions{Emulator: host})
 	if err != nil {
 		t.Fatal(err)
 	}
