@@ -335,10 +335,8 @@ func TestDecodeLine(t *testing.T) {
 }
 
 func TestDecodeMalformedNamesFileAndLine(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "results.jsonl")
-	os.WriteFile(path, []byte(`{"custom_id":"a","result":{"type":"expired"}}`+"\n"+`{"custom_id":`+"\n"), 0o600)
-	c := newClient(t, "http://127.0.0.1:1")
-	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(sluice.Result) error { return nil })
+	path := ptest.WriteFile(t, "results.jsonl", `{"custom_id":"a","result":{"type":"expired"}}`+"\n"+`{"custom_id":`+"\n")
+	_, err := ptest.Decode(newClient(t, "http://127.0.0.1:1"), nil, path)
 	var me *provider.MalformedError
 	if !errors.As(err, &me) || me.File != path || me.Line != 2 {
 		t.Fatalf("err %v", err)

@@ -284,16 +284,8 @@ func TestCreateAnswerLostIsAdopted(t *testing.T) {
 	s, base := startEmulator(t, emulator.Options{})
 	la := &loseAnswer{}
 	c := newClient(t, base, func(cfg *gemini.Config) { cfg.HTTP = &http.Client{Transport: la} })
-	ctx := context.Background()
 	ref := writeChunk(t, "jobX", 2, 0, ptest.IDs(5, "x")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
 	if la.lost != 1 {
 		t.Fatal("the create answer was not dropped")
 	}
@@ -343,14 +335,7 @@ func TestCancelAndWrongKey(t *testing.T) {
 	c := newClient(t, base)
 	ctx := context.Background()
 	ref := writeChunk(t, "jobC", 1, 0, ptest.IDs(3, "c")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
 	for i := 0; i < 2; i++ {
 		nb, err := c.Cancel(ctx, b.ID)
 		if err != nil || nb.Status != sluice.BatchCancelled || nb.ProviderStatus != "BATCH_STATE_CANCELLED" {
@@ -364,7 +349,7 @@ func TestCancelAndWrongKey(t *testing.T) {
 		t.Errorf("poll of an unknown batch: %v, want ErrNotFound", err)
 	}
 	bad := newClient(t, base, func(cfg *gemini.Config) { cfg.APIKey = "wrong-key-0123" })
-	_, err = bad.Upload(ctx, ref)
+	_, err := bad.Upload(ctx, ref)
 	var ae *sluice.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Code, "API_KEY_INVALID") {
 		t.Fatalf("wrong key: %v", err)

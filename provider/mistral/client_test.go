@@ -122,14 +122,8 @@ func TestMistralCancel(t *testing.T) {
 	c := newClient(t, root+"/mistral")
 	ctx := context.Background()
 	ref := chunk(t, "job-cancel", 1, ptest.IDs(10, "c")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
+	var err error
 	if b, err = c.Cancel(ctx, b.ID); err != nil || b.Status != sluice.BatchCancelling || b.ProviderStatus != "CANCELLATION_REQUESTED" {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}

@@ -52,32 +52,11 @@ func writeChunk(t *testing.T, job string, chunk int64, attempt int, ids ...strin
 		Path: path, Requests: len(ids), Bytes: int64(b.Len()), IntentAt: time.Now(), Digest: dg}
 }
 
-// cycle runs a batch to its end and returns its decoded results by
-// custom_id.
-func cycle(t *testing.T, c *openai.Client, ref sluice.BatchRef) (sluice.Batch, map[string]sluice.Result) {
-	t.Helper()
-	ctx := context.Background()
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return finish(t, c, ref, b)
-}
-
-func finish(t *testing.T, c *openai.Client, ref sluice.BatchRef, b sluice.Batch) (sluice.Batch, map[string]sluice.Result) {
-	t.Helper()
-	return ptest.Finish(t, c, ref, b)
-}
-
 func TestFullCycle(t *testing.T) {
 	f, base := newFake(t)
 	c := newClient(t, "openai", base)
 	ref := writeChunk(t, "job-1", 3, 1, "a", "b", "fail-1", "exp-1", "slow-1")
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || b.Total != 5 || b.Completed != 2 || b.Failed != 3 {
 		t.Fatalf("batch %+v", b)
 	}
@@ -127,7 +106,7 @@ func TestRequestsFollowSpec(t *testing.T) {
 		cfg.OutputExpiresAfter = 7 * 24 * time.Hour
 	})
 	ref := writeChunk(t, "job-spec", 1, 1, "a")
-	if b, _ := cycle(t, c, ref); b.Status != sluice.BatchCompleted {
+	if b, _ := ptest.Cycle(t, c, ref); b.Status != sluice.BatchCompleted {
 		t.Fatalf("batch %+v", b)
 	}
 }
@@ -205,7 +184,7 @@ func TestLostAnswersAreReconciled(t *testing.T) {
 	f.lose["POST /batches"] = 1
 	c := newClient(t, "openai", base)
 	ref := writeChunk(t, "job-lost", 1, 1, "a", "b")
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || len(got) != 2 {
 		t.Fatalf("batch %+v results %d", b, len(got))
 	}
@@ -225,7 +204,7 @@ func TestCancel(t *testing.T) {
 	if err != nil || b.Status != sluice.BatchCancelling {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}
-	b, got := finish(t, c, ref, b)
+	b, got := ptest.Finish(t, c, ref, b)
 	if b.Status != sluice.BatchCancelled || got["a"].Kind != sluice.ResultRetryable || got["a"].Line.Error.Code != sluice.CodeBatchCancelled {
 		t.Fatalf("cancelled batch %+v results %+v", b, got)
 	}
@@ -245,7 +224,7 @@ func TestAzure(t *testing.T) {
 	c := newClient(t, "azure", base)
 	ref := writeChunk(t, "job-az", 1, 1, "a", "b")
 	ref.URL = "/chat/completions"
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || b.ProviderStatus != "Completed" || len(got) != 2 || b.ErrorFileID == "" {
 		t.Fatalf("batch %+v results %d", b, len(got))
 	}
@@ -309,7 +288,7 @@ func TestWithHTTPStatusInjection(t *testing.T) {
 		return 0
 	})
 	c := newClient(t, "openai", srv+"/v1")
-	_, got := cycle(t, c, writeChunk(t, "job-f", 1, 1, "a", "b"))
+	_, got := ptest.Cycle(t, c, writeChunk(t, "job-f", 1, 1, "a", "b"))
 	if len(got) != 2 {
 		t.Fatalf("results %v", got)
 	}

@@ -175,14 +175,8 @@ func TestTogetherCancel(t *testing.T) {
 	c := newClient(t, root+"/together/v1")
 	ctx := context.Background()
 	ref := chunk(t, "job-c", 1, ptest.IDs(4, "c")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
+	var err error
 	if b, err = c.Cancel(ctx, b.ID); err != nil || b.Status != sluice.BatchCancelled {
 		t.Fatalf("cancel %+v %v", b, err)
 	}

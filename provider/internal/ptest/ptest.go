@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,6 +113,13 @@ func Chunk(t *testing.T, codec sluice.Codec, job string, chunk int64, attempt in
 // Cycle uploads ref, creates its batch and runs it to its end (Finish).
 func Cycle(t *testing.T, p sluice.Provider, ref sluice.BatchRef) (sluice.Batch, map[string]sluice.Result) {
 	t.Helper()
+	return Finish(t, p, ref, Submit(t, p, ref))
+}
+
+// Submit uploads ref and creates its batch, failing the test on either
+// error; it returns the batch as Create answered it.
+func Submit(t *testing.T, p sluice.Provider, ref sluice.BatchRef) sluice.Batch {
+	t.Helper()
 	fileID, err := p.Upload(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +128,7 @@ func Cycle(t *testing.T, p sluice.Provider, ref sluice.BatchRef) (sluice.Batch, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Finish(t, p, ref, b)
+	return b
 }
 
 // Finish polls b until it ends, fetches and decodes its results, and
@@ -187,4 +195,35 @@ func LoseAnswers(n int, match func(*http.Request) bool) func(http.Handler) http.
 			conn.Close()
 		})
 	}
+}
+
+// WriteFile writes body to a file called name in a fresh temporary folder
+// and returns its path.
+func WriteFile(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Decode decodes files with p (lookup as Decode takes it) and returns the
+// results it delivered, owned, in order, with Decode's error.
+func Decode(p sluice.Provider, lookup func(int) (string, bool), files ...string) ([]sluice.Result, error) {
+	var got []sluice.Result
+	err := p.Decode(context.Background(), sluice.BatchRef{}, files, lookup, func(r sluice.Result) error {
+		got = append(got, r.Owned())
+		return nil
+	})
+	return got, err
+}
+
+// CustomIDs lists the custom_ids of rs, comma-separated, in order.
+func CustomIDs(rs []sluice.Result) string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.CustomID
+	}
+	return strings.Join(ids, ",")
 }
