@@ -25,107 +25,83 @@ func TestOpenAISDKRoundTrip(t *testing.T) {
 	const n = 20
 	input := emutest.ChatLines(n, "gpt-4o-mini")
 	f := upload(t, c, "sluice-job1-c0-a1.jsonl", input)
-	if f.Purpose != openai.FileObjectPurposeBatch || f.Bytes != int64(len(input)) || f.Filename != "sluice-job1-c0-a1.jsonl" ||
+	expect(t, "file object", f, f.Purpose == openai.FileObjectPurposeBatch, f.Bytes == int64(len(input)), f.Filename == "sluice-job1-c0-a1.jsonl",
 		//lint:ignore SA1019 the API still sends status; the emulator must too
-		!strings.HasPrefix(f.ID, "file-") || f.Status != "processed" {
-		t.Fatalf("file object: %+v", f)
-	}
+		strings.HasPrefix(f.ID, "file-"), f.Status == "processed")
 	checkSpec(t, "OpenAIFile", f.RawJSON())
-	got, err := c.Files.Get(ctx, f.ID)
-	if err != nil || got.ID != f.ID {
-		t.Fatalf("get file: %v %+v", err, got)
-	}
+	got := try(c.Files.Get(ctx, f.ID)).must(t, "get file")
+	expect(t, "get file", got, got.ID == f.ID)
 
 	b := createBatch(t, c, f.ID, openai.BatchNewParamsEndpointV1ChatCompletions, map[string]string{"sluice_job": "job1"})
 	checkSpec(t, "Batch", b.RawJSON())
-	if b.Status != openai.BatchStatusValidating || b.InputFileID != f.ID || b.CompletionWindow != "24h" ||
-		b.ExpiresAt != b.CreatedAt+86400 || b.Metadata["sluice_job"] != "job1" || b.JSON.InProgressAt.Raw() != "null" {
-		t.Fatalf("created batch: %s", b.RawJSON())
-	}
+	expect(t, "created batch", b.RawJSON(), b.Status == openai.BatchStatusValidating, b.InputFileID == f.ID, b.CompletionWindow == "24h",
+		b.ExpiresAt == b.CreatedAt+86400, b.Metadata["sluice_job"] == "job1", b.JSON.InProgressAt.Raw() == "null")
 	clk.Advance(2 * time.Second)
 	b = getBatch(t, c, b.ID)
-	if b.Status != openai.BatchStatusInProgress || b.RequestCounts.Total != n || b.InProgressAt != b.CreatedAt+1 || b.Model != "gpt-4o-mini" {
-		t.Fatalf("in progress: %s", b.RawJSON())
-	}
+	expect(t, "in progress", b.RawJSON(), b.Status == openai.BatchStatusInProgress, b.RequestCounts.Total == n,
+		b.InProgressAt == b.CreatedAt+1, b.Model == "gpt-4o-mini")
 	clk.Advance(5 * time.Second)
 	b = getBatch(t, c, b.ID)
-	if b.RequestCounts.Completed == 0 || b.RequestCounts.Completed == n {
-		t.Fatalf("progress counts should be partial: %+v", b.RequestCounts)
-	}
+	expect(t, "progress counts should be partial", b.RequestCounts, b.RequestCounts.Completed != 0, b.RequestCounts.Completed != n)
 	clk.Advance(2 * time.Second)
-	if b = getBatch(t, c, b.ID); b.Status != openai.BatchStatusFinalizing {
-		t.Fatalf("want finalizing, got %s", b.Status)
-	}
+	b = getBatch(t, c, b.ID)
+	expect(t, "want finalizing", b.Status, b.Status == openai.BatchStatusFinalizing)
 	clk.Advance(time.Second)
 	b = getBatch(t, c, b.ID)
-	if b.Status != openai.BatchStatusCompleted || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 ||
-		b.OutputFileID == "" || b.ErrorFileID != "" || b.CompletedAt != b.CreatedAt+10 || b.FinalizingAt != b.CreatedAt+9 {
-		t.Fatalf("completed: %s", b.RawJSON())
-	}
-	if b.Usage.InputTokens == 0 || b.Usage.OutputTokens == 0 || b.Usage.TotalTokens != b.Usage.InputTokens+b.Usage.OutputTokens {
-		t.Fatalf("usage: %+v", b.Usage)
-	}
-	of, err := c.Files.Get(ctx, b.OutputFileID)
-	if err != nil || of.Purpose != openai.FileObjectPurposeBatchOutput {
-		t.Fatalf("output file: %v %+v", err, of)
-	}
+	expect(t, "completed", b.RawJSON(), b.Status == openai.BatchStatusCompleted, b.RequestCounts.Completed == n, b.RequestCounts.Failed == 0,
+		b.OutputFileID != "", b.ErrorFileID == "", b.CompletedAt == b.CreatedAt+10, b.FinalizingAt == b.CreatedAt+9)
+	expect(t, "usage", b.Usage, b.Usage.InputTokens != 0, b.Usage.OutputTokens != 0, b.Usage.TotalTokens == b.Usage.InputTokens+b.Usage.OutputTokens)
+	of := try(c.Files.Get(ctx, b.OutputFileID)).must(t, "output file")
+	expect(t, "output file", of, of.Purpose == openai.FileObjectPurposeBatchOutput)
 	checkSDK(t, of)
 
 	lines := parseLines(t, download(t, c, b.OutputFileID))
-	if len(lines) != n {
-		t.Fatalf("want %d output lines, got %d", n, len(lines))
-	}
-	var ids []string
-	var inTok, outTok int64
-	for _, l := range lines {
-		ids = append(ids, l.CustomID)
-		if l.Error != nil || l.Response == nil || l.Response.StatusCode != 200 || !strings.HasPrefix(l.ID, "batch_req_") ||
-			!strings.HasPrefix(l.Response.RequestID, "req_") {
-			t.Fatalf("bad line %+v", l)
-		}
-		var cc openai.ChatCompletion
-		if err := json.Unmarshal(l.Response.Body, &cc); err != nil {
-			t.Fatal(err)
-		}
-		checkSDK(t, &cc)
-		var i int
-		fmt.Sscanf(l.CustomID, "req-%d", &i)
-		want := emutest.ExpectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
-		if cc.Object != "chat.completion" || len(cc.Choices) != 1 || cc.Choices[0].Message.Content != want ||
-			cc.Choices[0].FinishReason != "stop" || cc.Model != "gpt-4o-mini" {
-			t.Fatalf("completion %s", l.Response.Body)
-		}
-		prompt := len("be brief") + 1 + len(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
-		if cc.Usage.PromptTokens != int64((prompt+3)/4) || cc.Usage.CompletionTokens != int64((len(want)+3)/4) {
-			t.Fatalf("usage %+v for prompt of %d bytes", cc.Usage, prompt)
-		}
-		inTok += cc.Usage.PromptTokens
-		outTok += cc.Usage.CompletionTokens
-	}
-	if inTok != b.Usage.InputTokens || outTok != b.Usage.OutputTokens {
-		t.Fatalf("batch usage %+v, lines sum in=%d out=%d", b.Usage, inTok, outTok)
-	}
-	if slices.IsSorted(ids) || slices.Equal(ids, inputOrder(n)) {
-		t.Fatalf("output order should not be input order: %v", ids)
-	}
+	expect(t, fmt.Sprintf("want %d output lines", n), len(lines), len(lines) == n)
+	ids := checkChatOutput(t, lines, b.Usage)
+	expect(t, "output order should not be input order", ids, !slices.IsSorted(ids), !slices.Equal(ids, inputOrder(n)))
 	slices.Sort(ids)
 	want := inputOrder(n)
 	slices.Sort(want)
-	if !slices.Equal(ids, want) {
-		t.Fatalf("custom ids %v", ids)
-	}
-	if st := s.Stats(); st.RequestsProcessed != n || st.FilesUploaded != 1 || st.BatchesCreated != 1 || st.RequestsProcessedMoreThanOnce != 0 {
-		t.Fatalf("stats %+v", st)
-	}
+	expect(t, "custom ids", ids, slices.Equal(ids, want))
+	st := s.Stats()
+	expect(t, "stats", st, st.RequestsProcessed == n, st.FilesUploaded == 1, st.BatchesCreated == 1, st.RequestsProcessedMoreThanOnce == 0)
 	// Deleting the input file keeps the batch intact.
-	del, err := c.Files.Delete(ctx, f.ID)
-	if err != nil || !del.Deleted || del.ID != f.ID {
-		t.Fatalf("delete: %v %+v", err, del)
-	}
+	del := try(c.Files.Delete(ctx, f.ID)).must(t, "delete")
+	expect(t, "delete", del, del.Deleted, del.ID == f.ID)
 	checkSpec(t, "DeleteFileResponse", del.RawJSON())
 	if _, err := c.Files.Get(ctx, f.ID); err == nil {
 		t.Fatal("deleted file still there")
 	}
+}
+
+// checkChatOutput checks a chat batch's output lines, each an SDK-readable
+// echo answer to emutest.ChatLines' question with its token counts, and
+// that their usage sums to the batch's; it returns their custom_ids in
+// output order.
+func checkChatOutput(t *testing.T, lines []outLine, usage openai.BatchUsage) []string {
+	t.Helper()
+	var ids []string
+	var inTok, outTok int64
+	for _, l := range lines {
+		ids = append(ids, l.CustomID)
+		expect(t, "bad line", l, l.Error == nil, l.Response != nil)
+		expect(t, "bad line", l, l.Response.StatusCode == 200, strings.HasPrefix(l.ID, "batch_req_"), strings.HasPrefix(l.Response.RequestID, "req_"))
+		var cc openai.ChatCompletion
+		emutest.MustUnmarshal(t, l.Response.Body, &cc)
+		checkSDK(t, &cc)
+		var i int
+		fmt.Sscanf(l.CustomID, "req-%d", &i)
+		want := emutest.ExpectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
+		expect(t, "completion", string(l.Response.Body), cc.Object == "chat.completion", len(cc.Choices) == 1)
+		expect(t, "completion", string(l.Response.Body), cc.Choices[0].Message.Content == want, cc.Choices[0].FinishReason == "stop", cc.Model == "gpt-4o-mini")
+		prompt := len("be brief") + 1 + len(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
+		expect(t, fmt.Sprintf("usage for prompt of %d bytes", prompt), cc.Usage,
+			cc.Usage.PromptTokens == int64((prompt+3)/4), cc.Usage.CompletionTokens == int64((len(want)+3)/4))
+		inTok += cc.Usage.PromptTokens
+		outTok += cc.Usage.CompletionTokens
+	}
+	expect(t, fmt.Sprintf("batch usage, lines sum in=%d out=%d", inTok, outTok), usage, inTok == usage.InputTokens, outTok == usage.OutputTokens)
+	return ids
 }
 
 func inputOrder(n int) []string {
