@@ -35,7 +35,7 @@ func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) 
 
 func newClient(t *testing.T, base string, mod ...func(*anthropic.Config)) *anthropic.Client {
 	t.Helper()
-	return ptest.Client(t, anthropic.New, anthropic.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	return ptest.Client(t, anthropic.New, anthropic.Config{Config: ptest.Config(base, testKey)}, mod...)
 }
 
 // writeChunk writes a chunk file exactly as the splitter does (through

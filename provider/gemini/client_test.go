@@ -34,7 +34,7 @@ func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) 
 
 func newClient(t *testing.T, base string, mod ...func(*gemini.Config)) *gemini.Client {
 	t.Helper()
-	return ptest.Client(t, gemini.New, gemini.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	return ptest.Client(t, gemini.New, gemini.Config{Config: ptest.Config(base, testKey)}, mod...)
 }
 
 // writeChunk writes a chunk file through the preset's codec, as the

@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/compat"
-	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
@@ -29,7 +28,9 @@ func newClient(t *testing.T, preset, base string, mod ...func(*openai.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ptest.Client(t, openai.New, openai.Config{Config: provider.Config{Preset: p, BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	cfg := ptest.Config(base, testKey)
+	cfg.Preset = p
+	return ptest.Client(t, openai.New, openai.Config{Config: cfg}, mod...)
 }
 
 // writeChunk writes a chunk file of the given custom_ids and returns its

@@ -18,10 +18,18 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
 // Key is the API key the emulators of these tests accept.
 const Key = "test-key-123456"
+
+// Config is the provider.Config of a client under test: base and key,
+// a fake clock (no real waits between retries), and no rate limit.
+func Config(base, key string) provider.Config {
+	return provider.Config{BaseURL: base, APIKey: key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}
+}
 
 // Emulator runs an emulator enforcing o.APIKey (default Key) behind a loopback server, its
 // handler wrapped by wrap (nil: none), and returns it with its root URL.
