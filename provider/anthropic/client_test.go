@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -42,31 +41,12 @@ func newClient(t *testing.T, base string, mod ...func(*anthropic.Config)) *anthr
 // the preset's codec) and returns its ref.
 func writeChunk(t *testing.T, job string, chunk int64, ids ...string) sluice.BatchRef {
 	t.Helper()
-	codec := provider.Presets["anthropic"].Codec()
-	env := codec.Envelope()
-	buf := append([]byte(nil), env.Header...)
+	items := make([]*sluice.Item, len(ids))
 	for i, id := range ids {
-		if i > 0 {
-			buf = append(buf, env.Sep...)
-		}
 		body := fmt.Sprintf(`{"model":"claude-haiku-4-5","max_tokens":32,"messages":[{"role":"user","content":"hello %s"}]}`, id)
-		var err error
-		buf, err = codec.AppendItem(buf, &sluice.Item{CustomID: id, URL: "/v1/messages", Model: "claude-haiku-4-5", Body: []byte(body)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		items[i] = &sluice.Item{CustomID: id, URL: "/v1/messages", Model: "claude-haiku-4-5", Body: []byte(body)}
 	}
-	buf = append(buf, env.Footer...)
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d.json", chunk))
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dg, err := sluice.ChunkDigest(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: "/v1/messages", Model: "claude-haiku-4-5",
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
+	return ptest.WriteChunk(t, provider.Presets["anthropic"].Codec(), sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: "/v1/messages", Model: "claude-haiku-4-5"}, items...)
 }
 
 func ids(n int, prefix string) []string {

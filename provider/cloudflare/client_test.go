@@ -46,33 +46,11 @@ func newClient(t *testing.T, base string, mod ...func(*cloudflare.Config)) *clou
 // writeChunk writes a chunk file through the preset's codec.
 func writeChunk(t *testing.T, chunk int64, ids ...string) sluice.BatchRef {
 	t.Helper()
-	codec := provider.Presets["cloudflare"].Codec()
-	env := codec.Envelope()
-	buf := append([]byte(nil), env.Header...)
+	items := make([]*sluice.Item, len(ids))
 	for i, id := range ids {
-		if i > 0 {
-			buf = append(buf, env.Sep...)
-		}
-		it := &sluice.Item{CustomID: id, URL: "/ai/run/" + llm, Body: []byte(fmt.Sprintf(`{"prompt":"tell me about %s","max_tokens":20}`, id))}
-		if err := codec.Validate(it); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if buf, err = codec.AppendItem(buf, it); err != nil {
-			t.Fatal(err)
-		}
+		items[i] = &sluice.Item{CustomID: id, URL: "/ai/run/" + llm, Body: []byte(fmt.Sprintf(`{"prompt":"tell me about %s","max_tokens":20}`, id))}
 	}
-	buf = append(buf, env.Footer...)
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d.json", chunk))
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dg, err := sluice.ChunkDigest(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sluice.BatchRef{Job: "job", Chunk: chunk, Attempt: 1, URL: "/ai/run/" + llm, Model: llm,
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
+	return ptest.WriteChunk(t, provider.Presets["cloudflare"].Codec(), sluice.BatchRef{Job: "job", Chunk: chunk, Attempt: 1, URL: "/ai/run/" + llm, Model: llm}, items...)
 }
 
 func ids(n int) []string {
@@ -407,29 +385,11 @@ func TestCutCreateAnswer(t *testing.T) {
 // request gets from body(i).
 func modelChunk(t *testing.T, model string, n int, body func(int) string) sluice.BatchRef {
 	t.Helper()
-	codec := provider.Presets["cloudflare"].Codec()
-	env := codec.Envelope()
-	buf := append([]byte(nil), env.Header...)
+	items := make([]*sluice.Item, n)
 	for i := range n {
-		if i > 0 {
-			buf = append(buf, env.Sep...)
-		}
-		it := &sluice.Item{CustomID: fmt.Sprint("r", i), URL: "/ai/run/" + model, Body: []byte(body(i))}
-		if err := codec.Validate(it); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if buf, err = codec.AppendItem(buf, it); err != nil {
-			t.Fatal(err)
-		}
+		items[i] = &sluice.Item{CustomID: fmt.Sprint("r", i), URL: "/ai/run/" + model, Body: []byte(body(i))}
 	}
-	buf = append(buf, env.Footer...)
-	path := filepath.Join(t.TempDir(), "chunk.json")
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return sluice.BatchRef{Job: "job", Chunk: 1, Attempt: 1, URL: "/ai/run/" + model, Model: model,
-		Path: path, Requests: n, Bytes: int64(len(buf)), IntentAt: time.Now()}
+	return ptest.WriteChunk(t, provider.Presets["cloudflare"].Codec(), sluice.BatchRef{Job: "job", Chunk: 1, Attempt: 1, URL: "/ai/run/" + model, Model: model}, items...)
 }
 
 // TestModelSlashesNotEncoded: the client sends the model's slashes as

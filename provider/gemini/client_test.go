@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -41,31 +40,14 @@ func newClient(t *testing.T, base string, mod ...func(*gemini.Config)) *gemini.C
 // splitter does; pad lengthens each prompt.
 func writeChunk(t *testing.T, job string, chunk int64, pad int, ids ...string) sluice.BatchRef {
 	t.Helper()
-	codec := provider.Presets["gemini"].Codec()
-	var buf []byte
 	const url = "/v1beta/models/gemini-2.5-flash:generateContent"
 	filler := strings.Repeat("p", pad)
-	for _, id := range ids {
+	items := make([]*sluice.Item, len(ids))
+	for i, id := range ids {
 		body := fmt.Sprintf(`{"contents":[{"role":"user","parts":[{"text":"hello %s %s"}]}],"generationConfig":{"maxOutputTokens":64}}`, id, filler)
-		it := &sluice.Item{CustomID: id, URL: url, Body: []byte(body)}
-		if err := codec.Validate(it); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if buf, err = codec.AppendItem(buf, it); err != nil {
-			t.Fatal(err)
-		}
+		items[i] = &sluice.Item{CustomID: id, URL: url, Body: []byte(body)}
 	}
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d.jsonl", chunk))
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dg, err := sluice.ChunkDigest(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: url, Model: "gemini-2.5-flash",
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
+	return ptest.WriteChunk(t, provider.Presets["gemini"].Codec(), sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: url, Model: "gemini-2.5-flash"}, items...)
 }
 
 // TestClientRoundTrip uploads a chunk in several upload requests, creates

@@ -93,29 +93,50 @@ func IDs(n int, prefix string) []string {
 // custom_ids, through codec, and returns its ref.
 func Chunk(t *testing.T, codec sluice.Codec, job string, chunk int64, attempt int, model string, ids ...string) sluice.BatchRef {
 	t.Helper()
-	var b []byte
-	for _, id := range ids {
+	items := make([]*sluice.Item, len(ids))
+	for i, id := range ids {
 		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi %s"}],"max_tokens":50}`, model, id)
-		it := &sluice.Item{CustomID: id, URL: "/v1/chat/completions", Model: model, Body: []byte(body),
+		items[i] = &sluice.Item{CustomID: id, URL: "/v1/chat/completions", Model: model, Body: []byte(body),
 			Raw: fmt.Appendf(nil, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":%s}`, id, body)}
+	}
+	return WriteChunk(t, codec, sluice.BatchRef{Job: job, Chunk: chunk, Attempt: attempt, URL: "/v1/chat/completions", Model: model}, items...)
+}
+
+// WriteChunk writes items through codec into one chunk file as the
+// splitter does (each item validated, the codec's envelope around them)
+// and returns ref with the file's path, count, size and digest, and
+// IntentAt now.
+func WriteChunk(t *testing.T, codec sluice.Codec, ref sluice.BatchRef, items ...*sluice.Item) sluice.BatchRef {
+	t.Helper()
+	env := codec.Envelope()
+	buf := append([]byte(nil), env.Header...)
+	for i, it := range items {
+		if i > 0 {
+			buf = append(buf, env.Sep...)
+		}
 		if err := codec.Validate(it); err != nil {
 			t.Fatal(err)
 		}
 		var err error
-		if b, err = codec.AppendItem(b, it); err != nil {
+		if buf, err = codec.AppendItem(buf, it); err != nil {
 			t.Fatal(err)
 		}
 	}
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d-%d.jsonl", chunk, attempt))
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	buf = append(buf, env.Footer...)
+	ext := ".jsonl"
+	if len(env.Header) > 0 {
+		ext = ".json"
+	}
+	ref.Path = filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d-%d%s", ref.Chunk, ref.Attempt, ext))
+	if err := os.WriteFile(ref.Path, buf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	dg, err := sluice.ChunkDigest(path)
+	dg, err := sluice.ChunkDigest(ref.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: attempt, URL: "/v1/chat/completions", Model: model,
-		Path: path, Requests: len(ids), Bytes: int64(len(b)), IntentAt: time.Now(), Digest: dg}
+	ref.Requests, ref.Bytes, ref.IntentAt, ref.Digest = len(items), int64(len(buf)), time.Now(), dg
+	return ref
 }
 
 // Cycle uploads ref, creates its batch and runs it to its end (Finish).
