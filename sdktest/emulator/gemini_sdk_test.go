@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"google.golang.org/genai"
@@ -64,44 +65,44 @@ func TestGeminiSDKRoundTrip(t *testing.T) {
 	const n = 1100
 	path, keys := gemRequestsFile(t, "request", n, 8000) // ~9.2 MB: "upload" then "upload, finalize"
 	st, _ := os.Stat(path)
-	expect(t, "input size, want more than one 8 MiB chunk", st.Size(), st.Size() > 8<<20)
-	f := try(c.Files.UploadFromPath(ctx, path, &genai.UploadFileConfig{MIMEType: "jsonl", DisplayName: "sdk-requests"})).must(t, "upload")
-	expect(t, "uploaded file", f, strings.HasPrefix(f.Name, "files/"), f.DisplayName == "sdk-requests", f.MIMEType == "jsonl",
-		deref(f.SizeBytes) == st.Size(), f.State == genai.FileStateActive, f.Source == genai.FileSourceUploaded,
+	check.Fatal(t, "input size, want more than one 8 MiB chunk", st.Size(), st.Size() > 8<<20)
+	f := check.Try(c.Files.UploadFromPath(ctx, path, &genai.UploadFileConfig{MIMEType: "jsonl", DisplayName: "sdk-requests"})).Must(t, "upload")
+	check.Fatal(t, "uploaded file", f, strings.HasPrefix(f.Name, "files/"), f.DisplayName == "sdk-requests", f.MIMEType == "jsonl",
+		check.Deref(f.SizeBytes) == st.Size(), f.State == genai.FileStateActive, f.Source == genai.FileSourceUploaded,
 		len(f.Sha256Hash) != 0, f.ExpirationTime.Sub(f.CreateTime) == 48*time.Hour)
-	got := try(c.Files.Get(ctx, f.Name, nil)).must(t, "files.get")
-	expect(t, "files.get", got, got.Name == f.Name, deref(got.SizeBytes) == st.Size())
+	got := check.Try(c.Files.Get(ctx, f.Name, nil)).Must(t, "files.get")
+	check.Fatal(t, "files.get", got, got.Name == f.Name, check.Deref(got.SizeBytes) == st.Size())
 
-	job := try(c.Batches.Create(ctx, "gemini-2.5-flash", &genai.BatchJobSource{FileName: f.Name},
-		&genai.CreateBatchJobConfig{DisplayName: "sdk-job"})).must(t, "create")
-	expect(t, "created job", job, strings.HasPrefix(job.Name, "batches/"), job.State == genai.JobStatePending, job.DisplayName == "sdk-job",
+	job := check.Try(c.Batches.Create(ctx, "gemini-2.5-flash", &genai.BatchJobSource{FileName: f.Name},
+		&genai.CreateBatchJobConfig{DisplayName: "sdk-job"})).Must(t, "create")
+	check.Fatal(t, "created job", job, strings.HasPrefix(job.Name, "batches/"), job.State == genai.JobStatePending, job.DisplayName == "sdk-job",
 		job.Model == "models/gemini-2.5-flash", !job.CreateTime.IsZero(), job.Dest == nil)
 	clk.Advance(5 * time.Second)
-	job = try(c.Batches.Get(ctx, job.Name, nil)).must(t, "get while running")
-	expect(t, "get while running", job, job.State == genai.JobStateRunning)
+	job = check.Try(c.Batches.Get(ctx, job.Name, nil)).Must(t, "get while running")
+	check.Fatal(t, "get while running", job, job.State == genai.JobStateRunning)
 	clk.Advance(6 * time.Second)
-	job = try(c.Batches.Get(ctx, job.Name, nil)).must(t, "get after the batch time")
-	expect(t, "get after the batch time", job, job.State == genai.JobStateSucceeded, job.Dest != nil, !job.EndTime.IsZero())
-	expect(t, "get after the batch time", job, job.Dest.FileName != "")
-	check(t, "responses file, want files/batch-<id>", job.Dest.FileName, strings.HasPrefix(job.Dest.FileName, "files/batch-"))
-	data := try(c.Files.Download(ctx, genai.NewDownloadURIFromFile(&genai.File{DownloadURI: job.Dest.FileName}), nil)).must(t, "download")
+	job = check.Try(c.Batches.Get(ctx, job.Name, nil)).Must(t, "get after the batch time")
+	check.Fatal(t, "get after the batch time", job, job.State == genai.JobStateSucceeded, job.Dest != nil, !job.EndTime.IsZero())
+	check.Fatal(t, "get after the batch time", job, job.Dest.FileName != "")
+	check.Error(t, "responses file, want files/batch-<id>", job.Dest.FileName, strings.HasPrefix(job.Dest.FileName, "files/batch-"))
+	data := check.Try(c.Files.Download(ctx, genai.NewDownloadURIFromFile(&genai.File{DownloadURI: job.Dest.FileName}), nil)).Must(t, "download")
 	checkGemResponses(t, data, keys)
 
 	// Cancel a second batch while it runs: it ends CANCELLED.
 	path2, _ := gemRequestsFile(t, "other", 40, 10)
-	f2 := try(c.Files.UploadFromPath(ctx, path2, &genai.UploadFileConfig{MIMEType: "application/jsonl"})).must(t, "upload")
-	job2 := try(c.Batches.Create(ctx, "models/gemini-2.5-flash", &genai.BatchJobSource{FileName: f2.Name},
-		&genai.CreateBatchJobConfig{DisplayName: "to-cancel"})).must(t, "create")
+	f2 := check.Try(c.Files.UploadFromPath(ctx, path2, &genai.UploadFileConfig{MIMEType: "application/jsonl"})).Must(t, "upload")
+	job2 := check.Try(c.Batches.Create(ctx, "models/gemini-2.5-flash", &genai.BatchJobSource{FileName: f2.Name},
+		&genai.CreateBatchJobConfig{DisplayName: "to-cancel"})).Must(t, "create")
 	clk.Advance(3 * time.Second)
-	noErr(t, "cancel", c.Batches.Cancel(ctx, job2.Name, nil))
-	job2 = try(c.Batches.Get(ctx, job2.Name, nil)).must(t, "after cancel")
-	expect(t, "after cancel", job2, job2.State == genai.JobStateCancelled)
+	check.NoErr(t, "cancel", c.Batches.Cancel(ctx, job2.Name, nil))
+	job2 = check.Try(c.Batches.Get(ctx, job2.Name, nil)).Must(t, "after cancel")
+	check.Fatal(t, "after cancel", job2, job2.State == genai.JobStateCancelled)
 	checkGenaiErr(t, "cancelling an ended batch", c.Batches.Cancel(ctx, job2.Name, nil), 400, "FAILED_PRECONDITION", "")
 
 	// List, one per page, through both API versions.
 	for _, v := range []string{"v1beta", "v1"} {
 		cv := genaiClient(t, ts.URL+"/gemini", v, "gm-key")
-		page := try(cv.Batches.List(ctx, &genai.ListBatchJobsConfig{PageSize: 1})).must(t, v+" list")
+		page := check.Try(cv.Batches.List(ctx, &genai.ListBatchJobsConfig{PageSize: 1})).Must(t, v+" list")
 		var names []string
 		for {
 			for _, j := range page.Items {
@@ -111,20 +112,20 @@ func TestGeminiSDKRoundTrip(t *testing.T) {
 			if page, err = page.Next(ctx); err == genai.ErrPageDone {
 				break
 			}
-			noErr(t, v+" next page", err)
+			check.NoErr(t, v+" next page", err)
 		}
 		want := []string{job2.Name + "=to-cancel", job.Name + "=sdk-job"}
-		check(t, v+" list, want "+strings.Join(want, " ")+" (newest first)", names, strings.Join(names, " ") == strings.Join(want, " "))
+		check.Error(t, v+" list, want "+strings.Join(want, " ")+" (newest first)", names, strings.Join(names, " ") == strings.Join(want, " "))
 		var files []string
 		for fl, err := range cv.Files.All(ctx) {
-			noErr(t, v+" files", err)
+			check.NoErr(t, v+" files", err)
 			files = append(files, fl.Name)
 		}
 		// two uploads, two responses files (the cancelled batch ran part of its lines)
-		check(t, v+" files", files, len(files) == 4)
+		check.Error(t, v+" files", files, len(files) == 4)
 	}
 
-	try(c.Batches.Delete(ctx, job2.Name, nil)).must(t, "delete")
+	check.Try(c.Batches.Delete(ctx, job2.Name, nil)).Must(t, "delete")
 	_, err := c.Batches.Get(ctx, job2.Name, nil)
 	checkGenaiErr(t, "get after delete", err, 404, "NOT_FOUND", "")
 
@@ -134,9 +135,9 @@ func TestGeminiSDKRoundTrip(t *testing.T) {
 	checkGenaiErr(t, "wrong key", err, 400, "INVALID_ARGUMENT", "API key not valid")
 	// The direct call the batch lines stand for.
 	resp, err := c.Models.GenerateContent(ctx, "gemini-2.5-flash", genai.Text("hello there"), nil)
-	check(t, "generateContent", fmt.Sprint(resp, err), err == nil, err == nil && resp.Text() == "echo: ereht olleh")
+	check.Error(t, "generateContent", fmt.Sprint(resp, err), err == nil, err == nil && resp.Text() == "echo: ereht olleh")
 	g := s.Stats().ByFamily["gemini"]
-	check(t, "gemini stats", g, g.BatchesCreated == 2, g.RequestsProcessed >= n, g.RequestsProcessedMoreThanOnce == 0)
+	check.Error(t, "gemini stats", g, g.BatchesCreated == 2, g.RequestsProcessed >= n, g.RequestsProcessedMoreThanOnce == 0)
 }
 
 // checkGemResponses checks a batch's responses file: one SDK-readable echo
@@ -155,18 +156,18 @@ func checkGemResponses(t *testing.T, data []byte, keys []string) {
 			t.Fatalf("responses line: %v: %s", err, sc.Bytes())
 		}
 		r := line.Response
-		expect(t, "response of "+line.Key, sc.Text(), r != nil)
-		u := deref(r.UsageMetadata)
-		expect(t, "response of "+line.Key, sc.Text(), len(r.Candidates) == 1)
-		expect(t, "response of "+line.Key, sc.Text(), r.Candidates[0].FinishReason == genai.FinishReasonStop,
+		check.Fatal(t, "response of "+line.Key, sc.Text(), r != nil)
+		u := check.Deref(r.UsageMetadata)
+		check.Fatal(t, "response of "+line.Key, sc.Text(), len(r.Candidates) == 1)
+		check.Fatal(t, "response of "+line.Key, sc.Text(), r.Candidates[0].FinishReason == genai.FinishReasonStop,
 			strings.HasPrefix(r.Text(), "echo: "), r.UsageMetadata != nil, u.PromptTokenCount != 0,
 			u.TotalTokenCount == u.PromptTokenCount+u.CandidatesTokenCount, r.ModelVersion == "gemini-2.5-flash", r.ResponseID != "")
-		expect(t, "key twice", line.Key, !seen[line.Key])
+		check.Fatal(t, "key twice", line.Key, !seen[line.Key])
 		seen[line.Key] = true
 	}
-	expect(t, fmt.Sprintf("responses, want %d", len(keys)), len(seen), len(seen) == len(keys))
+	check.Fatal(t, fmt.Sprintf("responses, want %d", len(keys)), len(seen), len(seen) == len(keys))
 	for _, k := range keys {
-		expect(t, "no response for key", k, seen[k])
+		check.Fatal(t, "no response for key", k, seen[k])
 	}
 }
 

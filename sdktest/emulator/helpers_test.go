@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -221,54 +220,3 @@ func checkSpec(t *testing.T, schema, raw string) {
 }
 
 func asErr[T error](err error, target *T) bool { return err != nil && errors.As(err, target) }
-
-// outcome is a call's value and error, for must.
-type outcome[T any] struct {
-	v   T
-	err error
-}
-
-// try holds a call's two results: try(c.Get(…)).must(t, "get").
-func try[T any](v T, err error) outcome[T] { return outcome[T]{v, err} }
-
-// must returns the value, failing the test at once with what when the
-// call's error is not nil.
-func (o outcome[T]) must(t *testing.T, what string) T {
-	t.Helper()
-	noErr(t, what, o.err)
-	return o.v
-}
-
-// noErr fails the test at once with what when err is not nil.
-func noErr(t *testing.T, what string, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// expect fails the test at once, showing v, when any of conds (each a
-// property v must have) is false; the message names the first by position.
-func expect(t *testing.T, what string, v any, conds ...bool) {
-	t.Helper()
-	if i := slices.Index(conds, false); i >= 0 {
-		t.Fatalf("%s: check %d of %d failed: %+v", what, i+1, len(conds), v)
-	}
-}
-
-// check is expect that lets the test go on.
-func check(t *testing.T, what string, v any, conds ...bool) {
-	t.Helper()
-	if i := slices.Index(conds, false); i >= 0 {
-		t.Errorf("%s: check %d of %d failed: %+v", what, i+1, len(conds), v)
-	}
-}
-
-// deref is *p, or the zero value when p is nil.
-func deref[T any](p *T) T {
-	var v T
-	if p != nil {
-		v = *p
-	}
-	return v
-}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"github.com/openai/openai-go/v3"
@@ -26,49 +27,49 @@ func TestOpenAISDKRoundTrip(t *testing.T) {
 	const n = 20
 	input := emutest.ChatLines(n, "gpt-4o-mini")
 	f := upload(t, c, "sluice-job1-c0-a1.jsonl", input)
-	expect(t, "file object", f, f.Purpose == openai.FileObjectPurposeBatch, f.Bytes == int64(len(input)), f.Filename == "sluice-job1-c0-a1.jsonl",
+	check.Fatal(t, "file object", f, f.Purpose == openai.FileObjectPurposeBatch, f.Bytes == int64(len(input)), f.Filename == "sluice-job1-c0-a1.jsonl",
 		//lint:ignore SA1019 the API still sends status; the emulator must too
 		strings.HasPrefix(f.ID, "file-"), f.Status == "processed")
 	checkSpec(t, "OpenAIFile", f.RawJSON())
-	got := try(c.Files.Get(ctx, f.ID)).must(t, "get file")
-	expect(t, "get file", got, got.ID == f.ID)
+	got := check.Try(c.Files.Get(ctx, f.ID)).Must(t, "get file")
+	check.Fatal(t, "get file", got, got.ID == f.ID)
 
 	b := createBatch(t, c, f.ID, openai.BatchNewParamsEndpointV1ChatCompletions, map[string]string{"sluice_job": "job1"})
 	checkSpec(t, "Batch", b.RawJSON())
-	expect(t, "created batch", b.RawJSON(), b.Status == openai.BatchStatusValidating, b.InputFileID == f.ID, b.CompletionWindow == "24h",
+	check.Fatal(t, "created batch", b.RawJSON(), b.Status == openai.BatchStatusValidating, b.InputFileID == f.ID, b.CompletionWindow == "24h",
 		b.ExpiresAt == b.CreatedAt+86400, b.Metadata["sluice_job"] == "job1", b.JSON.InProgressAt.Raw() == "null")
 	clk.Advance(2 * time.Second)
 	b = getBatch(t, c, b.ID)
-	expect(t, "in progress", b.RawJSON(), b.Status == openai.BatchStatusInProgress, b.RequestCounts.Total == n,
+	check.Fatal(t, "in progress", b.RawJSON(), b.Status == openai.BatchStatusInProgress, b.RequestCounts.Total == n,
 		b.InProgressAt == b.CreatedAt+1, b.Model == "gpt-4o-mini")
 	clk.Advance(5 * time.Second)
 	b = getBatch(t, c, b.ID)
-	expect(t, "progress counts should be partial", b.RequestCounts, b.RequestCounts.Completed != 0, b.RequestCounts.Completed != n)
+	check.Fatal(t, "progress counts should be partial", b.RequestCounts, b.RequestCounts.Completed != 0, b.RequestCounts.Completed != n)
 	clk.Advance(2 * time.Second)
 	b = getBatch(t, c, b.ID)
-	expect(t, "want finalizing", b.Status, b.Status == openai.BatchStatusFinalizing)
+	check.Fatal(t, "want finalizing", b.Status, b.Status == openai.BatchStatusFinalizing)
 	clk.Advance(time.Second)
 	b = getBatch(t, c, b.ID)
-	expect(t, "completed", b.RawJSON(), b.Status == openai.BatchStatusCompleted, b.RequestCounts.Completed == n, b.RequestCounts.Failed == 0,
+	check.Fatal(t, "completed", b.RawJSON(), b.Status == openai.BatchStatusCompleted, b.RequestCounts.Completed == n, b.RequestCounts.Failed == 0,
 		b.OutputFileID != "", b.ErrorFileID == "", b.CompletedAt == b.CreatedAt+10, b.FinalizingAt == b.CreatedAt+9)
-	expect(t, "usage", b.Usage, b.Usage.InputTokens != 0, b.Usage.OutputTokens != 0, b.Usage.TotalTokens == b.Usage.InputTokens+b.Usage.OutputTokens)
-	of := try(c.Files.Get(ctx, b.OutputFileID)).must(t, "output file")
-	expect(t, "output file", of, of.Purpose == openai.FileObjectPurposeBatchOutput)
+	check.Fatal(t, "usage", b.Usage, b.Usage.InputTokens != 0, b.Usage.OutputTokens != 0, b.Usage.TotalTokens == b.Usage.InputTokens+b.Usage.OutputTokens)
+	of := check.Try(c.Files.Get(ctx, b.OutputFileID)).Must(t, "output file")
+	check.Fatal(t, "output file", of, of.Purpose == openai.FileObjectPurposeBatchOutput)
 	checkSDK(t, of)
 
 	lines := parseLines(t, download(t, c, b.OutputFileID))
-	expect(t, fmt.Sprintf("want %d output lines", n), len(lines), len(lines) == n)
+	check.Fatal(t, fmt.Sprintf("want %d output lines", n), len(lines), len(lines) == n)
 	ids := checkChatOutput(t, lines, b.Usage)
-	expect(t, "output order should not be input order", ids, !slices.IsSorted(ids), !slices.Equal(ids, inputOrder(n)))
+	check.Fatal(t, "output order should not be input order", ids, !slices.IsSorted(ids), !slices.Equal(ids, inputOrder(n)))
 	slices.Sort(ids)
 	want := inputOrder(n)
 	slices.Sort(want)
-	expect(t, "custom ids", ids, slices.Equal(ids, want))
+	check.Fatal(t, "custom ids", ids, slices.Equal(ids, want))
 	st := s.Stats()
-	expect(t, "stats", st, st.RequestsProcessed == n, st.FilesUploaded == 1, st.BatchesCreated == 1, st.RequestsProcessedMoreThanOnce == 0)
+	check.Fatal(t, "stats", st, st.RequestsProcessed == n, st.FilesUploaded == 1, st.BatchesCreated == 1, st.RequestsProcessedMoreThanOnce == 0)
 	// Deleting the input file keeps the batch intact.
-	del := try(c.Files.Delete(ctx, f.ID)).must(t, "delete")
-	expect(t, "delete", del, del.Deleted, del.ID == f.ID)
+	del := check.Try(c.Files.Delete(ctx, f.ID)).Must(t, "delete")
+	check.Fatal(t, "delete", del, del.Deleted, del.ID == f.ID)
 	checkSpec(t, "DeleteFileResponse", del.RawJSON())
 	if _, err := c.Files.Get(ctx, f.ID); err == nil {
 		t.Fatal("deleted file still there")
@@ -85,23 +86,23 @@ func checkChatOutput(t *testing.T, lines []outLine, usage openai.BatchUsage) []s
 	var inTok, outTok int64
 	for _, l := range lines {
 		ids = append(ids, l.CustomID)
-		expect(t, "bad line", l, l.Error == nil, l.Response != nil)
-		expect(t, "bad line", l, l.Response.StatusCode == 200, strings.HasPrefix(l.ID, "batch_req_"), strings.HasPrefix(l.Response.RequestID, "req_"))
+		check.Fatal(t, "bad line", l, l.Error == nil, l.Response != nil)
+		check.Fatal(t, "bad line", l, l.Response.StatusCode == 200, strings.HasPrefix(l.ID, "batch_req_"), strings.HasPrefix(l.Response.RequestID, "req_"))
 		var cc openai.ChatCompletion
 		emutest.MustUnmarshal(t, l.Response.Body, &cc)
 		checkSDK(t, &cc)
 		var i int
 		fmt.Sscanf(l.CustomID, "req-%d", &i)
 		want := emutest.ExpectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
-		expect(t, "completion", string(l.Response.Body), cc.Object == "chat.completion", len(cc.Choices) == 1)
-		expect(t, "completion", string(l.Response.Body), cc.Choices[0].Message.Content == want, cc.Choices[0].FinishReason == "stop", cc.Model == "gpt-4o-mini")
+		check.Fatal(t, "completion", string(l.Response.Body), cc.Object == "chat.completion", len(cc.Choices) == 1)
+		check.Fatal(t, "completion", string(l.Response.Body), cc.Choices[0].Message.Content == want, cc.Choices[0].FinishReason == "stop", cc.Model == "gpt-4o-mini")
 		prompt := len("be brief") + 1 + len(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
-		expect(t, fmt.Sprintf("usage for prompt of %d bytes", prompt), cc.Usage,
+		check.Fatal(t, fmt.Sprintf("usage for prompt of %d bytes", prompt), cc.Usage,
 			cc.Usage.PromptTokens == int64((prompt+3)/4), cc.Usage.CompletionTokens == int64((len(want)+3)/4))
 		inTok += cc.Usage.PromptTokens
 		outTok += cc.Usage.CompletionTokens
 	}
-	expect(t, fmt.Sprintf("batch usage, lines sum in=%d out=%d", inTok, outTok), usage, inTok == usage.InputTokens, outTok == usage.OutputTokens)
+	check.Fatal(t, fmt.Sprintf("batch usage, lines sum in=%d out=%d", inTok, outTok), usage, inTok == usage.InputTokens, outTok == usage.OutputTokens)
 	return ids
 }
 
