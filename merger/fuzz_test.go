@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/wire"
 )
 
@@ -150,7 +151,5 @@ func FuzzParseRecords(f *testing.F) {
 }
 
 func writeRaw(t *testing.T, name string, data []byte) {
-	if err := os.WriteFile(name, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "WriteFile", os.WriteFile(name, data, 0o644))
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
@@ -29,10 +30,7 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := tracker.Open(context.Background(), filepath.Join(dir, "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := check.Try(tracker.Open(context.Background(), filepath.Join(dir, "state"))).Must(t, "Open")
 	t.Cleanup(func() { db.Close() })
 	return &env{t: t, ctx: context.Background(), db: db, dir: dir}
 }
@@ -193,10 +191,7 @@ func checkPlan(t testing.TB, r *run, want []inputLine) {
 		if rc.ID != c.ID || rc.Bytes != c.Bytes || rc.Requests != c.Requests || rc.EstTokens != c.EstTokens || rc.Path != c.Path || rc.Bound != c.Bound {
 			t.Errorf("chunk %d: result %+v, tracker %+v", c.ID, rc, c)
 		}
-		b, err := os.ReadFile(filepath.Join(cfg.Dir, c.Path))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := check.Try(os.ReadFile(filepath.Join(cfg.Dir, c.Path))).Must(t, "ReadFile")
 		files[c.ID] = b
 		total += c.Bytes
 		if int64(len(b)) != c.Bytes {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
@@ -61,17 +62,11 @@ func TestClientRoundTrip(t *testing.T) {
 	if ref.Bytes < 3*4096 {
 		t.Fatalf("chunk of %d bytes fits in too few upload requests", ref.Bytes)
 	}
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(c.Upload(ctx, ref)).Must(t, "Upload")
 	if !strings.HasPrefix(fileID, "files/") {
 		t.Fatalf("file id %q", fileID)
 	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := check.Try(c.Create(ctx, ref, fileID)).Must(t, "Create")
 	if !strings.HasPrefix(b.ID, "batches/") || b.Status != sluice.BatchValidating || b.ProviderStatus != "BATCH_STATE_PENDING" || b.Total != 60 {
 		t.Fatalf("created: %+v", b)
 	}
@@ -104,14 +99,8 @@ func TestClientRoundTrip(t *testing.T) {
 		}
 	}
 	// The SDKs' download path gives the same file as the docs' one.
-	docs, err := c.Fetch(ctx, ref, b, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sdk, err := newClient(t, base, func(cfg *gemini.Config) { cfg.SDKDownloadPath = true }).Fetch(ctx, ref, b, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs := check.Try(c.Fetch(ctx, ref, b, t.TempDir())).Must(t, "Fetch")
+	sdk := check.Try(newClient(t, base, func(cfg *gemini.Config) { cfg.SDKDownloadPath = true }).Fetch(ctx, ref, b, t.TempDir())).Must(t, "newClient")
 	d1, _ := os.ReadFile(docs[0])
 	d2, _ := os.ReadFile(sdk[0])
 	if len(d1) == 0 || string(d1) != string(d2) {
@@ -189,20 +178,14 @@ func TestUploadResumesFromServerOffset(t *testing.T) {
 	})
 	ctx := context.Background()
 	ref := writeChunk(t, "job1", 1, 100, ptest.IDs(100, "u")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(c.Upload(ctx, ref)).Must(t, "Upload")
 	log := strings.Join(br.log, " ")
 	if !strings.Contains(log, "upload@8192 query@ received=10240 upload@10240 upload@14336") {
 		t.Errorf("upload requests: %s\nwant the cut chunk at 8192 followed by a query answering 10240 and the upload resuming there", log)
 	}
 	// The stored file is the chunk, byte for byte.
 	want, _ := os.ReadFile(ref.Path)
-	resp, err := http.Get(base + "/v1beta/" + fileID + ":download?alt=media&key=" + testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := check.Try(http.Get(base+"/v1beta/"+fileID+":download?alt=media&key="+testKey)).Must(t, "Get")
 	defer resp.Body.Close()
 	gotBytes, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || string(gotBytes) != string(want) {
@@ -220,10 +203,7 @@ func TestUploadSurvivesResets(t *testing.T) {
 	ctx := context.Background()
 	for k := 0; k < 3; k++ {
 		ref := writeChunk(t, "job1", int64(k), 30, ptest.IDs(40, fmt.Sprintf("r%d", k))...)
-		fileID, err := c.Upload(ctx, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
+		fileID := check.Try(c.Upload(ctx, ref)).Must(t, "Upload")
 		want, _ := os.ReadFile(ref.Path)
 		var got []byte
 		for i := 0; i < 50; i++ { // the download itself may be faulted
@@ -288,18 +268,12 @@ func TestFindAfterCrash(t *testing.T) {
 	ctx := context.Background()
 	a := newClient(t, base)
 	ref := writeChunk(t, "job-crash", 7, 0, ptest.IDs(4, "f")...)
-	fileID, err := a.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(a.Upload(ctx, ref)).Must(t, "Upload")
 	b := newClient(t, base)
 	if f, id, err := b.Find(ctx, ref); err != nil || f != fileID || id != "" {
 		t.Fatalf("after upload: Find = %q, %q, %v; want the file %s and no batch", f, id, err, fileID)
 	}
-	created, err := a.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := check.Try(a.Create(ctx, ref, fileID)).Must(t, "Create")
 	if f, id, err := b.Find(ctx, ref); err != nil || f != fileID || id != created.ID {
 		t.Fatalf("after create: Find = %q, %q, %v; want %s, %s", f, id, err, fileID, created.ID)
 	}
@@ -434,10 +408,7 @@ func TestFindPagesThroughListings(t *testing.T) {
 		if files[i], err = c.Upload(ctx, refs[i]); err != nil {
 			t.Fatal(err)
 		}
-		b, err := c.Create(ctx, refs[i], files[i])
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := check.Try(c.Create(ctx, refs[i], files[i])).Must(t, "Create")
 		batches[i] = b.ID
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
@@ -447,10 +418,7 @@ func TestFindPagesThroughListings(t *testing.T) {
 	}
 	// A file with no batch, among more than a page of files.
 	extra := writeChunk(t, "job-pages", n+1, 0, "lone")
-	fileID, err := c.Upload(ctx, extra)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(c.Upload(ctx, extra)).Must(t, "Upload")
 	if f, id, err := newClient(t, base).Find(ctx, extra); err != nil || f != fileID || id != "" {
 		t.Errorf("lone file: Find = %q, %q, %v; want %s and no batch", f, id, err, fileID)
 	}
