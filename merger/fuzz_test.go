@@ -79,7 +79,7 @@ func FuzzParseRecords(f *testing.F) {
 			}
 			for i, w := range wants {
 				g := got[i]
-				if g.ord != w.ord || g.failed != w.failed || string(g.json) != w.line {
+				if (want{g.ord, g.failed, string(g.json)}) != w {
 					t.Fatalf("%s: record %d = (%d %v %q), want (%d %v %q)", reader, i, g.ord, g.failed, g.json, w.ord, w.failed, w.line)
 				}
 			}
