@@ -268,25 +268,19 @@ func TestHostileForgottenBatches(t *testing.T) {
 }
 
 // TestHostileEverythingAtOnce: all the knobs together still end with every
-// request exactly once and no success bought twice.
-func TestHostileEverythingAtOnce(t *testing.T) {
-	r := newRig(t, "openai", openAILines(45), sluice.Limits{MaxBatchRequests: 8}, 10,
-		emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
-			TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
-	r.run(hostileOptions(r))
-	st := r.emu.Stats()
-	checkHostile(t, r, st.LinesMalformed+st.LinesLost)
-}
-
-// TestHostileEverythingAtOnceGemini is TestHostileEverythingAtOnce for the
+// request exactly once and no success bought twice, for the OpenAI and the
 // Gemini family.
-func TestHostileEverythingAtOnceGemini(t *testing.T) {
-	r := newRig(t, "gemini", geminiLines(45), sluice.Limits{MaxBatchRequests: 8}, 10,
-		emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
-			TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
-	r.run(hostileOptions(r))
-	st := r.emu.Stats()
-	checkHostile(t, r, st.LinesMalformed+st.LinesLost)
+func TestHostileEverythingAtOnce(t *testing.T) {
+	for preset, lines := range map[string][]string{"openai": openAILines(45), "gemini": geminiLines(45)} {
+		t.Run(preset, func(t *testing.T) {
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 8}, 10,
+				emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
+					TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
+			r.run(hostileOptions(r))
+			st := r.emu.Stats()
+			checkHostile(t, r, st.LinesMalformed+st.LinesLost)
+		})
+	}
 }
 
 // noCancel is a provider whose cancel is acknowledged but never happens.
