@@ -174,7 +174,7 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 	c := oaClient(ts)
 	emb := `{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":["hello","world"]}}` + "\n" +
 		`{"custom_id":"e2","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"hello"}}` + "\n"
-	b := createBatch(t, c, upload(t, c, "emb.jsonl", []byte(emb)).ID, openai.BatchNewParamsEndpointV1Embeddings, nil)
+	b := submit(t, c, "emb.jsonl", []byte(emb), openai.BatchNewParamsEndpointV1Embeddings)
 	b = getBatch(t, c, b.ID)
 	vecs := map[string][][]float64{}
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
@@ -197,7 +197,7 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 
 	resp := `{"custom_id":"r1","method":"POST","url":"/v1/responses","body":{"model":"gpt-4.1-mini","input":"Tell me a joke about cats"}}` + "\n" +
 		`{"custom_id":"r2","method":"POST","url":"/v1/responses","body":{"model":"gpt-4.1-mini","instructions":"x","input":[{"role":"user","content":[{"type":"input_text","text":"abc"}]}]}}` + "\n"
-	b = createBatch(t, c, upload(t, c, "resp.jsonl", []byte(resp)).ID, openai.BatchNewParamsEndpointV1Responses, nil)
+	b = submit(t, c, "resp.jsonl", []byte(resp), openai.BatchNewParamsEndpointV1Responses)
 	b = getBatch(t, c, b.ID)
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
 		var r responses.Response
@@ -210,7 +210,7 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 	}
 
 	comp := `{"custom_id":"c1","method":"POST","url":"/v1/completions","body":{"model":"gpt-3.5-turbo-instruct","prompt":"Say this is a test","max_tokens":100}}` + "\n"
-	b = createBatch(t, c, upload(t, c, "comp.jsonl", []byte(comp)).ID, openai.BatchNewParamsEndpointV1Completions, nil)
+	b = submit(t, c, "comp.jsonl", []byte(comp), openai.BatchNewParamsEndpointV1Completions)
 	b = getBatch(t, c, b.ID)
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
 		var r openai.Completion
