@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/merger"
 	"github.com/sluice-batch/sluice/pricing"
@@ -407,16 +408,12 @@ func TestSpecCheckRefusesReuse(t *testing.T) {
 }
 
 func TestErrorsPathFor(t *testing.T) {
-	for in, want := range map[string]string{
+	check.Table(t, "ErrorsPathFor", lifecycle.ErrorsPathFor, map[string]string{
 		"/o/out.jsonl":    "/o/out.errors.jsonl",
 		"/o/out.jsonl.gz": "/o/out.errors.jsonl.gz",
 		"/o/out":          "/o/out.errors.jsonl",
 		"/o/r.json.zst":   "/o/r.errors.json.zst",
-	} {
-		if got := lifecycle.ErrorsPathFor(in); got != want {
-			t.Errorf("ErrorsPathFor(%s) = %s, want %s", in, got, want)
-		}
-	}
+	})
 }
 
 func TestNextAction(t *testing.T) {

@@ -58,3 +58,14 @@ func Deref[T any](p *T) T {
 	}
 	return v
 }
+
+// Table checks f against a table of inputs and the output each wants;
+// name is f's, for the message.
+func Table[In, Out comparable](t testing.TB, name string, f func(In) Out, cases map[In]Out) {
+	t.Helper()
+	for in, want := range cases {
+		if got := f(in); got != want {
+			t.Errorf("%s(%#v) = %#v, want %#v", name, in, got, want)
+		}
+	}
+}

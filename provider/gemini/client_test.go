@@ -355,16 +355,12 @@ func TestDecodeLine(t *testing.T) {
 }
 
 func TestMapState(t *testing.T) {
-	for in, want := range map[string]sluice.BatchStatus{
+	check.Table(t, "MapState", gemini.MapState, map[string]sluice.BatchStatus{
 		"BATCH_STATE_PENDING": sluice.BatchValidating, "BATCH_STATE_RUNNING": sluice.BatchInProgress,
 		"BATCH_STATE_SUCCEEDED": sluice.BatchCompleted, "BATCH_STATE_FAILED": sluice.BatchFailed,
 		"BATCH_STATE_CANCELLED": sluice.BatchCancelled, "BATCH_STATE_EXPIRED": sluice.BatchExpired,
 		"JOB_STATE_SUCCEEDED": sluice.BatchCompleted, "BATCH_STATE_SOMETHING_NEW": sluice.BatchInProgress,
-	} {
-		if got := gemini.MapState(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
+	})
 }
 
 func TestCodec(t *testing.T) {

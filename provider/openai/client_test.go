@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/compat"
 	"github.com/sluice-batch/sluice/provider/internal/ptest"
@@ -259,16 +260,12 @@ func TestNewNeedsBaseURL(t *testing.T) {
 }
 
 func TestStatusMapping(t *testing.T) {
-	for in, want := range map[string]sluice.BatchStatus{
+	check.Table(t, "MapStatus", compat.MapStatus, map[string]sluice.BatchStatus{
 		"validating": sluice.BatchValidating, "Validating": sluice.BatchValidating, "in_progress": sluice.BatchInProgress,
 		"InProgress": sluice.BatchInProgress, "finalizing": sluice.BatchFinalizing, "Completed": sluice.BatchCompleted,
 		"failed": sluice.BatchFailed, "expired": sluice.BatchExpired, "cancelling": sluice.BatchCancelling,
 		"CANCELING": sluice.BatchCancelling, "cancelled": sluice.BatchCancelled, "something_new": sluice.BatchInProgress,
-	} {
-		if got := compat.MapStatus(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
+	})
 }
 
 // TestWithHTTPStatusInjection: a server that answers 429 and 503 before
