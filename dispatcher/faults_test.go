@@ -33,6 +33,18 @@ func checkNothingLost(t *testing.T, r *rig, allowedTwice int64) (succeeded, fail
 	return sum.Succeeded, sum.Failed
 }
 
+// checkAllSucceeded is checkNothingLost where all of want requests must
+// have succeeded; why says what they succeeded through. It returns how
+// many did.
+func checkAllSucceeded(t *testing.T, r *rig, allowedTwice, want int64, why string) int64 {
+	t.Helper()
+	ok, failed := checkNothingLost(t, r, allowedTwice)
+	if ok != want || failed != 0 {
+		t.Errorf("succeeded %d, failed %d; want all %d to succeed %s", ok, failed, want, why)
+	}
+	return ok
+}
+
 func TestHTTPFaultStorm(t *testing.T) {
 	for _, preset := range []string{"openai", "anthropic", "cloudflare", "gemini"} {
 		t.Run(preset, func(t *testing.T) {
@@ -46,10 +58,7 @@ func TestHTTPFaultStorm(t *testing.T) {
 			if preset == "cloudflare" {
 				allowed = r.emu.Stats().FaultsReset * 5 // one chunk per lost answer
 			}
-			ok, failed := checkNothingLost(t, r, allowed)
-			if failed != 0 || ok != int64(len(lines)) {
-				t.Errorf("succeeded %d, failed %d; want all %d to succeed through 429/5xx/resets", ok, failed, len(lines))
-			}
+			checkAllSucceeded(t, r, allowed, int64(len(lines)), "through 429/5xx/resets")
 			if st := r.emu.Stats(); st.FaultsInjected == 0 {
 				t.Error("no fault was injected: the test proves nothing")
 			}
@@ -90,10 +99,7 @@ func TestLostCreateAnswerWithFailedLookupIsNotBoughtTwice(t *testing.T) {
 			opts := r.options()
 			opts.Concurrency = 1
 			r.run(opts)
-			ok, failed := checkNothingLost(t, r, 0)
-			if ok != 10 || failed != 0 {
-				t.Errorf("succeeded %d failed %d, want 10/0", ok, failed)
-			}
+			checkAllSucceeded(t, r, 0, 10, "")
 			st := r.emu.Stats()
 			if st.FaultsReset != 1 || st.Faults5xx != int64(failedLookups*fastRetry.MaxAttempts) {
 				t.Fatalf("faults: %d resets, %d 5xx; want 1 and %d: the test proves nothing",
@@ -181,10 +187,7 @@ func TestMissingLinesAreRetried(t *testing.T) {
 	}
 	// An omitted line was executed but never delivered: buying it again is
 	// the only way to get it, so those re-executions are allowed, no others.
-	ok, failed := checkNothingLost(t, r, st.LinesOmitted)
-	if ok != 60 || failed != 0 {
-		t.Errorf("succeeded %d failed %d, want 60/0", ok, failed)
-	}
+	checkAllSucceeded(t, r, st.LinesOmitted, 60, "")
 }
 
 func TestLineErrors(t *testing.T) {
@@ -237,10 +240,7 @@ func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 	r := newRig(t, "openai", openAILines(60), sluice.Limits{MaxBatchRequests: 10}, 1,
 		emulator.Options{Seed: 1, EnqueuedTokenLimit: 250, BatchTime: 300 * time.Millisecond})
 	r.run(r.options())
-	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 60 || failed != 0 {
-		t.Errorf("succeeded %d failed %d; token_limit_exceeded must not spend attempts", ok, failed)
-	}
+	checkAllSucceeded(t, r, 0, 60, "(token_limit_exceeded must not spend attempts)")
 	if st := r.emu.Stats(); st.BatchesFailed == 0 {
 		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")
 	}
@@ -256,10 +256,7 @@ func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {
 			opts := r.options()
 			opts.Concurrency = 1 // the emulator's fates follow call order: keep it fixed
 			r.run(opts)
-			ok, failed := checkNothingLost(t, r, 0)
-			if ok != 40 || failed != 0 {
-				t.Errorf("succeeded %d failed %d", ok, failed)
-			}
+			checkAllSucceeded(t, r, 0, 40, "")
 			if st := r.emu.Stats(); st.BatchesFailed == 0 {
 				t.Fatal("no batch failed validation: the test proves nothing")
 			}
@@ -276,10 +273,7 @@ func TestGeminiExpiredBatchesRetried(t *testing.T) {
 	opts := r.options()
 	opts.Concurrency = 1
 	r.run(opts)
-	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 30 || failed != 0 {
-		t.Errorf("succeeded %d failed %d", ok, failed)
-	}
+	checkAllSucceeded(t, r, 0, 30, "")
 	if st := r.emu.Stats(); st.BatchesExpired == 0 {
 		t.Fatal("no batch expired: the test proves nothing")
 	}
@@ -299,10 +293,7 @@ func TestRefusedAloneSplitsUntilItFits(t *testing.T) {
 	r := newRig(t, "openai", lines, sluice.Limits{MaxEnqueuedTokens: 200}, 1,
 		emulator.Options{Seed: 1, EnqueuedTokenLimit: 200, BatchTime: 100 * time.Millisecond})
 	r.run(r.options())
-	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 60 || failed != 0 {
-		t.Errorf("succeeded %d failed %d; want every request, with one attempt", ok, failed)
-	}
+	checkAllSucceeded(t, r, 0, 60, "on one attempt each")
 	if st := r.emu.Stats(); st.BatchesFailed == 0 {
 		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")
 	}
@@ -333,10 +324,7 @@ func TestRefusedTogetherDoesNotLivelock(t *testing.T) {
 	opts := r.options()
 	opts.Concurrency = 2
 	r.run(opts)
-	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 40 || failed != 0 {
-		t.Errorf("succeeded %d failed %d; want every request", ok, failed)
-	}
+	checkAllSucceeded(t, r, 0, 40, "")
 	st := r.emu.Stats()
 	if st.BatchesFailed == 0 {
 		t.Fatal("no batch hit token_limit_exceeded: the test proves nothing")

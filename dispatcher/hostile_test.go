@@ -225,17 +225,27 @@ func TestHostileStuckBatches(t *testing.T) {
 		{"cloudflare", "finalizing", sluice.CodeBatchStuck, `stuck in running for \S+; cancel at the provider failed`, 0.5},
 	} {
 		t.Run(tc.preset+"-"+tc.phase, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12), "gemini": geminiLines(12)}[tc.preset]
-			r := newRig(t, tc.preset, lines, sluice.Limits{MaxBatchRequests: 10}, 8,
-				emulator.Options{Seed: stuckSeed(tc.preset, tc.phase), StuckRate: tc.rate, StuckPhase: tc.phase})
-			r.run(hostileOptions(r))
-			if r.emu.Stats().BatchesStuck == 0 {
-				t.Fatal("no batch got stuck: the test proves nothing")
-			}
-			checkHostile(t, r, 0)
-			wantRecorded(t, r, tc.code, tc.want)
+			checkBatchLoss(t, tc.preset, 10, emulator.Options{Seed: stuckSeed(tc.preset, tc.phase), StuckRate: tc.rate, StuckPhase: tc.phase},
+				"no batch got stuck", func(st emulator.Stats) bool { return st.BatchesStuck > 0 }, tc.code, tc.want)
 		})
 	}
+}
+
+// checkBatchLoss runs preset's lines (18 for openai, 12 for the others)
+// in batches of at most max under the emulator's opts, and checks that the
+// loss happened (happened; else what, and the test proves nothing), that
+// nothing was lost or done twice, and that the requests it failed record
+// code with a message matching want.
+func checkBatchLoss(t *testing.T, preset string, max int, opts emulator.Options, what string, happened func(emulator.Stats) bool, code sluice.ErrorCode, want string) {
+	t.Helper()
+	lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12), "gemini": geminiLines(12)}[preset]
+	r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: max}, 8, opts)
+	r.run(hostileOptions(r))
+	if !happened(r.emu.Stats()) {
+		t.Fatal(what + ": the test proves nothing")
+	}
+	checkHostile(t, r, 0)
+	wantRecorded(t, r, code, want)
 }
 
 func TestHostileForgottenBatches(t *testing.T) {
@@ -251,39 +261,26 @@ func TestHostileForgottenBatches(t *testing.T) {
 		{"cloudflare", sluice.CodePollRefused, `poll refused: .*unknown request_id.* \(failed on 2 polls in a row\)`},
 	} {
 		t.Run(tc.preset, func(t *testing.T) {
-			lines := map[string][]string{"openai": openAILines(18), "anthropic": anthropicLines(12), "cloudflare": cloudflareLines(12), "gemini": geminiLines(12)}[tc.preset]
-			r := newRig(t, tc.preset, lines, sluice.Limits{MaxBatchRequests: 5}, 8,
-				emulator.Options{Seed: 7, ForgetBatchRate: 0.4})
-			r.run(hostileOptions(r))
-			if r.emu.Stats().BatchesForgotten == 0 {
-				t.Fatal("no batch was forgotten: the test proves nothing")
-			}
-			checkHostile(t, r, 0)
-			wantRecorded(t, r, tc.code, tc.want)
+			checkBatchLoss(t, tc.preset, 5, emulator.Options{Seed: 7, ForgetBatchRate: 0.4},
+				"no batch was forgotten", func(st emulator.Stats) bool { return st.BatchesForgotten > 0 }, tc.code, tc.want)
 		})
 	}
 }
 
 // TestHostileEverythingAtOnce: all the knobs together still end with every
-// request exactly once and no success bought twice.
-func TestHostileEverythingAtOnce(t *testing.T) {
-	r := newRig(t, "openai", openAILines(45), sluice.Limits{MaxBatchRequests: 8}, 10,
-		emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
-			TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
-	r.run(hostileOptions(r))
-	st := r.emu.Stats()
-	checkHostile(t, r, st.LinesMalformed+st.LinesLost)
-}
-
-// TestHostileEverythingAtOnceGemini is TestHostileEverythingAtOnce for the
+// request exactly once and no success bought twice, for the OpenAI and the
 // Gemini family.
-func TestHostileEverythingAtOnceGemini(t *testing.T) {
-	r := newRig(t, "gemini", geminiLines(45), sluice.Limits{MaxBatchRequests: 8}, 10,
-		emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
-			TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
-	r.run(hostileOptions(r))
-	st := r.emu.Stats()
-	checkHostile(t, r, st.LinesMalformed+st.LinesLost)
+func TestHostileEverythingAtOnce(t *testing.T) {
+	for preset, lines := range map[string][]string{"openai": openAILines(45), "gemini": geminiLines(45)} {
+		t.Run(preset, func(t *testing.T) {
+			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 8}, 10,
+				emulator.Options{Seed: 12, MalformedLineRate: 0.1, UnknownCustomIDRate: 0.1, DuplicateLineRate: 0.1,
+					TruncateDownloadRate: 0.2, OutputFile404Rate: 0.2, StuckRate: 0.2, ForgetBatchRate: 0.2})
+			r.run(hostileOptions(r))
+			st := r.emu.Stats()
+			checkHostile(t, r, st.LinesMalformed+st.LinesLost)
+		})
+	}
 }
 
 // noCancel is a provider whose cancel is acknowledged but never happens.

@@ -21,10 +21,7 @@ func TestRealtimeFallbackConcurrentCalls(t *testing.T) {
 	opts.Concurrency = 8
 	opts.FallbackAt = time.Now().Add(-time.Minute) // begun before the run
 	r.run(opts)
-	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 40 || failed != 0 {
-		t.Errorf("succeeded %d, failed %d; want all 40", ok, failed)
-	}
+	checkAllSucceeded(t, r, 0, 40, "")
 	if st := r.emu.Stats(); st.BatchesCreated != 0 {
 		t.Errorf("%d batches created after the fallback began; want every request sent synchronously", st.BatchesCreated)
 	}

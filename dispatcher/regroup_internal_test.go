@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/anthropic"
 	"github.com/sluice-batch/sluice/provider/openai"
@@ -25,18 +26,13 @@ import (
 func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 	t.Parallel() // its own emulator and tracker: beside the other long tests
 	ctx := context.Background()
-	db, err := tracker.Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := check.Try(tracker.Open(ctx, t.TempDir())).Must(t, "Open")
 	defer db.Close()
 	rng := rand.New(rand.NewPCG(12, 34))
 	for _, name := range []string{"openai", "anthropic"} {
-		p, err := provider.Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := check.Try(provider.Lookup(name)).Must(t, "Lookup")
 		var prov sluice.Provider
+		var err error
 		if name == "openai" {
 			prov, err = openai.New(openai.Config{Config: provider.Config{Preset: p, BaseURL: "http://127.0.0.1:1/v1", APIKey: "k"}})
 		} else {
@@ -49,18 +45,13 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 			t.Run(fmt.Sprintf("%s-%d", name, n), func(t *testing.T) {
 				lines := randomLines(rng, name, 20+rng.IntN(150))
 				input := filepath.Join(t.TempDir(), "in.jsonl")
-				if err := os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				check.NoErr(t, "WriteFile", os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
 				whole := planJob(t, db, prov, fmt.Sprintf("%s-%d-whole", name, n), input, p.Limits.Override(sluice.Limits{MaxBatchBytes: 1 << 40}))
 				if len(whole) != 1 {
 					t.Fatalf("unlimited plan made %d chunks, want 1", len(whole))
 				}
 				c := whole[0]
-				job, err := db.Job(ctx, c.Job)
-				if err != nil {
-					t.Fatal(err)
-				}
+				job := check.Try(db.Job(ctx, c.Job)).Must(t, "Job")
 				var reqs []sluice.Request
 				var idx []int
 				if err := db.ChunkRequests(ctx, job.ID, c.ID, func(r *sluice.Request) error {
@@ -150,25 +141,15 @@ func planJob(t *testing.T, db *tracker.DB, prov sluice.Provider, id, input strin
 	t.Helper()
 	ctx := context.Background()
 	job := &sluice.Job{ID: id, Provider: prov.Name(), Input: input, Dir: filepath.Join(t.TempDir(), id), Limits: lim, MaxAttempts: 3}
-	if err := os.MkdirAll(job.Dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	plan, err := db.BeginPlan(ctx, job)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "MkdirAll", os.MkdirAll(job.Dir, 0o700))
+	plan := check.Try(db.BeginPlan(ctx, job)).Must(t, "BeginPlan")
 	res, err := splitter.Split(ctx, splitter.Config{Input: input, Dir: job.Dir, Codec: prov.Codec(), Limits: lim}, plan)
 	if err != nil {
 		plan.Abort(ctx)
 		t.Fatal(err)
 	}
-	if err := plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := db.Chunks(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "Commit", plan.Commit(ctx, res.Fingerprint, res.Requests, res.Rejected))
+	cs := check.Try(db.Chunks(ctx, id)).Must(t, "Chunks")
 	for _, c := range cs {
 		checkFileDigest(t, job.Dir, c)
 	}

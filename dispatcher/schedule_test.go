@@ -353,10 +353,7 @@ func TestResultsDecodedInParallel(t *testing.T) {
 	if n := p.alone.Load(); n > 0 {
 		t.Fatalf("%d decodes waited alone for another", n)
 	}
-	ok, failed := checkNothingLost(t, r, 0)
-	if ok != 30 || failed != 0 {
-		t.Errorf("succeeded %d, failed %d; want all 30", ok, failed)
-	}
+	checkAllSucceeded(t, r, 0, 30, "")
 }
 
 // callLog logs creates and polls in the order they start.

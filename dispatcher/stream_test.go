@@ -233,10 +233,7 @@ func TestStreamCutMidway(t *testing.T) {
 					t.Errorf("chunk %d: %d fetch failures, want 1", id, n)
 				}
 			}
-			ok, bad := checkNothingLost(t, r, 0)
-			if ok != int64(len(lines)) || bad != 0 {
-				t.Errorf("succeeded %d, failed %d; want all %d", ok, bad, len(lines))
-			}
+			ok := checkAllSucceeded(t, r, 0, int64(len(lines)), "")
 			if st := r.emu.Stats(); st.LinesSucceeded != ok {
 				t.Errorf("emulator delivered %d successes, output has %d", st.LinesSucceeded, ok)
 			}

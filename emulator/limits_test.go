@@ -14,14 +14,7 @@ func TestAnthropicCreateLimits(t *testing.T) {
 	url := ts.URL + "/v1/messages/batches"
 	post := func(body string) (int, string, string) {
 		code, _, raw := emutest.Do(t, "POST", url, []byte(body), map[string]string{"anthropic-version": "2023-06-01"})
-		var env struct {
-			Type  string `json:"type"`
-			Error struct {
-				Type    string `json:"type"`
-				Message string `json:"message"`
-			} `json:"error"`
-			RequestID string `json:"request_id"`
-		}
+		var env emutest.AnthropicError
 		emutest.MustUnmarshal(t, raw, &env)
 		if code != 200 && (env.Type != "error" || !strings.HasPrefix(env.RequestID, "req_")) {
 			t.Fatalf("envelope %s", raw)

@@ -97,6 +97,20 @@ func newWire(t *testing.T, opts Options) (*wire, *emutest.Clock) {
 }
 
 // hasKeys fails for each key missing from obj.
+// jsonLines decodes each line of a JSONL body as an object.
+func jsonLines(t *testing.T, what string, raw []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%s line %q: %v", what, l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 func hasKeys(t *testing.T, what string, obj map[string]any, keys ...string) {
 	t.Helper()
 	for _, k := range keys {
@@ -200,11 +214,7 @@ func TestMistralWireShapes(t *testing.T) {
 		}
 		c := w.do("GET", "/mistral/v1/files/"+id+"/content", mtKey, "", nil)
 		want(t, k+" content type", c.header.Get("Content-Type"), "application/octet-stream")
-		for _, l := range strings.Split(strings.TrimSpace(string(c.raw)), "\n") {
-			var line map[string]any
-			if err := json.Unmarshal([]byte(l), &line); err != nil {
-				t.Fatalf("%s line %q: %v", k, l, err)
-			}
+		for _, line := range jsonLines(t, k, c.raw) {
 			hasKeys(t, k+" line", line, "id", "custom_id", "response", "error")
 			resp := line["response"].(map[string]any)
 			hasKeys(t, k+" response", resp, "status_code", "body")
@@ -358,17 +368,13 @@ func TestTogetherWireShapes(t *testing.T) {
 	}
 	lines := 0
 	out := w.do("GET", "/together/v1/files/"+g.obj["output_file_id"].(string)+"/content", mtKey, "", nil)
-	for _, ln := range strings.Split(strings.TrimSpace(string(out.raw)), "\n") {
-		var m map[string]any
-		json.Unmarshal([]byte(ln), &m)
+	for _, m := range jsonLines(t, "output", out.raw) {
 		hasKeys(t, "output line", m, "custom_id", "response")
 		hasKeys(t, "output response", m["response"].(map[string]any), "status_code", "body")
 		lines++
 	}
 	errOut := w.do("GET", "/together/v1/files/"+g.obj["error_file_id"].(string)+"/content", mtKey, "", nil)
-	for _, ln := range strings.Split(strings.TrimSpace(string(errOut.raw)), "\n") {
-		var m map[string]any
-		json.Unmarshal([]byte(ln), &m)
+	for _, m := range jsonLines(t, "error", errOut.raw) {
 		hasKeys(t, "error line", m, "custom_id", "error")
 		hasKeys(t, "error line error", m["error"].(map[string]any), "message", "code")
 		lines++

@@ -45,9 +45,7 @@ func TestFaultsMistralTogether(t *testing.T) {
 				t.Fatalf("run: %v, %v", outcome, err)
 			}
 			out := filepath.Join(t.TempDir(), "out.jsonl")
-			if _, err := lifecycle.Merge(ctx, w.db, pr.Job, lifecycle.MergeOptions{Output: out, Log: w.log}); err != nil {
-				t.Fatal(err)
-			}
+			w.merge(pr.Job, out)
 			ok := 0
 			for _, o := range w.output(out) {
 				if o.Response != nil && o.Response.StatusCode == 200 {
@@ -117,10 +115,7 @@ func TestCancelMistralTogether(t *testing.T) {
 					t.Errorf("chunk %d's batch ended %q at the provider, want CANCELLED", c.ID, c.BatchStatus)
 				}
 			}
-			sum, err := lifecycle.Merge(ctx, w.db, job, lifecycle.MergeOptions{Output: job.Output, Log: w.log})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sum := w.merge(job, job.Output)
 			ok := int64(0)
 			for _, l := range w.output(job.Output) {
 				if l.Response != nil && l.Response.StatusCode == 200 {

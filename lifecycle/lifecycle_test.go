@@ -17,7 +17,9 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/lifecycle"
+	"github.com/sluice-batch/sluice/merger"
 	"github.com/sluice-batch/sluice/pricing"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
@@ -139,6 +141,25 @@ func (w *world) state(job string) sluice.JobState {
 	return j.State
 }
 
+// merge merges job into out, failing the test on an error.
+func (w *world) merge(job *sluice.Job, out string) *merger.Summary {
+	w.t.Helper()
+	sum, err := lifecycle.Merge(context.Background(), w.db, job, lifecycle.MergeOptions{Output: out, Log: w.log})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return sum
+}
+
+// boughtOnce checks the emulator created batches batches and processed no
+// request twice.
+func (w *world) boughtOnce(batches int64) {
+	w.t.Helper()
+	if s := w.emu.Stats(); s.BatchesCreated != batches || s.RequestsProcessedMoreThanOnce != 0 {
+		w.t.Errorf("emulator: %d batches, %d processed twice; want %d and 0", s.BatchesCreated, s.RequestsProcessedMoreThanOnce, batches)
+	}
+}
+
 // output reads the merged output, checking every custom_id once, in
 // input order.
 func (w *world) output(path string) []sluice.OutputLine {
@@ -194,10 +215,7 @@ func TestPlanRunMerge(t *testing.T) {
 	if job.State != sluice.JobMerging || w.state(job.ID) != sluice.JobMerging {
 		t.Fatalf("after the run the job is %s (recorded %s), want merging", job.State, w.state(job.ID))
 	}
-	sum, err := lifecycle.Merge(ctx, w.db, job, lifecycle.MergeOptions{Output: out, Log: w.log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum := w.merge(job, out)
 	if sum.Succeeded != 90 || sum.Failed != 0 || lifecycle.FailedAny(sum) || w.state(job.ID) != sluice.JobDone {
 		t.Fatalf("merge: %+v, job %s", sum, w.state(job.ID))
 	}
@@ -218,15 +236,11 @@ func TestPlanRunMerge(t *testing.T) {
 	if outcome, err := lifecycle.Run(ctx, w.db, nil, job, o, nil); err != nil || outcome != dispatcher.Finished {
 		t.Fatalf("run of a done job: %v, %v", outcome, err)
 	}
-	if _, err := lifecycle.Merge(ctx, w.db, job, lifecycle.MergeOptions{Output: out, Log: w.log}); err != nil {
-		t.Fatal(err)
-	}
+	w.merge(job, out)
 	if st2, _ := os.Stat(out); !st2.ModTime().Equal(st.ModTime()) {
 		t.Error("a second merge of an unchanged done job rewrote the output")
 	}
-	if s := w.emu.Stats(); s.BatchesCreated != 3 || s.RequestsProcessedMoreThanOnce != 0 {
-		t.Errorf("emulator: %d batches, %d processed twice; want 3 and 0", s.BatchesCreated, s.RequestsProcessedMoreThanOnce)
-	}
+	w.boughtOnce(3)
 }
 
 // TestStopThenResume stops a run through its stop channel once batches
@@ -281,13 +295,9 @@ func TestStopThenResume(t *testing.T) {
 		t.Fatalf("resumed run: %v, %v", outcome, err)
 	}
 	out := filepath.Join(t.TempDir(), "out.jsonl")
-	if _, err := lifecycle.Merge(ctx, w.db, job, lifecycle.MergeOptions{Output: out, Log: w.log}); err != nil {
-		t.Fatal(err)
-	}
+	w.merge(job, out)
 	w.output(out)
-	if s := w.emu.Stats(); s.BatchesCreated != 3 || s.RequestsProcessedMoreThanOnce != 0 {
-		t.Errorf("emulator: %d batches, %d processed twice; want 3 and 0", s.BatchesCreated, s.RequestsProcessedMoreThanOnce)
-	}
+	w.boughtOnce(3)
 }
 
 // TestCancelKeepsWhatEnded cancels a job whose batches are live: every
@@ -329,10 +339,7 @@ func TestCancelKeepsWhatEnded(t *testing.T) {
 	if job.State != sluice.JobMerging {
 		t.Fatalf("after the wait the job is %s, want merging", job.State)
 	}
-	sum, err := lifecycle.Merge(ctx, w.db, job, lifecycle.MergeOptions{Output: job.Output, Log: w.log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum := w.merge(job, job.Output)
 	var ok, cancelled int64
 	for _, l := range w.output(out) {
 		switch {
@@ -401,16 +408,12 @@ func TestSpecCheckRefusesReuse(t *testing.T) {
 }
 
 func TestErrorsPathFor(t *testing.T) {
-	for in, want := range map[string]string{
+	check.Table(t, "ErrorsPathFor", lifecycle.ErrorsPathFor, map[string]string{
 		"/o/out.jsonl":    "/o/out.errors.jsonl",
 		"/o/out.jsonl.gz": "/o/out.errors.jsonl.gz",
 		"/o/out":          "/o/out.errors.jsonl",
 		"/o/r.json.zst":   "/o/r.errors.json.zst",
-	} {
-		if got := lifecycle.ErrorsPathFor(in); got != want {
-			t.Errorf("ErrorsPathFor(%s) = %s, want %s", in, got, want)
-		}
-	}
+	})
 }
 
 func TestNextAction(t *testing.T) {

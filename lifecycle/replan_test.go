@@ -4,22 +4,19 @@ import (
 	"testing"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 )
 
 // TestCanonicalModelMap: one map, however it is spelled, is recorded one
 // way, so that giving it again is no change.
 func TestCanonicalModelMap(t *testing.T) {
-	for in, want := range map[string]string{
+	check.Table(t, "CanonicalModelMap", CanonicalModelMap, map[string]string{
 		"":                     "",
 		"b=y, a=x":             "a=x,b=y",
 		" a = x ,b=y,":         "a=x,b=y",
 		"gpt-4o-mini=claude-x": "gpt-4o-mini=claude-x",
 		"not a map":            "not a map",
-	} {
-		if got := CanonicalModelMap(in); got != want {
-			t.Errorf("CanonicalModelMap(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }
 
 // TestFootprint: a job may be planned again only while planned or running

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/wire"
 )
 
@@ -78,7 +79,7 @@ func FuzzParseRecords(f *testing.F) {
 			}
 			for i, w := range wants {
 				g := got[i]
-				if g.ord != w.ord || g.failed != w.failed || string(g.json) != w.line {
+				if (want{g.ord, g.failed, string(g.json)}) != w {
 					t.Fatalf("%s: record %d = (%d %v %q), want (%d %v %q)", reader, i, g.ord, g.failed, g.json, w.ord, w.failed, w.line)
 				}
 			}
@@ -150,7 +151,5 @@ func FuzzParseRecords(f *testing.F) {
 }
 
 func writeRaw(t *testing.T, name string, data []byte) {
-	if err := os.WriteFile(name, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "WriteFile", os.WriteFile(name, data, 0o644))
 }

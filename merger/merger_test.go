@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-batch/sluice/internal/check"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/want*.jsonl")
@@ -256,7 +258,7 @@ func TestErrorsFile(t *testing.T) {
 }
 
 func TestErrorsName(t *testing.T) {
-	for in, want := range map[string]string{
+	check.Table(t, "errorsName", errorsName, map[string]string{
 		"out.jsonl":          "out.errors.jsonl",
 		"d/out.jsonl.zst":    "d/out.errors.jsonl.zst",
 		"out.jsonl.gz":       "out.errors.jsonl.gz",
@@ -266,11 +268,7 @@ func TestErrorsName(t *testing.T) {
 		"results.zst":        "results.errors.zst",
 		"/x/.hidden":         "/x/.hidden.errors",
 		"/tmp/run.jsonl.zst": "/tmp/run.errors.jsonl.zst",
-	} {
-		if got := errorsName(in); got != want {
-			t.Errorf("errorsName(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }
 
 // MaxOpen 2 with 7 files merges through intermediate runs, which are gone

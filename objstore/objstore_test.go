@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
@@ -25,10 +26,7 @@ import (
 func backends(t *testing.T, o S3Options) map[string]func(t *testing.T) Store {
 	return map[string]func(t *testing.T) Store{
 		"dir": func(t *testing.T) Store {
-			d, err := NewDir(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := check.Try(NewDir(t.TempDir())).Must(t, "NewDir")
 			return d
 		},
 		"s3":  func(t *testing.T) Store { return newTestS3(t, "pre/fix", o) },
@@ -57,13 +55,8 @@ func newTestS3(t *testing.T, prefix string, o S3Options) *S3 {
 	t.Helper()
 	ep, bucket := testsrv.S3(t)
 	o.Endpoint = ep
-	s, err := NewS3(context.Background(), bucket, prefix, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Check(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := check.Try(NewS3(context.Background(), bucket, prefix, o)).Must(t, "NewS3")
+	check.NoErr(t, "Check", s.Check(context.Background()))
 	return s
 }
 
@@ -71,6 +64,14 @@ func randomBytes(n int, seed int64) []byte {
 	b := make([]byte, n)
 	rand.New(rand.NewSource(seed)).Read(b)
 	return b
+}
+
+// readBack fails the test unless key reads back as want, byte for byte.
+func readBack(t *testing.T, s Store, key string, want []byte, what string) {
+	t.Helper()
+	if got := readAll(t, s, key); !bytes.Equal(got, want) {
+		t.Fatalf("%s: %s reads back %d bytes, want %d", what, key, len(got), len(want))
+	}
 }
 
 func readAll(t *testing.T, s Store, key string) []byte {
@@ -107,48 +108,25 @@ func TestStoreContract(t *testing.T) {
 			}
 
 			small := []byte("hello\n")
-			if err := s.Put(ctx, "a/small.txt", bytes.NewReader(small)); err != nil {
-				t.Fatal(err)
-			}
-			if got := readAll(t, s, "a/small.txt"); !bytes.Equal(got, small) {
-				t.Fatalf("read back %q, want %q", got, small)
-			}
+			check.NoErr(t, "Put", s.Put(ctx, "a/small.txt", bytes.NewReader(small)))
+			readBack(t, s, "a/small.txt", small, "a small put")
 			empty := []byte{}
-			if err := s.Put(ctx, "a/empty", bytes.NewReader(empty)); err != nil {
-				t.Fatal(err)
-			}
-			if got := readAll(t, s, "a/empty"); len(got) != 0 {
-				t.Fatalf("empty object read back as %d bytes", len(got))
-			}
+			check.NoErr(t, "Put", s.Put(ctx, "a/empty", bytes.NewReader(empty)))
+			readBack(t, s, "a/empty", empty, "an empty put")
 
 			// A stream of 11.5 MiB: three parts of 5 MiB (the last short).
 			big := randomBytes(11<<20+512<<10, 1)
-			if err := s.Put(ctx, "b/big.bin", onlyReader{bytes.NewReader(big)}); err != nil {
-				t.Fatal(err)
-			}
-			if got := readAll(t, s, "b/big.bin"); !bytes.Equal(got, big) {
-				t.Fatalf("big object read back differs (%d bytes, want %d)", len(got), len(big))
-			}
-			info, err := s.Stat(ctx, "b/big.bin")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info.Size != int64(len(big)) || info.ETag == "" || info.ModTime.IsZero() || info.Key != "b/big.bin" {
-				t.Fatalf("Stat = %+v", info)
-			}
+			check.NoErr(t, "Put", s.Put(ctx, "b/big.bin", onlyReader{bytes.NewReader(big)}))
+			readBack(t, s, "b/big.bin", big, "a multipart put")
+			info := check.Try(s.Stat(ctx, "b/big.bin")).Must(t, "Stat")
+			check.Fatal(t, "Stat", info, info.Size == int64(len(big)), info.ETag != "", !info.ModTime.IsZero(), info.Key == "b/big.bin")
 
 			// PutFile, multipart from a file's sections.
 			p := filepath.Join(t.TempDir(), "f.bin")
 			fileData := randomBytes(6<<20, 2)
-			if err := os.WriteFile(p, fileData, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.PutFile(ctx, "b/file.bin", p); err != nil {
-				t.Fatal(err)
-			}
-			if got := readAll(t, s, "b/file.bin"); !bytes.Equal(got, fileData) {
-				t.Fatal("PutFile: read back differs")
-			}
+			check.NoErr(t, "WriteFile", os.WriteFile(p, fileData, 0o600))
+			check.NoErr(t, "PutFile", s.PutFile(ctx, "b/file.bin", p))
+			readBack(t, s, "b/file.bin", fileData, "PutFile")
 			if _, ok := s.(*S3); ok {
 				// S3's ETag of a multipart object ends in -PARTS.
 				for key, parts := range map[string]string{"b/big.bin": "-3", "b/file.bin": "-2"} {
@@ -186,12 +164,10 @@ func TestStoreContract(t *testing.T) {
 			if _, err := s.Stat(ctx, "c/new"); !errors.Is(err, ErrNotExist) {
 				t.Fatalf("after a failed put: %v, want ErrNotExist", err)
 			}
-			if got := readAll(t, s, "a/small.txt"); !bytes.Equal(got, small) {
-				t.Fatalf("a failed put over an object changed it to %d bytes", len(got))
-			}
+			readBack(t, s, "a/small.txt", small, "a failed put over an object")
 			// Same for a cancelled put.
 			cctx, cancel := context.WithCancel(ctx)
-			err = s.Put(cctx, "c/cancelled", io.MultiReader(bytes.NewReader(big[:6<<20]), cancelReader{cancel}, bytes.NewReader(big)))
+			err := s.Put(cctx, "c/cancelled", io.MultiReader(bytes.NewReader(big[:6<<20]), cancelReader{cancel}, bytes.NewReader(big)))
 			if err == nil {
 				t.Fatal("a cancelled put succeeded")
 			}
@@ -199,40 +175,24 @@ func TestStoreContract(t *testing.T) {
 				t.Fatalf("after a cancelled put: %v, want ErrNotExist", err)
 			}
 
-			var keys []string
-			if err := s.List(ctx, "b/", func(i Info) error { keys = append(keys, i.Key); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(keys) != "[b/big.bin b/file.bin]" {
-				t.Fatalf("List b/ = %v", keys)
-			}
-			keys = nil
-			if err := s.List(ctx, "", func(i Info) error { keys = append(keys, i.Key); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(keys) != "[a/empty a/small.txt b/big.bin b/file.bin]" {
-				t.Fatalf("List all = %v", keys)
-			}
-			keys = nil
-			if err := s.List(ctx, "a/sm", func(i Info) error { keys = append(keys, i.Key); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(keys) != "[a/small.txt]" {
-				t.Fatalf("List a/sm = %v", keys)
+			for _, l := range []struct{ prefix, want string }{
+				{"b/", "[b/big.bin b/file.bin]"},
+				{"", "[a/empty a/small.txt b/big.bin b/file.bin]"},
+				{"a/sm", "[a/small.txt]"},
+			} {
+				var keys []string
+				check.NoErr(t, "List "+l.prefix, s.List(ctx, l.prefix, func(i Info) error { keys = append(keys, i.Key); return nil }))
+				check.Fatal(t, "List "+l.prefix, keys, fmt.Sprint(keys) == l.want)
 			}
 
-			if err := s.Delete(ctx, "a/small.txt"); err != nil {
-				t.Fatal(err)
-			}
+			check.NoErr(t, "Delete", s.Delete(ctx, "a/small.txt"))
 			if _, err := s.Stat(ctx, "a/small.txt"); !errors.Is(err, ErrNotExist) {
 				t.Fatalf("after Delete: %v", err)
 			}
 
 			// Fetch copies an object to a local file.
 			dst := filepath.Join(t.TempDir(), "sub", "got.bin")
-			if err := Fetch(ctx, s, "b/file.bin", dst); err != nil {
-				t.Fatal(err)
-			}
+			check.NoErr(t, "Fetch", Fetch(ctx, s, "b/file.bin", dst))
 			if got, _ := os.ReadFile(dst); !bytes.Equal(got, fileData) {
 				t.Fatal("Fetch: local copy differs")
 			}
@@ -255,10 +215,7 @@ func TestS3FailedMultipartIsAborted(t *testing.T) {
 	if err == nil {
 		t.Fatal("put succeeded")
 	}
-	ups, err := s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.bucket)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ups := check.Try(s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.bucket)})).Must(t, "ListMultipartUploads")
 	if len(ups.Uploads) != 0 {
 		t.Fatalf("%d multipart uploads left after a failed put", len(ups.Uploads))
 	}
@@ -275,9 +232,7 @@ func TestS3RangedReadRetries(t *testing.T) {
 	s := newTestS3(t, "", S3Options{RangeSize: 1 << 20, HTTPClient: &http.Client{Transport: rec}})
 	data := randomBytes(9<<20+17, 4)
 	rec.off = true
-	if err := s.Put(ctx, "in.bin", bytes.NewReader(data)); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "Put", s.Put(ctx, "in.bin", bytes.NewReader(data)))
 	rec.off = false
 	got := readAll(t, s, "in.bin")
 	if !bytes.Equal(got, data) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/splitter"
 	"github.com/sluice-batch/sluice/tracker"
@@ -29,10 +30,7 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := tracker.Open(context.Background(), filepath.Join(dir, "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := check.Try(tracker.Open(context.Background(), filepath.Join(dir, "state"))).Must(t, "Open")
 	t.Cleanup(func() { db.Close() })
 	return &env{t: t, ctx: context.Background(), db: db, dir: dir}
 }
@@ -173,9 +171,8 @@ func checkPlan(t testing.TB, r *run, want []inputLine) {
 	t.Helper()
 	cfg := r.cfg
 	lim := cfg.Limits
-	if int64(len(want)) != r.res.Requests || len(r.requests) != len(want) {
-		t.Fatalf("requests: result %d, tracker %d, valid lines %d", r.res.Requests, len(r.requests), len(want))
-	}
+	check.Fatal(t, fmt.Sprintf("requests: result, tracker; want the %d valid lines", len(want)), []int64{r.res.Requests, int64(len(r.requests))},
+		int64(len(want)) == r.res.Requests, len(r.requests) == len(want))
 	if len(r.chunks) != len(r.res.Chunks) {
 		t.Fatalf("chunks: tracker %d, result %d", len(r.chunks), len(r.res.Chunks))
 	}
@@ -186,30 +183,23 @@ func checkPlan(t testing.TB, r *run, want []inputLine) {
 	files := map[int64][]byte{}
 	var total int64
 	for i, c := range r.chunks {
-		if c.ID != int64(i+1) || c.Attempt != 1 || c.State != sluice.ChunkPending {
-			t.Errorf("chunk %d: id %d attempt %d state %s", i, c.ID, c.Attempt, c.State)
-		}
+		check.Error(t, fmt.Sprintf("chunk %d: id, attempt, state", i), c, c.ID == int64(i+1), c.Attempt == 1, c.State == sluice.ChunkPending)
 		rc := r.res.Chunks[i]
-		if rc.ID != c.ID || rc.Bytes != c.Bytes || rc.Requests != c.Requests || rc.EstTokens != c.EstTokens || rc.Path != c.Path || rc.Bound != c.Bound {
-			t.Errorf("chunk %d: result %+v, tracker %+v", c.ID, rc, c)
-		}
-		b, err := os.ReadFile(filepath.Join(cfg.Dir, c.Path))
-		if err != nil {
-			t.Fatal(err)
-		}
+		check.Error(t, fmt.Sprintf("chunk %d: result against tracker %+v", c.ID, c), rc, rc.ID == c.ID, rc.Bytes == c.Bytes, rc.Requests == c.Requests,
+			rc.EstTokens == c.EstTokens, rc.Path == c.Path, rc.Bound == c.Bound)
+		b := check.Try(os.ReadFile(filepath.Join(cfg.Dir, c.Path))).Must(t, "ReadFile")
 		files[c.ID] = b
 		total += c.Bytes
 		if int64(len(b)) != c.Bytes {
 			t.Errorf("chunk %d: file %d bytes, row says %d", c.ID, len(b), c.Bytes)
 		}
-		if lim.MaxBatchBytes > 0 && c.Bytes > lim.MaxBatchBytes {
-			t.Errorf("chunk %d: %d bytes > limit %d", c.ID, c.Bytes, lim.MaxBatchBytes)
-		}
-		if lim.MaxBatchRequests > 0 && c.Requests > lim.MaxBatchRequests {
-			t.Errorf("chunk %d: %d requests > limit %d", c.ID, c.Requests, lim.MaxBatchRequests)
-		}
-		if lim.MaxBatchTokens > 0 && c.EstTokens > lim.MaxBatchTokens {
-			t.Errorf("chunk %d: %d tokens > limit %d", c.ID, c.EstTokens, lim.MaxBatchTokens)
+		for _, b := range []struct {
+			what     string
+			max, got int64
+		}{{"bytes", lim.MaxBatchBytes, c.Bytes}, {"requests", int64(lim.MaxBatchRequests), int64(c.Requests)}, {"tokens", lim.MaxBatchTokens, c.EstTokens}} {
+			if b.max > 0 && b.got > b.max {
+				t.Errorf("chunk %d: %d %s > limit %d", c.ID, b.got, b.what, b.max)
+			}
 		}
 		env := sluice.CodecFor(cfg.Codec, c.URL).Envelope() // local: each chunk its family's
 		if n := countItems(t, env, b); n != c.Requests {
@@ -232,9 +222,7 @@ func checkPlan(t testing.TB, r *run, want []inputLine) {
 	perChunk := map[int64][]sluice.Request{}
 	for i, q := range r.requests {
 		l, ok := byLine[q.Line]
-		if !ok || q.Ordinal != int64(i) || q.CustomID != l.customID || q.Attempt != 1 || q.State != sluice.RequestPending {
-			t.Fatalf("request %+v: want line %+v ordinal %d", q, l, i)
-		}
+		check.Fatal(t, fmt.Sprintf("request, want line %+v ordinal %d", l, i), q, ok, q.Ordinal == int64(i), q.CustomID == l.customID, q.Attempt == 1, q.State == sluice.RequestPending)
 		if i > 0 && q.Line <= r.requests[i-1].Line {
 			t.Fatalf("ordinals out of line order at %d", i)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/testsrv"
 	"github.com/sluice-batch/sluice/tracker"
 )
@@ -150,59 +151,38 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	planJob(t, db, "a", 3)
 	time.Sleep(2 * time.Millisecond) // created_at orders Jobs
 	planJob(t, db, "b", 2)
-	js, err := db.Jobs(ctx)
-	if err != nil || len(js) != 2 || js[0].ID != "b" || js[1].ID != "a" {
-		t.Fatalf("Jobs = %v, %v; want b then a", js, err)
-	}
-	if js[1].Requests != 3 || js[1].Fingerprint.Hash != "h" || !js[1].Fingerprint.ModTime.Equal(time.Unix(5, 0)) ||
-		js[1].MaxAttempts != 3 || js[1].ProviderFiles != sluice.ProviderFilesLive {
-		t.Errorf("job a as read back: %+v", js[1])
-	}
+	js := check.Try(db.Jobs(ctx)).Must(t, "Jobs")
+	check.Fatal(t, "Jobs, want b then a", js, len(js) == 2)
+	check.Fatal(t, "Jobs, want b then a", js, js[0].ID == "b", js[1].ID == "a")
+	check.Error(t, "job a as read back", js[1], js[1].Requests == 3, js[1].Fingerprint.Hash == "h", js[1].Fingerprint.ModTime.Equal(time.Unix(5, 0)),
+		js[1].MaxAttempts == 3, js[1].ProviderFiles == sluice.ProviderFilesLive)
 	if _, err := db.Job(ctx, "nope"); !errors.Is(err, tracker.ErrNotFound) {
 		t.Errorf("Job(nope): %v, want ErrNotFound", err)
 	}
-	if err := db.SetJobOutput(ctx, "a", "/out.jsonl"); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "SetJobOutput", db.SetJobOutput(ctx, "a", "/out.jsonl"))
 	fp := sluice.Fingerprint{Size: 11, ModTime: time.Unix(6, 7), Hash: "h2"}
-	if err := db.UpdateFingerprint(ctx, "a", fp); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "UpdateFingerprint", db.UpdateFingerprint(ctx, "a", fp))
 	lim := sluice.Limits{MaxBatchRequests: 7, MaxBatchBytes: 1 << 20}
-	if err := db.SetJobSettings(ctx, "a", lim, 5); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.SetProviderFiles(ctx, "a", sluice.ProviderFilesKept); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "SetJobSettings", db.SetJobSettings(ctx, "a", lim, 5))
+	check.NoErr(t, "SetProviderFiles", db.SetProviderFiles(ctx, "a", sluice.ProviderFilesKept))
 	if err := db.SetProviderFiles(ctx, "a", "bogus"); err == nil {
 		t.Error("an unknown provider_files state was accepted")
 	}
 	usd := 12.5
-	if err := db.SetMaxCost(ctx, "a", &usd); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := db.MaxCost(ctx, "a"); err != nil || v == nil || *v != 12.5 {
-		t.Errorf("MaxCost = %v, %v; want 12.5", v, err)
-	}
-	if v, err := db.MaxCost(ctx, "b"); err != nil || v != nil {
-		t.Errorf("MaxCost of b = %v, %v; want none", v, err)
-	}
-	a, err := db.Job(ctx, "a")
-	if err != nil || a.Output != "/out.jsonl" || a.Fingerprint.Size != 11 || !a.Fingerprint.ModTime.Equal(fp.ModTime) ||
-		a.Fingerprint.Hash != "h2" || a.Limits.MaxBatchRequests != 7 || a.MaxAttempts != 5 || a.ProviderFiles != sluice.ProviderFilesKept {
-		t.Fatalf("job a after the writes: %+v, %v", a, err)
-	}
+	check.NoErr(t, "SetMaxCost", db.SetMaxCost(ctx, "a", &usd))
+	v, err := db.MaxCost(ctx, "a")
+	check.Error(t, "MaxCost, want 12.5", fmt.Sprint(v, err), err == nil, check.Deref(v) == 12.5)
+	v, err = db.MaxCost(ctx, "b")
+	check.Error(t, "MaxCost of b, want none", fmt.Sprint(v, err), err == nil, v == nil)
+	a := check.Try(db.Job(ctx, "a")).Must(t, "job a after the writes")
+	check.Fatal(t, "job a after the writes", a, a.Output == "/out.jsonl", a.Fingerprint.Size == 11, a.Fingerprint.ModTime.Equal(fp.ModTime),
+		a.Fingerprint.Hash == "h2", a.Limits.MaxBatchRequests == 7, a.MaxAttempts == 5, a.ProviderFiles == sluice.ProviderFilesKept)
 	if _, err := db.CancelJob(ctx, "a", sluice.JobRunning); !errors.Is(err, tracker.ErrConflict) {
 		t.Errorf("cancel from the wrong state: %v, want a conflict", err)
 	}
-	at, err := db.CancelJob(ctx, "a", sluice.JobPlanned)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, _ := db.Job(ctx, "a"); a.State != sluice.JobCancelled || !a.CancelRequestedAt.Equal(at) {
-		t.Errorf("after cancel: %s at %v, want cancelled at %v", a.State, a.CancelRequestedAt, at)
-	}
+	at := check.Try(db.CancelJob(ctx, "a", sluice.JobPlanned)).Must(t, "CancelJob")
+	a, _ = db.Job(ctx, "a")
+	check.Error(t, fmt.Sprintf("after cancel, want cancelled at %v", at), a, a.State == sluice.JobCancelled, a.CancelRequestedAt.Equal(at))
 
 	// A chunk's batch becomes known; usage teaches the estimates; a retry
 	// counts.
@@ -214,9 +194,7 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	c.State = sluice.ChunkCreating // the intent, then the batch's id: the table's moves
 	err = db.UpdateChunk(ctx, c, sluice.ChunkPending)
 	c.State, c.BatchID = sluice.ChunkSubmitted, "batch_1"
-	if err := errors.Join(err, db.UpdateChunk(ctx, c, sluice.ChunkCreating)); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "UpdateChunk", errors.Join(err, db.UpdateChunk(ctx, c, sluice.ChunkCreating)))
 	if !db.BatchKnown(ctx, "batch_1") {
 		t.Error("BatchKnown after a chunk recorded it")
 	}
@@ -225,66 +203,40 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 		Outcomes:  []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}},
 		Moved:     []sluice.Request{{Ordinal: 1, Chunk: 2, Index: 0, Offset: 0, Length: 5, Attempt: 2}},
 		NewChunks: []*sluice.Chunk{{ID: 2, Attempt: 2, URL: "u", Model: "m", Path: "p2", Requests: 1, State: sluice.ChunkPending}}}
-	if err := db.FinishChunk(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := db.RetriedRequests(ctx, "b"); n != 1 || err != nil {
-		t.Errorf("RetriedRequests = %d, %v; want 1", n, err)
-	}
+	check.NoErr(t, "FinishChunk", db.FinishChunk(ctx, f))
+	n, err := db.RetriedRequests(ctx, "b")
+	check.Error(t, "RetriedRequests, want 1", fmt.Sprint(n, err), n == 1, err == nil)
 	l, err := db.Learned(ctx)
-	if err != nil || l["m"] != (sluice.Learned{EstTokens: 100, InputTokens: 90, OutputTokens: 40}) {
-		t.Errorf("Learned = %+v, %v", l, err)
-	}
+	check.Error(t, "Learned", fmt.Sprint(l, err), err == nil, l["m"] == (sluice.Learned{EstTokens: 100, InputTokens: 90, OutputTokens: 40}))
 	cs, _ = db.Chunks(ctx, "b")
-	if len(cs) != 2 || cs[0].State != sluice.ChunkDone || cs[0].InputTokens != 90 || cs[1].Attempt != 2 || cs[1].Path != "p2" {
-		t.Errorf("chunks of b after the finish: %+v %+v", cs[0], cs[1])
-	}
+	check.Fatal(t, "chunks of b after the finish", cs, len(cs) == 2)
+	check.Error(t, "chunks of b after the finish", cs, cs[0].State == sluice.ChunkDone, cs[0].InputTokens == 90, cs[1].Attempt == 2, cs[1].Path == "p2")
 	var got []string
 	db.ChunkRequests(ctx, "b", 2, func(r *sluice.Request) error {
 		got = append(got, fmt.Sprintf("%d:%s:%d:%d:%s", r.Ordinal, r.CustomID, r.Attempt, r.Length, r.State))
 		return nil
 	})
-	if strings.Join(got, " ") != "1:id-b:2:5:pending" {
-		t.Errorf("requests of chunk 2: %v", got)
-	}
+	check.Error(t, "requests of chunk 2", got, strings.Join(got, " ") == "1:id-b:2:5:pending")
 
 	// Reuse sources are recorded with a plan and go with its job.
-	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "c", Provider: "openai", Input: "/c", Dir: t.TempDir(),
-		ModelMap: "a=b,c=d", DefaultMaxTokens: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AddRequests([]sluice.Request{{Ordinal: 0, Line: 1, CustomID: "x", Chunk: 0}, {Ordinal: 1, Line: 2, CustomID: "y", Chunk: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetReused(1, map[string]int64{"b": 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Commit(ctx, sluice.Fingerprint{}, 2, 0); err != nil {
-		t.Fatal(err)
-	}
+	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: "c", Provider: "openai", Input: "/c", Dir: t.TempDir(),
+		ModelMap: "a=b,c=d", DefaultMaxTokens: 64})).Must(t, "BeginPlan")
+	check.NoErr(t, "AddRequests", p.AddRequests([]sluice.Request{{Ordinal: 0, Line: 1, CustomID: "x", Chunk: 0}, {Ordinal: 1, Line: 2, CustomID: "y", Chunk: 1}}))
+	check.NoErr(t, "SetReused", p.SetReused(1, map[string]int64{"b": 1}))
+	check.NoErr(t, "Commit", p.Commit(ctx, sluice.Fingerprint{}, 2, 0))
 	src, err := db.ReuseSources(ctx, "c")
 	st, _ := db.RequestStates(ctx, "c")
-	if err != nil || src["b"] != 1 || len(src) != 1 || st[sluice.RequestSucceeded] != 1 || st[sluice.RequestPending] != 1 {
-		t.Errorf("reuse of c: sources %v %v, states %v", src, err, st)
-	}
-	if j, _ := db.Job(ctx, "c"); j.Reused != 1 || j.State != sluice.JobPlanned {
-		t.Errorf("job c: reused %d, state %s", j.Reused, j.State)
-	}
+	check.Error(t, "reuse of c: sources, error, states", fmt.Sprint(src, err, st), err == nil, src["b"] == 1, len(src) == 1,
+		st[sluice.RequestSucceeded] == 1, st[sluice.RequestPending] == 1)
+	j, _ := db.Job(ctx, "c")
+	check.Error(t, "job c: reused, state", j, j.Reused == 1, j.State == sluice.JobPlanned)
 	// What else shaped the plan reads back; a job planned before it was
 	// recorded (NULL) reads as unknown.
-	if j, _ := db.Job(ctx, "c"); j.ModelMap != "a=b,c=d" || j.DefaultMaxTokens != 64 || !j.PlanFlagsKnown {
-		t.Errorf("job c's plan flags: %q %d known %v", j.ModelMap, j.DefaultMaxTokens, j.PlanFlagsKnown)
-	}
-	if err := db.exec(`UPDATE jobs SET model_map = NULL, default_max_tokens = NULL WHERE id = 'c'`); err != nil {
-		t.Fatal(err)
-	}
-	if j, _ := db.Job(ctx, "c"); j.PlanFlagsKnown || j.ModelMap != "" {
-		t.Errorf("job c planned before the flags were recorded: %q known %v", j.ModelMap, j.PlanFlagsKnown)
-	}
-	if err := db.DeleteJob(ctx, "c"); err != nil {
-		t.Fatal(err)
-	}
+	check.Error(t, "job c's plan flags", j, j.ModelMap == "a=b,c=d", j.DefaultMaxTokens == 64, j.PlanFlagsKnown)
+	check.NoErr(t, "clear the plan flags", db.exec(`UPDATE jobs SET model_map = NULL, default_max_tokens = NULL WHERE id = 'c'`))
+	j, _ = db.Job(ctx, "c")
+	check.Error(t, "job c planned before the flags were recorded", j, !j.PlanFlagsKnown, j.ModelMap == "")
+	check.NoErr(t, "DeleteJob", db.DeleteJob(ctx, "c"))
 	if src, _ := db.ReuseSources(ctx, "c"); len(src) != 0 {
 		t.Errorf("reuse sources survive their job: %v", src)
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/sluice-batch/sluice/internal/check"
 )
 
 // TestStatementsNamedInGoExist: every statement the package names
@@ -51,15 +53,11 @@ func TestStatementsNamedInGoExist(t *testing.T) {
 // TestNumbered: PostgreSQL's driver numbers ? placeholders in order,
 // leaving quoted text alone.
 func TestNumbered(t *testing.T) {
-	for in, want := range map[string]string{
+	check.Table(t, "numbered", numbered, map[string]string{
 		`UPDATE t SET a = ?, b = '?' WHERE c = ? AND d = "x?"`: `UPDATE t SET a = $1, b = '?' WHERE c = $2 AND d = "x?"`,
 		`SELECT 1`:               `SELECT 1`,
 		`SELECT $1 FROM t`:       `SELECT $1 FROM t`,
 		`IN (?, ?, ?) AND x=?`:   `IN ($1, $2, $3) AND x=$4`,
 		`WHERE s = 'it''s' OR ?`: `WHERE s = 'it''s' OR $1`,
-	} {
-		if got := numbered(in); got != want {
-			t.Errorf("numbered(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -17,27 +18,15 @@ import (
 func planKeyed(t *testing.T, db *tracker.DB, id string, keys [][]byte) *sluice.Chunk {
 	t.Helper()
 	ctx := context.Background()
-	p, err := db.BeginPlan(ctx, &sluice.Job{ID: id, Provider: "openai", Input: "/" + id, Dir: t.TempDir(), MaxAttempts: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: id, Provider: "openai", Input: "/" + id, Dir: t.TempDir(), MaxAttempts: 3})).Must(t, "BeginPlan")
 	rs := make([]sluice.Request, len(keys))
 	for i := range rs {
 		rs[i] = sluice.Request{Ordinal: int64(i), Line: int64(i + 1), CustomID: fmt.Sprint(id, "-", i), Chunk: 1, Index: i, BodyKey: keys[i]}
 	}
-	if err := p.AddRequests(rs); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AddChunk(&sluice.Chunk{ID: 1, URL: "/v1/chat/completions", Model: "m", Path: "chunks/c1", Requests: len(keys)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Commit(ctx, sluice.Fingerprint{Size: 1, ModTime: time.Unix(1, 0)}, int64(len(keys)), 0); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := db.Chunks(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "AddRequests", p.AddRequests(rs))
+	check.NoErr(t, "AddChunk", p.AddChunk(&sluice.Chunk{ID: 1, URL: "/v1/chat/completions", Model: "m", Path: "chunks/c1", Requests: len(keys)}))
+	check.NoErr(t, "Commit", p.Commit(ctx, sluice.Fingerprint{Size: 1, ModTime: time.Unix(1, 0)}, int64(len(keys)), 0))
+	cs := check.Try(db.Chunks(ctx, id)).Must(t, "Chunks")
 	c := cs[0]
 	c.State, c.ResultsPath = sluice.ChunkDone, "results/c000001-a1.results"
 	return c
@@ -95,9 +84,7 @@ func TestFinishChunkNamesTheRequestAtFault(t *testing.T) {
 	}
 	// Then the right finish lands whole.
 	cc = *c
-	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: outcomes()}); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "FinishChunk", db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending, Outcomes: outcomes()}))
 	st, _ := db.RequestStates(ctx, "j")
 	if st[sluice.RequestFailed] != (n+2)/3 || st[sluice.RequestSucceeded] != n-(n+2)/3 || st[sluice.RequestPending] != 0 {
 		t.Errorf("states after finish: %v", st)
@@ -191,9 +178,7 @@ func TestLedgerFoldedAtTheNextPlan(t *testing.T) {
 		t.Errorf("ledger: %s\nwant   %s", got, want)
 	}
 	var unfolded int
-	if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM chunks WHERE answers IS NOT NULL`).Scan(&unfolded); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "SQL", db.SQL().QueryRow(`SELECT COUNT(*) FROM chunks WHERE answers IS NOT NULL`).Scan(&unfolded))
 	if unfolded != 0 {
 		t.Errorf("%d finished chunks left unfolded", unfolded)
 	}
@@ -236,24 +221,15 @@ func TestSettledOnTheChunk(t *testing.T) {
 				}
 			}
 			f.NewChunks = []*sluice.Chunk{{Attempt: 2, URL: "/v1/chat/completions", Model: "m", Path: "chunks/c2", Requests: 2, State: sluice.ChunkPending}}
-			if err := db.FinishChunk(ctx, f); err != nil {
-				t.Fatal(err)
-			}
+			check.NoErr(t, "FinishChunk", db.FinishChunk(ctx, f))
 			var settled int
 			var onDisk int64
-			if err := db.SQL().QueryRow(`SELECT requests_settled FROM chunks WHERE id = 1`).Scan(&settled); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM requests WHERE chunk_id = 1`).Scan(&onDisk); err != nil {
-				t.Fatal(err)
-			}
+			check.NoErr(t, "SQL", db.SQL().QueryRow(`SELECT requests_settled FROM chunks WHERE id = 1`).Scan(&settled))
+			check.NoErr(t, "SQL", db.SQL().QueryRow(`SELECT COUNT(*) FROM requests WHERE chunk_id = 1`).Scan(&onDisk))
 			if settled != tc.settled || onDisk != tc.rows {
 				t.Errorf("requests_settled %d with %d rows of chunk 1 on disk, want %d and %d", settled, onDisk, tc.settled, tc.rows)
 			}
-			st, err := db.RequestStates(ctx, "j")
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := check.Try(db.RequestStates(ctx, "j")).Must(t, "RequestStates")
 			succ := int64(n - 4)
 			if tc.skip >= 0 {
 				succ--
@@ -295,15 +271,13 @@ func TestSettledOnTheChunk(t *testing.T) {
 				t.Fatal(err)
 			}
 			cc := *c
-			err = db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending,
+			err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending,
 				Outcomes: []sluice.Outcome{{Ordinal: 6, State: sluice.RequestSucceeded}}})
 			if !errors.Is(err, tracker.ErrConflict) || !strings.Contains(err.Error(), "request #6 of chunk 1 ") {
 				t.Errorf("a second finish: %v, want a conflict naming request #6", err)
 			}
 			// One that names no request lands, and the requests' record stays.
-			if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending}); err != nil {
-				t.Fatal(err)
-			}
+			check.NoErr(t, "FinishChunk", db.FinishChunk(ctx, &sluice.Finish{Chunk: &cc, From: sluice.ChunkPending}))
 			if again, _ := db.RequestStates(ctx, "j"); fmt.Sprint(again) != fmt.Sprint(want) {
 				t.Errorf("states after a second finish naming nothing: %v, want %v", again, want)
 			}

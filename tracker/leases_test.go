@@ -54,33 +54,28 @@ func testClaimChunkIsExclusiveUntilItExpires(t *testing.T, db *testDB) {
 	planJob(t, db, "j", 2)
 	register(t, db, "j", "a", "b")
 	ttl := 30 * time.Second
-	if !claim(t, db, "j", 1, "a", ttl) {
-		t.Fatal("a could not claim a free chunk")
-	}
-	if claim(t, db, "j", 1, "b", ttl) {
-		t.Fatal("b claimed a chunk a holds")
-	}
-	if !claim(t, db, "j", 2, "b", ttl) {
-		t.Fatal("b could not claim another chunk")
-	}
-	clk.add(20 * time.Second)
-	if !claim(t, db, "j", 1, "a", ttl) {
-		t.Fatal("a could not renew its own lease")
-	}
-	clk.add(29 * time.Second) // 49s: a's renewed lease runs to 50s
-	if claim(t, db, "j", 1, "b", ttl) {
-		t.Fatal("b claimed a renewed lease before it expired")
-	}
-	clk.add(time.Second) // 50s: expired
-	if !claim(t, db, "j", 1, "b", ttl) {
-		t.Fatal("b could not claim an expired lease")
-	}
-	if claim(t, db, "j", 1, "a", ttl) {
-		t.Fatal("a took back a lease b holds now")
-	}
-	// Another job's chunk 1 is another lease.
-	if !claim(t, db, "other", 1, "a", ttl) {
-		t.Fatal("a chunk of another job with the same id was refused")
+	for _, step := range []struct {
+		after  time.Duration // on the clock before the claim
+		job    string
+		chunk  int64
+		worker string
+		want   bool
+		whyNot string // the failure when the claim does not answer want
+	}{
+		{0, "j", 1, "a", true, "a could not claim a free chunk"},
+		{0, "j", 1, "b", false, "b claimed a chunk a holds"},
+		{0, "j", 2, "b", true, "b could not claim another chunk"},
+		{20 * time.Second, "j", 1, "a", true, "a could not renew its own lease"},
+		{29 * time.Second, "j", 1, "b", false, "b claimed a renewed lease before it expired"}, // 49s: a's renewed lease runs to 50s
+		{time.Second, "j", 1, "b", true, "b could not claim an expired lease"},                // 50s: expired
+		{0, "j", 1, "a", false, "a took back a lease b holds now"},
+		// Another job's chunk 1 is another lease.
+		{0, "other", 1, "a", true, "a chunk of another job with the same id was refused"},
+	} {
+		clk.add(step.after)
+		if claim(t, db, step.job, step.chunk, step.worker, ttl) != step.want {
+			t.Fatal(step.whyNot)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -73,9 +74,7 @@ func TestOutbox(t *testing.T) {
 			if err := ob.SettleNotification(ctx, c, owner, tracker.NoteDelivered, time.Time{}, ""); err == nil {
 				t.Fatal("the first sender settled a row it no longer holds")
 			}
-			if err := ob.SettleNotification(ctx, c2, "c", tracker.NoteDelivered, time.Time{}, ""); err != nil {
-				t.Fatal(err)
-			}
+			check.NoErr(t, "SettleNotification", ob.SettleNotification(ctx, c2, "c", tracker.NoteDelivered, time.Time{}, ""))
 			if again, _ := ob.ClaimNotification(ctx, []string{"d1"}, "d", time.Minute); again != nil {
 				t.Fatalf("a delivered event claimed again: %+v", again)
 			}
@@ -87,9 +86,7 @@ func TestOutbox(t *testing.T) {
 			n.ID = "evt_2"
 			ob.RecordNotification(ctx, n)
 			c3, _ := ob.ClaimNotification(ctx, []string{"d1"}, "e", time.Minute)
-			if err := ob.SettleNotification(ctx, c3, "e", tracker.NotePending, now.Add(5*time.Second), "503"); err != nil {
-				t.Fatal(err)
-			}
+			check.NoErr(t, "SettleNotification", ob.SettleNotification(ctx, c3, "e", tracker.NotePending, now.Add(5*time.Second), "503"))
 			if early, _ := ob.ClaimNotification(ctx, []string{"d1"}, "e", time.Minute); early != nil {
 				t.Fatal("claimed before its backoff")
 			}
@@ -170,9 +167,7 @@ func testRealtimeCalls(t *testing.T, db *testDB) {
 	}
 	answer := sluice.RealtimeCall{Chunk: 3, Index: 1, Kind: sluice.ResultKind(1), Line: []byte(`{"id":"x"}`),
 		Usage: sluice.Usage{InputTokens: 7, OutputTokens: 5}}
-	if err := db.RealtimeAnswer(ctx, "j", answer); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "RealtimeAnswer", db.RealtimeAnswer(ctx, "j", answer))
 	if err := db.RealtimeAnswer(ctx, "j", answer); !errors.Is(err, tracker.ErrConflict) {
 		t.Errorf("a second answer of 3/1: %v, want ErrConflict", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/tracker"
 )
 
@@ -22,10 +23,7 @@ import (
 func TestPlanIsPagedNotRows(t *testing.T) {
 	ctx := context.Background()
 	db := open(t)
-	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir(), MaxAttempts: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir(), MaxAttempts: 3})).Must(t, "BeginPlan")
 	const n = 2500
 	var planned []sluice.Request
 	idx := map[int64]int{}
@@ -44,32 +42,20 @@ func TestPlanIsPagedNotRows(t *testing.T) {
 		planned = append(planned, r)
 	}
 	for i := 0; i < n; i += 300 {
-		if err := p.AddRequests(planned[i:min(n, i+300)]); err != nil {
-			t.Fatal(err)
-		}
+		check.NoErr(t, "AddRequests", p.AddRequests(planned[i:min(n, i+300)]))
 	}
 	for _, c := range []int64{1, 2} {
-		if err := p.AddChunk(&sluice.Chunk{ID: c, URL: "/v1/chat/completions", Model: "m", Path: fmt.Sprint("chunks/c", c), Requests: idx[c]}); err != nil {
-			t.Fatal(err)
-		}
+		check.NoErr(t, "AddChunk", p.AddChunk(&sluice.Chunk{ID: c, URL: "/v1/chat/completions", Model: "m", Path: fmt.Sprint("chunks/c", c), Requests: idx[c]}))
 	}
-	if err := p.SetReused(int64(idx[0]), map[string]int64{"old": int64(idx[0])}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Commit(ctx, sluice.Fingerprint{Size: 1, ModTime: time.Unix(1, 0)}, n, 0); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "SetReused", p.SetReused(int64(idx[0]), map[string]int64{"old": int64(idx[0])}))
+	check.NoErr(t, "Commit", p.Commit(ctx, sluice.Fingerprint{Size: 1, ModTime: time.Unix(1, 0)}, n, 0))
 	var rows, pages int
 	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests`).Scan(&rows)
 	db.SQL().QueryRow(`SELECT COUNT(*) FROM request_pages`).Scan(&pages)
-	if rows != 0 || pages != 3 {
-		t.Fatalf("%d request rows and %d pages, want 0 and 3", rows, pages)
-	}
+	check.Fatal(t, "request rows and pages, want 0 and 3", []int{rows, pages}, rows == 0, pages == 3)
 	var first, last, paged int64
 	db.SQL().QueryRow(`SELECT first_ordinal, last_ordinal, paged FROM chunks WHERE id = 2`).Scan(&first, &last, &paged)
-	if first != 1 || last != 2499 || paged != int64(idx[2]) {
-		t.Errorf("chunk 2's span %d..%d of %d, want 1..2499 of %d", first, last, paged, idx[2])
-	}
+	check.Error(t, fmt.Sprintf("chunk 2's span and count, want 1..2499 of %d", idx[2]), []int64{first, last, paged}, first == 1, last == 2499, paged == int64(idx[2]))
 
 	want := func(chunk int64) []sluice.Request {
 		var out []sluice.Request
@@ -99,20 +85,15 @@ func TestPlanIsPagedNotRows(t *testing.T) {
 		}
 	}
 	var ids []string
-	if err := db.Expected(ctx, "j", func(o int64, id string) bool {
-		if o != int64(len(ids)) {
-			t.Fatalf("expected ordinal %d after %d", o, len(ids))
-		}
+	check.NoErr(t, "Expected", db.Expected(ctx, "j", func(o int64, id string) bool {
+		check.Fatal(t, fmt.Sprintf("expected ordinal after %d", len(ids)), o, o == int64(len(ids)))
 		ids = append(ids, id)
 		return true
-	}); err != nil || len(ids) != n || ids[n-1] != "id-2499" {
-		t.Fatalf("Expected: %d ids, last %q, %v", len(ids), ids[len(ids)-1], err)
-	}
+	}))
+	check.Fatal(t, "Expected: ids", len(ids), len(ids) == n)
+	check.Fatal(t, "Expected: last id", ids[n-1], ids[n-1] == "id-2499")
 	states := func() string {
-		st, err := db.RequestStates(ctx, "j")
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := check.Try(db.RequestStates(ctx, "j")).Must(t, "RequestStates")
 		return fmt.Sprint(st)
 	}
 	if got, w := states(), fmt.Sprint(map[sluice.RequestState]int64{sluice.RequestPending: int64(idx[1] + idx[2]),
@@ -138,9 +119,7 @@ func TestPlanIsPagedNotRows(t *testing.T) {
 			f.Outcomes = append(f.Outcomes, sluice.Outcome{Ordinal: r.Ordinal, State: sluice.RequestSucceeded, Offset: int64(i), Length: 1})
 		}
 	}
-	if err := db.FinishChunk(ctx, f); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "FinishChunk", db.FinishChunk(ctx, f))
 	db.SQL().QueryRow(`SELECT COUNT(*) FROM requests`).Scan(&rows)
 	if rows != 5 {
 		t.Errorf("%d request rows after the finish, want 5 (2 moved, 3 failed)", rows)
@@ -150,38 +129,30 @@ func TestPlanIsPagedNotRows(t *testing.T) {
 		t.Errorf("states after the finish %s, want %s", got, w)
 	}
 	got := read(3)
-	if len(got) != 2 || got[0].CustomID != c1[0].CustomID || got[1].Attempt != 2 || got[1].Line != c1[1].Line ||
-		got[1].Tokens != c1[1].Tokens || got[1].Offset != 10 {
-		t.Errorf("the retry chunk reads %v", got)
-	}
-	if n, err := db.RetriedRequests(ctx, "j"); n != 2 || err != nil {
-		t.Errorf("retried %d %v, want 2", n, err)
-	}
+	check.Fatal(t, "the retry chunk reads", got, len(got) == 2)
+	check.Error(t, "the retry chunk reads", got, got[0].CustomID == c1[0].CustomID, got[1].Attempt == 2, got[1].Line == c1[1].Line,
+		got[1].Tokens == c1[1].Tokens, got[1].Offset == 10)
+	retried, err := db.RetriedRequests(ctx, "j")
+	check.Error(t, "retried, want 2", fmt.Sprint(retried, err), retried == 2, err == nil)
 	byState := map[sluice.RequestState]int{}
 	for _, r := range read(1) {
 		byState[r.State]++
 	}
-	if byState[sluice.RequestFailed] != 3 || byState[sluice.RequestSucceeded] != len(c1)-5 || len(read(1)) != len(c1)-2 {
-		t.Errorf("chunk 1 after the finish: %v", byState)
-	}
+	check.Error(t, "chunk 1 after the finish", byState, byState[sluice.RequestFailed] == 3, byState[sluice.RequestSucceeded] == len(c1)-5, len(read(1)) == len(c1)-2)
 	// Requests: every request once, in order, with its record.
 	var all []sluice.Request
-	if err := db.Requests(ctx, "j", func(r *sluice.Request) error { all = append(all, *r); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != n || all[c1[0].Ordinal].Chunk != 3 || string(all[c1[1].Ordinal].BodyKey) != string(c1[1].BodyKey) || all[c1[2].Ordinal].State != sluice.RequestFailed ||
-		all[c1[9].Ordinal].State != sluice.RequestSucceeded || all[0].State != sluice.RequestSucceeded || all[1].State != sluice.RequestPending {
-		t.Errorf("Requests: %d, moved %+v, failed %+v", len(all), all[c1[0].Ordinal], all[c1[2].Ordinal])
-	}
+	check.NoErr(t, "Requests", db.Requests(ctx, "j", func(r *sluice.Request) error { all = append(all, *r); return nil }))
+	check.Fatal(t, "Requests", len(all), len(all) == n)
+	check.Error(t, "Requests: moved, failed", []sluice.Request{all[c1[0].Ordinal], all[c1[2].Ordinal]}, all[c1[0].Ordinal].Chunk == 3,
+		string(all[c1[1].Ordinal].BodyKey) == string(c1[1].BodyKey), all[c1[2].Ordinal].State == sluice.RequestFailed,
+		all[c1[9].Ordinal].State == sluice.RequestSucceeded, all[0].State == sluice.RequestSucceeded, all[1].State == sluice.RequestPending)
 	// A second finish of chunk 1's requests is a conflict.
 	ch.State = sluice.ChunkDone
 	db.SQL().Exec(`UPDATE chunks SET state = 'pending' WHERE id = 1`)
 	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: ch, From: sluice.ChunkPending, Outcomes: f.Outcomes[:1]}); err == nil {
 		t.Error("a second finish of the same requests was taken")
 	}
-	if err := db.DeleteJob(ctx, "j"); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "DeleteJob", db.DeleteJob(ctx, "j"))
 	db.SQL().QueryRow(`SELECT COUNT(*) FROM request_pages`).Scan(&pages)
 	if pages != 0 {
 		t.Errorf("%d pages left after DeleteJob", pages)
@@ -292,29 +263,20 @@ func TestPagedFinishRefusesLookalikes(t *testing.T) {
 	// Two interleaved chunks: 1 holds {1,5,6,8}, 2 holds {0,2,3,4,7};
 	// {2,3,7,8} has chunk 1's count, sum (20) and sum of squares (126).
 	db = open(t)
-	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "k", Provider: "openai", Input: "/k", Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: "k", Provider: "openai", Input: "/k", Dir: t.TempDir()})).Must(t, "BeginPlan")
 	idx := map[int64]int{}
 	for o := int64(0); o < 9; o++ {
 		ch := int64(2)
 		if o == 1 || o == 5 || o == 6 || o == 8 {
 			ch = 1
 		}
-		if err := p.AddRequest(&sluice.Request{Ordinal: o, Line: o + 1, CustomID: fmt.Sprint("x", o), Chunk: ch, Index: idx[ch]}); err != nil {
-			t.Fatal(err)
-		}
+		check.NoErr(t, "AddRequest", p.AddRequest(&sluice.Request{Ordinal: o, Line: o + 1, CustomID: fmt.Sprint("x", o), Chunk: ch, Index: idx[ch]}))
 		idx[ch]++
 	}
 	for _, ch := range []int64{1, 2} {
-		if err := p.AddChunk(&sluice.Chunk{ID: ch, URL: "/v1/chat/completions", Model: fmt.Sprint("m", ch), Path: fmt.Sprint("c", ch), Requests: idx[ch]}); err != nil {
-			t.Fatal(err)
-		}
+		check.NoErr(t, "AddChunk", p.AddChunk(&sluice.Chunk{ID: ch, URL: "/v1/chat/completions", Model: fmt.Sprint("m", ch), Path: fmt.Sprint("c", ch), Requests: idx[ch]}))
 	}
-	if err := p.Commit(ctx, sluice.Fingerprint{}, 9, 0); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "Commit", p.Commit(ctx, sluice.Fingerprint{}, 9, 0))
 	cs, _ := db.Chunks(ctx, "k")
 	c1 := *cs[0]
 	c1.State = sluice.ChunkDone
@@ -332,9 +294,7 @@ func TestPagedFinishRefusesLookalikes(t *testing.T) {
 	}
 	c1 = *cs[0]
 	c1.State = sluice.ChunkDone
-	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: &c1, From: sluice.ChunkPending, Outcomes: succ(8, 1, 6, 5)}); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "FinishChunk", db.FinishChunk(ctx, &sluice.Finish{Chunk: &c1, From: sluice.ChunkPending, Outcomes: succ(8, 1, 6, 5)}))
 	if s := settled(db, 1); s != 2 {
 		t.Errorf("chunk 1 settled %d, want 2", s)
 	}
@@ -345,15 +305,10 @@ func TestPagedFinishRefusesLookalikes(t *testing.T) {
 func TestPlanRefusesOrdinalsOutOfOrder(t *testing.T) {
 	ctx := context.Background()
 	db := open(t)
-	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/j", Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/j", Dir: t.TempDir()})).Must(t, "BeginPlan")
 	defer p.Abort(ctx)
 	for _, o := range []int64{0, 1, 2} {
-		if err := p.AddRequest(&sluice.Request{Ordinal: o, Line: o + 1, CustomID: fmt.Sprint("x", o), Chunk: 1}); err != nil {
-			t.Fatal(err)
-		}
+		check.NoErr(t, "AddRequest", p.AddRequest(&sluice.Request{Ordinal: o, Line: o + 1, CustomID: fmt.Sprint("x", o), Chunk: 1}))
 	}
 	for _, o := range []int64{1, 2} {
 		if err := p.AddRequest(&sluice.Request{Ordinal: o, Line: 9, CustomID: "y", Chunk: 1}); err == nil {

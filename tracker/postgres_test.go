@@ -107,46 +107,37 @@ func TestPostgresSchemaMirrorsSQLite(t *testing.T) {
 	ctx := context.Background()
 	lite := open(t)
 	pg := openPostgres(t, testsrv.Postgres(t))
-	cols := func(q string, scan func() ([]string, error)) map[string]bool {
-		names, err := scan()
+	// cols reads the one text column of rows into a set.
+	cols := func(q string, rows interface {
+		Next() bool
+		Scan(...any) error
+		Err() error
+	}, err error) map[string]bool {
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 		m := map[string]bool{}
-		for _, n := range names {
-			m[n] = true
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			m[s] = true
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", q, err)
 		}
 		return m
 	}
-	pgCols := cols("pg", func() ([]string, error) {
-		rows, err := pg.Pool().Query(ctx, `SELECT table_name || '.' || column_name FROM information_schema.columns WHERE table_schema = 'public'`)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			rows.Scan(&s)
-			out = append(out, s)
-		}
-		return out, rows.Err()
-	})
-	liteCols := cols("sqlite", func() ([]string, error) {
-		rows, err := lite.SQL().Query(`SELECT m.name || '.' || p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
+	pgRows, err := pg.Pool().Query(ctx, `SELECT table_name || '.' || column_name FROM information_schema.columns WHERE table_schema = 'public'`)
+	if err == nil {
+		defer pgRows.Close()
+	}
+	pgCols := cols("pg", pgRows, err)
+	liteRows, err := lite.SQL().Query(`SELECT m.name || '.' || p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
 			WHERE m.type = 'table' AND m.name NOT IN ('schema_version')`)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			rows.Scan(&s)
-			out = append(out, s)
-		}
-		return out, rows.Err()
-	})
+	if err == nil {
+		defer liteRows.Close()
+	}
+	liteCols := cols("sqlite", liteRows, err)
 	if len(liteCols) < 50 {
 		t.Fatalf("only %d SQLite columns found", len(liteCols))
 	}

@@ -125,6 +125,16 @@ func MultipartUpload(name, purpose string, data []byte) ([]byte, string) {
 	return buf.Bytes(), mw.FormDataContentType()
 }
 
+// AnthropicError is the body of an Anthropic error answer.
+type AnthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+	RequestID string `json:"request_id"`
+}
+
 // CFLlama is a Workers AI text model the emulator serves.
 const CFLlama = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"
 

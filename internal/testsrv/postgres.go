@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -220,7 +219,7 @@ func newPGServer(extra ...string) (*pgServer, error) {
 	}
 	var lastErr error
 	for try := 0; try < 5; try++ {
-		port, err := pgFreePort()
+		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -393,13 +392,4 @@ func pgWaitReady(dsn string, exited chan error) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return err
-}
-
-func pgFreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -205,6 +205,7 @@ func versitygw() (string, error) {
 	return p, nil
 }
 
+// freePort is a free loopback TCP port, for the PostgreSQL and S3 servers.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

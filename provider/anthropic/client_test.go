@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -35,38 +34,19 @@ func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) 
 
 func newClient(t *testing.T, base string, mod ...func(*anthropic.Config)) *anthropic.Client {
 	t.Helper()
-	return ptest.Client(t, anthropic.New, anthropic.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	return ptest.Client(t, anthropic.New, anthropic.Config{Config: ptest.Config(base, testKey)}, mod...)
 }
 
 // writeChunk writes a chunk file exactly as the splitter does (through
 // the preset's codec) and returns its ref.
 func writeChunk(t *testing.T, job string, chunk int64, ids ...string) sluice.BatchRef {
 	t.Helper()
-	codec := provider.Presets["anthropic"].Codec()
-	env := codec.Envelope()
-	buf := append([]byte(nil), env.Header...)
+	items := make([]*sluice.Item, len(ids))
 	for i, id := range ids {
-		if i > 0 {
-			buf = append(buf, env.Sep...)
-		}
 		body := fmt.Sprintf(`{"model":"claude-haiku-4-5","max_tokens":32,"messages":[{"role":"user","content":"hello %s"}]}`, id)
-		var err error
-		buf, err = codec.AppendItem(buf, &sluice.Item{CustomID: id, URL: "/v1/messages", Model: "claude-haiku-4-5", Body: []byte(body)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		items[i] = &sluice.Item{CustomID: id, URL: "/v1/messages", Model: "claude-haiku-4-5", Body: []byte(body)}
 	}
-	buf = append(buf, env.Footer...)
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d.json", chunk))
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dg, err := sluice.ChunkDigest(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: "/v1/messages", Model: "claude-haiku-4-5",
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
+	return ptest.WriteChunk(t, provider.Presets["anthropic"].Codec(), sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: "/v1/messages", Model: "claude-haiku-4-5"}, items...)
 }
 
 func ids(n int, prefix string) []string {
@@ -335,10 +315,8 @@ func TestDecodeLine(t *testing.T) {
 }
 
 func TestDecodeMalformedNamesFileAndLine(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "results.jsonl")
-	os.WriteFile(path, []byte(`{"custom_id":"a","result":{"type":"expired"}}`+"\n"+`{"custom_id":`+"\n"), 0o600)
-	c := newClient(t, "http://127.0.0.1:1")
-	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(sluice.Result) error { return nil })
+	path := ptest.WriteFile(t, "results.jsonl", `{"custom_id":"a","result":{"type":"expired"}}`+"\n"+`{"custom_id":`+"\n")
+	_, err := ptest.Decode(newClient(t, "http://127.0.0.1:1"), nil, path)
 	var me *provider.MalformedError
 	if !errors.As(err, &me) || me.File != path || me.Line != 2 {
 		t.Fatalf("err %v", err)

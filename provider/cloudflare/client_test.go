@@ -46,33 +46,11 @@ func newClient(t *testing.T, base string, mod ...func(*cloudflare.Config)) *clou
 // writeChunk writes a chunk file through the preset's codec.
 func writeChunk(t *testing.T, chunk int64, ids ...string) sluice.BatchRef {
 	t.Helper()
-	codec := provider.Presets["cloudflare"].Codec()
-	env := codec.Envelope()
-	buf := append([]byte(nil), env.Header...)
+	items := make([]*sluice.Item, len(ids))
 	for i, id := range ids {
-		if i > 0 {
-			buf = append(buf, env.Sep...)
-		}
-		it := &sluice.Item{CustomID: id, URL: "/ai/run/" + llm, Body: []byte(fmt.Sprintf(`{"prompt":"tell me about %s","max_tokens":20}`, id))}
-		if err := codec.Validate(it); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if buf, err = codec.AppendItem(buf, it); err != nil {
-			t.Fatal(err)
-		}
+		items[i] = &sluice.Item{CustomID: id, URL: "/ai/run/" + llm, Body: []byte(fmt.Sprintf(`{"prompt":"tell me about %s","max_tokens":20}`, id))}
 	}
-	buf = append(buf, env.Footer...)
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d.json", chunk))
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dg, err := sluice.ChunkDigest(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sluice.BatchRef{Job: "job", Chunk: chunk, Attempt: 1, URL: "/ai/run/" + llm, Model: llm,
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
+	return ptest.WriteChunk(t, provider.Presets["cloudflare"].Codec(), sluice.BatchRef{Job: "job", Chunk: chunk, Attempt: 1, URL: "/ai/run/" + llm, Model: llm}, items...)
 }
 
 func ids(n int) []string {
@@ -145,46 +123,58 @@ func TestEmulatorFaults(t *testing.T) {
 	}
 }
 
+// pollFake is Cloudflare's async REST API for one queued batch, req-1:
+// the create must carry the chunk's exact bytes, and the polls answer
+// queued, running, then the final answer; it records each poll's query.
+type pollFake struct {
+	t     *testing.T
+	want  []byte
+	mu    sync.Mutex
+	polls []string // the queries of the polls since the last reset
+	count int      // every poll, never reset
+}
+
+func (f *pollFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := f.t
+	if r.Header.Get("Authorization") != "Bearer "+testToken || r.URL.Path != "/client/v4/accounts/"+account+"/ai/run/"+llm {
+		t.Errorf("request %s %v", r.URL.Path, r.Header)
+	}
+	body, _ := io.ReadAll(r.Body)
+	if bytes.Contains(body, []byte(`"requests"`)) {
+		if !bytes.Equal(body, f.want) || r.ContentLength != int64(len(f.want)) || r.URL.RawQuery != "queueRequest=true" {
+			t.Errorf("create: %d bytes, length %d, query %q", len(body), r.ContentLength, r.URL.RawQuery)
+		}
+		fmt.Fprint(w, `{"result":{"status":"queued","request_id":"req-1","model":"m"},"success":true,"errors":[],"messages":[]}`)
+		return
+	}
+	f.mu.Lock()
+	f.polls = append(f.polls, r.URL.RawQuery)
+	f.count++
+	n := f.count
+	f.mu.Unlock()
+	if string(body) != `{"request_id":"req-1"}` {
+		t.Errorf("poll body %s", body)
+	}
+	switch n {
+	case 1:
+		fmt.Fprint(w, `{"result":{"status":"queued","request_id":"req-1"},"success":true,"errors":[],"messages":[]}`)
+	case 2:
+		fmt.Fprint(w, `{"result":{"status":"running","request_id":"req-1"},"success":true,"errors":[],"messages":[]}`)
+	default:
+		fmt.Fprint(w, `{"success":true,"result":{"usage":{"prompt_tokens":22,"completion_tokens":243},"responses":[`+
+			`{"id":1,"result":{"response":"B"},"success":true,"external_reference":"b"},`+
+			`{"id":0,"result":{"response":"A"},"success":true}]},"errors":[],"messages":[]}`)
+	}
+}
+
 // TestPollWire: the create is the chunk file byte for byte with an exact
 // length; polls keep ?queueRequest=true unless configured not to; pending
 // answers leave no files behind.
 func TestPollWire(t *testing.T) {
 	ref := writeChunk(t, 1, "a", "b")
 	want, _ := os.ReadFile(ref.Path)
-	var mu sync.Mutex
-	var polls []string
-	count := 0
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+testToken || r.URL.Path != "/client/v4/accounts/"+account+"/ai/run/"+llm {
-			t.Errorf("request %s %v", r.URL.Path, r.Header)
-		}
-		body, _ := io.ReadAll(r.Body)
-		if bytes.Contains(body, []byte(`"requests"`)) {
-			if !bytes.Equal(body, want) || r.ContentLength != int64(len(want)) || r.URL.RawQuery != "queueRequest=true" {
-				t.Errorf("create: %d bytes, length %d, query %q", len(body), r.ContentLength, r.URL.RawQuery)
-			}
-			fmt.Fprint(w, `{"result":{"status":"queued","request_id":"req-1","model":"m"},"success":true,"errors":[],"messages":[]}`)
-			return
-		}
-		mu.Lock()
-		polls = append(polls, r.URL.RawQuery)
-		count++
-		n := count
-		mu.Unlock()
-		if string(body) != `{"request_id":"req-1"}` {
-			t.Errorf("poll body %s", body)
-		}
-		switch n {
-		case 1:
-			fmt.Fprint(w, `{"result":{"status":"queued","request_id":"req-1"},"success":true,"errors":[],"messages":[]}`)
-		case 2:
-			fmt.Fprint(w, `{"result":{"status":"running","request_id":"req-1"},"success":true,"errors":[],"messages":[]}`)
-		default:
-			fmt.Fprint(w, `{"success":true,"result":{"usage":{"prompt_tokens":22,"completion_tokens":243},"responses":[`+
-				`{"id":1,"result":{"response":"B"},"success":true,"external_reference":"b"},`+
-				`{"id":0,"result":{"response":"A"},"success":true}]},"errors":[],"messages":[]}`)
-		}
-	}))
+	fake := &pollFake{t: t, want: want}
+	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	tmp := t.TempDir()
 	c := newClient(t, srv.URL+"/client/v4", func(cfg *cloudflare.Config) { cfg.TempDir = tmp })
@@ -210,17 +200,17 @@ func TestPollWire(t *testing.T) {
 	if u := got["b"].Usage; u.InputTokens != 22 || u.OutputTokens != 243 || got["a"].Usage != (sluice.Usage{}) {
 		t.Fatalf("usage a %+v b %+v", got["a"].Usage, got["b"].Usage)
 	}
-	for _, q := range polls {
+	for _, q := range fake.polls {
 		if q != "queueRequest=true" {
 			t.Fatalf("poll query %q", q)
 		}
 	}
 	// The knob: polls without queueRequest.
-	polls = nil
+	fake.polls = nil
 	c2 := newClient(t, srv.URL+"/client/v4", func(cfg *cloudflare.Config) { cfg.PollWithoutQueueRequest = true })
 	c2.Poll(context.Background(), ref, "req-1")
-	if len(polls) != 1 || polls[0] != "" {
-		t.Fatalf("poll queries %q", polls)
+	if len(fake.polls) != 1 || fake.polls[0] != "" {
+		t.Fatalf("poll queries %q", fake.polls)
 	}
 	// Fetch when the final poll's file is gone polls again.
 	if b, err := c.Poll(context.Background(), ref, "req-1"); err != nil || b.Status != sluice.BatchCompleted {
@@ -231,10 +221,10 @@ func TestPollWire(t *testing.T) {
 		t.Fatalf("the final poll left %d files, want its answer", len(ents))
 	}
 	os.Remove(filepath.Join(tmp, ents[0].Name()))
-	n := len(polls)
+	n := len(fake.polls)
 	files, err := c.Fetch(context.Background(), ref, sluice.Batch{ID: "req-1"}, t.TempDir())
-	if err != nil || len(files) != 1 || len(polls) != n+1 {
-		t.Fatalf("fetch again: %v %v after %d polls, want one more", files, err, len(polls)-n)
+	if err != nil || len(files) != 1 || len(fake.polls) != n+1 {
+		t.Fatalf("fetch again: %v %v after %d polls, want one more", files, err, len(fake.polls)-n)
 	}
 	// And a client that never polled the batch (a new run) polls it too.
 	c3 := newClient(t, srv.URL+"/client/v4", func(cfg *cloudflare.Config) { cfg.TempDir = t.TempDir() })
@@ -269,17 +259,15 @@ func TestDecodeItems(t *testing.T) {
 		`{"id":5,"success":false,"external_reference":"slow","error":{"code":3007,"message":"timeout"}}`,
 		`{"id":6,"result":{"response":"by index"},"success":true}`,
 	}, ",") + `]},"success":true,"errors":[],"messages":[]}`
-	path := filepath.Join(t.TempDir(), "answer.json")
-	os.WriteFile(path, []byte(answer), 0o600)
 	c := newClient(t, "http://127.0.0.1:1/client/v4")
-	got := map[string]sluice.Result{}
 	lookup := func(i int) (string, bool) { return fmt.Sprintf("index-%d", i), true }
-	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, lookup, func(r sluice.Result) error {
-		got[r.CustomID] = r
-		return nil
-	})
+	rs, err := ptest.Decode(c, lookup, ptest.WriteFile(t, "answer.json", answer))
 	if err != nil {
 		t.Fatal(err)
+	}
+	got := map[string]sluice.Result{}
+	for _, r := range rs {
+		got[r.CustomID] = r
 	}
 	for id, want := range map[string]struct {
 		kind   sluice.ResultKind
@@ -299,8 +287,7 @@ func TestDecodeItems(t *testing.T) {
 	}
 	// An item naming no custom_id, and a truncated answer, are malformed.
 	for _, bad := range []string{`{"result":{"responses":[{"id":9,"success":true}]}}`, `{"result":{"responses":[{"id":0,"success":tr`} {
-		os.WriteFile(path, []byte(bad), 0o600)
-		err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(sluice.Result) error { return nil })
+		_, err := ptest.Decode(c, nil, ptest.WriteFile(t, "answer.json", bad))
 		if !errors.Is(err, provider.ErrMalformed) {
 			t.Errorf("%s: %v", bad, err)
 		}
@@ -319,16 +306,13 @@ func TestDecodeLargeAnswerStreams(t *testing.T) {
 		fmt.Fprintf(&b, `{"id":%d,"result":{"response":%q},"success":true,"external_reference":"r%d"}`, i, strings.Repeat("z", 200), i)
 	}
 	b.WriteString(`]}}`)
-	path := filepath.Join(t.TempDir(), "answer.json")
-	os.WriteFile(path, []byte(b.String()), 0o600)
 	c := newClient(t, "http://127.0.0.1:1/client/v4")
-	n, usage := 0, sluice.Usage{}
-	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(r sluice.Result) error {
-		n++
+	rs, err := ptest.Decode(c, nil, ptest.WriteFile(t, "answer.json", b.String()))
+	n, usage := len(rs), sluice.Usage{}
+	for _, r := range rs {
 		usage.InputTokens += r.Usage.InputTokens
 		usage.OutputTokens += r.Usage.OutputTokens
-		return nil
-	})
+	}
 	if err != nil || n != 20000 || usage != (sluice.Usage{InputTokens: 1, OutputTokens: 2}) {
 		t.Fatalf("err %v n %d usage %+v", err, n, usage)
 	}
@@ -394,5 +378,70 @@ func TestCutCreateAnswer(t *testing.T) {
 		if err != nil || b.ID != want || creates != tc.creates {
 			t.Errorf("%s: batch %q err %v, %d creates", tc.partial, b.ID, err, creates)
 		}
+	}
+}
+
+// modelChunk writes a chunk of n requests for model with the body each
+// request gets from body(i).
+func modelChunk(t *testing.T, model string, n int, body func(int) string) sluice.BatchRef {
+	t.Helper()
+	items := make([]*sluice.Item, n)
+	for i := range n {
+		items[i] = &sluice.Item{CustomID: fmt.Sprint("r", i), URL: "/ai/run/" + model, Body: []byte(body(i))}
+	}
+	return ptest.WriteChunk(t, provider.Presets["cloudflare"].Codec(), sluice.BatchRef{Job: "job", Chunk: 1, Attempt: 1, URL: "/ai/run/" + model, Model: model}, items...)
+}
+
+// TestModelSlashesNotEncoded: the client sends the model's slashes as
+// they are (/ai/run/@cf/meta/...), never %2F, which the live API answers
+// 400 code 7000 "No route for that URI" and so does the emulator. Every
+// create and poll is seen on the wire, and each batch runs to its end.
+func TestModelSlashesNotEncoded(t *testing.T) {
+	s, err := emulator.New(emulator.Options{APIKey: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var uris []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		uris = append(uris, r.RequestURI)
+		mu.Unlock()
+		s.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	c := newClient(t, srv.URL+"/client/v4")
+	for model, body := range map[string]func(int) string{
+		llm:                          func(i int) string { return fmt.Sprintf(`{"prompt":"p %d","max_tokens":8}`, i) },
+		"@cf/baai/bge-small-en-v1.5": func(i int) string { return fmt.Sprintf(`{"text":["d %d"]}`, i) },
+	} {
+		mu.Lock()
+		uris = nil
+		mu.Unlock()
+		ref := modelChunk(t, model, 5, body)
+		b, err := c.Create(context.Background(), ref, "")
+		if err != nil {
+			t.Fatalf("%s: create: %v", model, err)
+		}
+		b, got := run(t, c, ref, b, nil)
+		if b.Status != sluice.BatchCompleted || len(got) != 5 {
+			t.Fatalf("%s: batch %+v, %d results", model, b, len(got))
+		}
+		for _, r := range got {
+			if r.Kind != sluice.ResultSucceeded {
+				t.Errorf("%s: %s %+v", model, r.CustomID, r.Line.Response)
+			}
+		}
+		mu.Lock()
+		want := "/client/v4/accounts/" + account + "/ai/run/" + model + "?queueRequest=true"
+		if len(uris) < 2 {
+			t.Errorf("%s: %d calls seen", model, len(uris))
+		}
+		for _, u := range uris {
+			if u != want || strings.Contains(strings.ToLower(u), "%2f") {
+				t.Errorf("%s: request URI %s, want %s", model, u, want)
+			}
+		}
+		mu.Unlock()
 	}
 }

@@ -1,14 +1,12 @@
 package cloudflare_test
 
 import (
-	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 )
 
 // TestDecodeSkipsMalformedItems: items of the wrong shape are skipped and
@@ -16,25 +14,19 @@ import (
 // the break (the first one included, though the usage never came).
 func TestDecodeSkipsMalformedItems(t *testing.T) {
 	c := newClient(t, "http://127.0.0.1:1")
-	path := filepath.Join(t.TempDir(), "answer.json")
 	lookup := func(i int) (string, bool) { return "", false }
-	decode := func(body string) ([]string, *sluice.MalformedLines, error) {
-		os.WriteFile(path, []byte(body), 0o600)
-		var ids []string
-		err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, lookup, func(r sluice.Result) error {
-			ids = append(ids, r.CustomID)
-			return nil
-		})
+	decode := func(body string) (string, *sluice.MalformedLines, error) {
+		got, err := ptest.Decode(c, lookup, ptest.WriteFile(t, "answer.json", body))
 		var ml *sluice.MalformedLines
 		if errors.As(err, &ml) {
 			err = nil
 		}
-		return ids, ml, err
+		return ptest.CustomIDs(got), ml, err
 	}
 	ids, ml, err := decode(`{"success":true,"result":{"responses":[` +
 		`{"id":0,"success":true,"result":{},"external_reference":"a"},"garbled",{"success":true,"result":{}},` +
 		`{"id":3,"success":true,"result":{},"external_reference":"d"}],"usage":{"prompt_tokens":4}}}`)
-	if err != nil || ml == nil || ml.Count != 2 || strings.Join(ids, ",") != "d,a" {
+	if err != nil || ml == nil || ml.Count != 2 || ids != "d,a" {
 		t.Fatalf("err %v malformed %v ids %v", err, ml, ids)
 	}
 	if ml.Lines[0].Where() != "answer.json:2" || ml.Lines[1].Where() != "answer.json:3" {
@@ -42,7 +34,7 @@ func TestDecodeSkipsMalformedItems(t *testing.T) {
 	}
 	ids, ml, err = decode(`{"success":true,"result":{"responses":[{"id":0,"success":true,"result":{},"external_reference":"a"},` +
 		`{"id":1,"success":true,"result":{},"external_reference":"b"},{"id":2,"succ`)
-	if err != nil || ml == nil || ml.Count != 1 || strings.Join(ids, ",") != "b,a" ||
+	if err != nil || ml == nil || ml.Count != 1 || ids != "b,a" ||
 		!strings.Contains(ml.Error(), "unreadable from here on") {
 		t.Fatalf("cut answer: err %v malformed %v ids %v", err, ml, ids)
 	}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/gemini"
 	"github.com/sluice-batch/sluice/provider/httpx"
@@ -34,38 +34,21 @@ func startEmulator(t *testing.T, o emulator.Options) (*emulator.Server, string) 
 
 func newClient(t *testing.T, base string, mod ...func(*gemini.Config)) *gemini.Client {
 	t.Helper()
-	return ptest.Client(t, gemini.New, gemini.Config{Config: provider.Config{BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	return ptest.Client(t, gemini.New, gemini.Config{Config: ptest.Config(base, testKey)}, mod...)
 }
 
 // writeChunk writes a chunk file through the preset's codec, as the
 // splitter does; pad lengthens each prompt.
 func writeChunk(t *testing.T, job string, chunk int64, pad int, ids ...string) sluice.BatchRef {
 	t.Helper()
-	codec := provider.Presets["gemini"].Codec()
-	var buf []byte
 	const url = "/v1beta/models/gemini-2.5-flash:generateContent"
 	filler := strings.Repeat("p", pad)
-	for _, id := range ids {
+	items := make([]*sluice.Item, len(ids))
+	for i, id := range ids {
 		body := fmt.Sprintf(`{"contents":[{"role":"user","parts":[{"text":"hello %s %s"}]}],"generationConfig":{"maxOutputTokens":64}}`, id, filler)
-		it := &sluice.Item{CustomID: id, URL: url, Body: []byte(body)}
-		if err := codec.Validate(it); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if buf, err = codec.AppendItem(buf, it); err != nil {
-			t.Fatal(err)
-		}
+		items[i] = &sluice.Item{CustomID: id, URL: url, Body: []byte(body)}
 	}
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d.jsonl", chunk))
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dg, err := sluice.ChunkDigest(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: url, Model: "gemini-2.5-flash",
-		Path: path, Requests: len(ids), Bytes: int64(len(buf)), IntentAt: time.Now(), Digest: dg}
+	return ptest.WriteChunk(t, provider.Presets["gemini"].Codec(), sluice.BatchRef{Job: job, Chunk: chunk, Attempt: 1, URL: url, Model: "gemini-2.5-flash"}, items...)
 }
 
 // TestClientRoundTrip uploads a chunk in several upload requests, creates
@@ -79,17 +62,11 @@ func TestClientRoundTrip(t *testing.T) {
 	if ref.Bytes < 3*4096 {
 		t.Fatalf("chunk of %d bytes fits in too few upload requests", ref.Bytes)
 	}
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(c.Upload(ctx, ref)).Must(t, "Upload")
 	if !strings.HasPrefix(fileID, "files/") {
 		t.Fatalf("file id %q", fileID)
 	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := check.Try(c.Create(ctx, ref, fileID)).Must(t, "Create")
 	if !strings.HasPrefix(b.ID, "batches/") || b.Status != sluice.BatchValidating || b.ProviderStatus != "BATCH_STATE_PENDING" || b.Total != 60 {
 		t.Fatalf("created: %+v", b)
 	}
@@ -122,14 +99,8 @@ func TestClientRoundTrip(t *testing.T) {
 		}
 	}
 	// The SDKs' download path gives the same file as the docs' one.
-	docs, err := c.Fetch(ctx, ref, b, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sdk, err := newClient(t, base, func(cfg *gemini.Config) { cfg.SDKDownloadPath = true }).Fetch(ctx, ref, b, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs := check.Try(c.Fetch(ctx, ref, b, t.TempDir())).Must(t, "Fetch")
+	sdk := check.Try(newClient(t, base, func(cfg *gemini.Config) { cfg.SDKDownloadPath = true }).Fetch(ctx, ref, b, t.TempDir())).Must(t, "newClient")
 	d1, _ := os.ReadFile(docs[0])
 	d2, _ := os.ReadFile(sdk[0])
 	if len(d1) == 0 || string(d1) != string(d2) {
@@ -207,20 +178,14 @@ func TestUploadResumesFromServerOffset(t *testing.T) {
 	})
 	ctx := context.Background()
 	ref := writeChunk(t, "job1", 1, 100, ptest.IDs(100, "u")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(c.Upload(ctx, ref)).Must(t, "Upload")
 	log := strings.Join(br.log, " ")
 	if !strings.Contains(log, "upload@8192 query@ received=10240 upload@10240 upload@14336") {
 		t.Errorf("upload requests: %s\nwant the cut chunk at 8192 followed by a query answering 10240 and the upload resuming there", log)
 	}
 	// The stored file is the chunk, byte for byte.
 	want, _ := os.ReadFile(ref.Path)
-	resp, err := http.Get(base + "/v1beta/" + fileID + ":download?alt=media&key=" + testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := check.Try(http.Get(base+"/v1beta/"+fileID+":download?alt=media&key="+testKey)).Must(t, "Get")
 	defer resp.Body.Close()
 	gotBytes, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || string(gotBytes) != string(want) {
@@ -238,10 +203,7 @@ func TestUploadSurvivesResets(t *testing.T) {
 	ctx := context.Background()
 	for k := 0; k < 3; k++ {
 		ref := writeChunk(t, "job1", int64(k), 30, ptest.IDs(40, fmt.Sprintf("r%d", k))...)
-		fileID, err := c.Upload(ctx, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
+		fileID := check.Try(c.Upload(ctx, ref)).Must(t, "Upload")
 		want, _ := os.ReadFile(ref.Path)
 		var got []byte
 		for i := 0; i < 50; i++ { // the download itself may be faulted
@@ -284,16 +246,8 @@ func TestCreateAnswerLostIsAdopted(t *testing.T) {
 	s, base := startEmulator(t, emulator.Options{})
 	la := &loseAnswer{}
 	c := newClient(t, base, func(cfg *gemini.Config) { cfg.HTTP = &http.Client{Transport: la} })
-	ctx := context.Background()
 	ref := writeChunk(t, "jobX", 2, 0, ptest.IDs(5, "x")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
 	if la.lost != 1 {
 		t.Fatal("the create answer was not dropped")
 	}
@@ -314,18 +268,12 @@ func TestFindAfterCrash(t *testing.T) {
 	ctx := context.Background()
 	a := newClient(t, base)
 	ref := writeChunk(t, "job-crash", 7, 0, ptest.IDs(4, "f")...)
-	fileID, err := a.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(a.Upload(ctx, ref)).Must(t, "Upload")
 	b := newClient(t, base)
 	if f, id, err := b.Find(ctx, ref); err != nil || f != fileID || id != "" {
 		t.Fatalf("after upload: Find = %q, %q, %v; want the file %s and no batch", f, id, err, fileID)
 	}
-	created, err := a.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := check.Try(a.Create(ctx, ref, fileID)).Must(t, "Create")
 	if f, id, err := b.Find(ctx, ref); err != nil || f != fileID || id != created.ID {
 		t.Fatalf("after create: Find = %q, %q, %v; want %s, %s", f, id, err, fileID, created.ID)
 	}
@@ -343,14 +291,7 @@ func TestCancelAndWrongKey(t *testing.T) {
 	c := newClient(t, base)
 	ctx := context.Background()
 	ref := writeChunk(t, "jobC", 1, 0, ptest.IDs(3, "c")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
 	for i := 0; i < 2; i++ {
 		nb, err := c.Cancel(ctx, b.ID)
 		if err != nil || nb.Status != sluice.BatchCancelled || nb.ProviderStatus != "BATCH_STATE_CANCELLED" {
@@ -364,7 +305,7 @@ func TestCancelAndWrongKey(t *testing.T) {
 		t.Errorf("poll of an unknown batch: %v, want ErrNotFound", err)
 	}
 	bad := newClient(t, base, func(cfg *gemini.Config) { cfg.APIKey = "wrong-key-0123" })
-	_, err = bad.Upload(ctx, ref)
+	_, err := bad.Upload(ctx, ref)
 	var ae *sluice.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Code, "API_KEY_INVALID") {
 		t.Fatalf("wrong key: %v", err)
@@ -414,16 +355,12 @@ func TestDecodeLine(t *testing.T) {
 }
 
 func TestMapState(t *testing.T) {
-	for in, want := range map[string]sluice.BatchStatus{
+	check.Table(t, "MapState", gemini.MapState, map[string]sluice.BatchStatus{
 		"BATCH_STATE_PENDING": sluice.BatchValidating, "BATCH_STATE_RUNNING": sluice.BatchInProgress,
 		"BATCH_STATE_SUCCEEDED": sluice.BatchCompleted, "BATCH_STATE_FAILED": sluice.BatchFailed,
 		"BATCH_STATE_CANCELLED": sluice.BatchCancelled, "BATCH_STATE_EXPIRED": sluice.BatchExpired,
 		"JOB_STATE_SUCCEEDED": sluice.BatchCompleted, "BATCH_STATE_SOMETHING_NEW": sluice.BatchInProgress,
-	} {
-		if got := gemini.MapState(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
+	})
 }
 
 func TestCodec(t *testing.T) {
@@ -467,10 +404,7 @@ func TestFindPagesThroughListings(t *testing.T) {
 		if files[i], err = c.Upload(ctx, refs[i]); err != nil {
 			t.Fatal(err)
 		}
-		b, err := c.Create(ctx, refs[i], files[i])
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := check.Try(c.Create(ctx, refs[i], files[i])).Must(t, "Create")
 		batches[i] = b.ID
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
@@ -480,10 +414,7 @@ func TestFindPagesThroughListings(t *testing.T) {
 	}
 	// A file with no batch, among more than a page of files.
 	extra := writeChunk(t, "job-pages", n+1, 0, "lone")
-	fileID, err := c.Upload(ctx, extra)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileID := check.Try(c.Upload(ctx, extra)).Must(t, "Upload")
 	if f, id, err := newClient(t, base).Find(ctx, extra); err != nil || f != fileID || id != "" {
 		t.Errorf("lone file: Find = %q, %q, %v; want %s and no batch", f, id, err, fileID)
 	}

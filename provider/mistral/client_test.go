@@ -10,14 +10,13 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/provider"
-	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/mistral"
 )
 
 func newClient(t *testing.T, base string, mod ...func(*mistral.Config)) *mistral.Client {
 	t.Helper()
-	return ptest.Client(t, mistral.New, mistral.Config{Config: provider.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	return ptest.Client(t, mistral.New, mistral.Config{Config: ptest.Config(base, ptest.Key)}, mod...)
 }
 
 func chunk(t *testing.T, job string, attempt int, ids ...string) sluice.BatchRef {
@@ -122,14 +121,8 @@ func TestMistralCancel(t *testing.T) {
 	c := newClient(t, root+"/mistral")
 	ctx := context.Background()
 	ref := chunk(t, "job-cancel", 1, ptest.IDs(10, "c")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
+	var err error
 	if b, err = c.Cancel(ctx, b.ID); err != nil || b.Status != sluice.BatchCancelling || b.ProviderStatus != "CANCELLATION_REQUESTED" {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}

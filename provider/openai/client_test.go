@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/compat"
-	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
@@ -29,7 +29,9 @@ func newClient(t *testing.T, preset, base string, mod ...func(*openai.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ptest.Client(t, openai.New, openai.Config{Config: provider.Config{Preset: p, BaseURL: base, APIKey: testKey, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	cfg := ptest.Config(base, testKey)
+	cfg.Preset = p
+	return ptest.Client(t, openai.New, openai.Config{Config: cfg}, mod...)
 }
 
 // writeChunk writes a chunk file of the given custom_ids and returns its
@@ -52,32 +54,11 @@ func writeChunk(t *testing.T, job string, chunk int64, attempt int, ids ...strin
 		Path: path, Requests: len(ids), Bytes: int64(b.Len()), IntentAt: time.Now(), Digest: dg}
 }
 
-// cycle runs a batch to its end and returns its decoded results by
-// custom_id.
-func cycle(t *testing.T, c *openai.Client, ref sluice.BatchRef) (sluice.Batch, map[string]sluice.Result) {
-	t.Helper()
-	ctx := context.Background()
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return finish(t, c, ref, b)
-}
-
-func finish(t *testing.T, c *openai.Client, ref sluice.BatchRef, b sluice.Batch) (sluice.Batch, map[string]sluice.Result) {
-	t.Helper()
-	return ptest.Finish(t, c, ref, b)
-}
-
 func TestFullCycle(t *testing.T) {
 	f, base := newFake(t)
 	c := newClient(t, "openai", base)
 	ref := writeChunk(t, "job-1", 3, 1, "a", "b", "fail-1", "exp-1", "slow-1")
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || b.Total != 5 || b.Completed != 2 || b.Failed != 3 {
 		t.Fatalf("batch %+v", b)
 	}
@@ -127,7 +108,7 @@ func TestRequestsFollowSpec(t *testing.T) {
 		cfg.OutputExpiresAfter = 7 * 24 * time.Hour
 	})
 	ref := writeChunk(t, "job-spec", 1, 1, "a")
-	if b, _ := cycle(t, c, ref); b.Status != sluice.BatchCompleted {
+	if b, _ := ptest.Cycle(t, c, ref); b.Status != sluice.BatchCompleted {
 		t.Fatalf("batch %+v", b)
 	}
 }
@@ -205,7 +186,7 @@ func TestLostAnswersAreReconciled(t *testing.T) {
 	f.lose["POST /batches"] = 1
 	c := newClient(t, "openai", base)
 	ref := writeChunk(t, "job-lost", 1, 1, "a", "b")
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || len(got) != 2 {
 		t.Fatalf("batch %+v results %d", b, len(got))
 	}
@@ -225,7 +206,7 @@ func TestCancel(t *testing.T) {
 	if err != nil || b.Status != sluice.BatchCancelling {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}
-	b, got := finish(t, c, ref, b)
+	b, got := ptest.Finish(t, c, ref, b)
 	if b.Status != sluice.BatchCancelled || got["a"].Kind != sluice.ResultRetryable || got["a"].Line.Error.Code != sluice.CodeBatchCancelled {
 		t.Fatalf("cancelled batch %+v results %+v", b, got)
 	}
@@ -245,7 +226,7 @@ func TestAzure(t *testing.T) {
 	c := newClient(t, "azure", base)
 	ref := writeChunk(t, "job-az", 1, 1, "a", "b")
 	ref.URL = "/chat/completions"
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || b.ProviderStatus != "Completed" || len(got) != 2 || b.ErrorFileID == "" {
 		t.Fatalf("batch %+v results %d", b, len(got))
 	}
@@ -279,16 +260,12 @@ func TestNewNeedsBaseURL(t *testing.T) {
 }
 
 func TestStatusMapping(t *testing.T) {
-	for in, want := range map[string]sluice.BatchStatus{
+	check.Table(t, "MapStatus", compat.MapStatus, map[string]sluice.BatchStatus{
 		"validating": sluice.BatchValidating, "Validating": sluice.BatchValidating, "in_progress": sluice.BatchInProgress,
 		"InProgress": sluice.BatchInProgress, "finalizing": sluice.BatchFinalizing, "Completed": sluice.BatchCompleted,
 		"failed": sluice.BatchFailed, "expired": sluice.BatchExpired, "cancelling": sluice.BatchCancelling,
 		"CANCELING": sluice.BatchCancelling, "cancelled": sluice.BatchCancelled, "something_new": sluice.BatchInProgress,
-	} {
-		if got := compat.MapStatus(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
+	})
 }
 
 // TestWithHTTPStatusInjection: a server that answers 429 and 503 before
@@ -309,7 +286,7 @@ func TestWithHTTPStatusInjection(t *testing.T) {
 		return 0
 	})
 	c := newClient(t, "openai", srv+"/v1")
-	_, got := cycle(t, c, writeChunk(t, "job-f", 1, 1, "a", "b"))
+	_, got := ptest.Cycle(t, c, writeChunk(t, "job-f", 1, 1, "a", "b"))
 	if len(got) != 2 {
 		t.Fatalf("results %v", got)
 	}

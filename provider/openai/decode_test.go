@@ -1,16 +1,14 @@
 package openai_test
 
 import (
-	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/compat"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
 
@@ -50,13 +48,11 @@ func TestDecodeLineKinds(t *testing.T) {
 
 func TestDecodeMalformedNamesFileAndLine(t *testing.T) {
 	c := newClient(t, "openai", "http://127.0.0.1:1/v1")
-	path := filepath.Join(t.TempDir(), "out.jsonl")
-	os.WriteFile(path, []byte(`{"custom_id":"a","response":{"status_code":200,"body":{}}}`+"\n\n"+`{"custom_id":"b","resp`+"\n"), 0o600)
-	n := 0
-	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(sluice.Result) error { n++; return nil })
+	path := ptest.WriteFile(t, "out.jsonl", `{"custom_id":"a","response":{"status_code":200,"body":{}}}`+"\n\n"+`{"custom_id":"b","resp`+"\n")
+	got, err := ptest.Decode(c, nil, path)
 	var me *provider.MalformedError
-	if !errors.As(err, &me) || me.File != path || me.Line != 3 || !errors.Is(err, provider.ErrMalformed) || n != 1 {
-		t.Fatalf("err %v, %d results", err, n)
+	if !errors.As(err, &me) || me.File != path || me.Line != 3 || !errors.Is(err, provider.ErrMalformed) || len(got) != 1 {
+		t.Fatalf("err %v, %d results", err, len(got))
 	}
 }
 
@@ -65,22 +61,17 @@ func TestDecodeMalformedNamesFileAndLine(t *testing.T) {
 func TestDecodeLongLines(t *testing.T) {
 	c := newClient(t, "openai", "http://127.0.0.1:1/v1")
 	big := strings.Repeat("x", 24<<20)
-	path := filepath.Join(t.TempDir(), "out.jsonl")
-	os.WriteFile(path, []byte(`{"custom_id":"a","response":{"status_code":200,"body":{"data":"`+big+`"}}}`+"\n"+
-		`{"custom_id":"b","response":{"status_code":200,"body":{}}}`), 0o600)
-	var ids []string
-	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(r sluice.Result) error {
-		ids = append(ids, r.CustomID)
-		if r.CustomID == "a" && len(r.Line.Response.Body) < 24<<20 {
-			t.Errorf("body cut: %d", len(r.Line.Response.Body))
-		}
-		return nil
-	})
-	if err != nil || strings.Join(ids, ",") != "a,b" {
-		t.Fatalf("err %v ids %v", err, ids)
+	path := ptest.WriteFile(t, "out.jsonl", `{"custom_id":"a","response":{"status_code":200,"body":{"data":"`+big+`"}}}`+"\n"+
+		`{"custom_id":"b","response":{"status_code":200,"body":{}}}`)
+	got, err := ptest.Decode(c, nil, path)
+	if err != nil || ptest.CustomIDs(got) != "a,b" {
+		t.Fatalf("err %v ids %v", err, ptest.CustomIDs(got))
+	}
+	if n := len(got[0].Line.Response.Body); n < 24<<20 {
+		t.Errorf("body cut: %d", n)
 	}
 	small := newClient(t, "openai", "http://127.0.0.1:1/v1", func(cfg *openai.Config) { cfg.MaxLine = 1 << 20 })
-	err = small.Decode(context.Background(), sluice.BatchRef{}, []string{path}, nil, func(sluice.Result) error { return nil })
+	_, err = ptest.Decode(small, nil, path)
 	if !errors.Is(err, provider.ErrMalformed) {
 		t.Fatalf("over the line bound: %v", err)
 	}

@@ -37,7 +37,7 @@ func TestEmulatorFullCycle(t *testing.T) {
 	_, root := startEmulator(t, emulator.Options{Seed: 11, LineErrorRate: 0.2})
 	c := newClient(t, "openai", root+"/v1")
 	ref := writeChunk(t, "job-e", 1, 1, manyIDs(50, "r")...)
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || len(got) != 50 || b.Total != 50 {
 		t.Fatalf("batch %+v, %d results", b, len(got))
 	}
@@ -64,7 +64,7 @@ func TestEmulatorFaultsNoDuplicates(t *testing.T) {
 	c := newClient(t, "openai", root+"/v1", func(cfg *openai.Config) { cfg.Retry = httpx.Retry{MaxAttempts: 20} })
 	for i := int64(1); i <= 8; i++ {
 		ref := writeChunk(t, "job-f", i, 1, manyIDs(int(4+i), fmt.Sprintf("c%d", i))...)
-		if _, got := cycle(t, c, ref); len(got) != ref.Requests {
+		if _, got := ptest.Cycle(t, c, ref); len(got) != ref.Requests {
 			t.Fatalf("chunk %d: %d results", i, len(got))
 		}
 	}
@@ -131,7 +131,7 @@ func TestEmulatorCancel(t *testing.T) {
 		t.Fatalf("cancel %+v %v", b, err)
 	}
 	clock.Advance(10 * time.Minute)
-	b, got := finish(t, c, ref, b)
+	b, got := ptest.Finish(t, c, ref, b)
 	if b.Status != sluice.BatchCancelled || len(got) != 6 {
 		t.Fatalf("batch %+v, %d results", b, len(got))
 	}
@@ -150,7 +150,7 @@ func TestEmulatorAzureStyle(t *testing.T) {
 	c := newClient(t, "azure", root+"/openai/v1")
 	ref := writeChunk(t, "job-az", 1, 1, "a", "b", "c")
 	ref.URL = "/chat/completions"
-	b, got := cycle(t, c, ref)
+	b, got := ptest.Cycle(t, c, ref)
 	if b.Status != sluice.BatchCompleted || len(got) != 3 {
 		t.Fatalf("batch %+v results %d", b, len(got))
 	}

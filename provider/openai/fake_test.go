@@ -389,12 +389,16 @@ func (f *fakeOpenAI) status(s string) string {
 	return s
 }
 
-func (f *fakeOpenAI) batch(id string) *fakeBatch {
+// batch is the batch the request's path names; when there is none it
+// answers 404 as OpenAI does and returns nil.
+func (f *fakeOpenAI) batch(w http.ResponseWriter, r *http.Request) *fakeBatch {
 	for _, b := range f.batches {
-		if b.obj["id"] == id {
+		if b.obj["id"] == r.PathValue("id") {
 			return b
 		}
 	}
+	w.WriteHeader(404)
+	fmt.Fprint(w, `{"error":{"message":"No batch found","type":"invalid_request_error","param":null,"code":null}}`)
 	return nil
 }
 
@@ -416,10 +420,8 @@ func (f *fakeOpenAI) listBatches(w http.ResponseWriter, r *http.Request) {
 func (f *fakeOpenAI) get(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b := f.batch(r.PathValue("id"))
+	b := f.batch(w, r)
 	if b == nil {
-		w.WriteHeader(404)
-		fmt.Fprint(w, `{"error":{"message":"No batch found","type":"invalid_request_error","param":null,"code":null}}`)
 		return
 	}
 	b.polls++
@@ -437,10 +439,8 @@ func (f *fakeOpenAI) get(w http.ResponseWriter, r *http.Request) {
 func (f *fakeOpenAI) cancel(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b := f.batch(r.PathValue("id"))
+	b := f.batch(w, r)
 	if b == nil {
-		w.WriteHeader(404)
-		fmt.Fprint(w, `{"error":{"message":"No batch found","type":"invalid_request_error","param":null,"code":null}}`)
 		return
 	}
 	b.obj["status"] = f.status("cancelling")

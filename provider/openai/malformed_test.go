@@ -3,12 +3,12 @@ package openai_test
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/openai"
 )
 
@@ -18,25 +18,18 @@ import (
 // is still delivered.
 func TestDecodeSkipsMalformedLines(t *testing.T) {
 	c := newClient(t, "openai", "http://127.0.0.1:1/v1", func(cfg *openai.Config) { cfg.MaxLine = 200 })
-	dir := t.TempDir()
 	ok := func(id string) string { return `{"custom_id":"` + id + `","response":{"status_code":200,"body":{}}}` }
-	out := filepath.Join(dir, "b.output.jsonl")
-	os.WriteFile(out, []byte(strings.Join([]string{
+	out := ptest.WriteFile(t, "b.output.jsonl", strings.Join([]string{
 		ok("a"),
 		`not json at all`,
 		`{"id":"batch_req_1","response":{"status_code":200,"body":{}}}`,
 		`{"custom_id":"long","response":{"status_code":200,"body":{"x":"` + strings.Repeat("x", 300) + `"}}}`,
 		ok("b"),
 		`{"custom_id":"c","response":{"status_co`, // the last line, cut short
-	}, "\n")), 0o600)
-	errs := filepath.Join(dir, "b.errors.jsonl")
-	os.WriteFile(errs, []byte(`{"custom_id":"d","response":null,"error":{"code":"batch_expired","message":"m"}}`+"\n"+`{]`+"\n"), 0o600)
-	var ids []string
-	err := c.Decode(context.Background(), sluice.BatchRef{}, []string{out, errs}, nil, func(r sluice.Result) error {
-		ids = append(ids, r.CustomID)
-		return nil
-	})
-	if strings.Join(ids, ",") != "a,b,d" {
+	}, "\n"))
+	errs := ptest.WriteFile(t, "b.errors.jsonl", `{"custom_id":"d","response":null,"error":{"code":"batch_expired","message":"m"}}`+"\n"+`{]`+"\n")
+	got, err := ptest.Decode(c, nil, out, errs)
+	if ids := ptest.CustomIDs(got); ids != "a,b,d" {
 		t.Errorf("delivered %v, want a,b,d", ids)
 	}
 	var ml *sluice.MalformedLines
@@ -56,7 +49,7 @@ func TestDecodeSkipsMalformedLines(t *testing.T) {
 		t.Errorf("callback error: %v", err)
 	}
 	// A file that cannot be read is no malformed line.
-	if err := c.Decode(context.Background(), sluice.BatchRef{}, []string{filepath.Join(dir, "gone")}, nil, func(sluice.Result) error { return nil }); err == nil || errors.Is(err, sluice.ErrMalformed) {
+	if err := c.Decode(context.Background(), sluice.BatchRef{}, []string{filepath.Join(t.TempDir(), "gone")}, nil, func(sluice.Result) error { return nil }); err == nil || errors.Is(err, sluice.ErrMalformed) {
 		t.Errorf("missing file: %v", err)
 	}
 }

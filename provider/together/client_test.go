@@ -13,14 +13,13 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/provider"
-	"github.com/sluice-batch/sluice/provider/httpx"
 	"github.com/sluice-batch/sluice/provider/internal/ptest"
 	"github.com/sluice-batch/sluice/provider/together"
 )
 
 func newClient(t *testing.T, base string, mod ...func(*together.Config)) *together.Client {
 	t.Helper()
-	return ptest.Client(t, together.New, together.Config{Config: provider.Config{BaseURL: base, APIKey: ptest.Key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}}, mod...)
+	return ptest.Client(t, together.New, together.Config{Config: ptest.Config(base, ptest.Key)}, mod...)
 }
 
 func chunk(t *testing.T, job string, attempt int, ids ...string) sluice.BatchRef {
@@ -175,14 +174,8 @@ func TestTogetherCancel(t *testing.T) {
 	c := newClient(t, root+"/together/v1")
 	ctx := context.Background()
 	ref := chunk(t, "job-c", 1, ptest.IDs(4, "c")...)
-	fileID, err := c.Upload(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Create(ctx, ref, fileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ptest.Submit(t, c, ref)
+	var err error
 	if b, err = c.Cancel(ctx, b.ID); err != nil || b.Status != sluice.BatchCancelled {
 		t.Fatalf("cancel %+v %v", b, err)
 	}

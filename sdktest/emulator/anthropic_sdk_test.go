@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"github.com/anthropics/anthropic-sdk-go"
@@ -55,72 +56,48 @@ func TestAnthropicSDKRoundTrip(t *testing.T) {
 	c := antClient(ts)
 	ctx := context.Background()
 	const n = 15
-	b, err := c.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: antRequests(n, "q")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := check.Try(c.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: antRequests(n, "q")})).Must(t, "create")
 	checkSDK(t, b)
-	if !strings.HasPrefix(b.ID, "msgbatch_") || b.ProcessingStatus != anthropic.MessageBatchProcessingStatusInProgress ||
-		b.RequestCounts.Processing != n || b.ResultsURL != "" || b.JSON.ResultsURL.Raw() != "null" ||
-		!b.ExpiresAt.Equal(b.CreatedAt.Add(24*time.Hour)) || !b.CreatedAt.Equal(clk.Now()) || b.JSON.EndedAt.Raw() != "null" {
-		t.Fatalf("created: %s", b.RawJSON())
-	}
+	check.Fatal(t, "created", b.RawJSON(), strings.HasPrefix(b.ID, "msgbatch_"), b.ProcessingStatus == anthropic.MessageBatchProcessingStatusInProgress,
+		b.RequestCounts.Processing == n, b.ResultsURL == "", b.JSON.ResultsURL.Raw() == "null",
+		b.ExpiresAt.Equal(b.CreatedAt.Add(24*time.Hour)), b.CreatedAt.Equal(clk.Now()), b.JSON.EndedAt.Raw() == "null")
 	for _, k := range []string{"archived_at", "cancel_initiated_at", "ended_at", "results_url"} {
-		if !strings.Contains(b.RawJSON(), `"`+k+`":null`) {
-			t.Fatalf("%s should be null: %s", k, b.RawJSON())
-		}
+		check.Fatal(t, k+" should be null", b.RawJSON(), strings.Contains(b.RawJSON(), `"`+k+`":null`))
 	}
 	clk.Advance(5 * time.Second)
-	if b, err = c.Messages.Batches.Get(ctx, b.ID, anthropic.MessageBatchGetParams{}); err != nil || b.RequestCounts.Processing != n || b.RequestCounts.Succeeded != 0 {
-		t.Fatalf("mid-way: %v %s", err, b.RawJSON())
-	}
+	b = check.Try(c.Messages.Batches.Get(ctx, b.ID, anthropic.MessageBatchGetParams{})).Must(t, "mid-way")
+	check.Fatal(t, "mid-way", b.RawJSON(), b.RequestCounts.Processing == n, b.RequestCounts.Succeeded == 0)
 	if _, err := c.Messages.Batches.Delete(ctx, b.ID, anthropic.MessageBatchDeleteParams{}); err == nil {
 		t.Fatal("deleting a running batch must fail")
 	}
 	clk.Advance(5 * time.Second)
-	b, err = c.Messages.Batches.Get(ctx, b.ID, anthropic.MessageBatchGetParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b = check.Try(c.Messages.Batches.Get(ctx, b.ID, anthropic.MessageBatchGetParams{})).Must(t, "ended")
 	checkSDK(t, b)
-	if b.ProcessingStatus != anthropic.MessageBatchProcessingStatusEnded || b.RequestCounts.Succeeded != n ||
-		b.RequestCounts.Processing != 0 || !b.EndedAt.Equal(clk.Now()) || !strings.HasSuffix(b.ResultsURL, "/v1/messages/batches/"+b.ID+"/results") {
-		t.Fatalf("ended: %s", b.RawJSON())
-	}
+	check.Fatal(t, "ended", b.RawJSON(), b.ProcessingStatus == anthropic.MessageBatchProcessingStatusEnded, b.RequestCounts.Succeeded == n,
+		b.RequestCounts.Processing == 0, b.EndedAt.Equal(clk.Now()), strings.HasSuffix(b.ResultsURL, "/v1/messages/batches/"+b.ID+"/results"))
 	res := antResults(t, c, b.ID)
-	if len(res) != n {
-		t.Fatalf("want %d results, got %d", n, len(res))
-	}
+	check.Fatal(t, fmt.Sprintf("want %d results", n), len(res), len(res) == n)
 	var ids []string
 	for _, r := range res {
 		ids = append(ids, r.customID)
-		if r.typ != "succeeded" {
-			t.Fatalf("result %s", r.r.RawJSON())
-		}
+		check.Fatal(t, "result", r.r.RawJSON(), r.typ == "succeeded")
 		m := r.r.Result.AsSucceeded().Message
 		var i int
 		fmt.Sscanf(r.customID, "q-%d", &i)
 		want := emutest.ExpectedAnswer(fmt.Sprintf("Hello number %d, how are you?", i))
-		if m.Role != "assistant" || m.Content[0].Text != want || m.StopReason != anthropic.StopReasonEndTurn ||
-			!strings.HasPrefix(m.ID, "msg_") || m.Usage.InputTokens == 0 || m.Usage.OutputTokens != int64((len(want)+3)/4) {
-			t.Fatalf("message %s", r.r.RawJSON())
-		}
+		check.Fatal(t, "message", r.r.RawJSON(), m.Role == "assistant", m.Content[0].Text == want, m.StopReason == anthropic.StopReasonEndTurn,
+			strings.HasPrefix(m.ID, "msg_"), m.Usage.InputTokens != 0, m.Usage.OutputTokens == int64((len(want)+3)/4))
 	}
-	if slices.IsSortedFunc(ids, func(a, b string) int { return strings.Compare(a, b) }) {
-		t.Fatalf("results should not be in request order: %v", ids)
-	}
-	del, err := c.Messages.Batches.Delete(ctx, b.ID, anthropic.MessageBatchDeleteParams{})
-	if err != nil || del.ID != b.ID || del.Type != "message_batch_deleted" {
-		t.Fatalf("delete: %v %+v", err, del)
-	}
-	_, err = c.Messages.Batches.Get(ctx, b.ID, anthropic.MessageBatchGetParams{})
+	check.Fatal(t, "results should not be in request order", ids, !slices.IsSortedFunc(ids, func(a, b string) int { return strings.Compare(a, b) }))
+	del := check.Try(c.Messages.Batches.Delete(ctx, b.ID, anthropic.MessageBatchDeleteParams{})).Must(t, "delete")
+	check.Fatal(t, "delete", del, del.ID == b.ID, del.Type == "message_batch_deleted")
+	_, err := c.Messages.Batches.Get(ctx, b.ID, anthropic.MessageBatchGetParams{})
 	var ae *anthropic.Error
 	if !asErr(err, &ae) || ae.StatusCode != 404 || ae.Type() != "not_found_error" {
 		t.Fatalf("get deleted: %v", err)
 	}
-	if st := s.Stats(); st.ByFamily["anthropic"].RequestsProcessed != n || st.ByFamily["anthropic"].BatchesCreated != 1 {
-		t.Fatalf("stats %+v", st)
-	}
+	st := s.Stats().ByFamily["anthropic"]
+	check.Fatal(t, "stats", st, st.RequestsProcessed == n, st.BatchesCreated == 1)
 }
 
 func TestAnthropicSDKCancelAndList(t *testing.T) {

@@ -48,14 +48,7 @@ func TestAuthEachFamily(t *testing.T) {
 		t.Fatalf("anthropic wrong key: %v", err)
 	}
 	code, _, body = emutest.Do(t, "GET", ts.URL+"/v1/messages/batches", nil, map[string]string{"x-api-key": "nope"})
-	var env struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-		RequestID string `json:"request_id"`
-	}
+	var env emutest.AnthropicError
 	emutest.MustUnmarshal(t, body, &env)
 	if code != 401 || env.Type != "error" || env.Error.Type != "authentication_error" || env.RequestID == "" {
 		t.Fatalf("anthropic envelope: %s", body)

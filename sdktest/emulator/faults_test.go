@@ -85,7 +85,7 @@ func TestExpiredBatchPartialOutput(t *testing.T) {
 	clk := emutest.NewClock()
 	s, ts := start(t, Options{ExpireRate: 1, ExpireDoneFraction: 0.3, BatchTime: 10 * time.Second, Now: clk.Now})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := chatBatch(t, c, 10)
 	clk.Advance(9 * time.Second)
 	b = getBatch(t, c, b.ID)
 	if b.Status != openai.BatchStatusExpired || b.ExpiredAt != b.CreatedAt+9 || b.RequestCounts.Total != 10 ||
@@ -129,7 +129,7 @@ func TestExpiredBatchPartialOutput(t *testing.T) {
 func TestValidationFailRate(t *testing.T) {
 	_, ts := start(t, Options{ValidationFailRate: 1})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(2, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := chatBatch(t, c, 2)
 	if b.Status != "validating" {
 		t.Fatalf("create must return validating, got %s", b.Status)
 	}
@@ -143,7 +143,7 @@ func TestLineErrorsAndOmissions(t *testing.T) {
 	s, ts := start(t, Options{LineErrorRate: 0.4, OmitRate: 0.2, Seed: 5})
 	c := oaClient(ts)
 	const n = 200
-	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := chatBatch(t, c, n)
 	b = getBatch(t, c, b.ID)
 	out := parseLines(t, download(t, c, b.OutputFileID))
 	errs := parseLines(t, download(t, c, b.ErrorFileID))
@@ -215,7 +215,7 @@ func TestOpenAICancel(t *testing.T) {
 	clk := emutest.NewClock()
 	s, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := chatBatch(t, c, 10)
 	clk.Advance(5 * time.Second) // in_progress since 1s: half of 8s done
 	b, err := c.Batches.Cancel(context.Background(), b.ID)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"google.golang.org/genai"
@@ -64,49 +65,85 @@ func TestGeminiSDKRoundTrip(t *testing.T) {
 	const n = 1100
 	path, keys := gemRequestsFile(t, "request", n, 8000) // ~9.2 MB: "upload" then "upload, finalize"
 	st, _ := os.Stat(path)
-	if st.Size() <= 8<<20 {
-		t.Fatalf("input is %d bytes, want more than one 8 MiB chunk", st.Size())
-	}
-	f, err := c.Files.UploadFromPath(ctx, path, &genai.UploadFileConfig{MIMEType: "jsonl", DisplayName: "sdk-requests"})
-	if err != nil {
-		t.Fatalf("upload: %v", err)
-	}
-	if !strings.HasPrefix(f.Name, "files/") || f.DisplayName != "sdk-requests" || f.MIMEType != "jsonl" ||
-		f.SizeBytes == nil || *f.SizeBytes != st.Size() || f.State != genai.FileStateActive || f.Source != genai.FileSourceUploaded ||
-		len(f.Sha256Hash) == 0 || f.ExpirationTime.Sub(f.CreateTime) != 48*time.Hour {
-		t.Fatalf("uploaded file: %+v", f)
-	}
-	got, err := c.Files.Get(ctx, f.Name, nil)
-	if err != nil || got.Name != f.Name || *got.SizeBytes != st.Size() {
-		t.Fatalf("files.get: %+v, %v", got, err)
+	check.Fatal(t, "input size, want more than one 8 MiB chunk", st.Size(), st.Size() > 8<<20)
+	f := check.Try(c.Files.UploadFromPath(ctx, path, &genai.UploadFileConfig{MIMEType: "jsonl", DisplayName: "sdk-requests"})).Must(t, "upload")
+	check.Fatal(t, "uploaded file", f, strings.HasPrefix(f.Name, "files/"), f.DisplayName == "sdk-requests", f.MIMEType == "jsonl",
+		check.Deref(f.SizeBytes) == st.Size(), f.State == genai.FileStateActive, f.Source == genai.FileSourceUploaded,
+		len(f.Sha256Hash) != 0, f.ExpirationTime.Sub(f.CreateTime) == 48*time.Hour)
+	got := check.Try(c.Files.Get(ctx, f.Name, nil)).Must(t, "files.get")
+	check.Fatal(t, "files.get", got, got.Name == f.Name, check.Deref(got.SizeBytes) == st.Size())
+
+	job := check.Try(c.Batches.Create(ctx, "gemini-2.5-flash", &genai.BatchJobSource{FileName: f.Name},
+		&genai.CreateBatchJobConfig{DisplayName: "sdk-job"})).Must(t, "create")
+	check.Fatal(t, "created job", job, strings.HasPrefix(job.Name, "batches/"), job.State == genai.JobStatePending, job.DisplayName == "sdk-job",
+		job.Model == "models/gemini-2.5-flash", !job.CreateTime.IsZero(), job.Dest == nil)
+	clk.Advance(5 * time.Second)
+	job = check.Try(c.Batches.Get(ctx, job.Name, nil)).Must(t, "get while running")
+	check.Fatal(t, "get while running", job, job.State == genai.JobStateRunning)
+	clk.Advance(6 * time.Second)
+	job = check.Try(c.Batches.Get(ctx, job.Name, nil)).Must(t, "get after the batch time")
+	check.Fatal(t, "get after the batch time", job, job.State == genai.JobStateSucceeded, job.Dest != nil, !job.EndTime.IsZero())
+	check.Fatal(t, "get after the batch time", job, job.Dest.FileName != "")
+	check.Error(t, "responses file, want files/batch-<id>", job.Dest.FileName, strings.HasPrefix(job.Dest.FileName, "files/batch-"))
+	data := check.Try(c.Files.Download(ctx, genai.NewDownloadURIFromFile(&genai.File{DownloadURI: job.Dest.FileName}), nil)).Must(t, "download")
+	checkGemResponses(t, data, keys)
+
+	// Cancel a second batch while it runs: it ends CANCELLED.
+	path2, _ := gemRequestsFile(t, "other", 40, 10)
+	f2 := check.Try(c.Files.UploadFromPath(ctx, path2, &genai.UploadFileConfig{MIMEType: "application/jsonl"})).Must(t, "upload")
+	job2 := check.Try(c.Batches.Create(ctx, "models/gemini-2.5-flash", &genai.BatchJobSource{FileName: f2.Name},
+		&genai.CreateBatchJobConfig{DisplayName: "to-cancel"})).Must(t, "create")
+	clk.Advance(3 * time.Second)
+	check.NoErr(t, "cancel", c.Batches.Cancel(ctx, job2.Name, nil))
+	job2 = check.Try(c.Batches.Get(ctx, job2.Name, nil)).Must(t, "after cancel")
+	check.Fatal(t, "after cancel", job2, job2.State == genai.JobStateCancelled)
+	checkGenaiErr(t, "cancelling an ended batch", c.Batches.Cancel(ctx, job2.Name, nil), 400, "FAILED_PRECONDITION", "")
+
+	// List, one per page, through both API versions.
+	for _, v := range []string{"v1beta", "v1"} {
+		cv := genaiClient(t, ts.URL+"/gemini", v, "gm-key")
+		page := check.Try(cv.Batches.List(ctx, &genai.ListBatchJobsConfig{PageSize: 1})).Must(t, v+" list")
+		var names []string
+		for {
+			for _, j := range page.Items {
+				names = append(names, j.Name+"="+j.DisplayName)
+			}
+			var err error
+			if page, err = page.Next(ctx); err == genai.ErrPageDone {
+				break
+			}
+			check.NoErr(t, v+" next page", err)
+		}
+		want := []string{job2.Name + "=to-cancel", job.Name + "=sdk-job"}
+		check.Error(t, v+" list, want "+strings.Join(want, " ")+" (newest first)", names, strings.Join(names, " ") == strings.Join(want, " "))
+		var files []string
+		for fl, err := range cv.Files.All(ctx) {
+			check.NoErr(t, v+" files", err)
+			files = append(files, fl.Name)
+		}
+		// two uploads, two responses files (the cancelled batch ran part of its lines)
+		check.Error(t, v+" files", files, len(files) == 4)
 	}
 
-	job, err := c.Batches.Create(ctx, "gemini-2.5-flash", &genai.BatchJobSource{FileName: f.Name},
-		&genai.CreateBatchJobConfig{DisplayName: "sdk-job"})
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	if !strings.HasPrefix(job.Name, "batches/") || job.State != genai.JobStatePending || job.DisplayName != "sdk-job" ||
-		job.Model != "models/gemini-2.5-flash" || job.CreateTime.IsZero() || job.Dest != nil {
-		t.Fatalf("created job: %+v", job)
-	}
-	clk.Advance(5 * time.Second)
-	job, err = c.Batches.Get(ctx, job.Name, nil)
-	if err != nil || job.State != genai.JobStateRunning {
-		t.Fatalf("get while running: %+v, %v", job, err)
-	}
-	clk.Advance(6 * time.Second)
-	job, err = c.Batches.Get(ctx, job.Name, nil)
-	if err != nil || job.State != genai.JobStateSucceeded || job.Dest == nil || job.Dest.FileName == "" || job.EndTime.IsZero() {
-		t.Fatalf("get after the batch time: %+v, %v", job, err)
-	}
-	if !strings.HasPrefix(job.Dest.FileName, "files/batch-") {
-		t.Errorf("responses file %q, want files/batch-<id>", job.Dest.FileName)
-	}
-	data, err := c.Files.Download(ctx, genai.NewDownloadURIFromFile(&genai.File{DownloadURI: job.Dest.FileName}), nil)
-	if err != nil {
-		t.Fatalf("download: %v", err)
-	}
+	check.Try(c.Batches.Delete(ctx, job2.Name, nil)).Must(t, "delete")
+	_, err := c.Batches.Get(ctx, job2.Name, nil)
+	checkGenaiErr(t, "get after delete", err, 404, "NOT_FOUND", "")
+
+	// A wrong key: 400 INVALID_ARGUMENT, as Google answers it.
+	bad := genaiClient(t, ts.URL+"/gemini", "v1beta", "wrong")
+	_, err = bad.Batches.Get(ctx, job.Name, nil)
+	checkGenaiErr(t, "wrong key", err, 400, "INVALID_ARGUMENT", "API key not valid")
+	// The direct call the batch lines stand for.
+	resp, err := c.Models.GenerateContent(ctx, "gemini-2.5-flash", genai.Text("hello there"), nil)
+	check.Error(t, "generateContent", fmt.Sprint(resp, err), err == nil, err == nil && resp.Text() == "echo: ereht olleh")
+	g := s.Stats().ByFamily["gemini"]
+	check.Error(t, "gemini stats", g, g.BatchesCreated == 2, g.RequestsProcessed >= n, g.RequestsProcessedMoreThanOnce == 0)
+}
+
+// checkGemResponses checks a batch's responses file: one SDK-readable echo
+// answer for each of keys, none twice, no other.
+func checkGemResponses(t *testing.T, data []byte, keys []string) {
+	t.Helper()
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, 1<<20)
@@ -119,105 +156,28 @@ func TestGeminiSDKRoundTrip(t *testing.T) {
 			t.Fatalf("responses line: %v: %s", err, sc.Bytes())
 		}
 		r := line.Response
-		if r == nil || len(r.Candidates) != 1 || r.Candidates[0].FinishReason != genai.FinishReasonStop ||
-			!strings.HasPrefix(r.Text(), "echo: ") || r.UsageMetadata == nil || r.UsageMetadata.PromptTokenCount == 0 ||
-			r.UsageMetadata.TotalTokenCount != r.UsageMetadata.PromptTokenCount+r.UsageMetadata.CandidatesTokenCount ||
-			r.ModelVersion != "gemini-2.5-flash" || r.ResponseID == "" {
-			t.Fatalf("response of %s: %s", line.Key, sc.Bytes())
-		}
-		if seen[line.Key] {
-			t.Fatalf("key %s twice", line.Key)
-		}
+		check.Fatal(t, "response of "+line.Key, sc.Text(), r != nil)
+		u := check.Deref(r.UsageMetadata)
+		check.Fatal(t, "response of "+line.Key, sc.Text(), len(r.Candidates) == 1)
+		check.Fatal(t, "response of "+line.Key, sc.Text(), r.Candidates[0].FinishReason == genai.FinishReasonStop,
+			strings.HasPrefix(r.Text(), "echo: "), r.UsageMetadata != nil, u.PromptTokenCount != 0,
+			u.TotalTokenCount == u.PromptTokenCount+u.CandidatesTokenCount, r.ModelVersion == "gemini-2.5-flash", r.ResponseID != "")
+		check.Fatal(t, "key twice", line.Key, !seen[line.Key])
 		seen[line.Key] = true
 	}
-	if len(seen) != n {
-		t.Fatalf("%d responses, want %d", len(seen), n)
-	}
+	check.Fatal(t, fmt.Sprintf("responses, want %d", len(keys)), len(seen), len(seen) == len(keys))
 	for _, k := range keys {
-		if !seen[k] {
-			t.Fatalf("no response for %s", k)
-		}
+		check.Fatal(t, "no response for key", k, seen[k])
 	}
+}
 
-	// Cancel a second batch while it runs: it ends CANCELLED.
-	path2, _ := gemRequestsFile(t, "other", 40, 10)
-	f2, err := c.Files.UploadFromPath(ctx, path2, &genai.UploadFileConfig{MIMEType: "application/jsonl"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job2, err := c.Batches.Create(ctx, "models/gemini-2.5-flash", &genai.BatchJobSource{FileName: f2.Name},
-		&genai.CreateBatchJobConfig{DisplayName: "to-cancel"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(3 * time.Second)
-	if err := c.Batches.Cancel(ctx, job2.Name, nil); err != nil {
-		t.Fatalf("cancel: %v", err)
-	}
-	job2, err = c.Batches.Get(ctx, job2.Name, nil)
-	if err != nil || job2.State != genai.JobStateCancelled {
-		t.Fatalf("after cancel: %+v, %v", job2, err)
-	}
+// checkGenaiErr checks that err is the API error Google answers: its HTTP
+// code, its status, and (when msg is not empty) a message containing msg.
+func checkGenaiErr(t *testing.T, what string, err error, code int, status, msg string) {
+	t.Helper()
 	var apiErr genai.APIError
-	if err := c.Batches.Cancel(ctx, job2.Name, nil); !errors.As(err, &apiErr) || apiErr.Code != 400 || apiErr.Status != "FAILED_PRECONDITION" {
-		t.Errorf("cancelling an ended batch: %v", err)
-	}
-
-	// List, one per page, through both API versions.
-	for _, v := range []string{"v1beta", "v1"} {
-		cv := genaiClient(t, ts.URL+"/gemini", v, "gm-key")
-		page, err := cv.Batches.List(ctx, &genai.ListBatchJobsConfig{PageSize: 1})
-		if err != nil {
-			t.Fatalf("%s list: %v", v, err)
-		}
-		var names []string
-		for {
-			for _, j := range page.Items {
-				names = append(names, j.Name+"="+j.DisplayName)
-			}
-			if page, err = page.Next(ctx); err == genai.ErrPageDone {
-				break
-			} else if err != nil {
-				t.Fatalf("%s next page: %v", v, err)
-			}
-		}
-		want := []string{job2.Name + "=to-cancel", job.Name + "=sdk-job"}
-		if strings.Join(names, " ") != strings.Join(want, " ") {
-			t.Errorf("%s list: %v, want %v (newest first)", v, names, want)
-		}
-		var files []string
-		for fl, err := range cv.Files.All(ctx) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, fl.Name)
-		}
-		if len(files) != 4 { // two uploads, two responses files (the cancelled batch ran part of its lines)
-			t.Errorf("%s files: %v", v, files)
-		}
-	}
-
-	if _, err := c.Batches.Delete(ctx, job2.Name, nil); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	if _, err := c.Batches.Get(ctx, job2.Name, nil); !errors.As(err, &apiErr) || apiErr.Code != 404 || apiErr.Status != "NOT_FOUND" {
-		t.Errorf("get after delete: %v", err)
-	}
-
-	// A wrong key: 400 INVALID_ARGUMENT, as Google answers it.
-	bad := genaiClient(t, ts.URL+"/gemini", "v1beta", "wrong")
-	if _, err := bad.Batches.Get(ctx, job.Name, nil); !errors.As(err, &apiErr) || apiErr.Code != 400 || apiErr.Status != "INVALID_ARGUMENT" ||
-		!strings.Contains(apiErr.Message, "API key not valid") {
-		t.Errorf("wrong key: %v", err)
-	}
-	// The direct call the batch lines stand for.
-	resp, err := c.Models.GenerateContent(ctx, "gemini-2.5-flash", genai.Text("hello there"), nil)
-	if err != nil || resp.Text() != "echo: ereht olleh" {
-		t.Errorf("generateContent: %+v, %v", resp, err)
-	}
-	stats := s.Stats()
-	if g := stats.ByFamily["gemini"]; g.BatchesCreated != 2 || g.RequestsProcessed < n || g.RequestsProcessedMoreThanOnce != 0 {
-		t.Errorf("gemini stats: %+v", g)
+	if !errors.As(err, &apiErr) || apiErr.Code != code || apiErr.Status != status || !strings.Contains(apiErr.Message, msg) {
+		t.Errorf("%s: %v, want %d %s %q", what, err, code, status, msg)
 	}
 }
 

@@ -70,6 +70,18 @@ func createBatch(t *testing.T, c openai.Client, fileID string, ep openai.BatchNe
 	return b
 }
 
+// submit uploads data as name and creates its batch on ep.
+func submit(t *testing.T, c openai.Client, name string, data []byte, ep openai.BatchNewParamsEndpoint) *openai.Batch {
+	t.Helper()
+	return createBatch(t, c, upload(t, c, name, data).ID, ep, nil)
+}
+
+// chatBatch submits a batch of n chat lines for model "m".
+func chatBatch(t *testing.T, c openai.Client, n int) *openai.Batch {
+	t.Helper()
+	return submit(t, c, "x.jsonl", emutest.ChatLines(n, "m"), openai.BatchNewParamsEndpointV1ChatCompletions)
+}
+
 func getBatch(t *testing.T, c openai.Client, id string) *openai.Batch {
 	t.Helper()
 	b, err := c.Batches.Get(context.Background(), id)

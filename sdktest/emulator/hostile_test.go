@@ -50,7 +50,7 @@ func runRaw(t *testing.T, ts *httptest.Server, fam string, n int) hostileBatch {
 	switch fam {
 	case famOpenAI:
 		c := oaClient(ts)
-		b := createBatch(t, c, upload(t, c, "sluice-j-c1-a1.jsonl", emutest.ChatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+		b := submit(t, c, "sluice-j-c1-a1.jsonl", emutest.ChatLines(n, "m"), openai.BatchNewParamsEndpointV1ChatCompletions)
 		b = getBatch(t, c, b.ID)
 		if b.Status != openai.BatchStatusCompleted {
 			t.Fatalf("openai batch %s", b.Status)
@@ -298,7 +298,7 @@ func getCut(t *testing.T, method, url, body string) (int64, int, error) {
 func TestHostileTruncatedDownloads(t *testing.T) {
 	s, ts := start(t, Options{TruncateDownloadRate: 1, Seed: 1})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := chatBatch(t, c, 10)
 	b = getBatch(t, c, b.ID)
 	promised, got, err := getCut(t, "GET", ts.URL+"/v1/files/"+b.OutputFileID+"/content", "")
 	if !errors.Is(err, io.ErrUnexpectedEOF) || promised < 100 || int64(got) != promised/2 {
@@ -326,7 +326,7 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 	// client gets the whole file.
 	_, ts = start(t, Options{TruncateDownloadRate: 0.5, Seed: 2})
 	c = oaClient(ts)
-	b = createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(10, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b = chatBatch(t, c, 10)
 	b = getBatch(t, c, b.ID)
 	cut, whole := 0, 0
 	for range 20 {
@@ -344,7 +344,7 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 func TestHostileOutputFile404(t *testing.T) {
 	s, ts := start(t, Options{OutputFile404Rate: 1, LineErrorRate: 0.3, Seed: 3})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(20, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := chatBatch(t, c, 20)
 	b = getBatch(t, c, b.ID)
 	if b.Status != openai.BatchStatusCompleted || b.OutputFileID == "" {
 		t.Fatalf("batch %s", b.RawJSON())
@@ -382,7 +382,7 @@ func TestHostileStuckBatches(t *testing.T) {
 		clk := emutest.NewClock()
 		s, ts := start(t, Options{StuckRate: 1, Now: clk.Now})
 		c := oaClient(ts)
-		b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+		b := chatBatch(t, c, n)
 		ac := antClient(ts)
 		ab, _ := ac.Messages.Batches.New(context.Background(), anthropic.MessageBatchNewParams{Requests: antRequests(n, "s")})
 		_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
@@ -422,7 +422,7 @@ func TestHostileStuckBatches(t *testing.T) {
 		clk := emutest.NewClock()
 		s, ts := start(t, Options{StuckRate: 1, StuckPhase: "validating", Now: clk.Now})
 		c := oaClient(ts)
-		b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(n, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+		b := chatBatch(t, c, n)
 		ac := antClient(ts)
 		ab, _ := ac.Messages.Batches.New(context.Background(), anthropic.MessageBatchNewParams{Requests: antRequests(n, "v")})
 		_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
@@ -458,7 +458,7 @@ func TestHostileStuckBatches(t *testing.T) {
 func TestHostileForgottenBatches(t *testing.T) {
 	s, ts := start(t, Options{ForgetBatchRate: 1})
 	c := oaClient(ts)
-	b := createBatch(t, c, upload(t, c, "x.jsonl", emutest.ChatLines(3, "m")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := chatBatch(t, c, 3)
 	if code, _, body := emutest.Do(t, "GET", ts.URL+"/v1/batches/"+b.ID, nil, nil); code != 404 {
 		t.Fatalf("openai poll: %d %s", code, body)
 	}

@@ -108,13 +108,13 @@ func TestEnqueuedTokenLimit(t *testing.T) {
 	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now, EnqueuedTokenLimit: 1200})
 	c := oaClient(ts)
 	in := emutest.ChatLines(20, "gpt-4o-mini") // 760 estimated tokens
-	a := createBatch(t, c, upload(t, c, "a.jsonl", in).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	a := submit(t, c, "a.jsonl", in, openai.BatchNewParamsEndpointV1ChatCompletions)
 	clk.Advance(2 * time.Second)
 	if a = getBatch(t, c, a.ID); a.Status != openai.BatchStatusInProgress {
 		t.Fatalf("a: %s", a.Status)
 	}
-	b := createBatch(t, c, upload(t, c, "b.jsonl", in).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
-	other := createBatch(t, c, upload(t, c, "o.jsonl", emutest.ChatLines(20, "other-model")).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	b := submit(t, c, "b.jsonl", in, openai.BatchNewParamsEndpointV1ChatCompletions)
+	other := submit(t, c, "o.jsonl", emutest.ChatLines(20, "other-model"), openai.BatchNewParamsEndpointV1ChatCompletions)
 	if b.Status != "validating" {
 		t.Fatalf("create must succeed first: %s", b.Status)
 	}
@@ -130,7 +130,7 @@ func TestEnqueuedTokenLimit(t *testing.T) {
 	if a = getBatch(t, c, a.ID); a.Status != openai.BatchStatusCompleted {
 		t.Fatalf("a: %s", a.Status)
 	}
-	d := createBatch(t, c, upload(t, c, "d.jsonl", in).ID, openai.BatchNewParamsEndpointV1ChatCompletions, nil)
+	d := submit(t, c, "d.jsonl", in, openai.BatchNewParamsEndpointV1ChatCompletions)
 	clk.Advance(10 * time.Second)
 	if d = getBatch(t, c, d.ID); d.Status != openai.BatchStatusCompleted {
 		t.Fatalf("d after a drained: %s", d.RawJSON())
@@ -150,5 +150,40 @@ func TestEnqueuedTokenLimit(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	if _, err := ac.Messages.Batches.New(context.Background(), anthropic.MessageBatchNewParams{Requests: antRequests(20, "c")}); err != nil {
 		t.Fatalf("after %s ended: %v", ab.ID, err)
+	}
+}
+
+// The default OpenAI limit: 50,000 requests pass, 50,001 fail too_many_tasks.
+func TestDefaultRequestLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large input")
+	}
+	_, ts := start(t, Options{Logf: func(string, ...any) {}})
+	c := oaClient(ts)
+	in := emutest.ChatLines(50001, "m")
+	b := submit(t, c, "big.jsonl", in, openai.BatchNewParamsEndpointV1ChatCompletions)
+	b = getBatch(t, c, b.ID)
+	if b.Status != openai.BatchStatusFailed || b.Errors.Data[0].Code != "too_many_tasks" || !strings.Contains(b.Errors.Data[0].Message, "50001") {
+		t.Fatalf("50,001: %s", b.RawJSON())
+	}
+	cut := bytes.LastIndexByte(in[:len(in)-1], '\n') + 1
+	b = submit(t, c, "ok.jsonl", in[:cut], openai.BatchNewParamsEndpointV1ChatCompletions)
+	if b = getBatch(t, c, b.ID); b.Status != openai.BatchStatusCompleted || b.RequestCounts.Completed != 50000 {
+		t.Fatalf("50,000: %s", b.RawJSON())
+	}
+}
+
+func TestCancelWhileValidating(t *testing.T) {
+	clk := emutest.NewClock()
+	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now})
+	c := oaClient(ts)
+	b := chatBatch(t, c, 3)
+	if _, err := c.Batches.Cancel(context.Background(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	b = getBatch(t, c, b.ID)
+	if b.Status != openai.BatchStatusCancelled || b.OutputFileID != "" || b.ErrorFileID != "" || b.RequestCounts.Total != 0 || b.InProgressAt != 0 {
+		t.Fatalf("%s", b.RawJSON())
 	}
 }

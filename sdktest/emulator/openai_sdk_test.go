@@ -3,6 +3,7 @@ package emulator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/emutest"
 
 	"github.com/openai/openai-go/v3"
@@ -25,107 +27,83 @@ func TestOpenAISDKRoundTrip(t *testing.T) {
 	const n = 20
 	input := emutest.ChatLines(n, "gpt-4o-mini")
 	f := upload(t, c, "sluice-job1-c0-a1.jsonl", input)
-	if f.Purpose != openai.FileObjectPurposeBatch || f.Bytes != int64(len(input)) || f.Filename != "sluice-job1-c0-a1.jsonl" ||
+	check.Fatal(t, "file object", f, f.Purpose == openai.FileObjectPurposeBatch, f.Bytes == int64(len(input)), f.Filename == "sluice-job1-c0-a1.jsonl",
 		//lint:ignore SA1019 the API still sends status; the emulator must too
-		!strings.HasPrefix(f.ID, "file-") || f.Status != "processed" {
-		t.Fatalf("file object: %+v", f)
-	}
+		strings.HasPrefix(f.ID, "file-"), f.Status == "processed")
 	checkSpec(t, "OpenAIFile", f.RawJSON())
-	got, err := c.Files.Get(ctx, f.ID)
-	if err != nil || got.ID != f.ID {
-		t.Fatalf("get file: %v %+v", err, got)
-	}
+	got := check.Try(c.Files.Get(ctx, f.ID)).Must(t, "get file")
+	check.Fatal(t, "get file", got, got.ID == f.ID)
 
 	b := createBatch(t, c, f.ID, openai.BatchNewParamsEndpointV1ChatCompletions, map[string]string{"sluice_job": "job1"})
 	checkSpec(t, "Batch", b.RawJSON())
-	if b.Status != openai.BatchStatusValidating || b.InputFileID != f.ID || b.CompletionWindow != "24h" ||
-		b.ExpiresAt != b.CreatedAt+86400 || b.Metadata["sluice_job"] != "job1" || b.JSON.InProgressAt.Raw() != "null" {
-		t.Fatalf("created batch: %s", b.RawJSON())
-	}
+	check.Fatal(t, "created batch", b.RawJSON(), b.Status == openai.BatchStatusValidating, b.InputFileID == f.ID, b.CompletionWindow == "24h",
+		b.ExpiresAt == b.CreatedAt+86400, b.Metadata["sluice_job"] == "job1", b.JSON.InProgressAt.Raw() == "null")
 	clk.Advance(2 * time.Second)
 	b = getBatch(t, c, b.ID)
-	if b.Status != openai.BatchStatusInProgress || b.RequestCounts.Total != n || b.InProgressAt != b.CreatedAt+1 || b.Model != "gpt-4o-mini" {
-		t.Fatalf("in progress: %s", b.RawJSON())
-	}
+	check.Fatal(t, "in progress", b.RawJSON(), b.Status == openai.BatchStatusInProgress, b.RequestCounts.Total == n,
+		b.InProgressAt == b.CreatedAt+1, b.Model == "gpt-4o-mini")
 	clk.Advance(5 * time.Second)
 	b = getBatch(t, c, b.ID)
-	if b.RequestCounts.Completed == 0 || b.RequestCounts.Completed == n {
-		t.Fatalf("progress counts should be partial: %+v", b.RequestCounts)
-	}
+	check.Fatal(t, "progress counts should be partial", b.RequestCounts, b.RequestCounts.Completed != 0, b.RequestCounts.Completed != n)
 	clk.Advance(2 * time.Second)
-	if b = getBatch(t, c, b.ID); b.Status != openai.BatchStatusFinalizing {
-		t.Fatalf("want finalizing, got %s", b.Status)
-	}
+	b = getBatch(t, c, b.ID)
+	check.Fatal(t, "want finalizing", b.Status, b.Status == openai.BatchStatusFinalizing)
 	clk.Advance(time.Second)
 	b = getBatch(t, c, b.ID)
-	if b.Status != openai.BatchStatusCompleted || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 ||
-		b.OutputFileID == "" || b.ErrorFileID != "" || b.CompletedAt != b.CreatedAt+10 || b.FinalizingAt != b.CreatedAt+9 {
-		t.Fatalf("completed: %s", b.RawJSON())
-	}
-	if b.Usage.InputTokens == 0 || b.Usage.OutputTokens == 0 || b.Usage.TotalTokens != b.Usage.InputTokens+b.Usage.OutputTokens {
-		t.Fatalf("usage: %+v", b.Usage)
-	}
-	of, err := c.Files.Get(ctx, b.OutputFileID)
-	if err != nil || of.Purpose != openai.FileObjectPurposeBatchOutput {
-		t.Fatalf("output file: %v %+v", err, of)
-	}
+	check.Fatal(t, "completed", b.RawJSON(), b.Status == openai.BatchStatusCompleted, b.RequestCounts.Completed == n, b.RequestCounts.Failed == 0,
+		b.OutputFileID != "", b.ErrorFileID == "", b.CompletedAt == b.CreatedAt+10, b.FinalizingAt == b.CreatedAt+9)
+	check.Fatal(t, "usage", b.Usage, b.Usage.InputTokens != 0, b.Usage.OutputTokens != 0, b.Usage.TotalTokens == b.Usage.InputTokens+b.Usage.OutputTokens)
+	of := check.Try(c.Files.Get(ctx, b.OutputFileID)).Must(t, "output file")
+	check.Fatal(t, "output file", of, of.Purpose == openai.FileObjectPurposeBatchOutput)
 	checkSDK(t, of)
 
 	lines := parseLines(t, download(t, c, b.OutputFileID))
-	if len(lines) != n {
-		t.Fatalf("want %d output lines, got %d", n, len(lines))
-	}
-	var ids []string
-	var inTok, outTok int64
-	for _, l := range lines {
-		ids = append(ids, l.CustomID)
-		if l.Error != nil || l.Response == nil || l.Response.StatusCode != 200 || !strings.HasPrefix(l.ID, "batch_req_") ||
-			!strings.HasPrefix(l.Response.RequestID, "req_") {
-			t.Fatalf("bad line %+v", l)
-		}
-		var cc openai.ChatCompletion
-		if err := json.Unmarshal(l.Response.Body, &cc); err != nil {
-			t.Fatal(err)
-		}
-		checkSDK(t, &cc)
-		var i int
-		fmt.Sscanf(l.CustomID, "req-%d", &i)
-		want := emutest.ExpectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
-		if cc.Object != "chat.completion" || len(cc.Choices) != 1 || cc.Choices[0].Message.Content != want ||
-			cc.Choices[0].FinishReason != "stop" || cc.Model != "gpt-4o-mini" {
-			t.Fatalf("completion %s", l.Response.Body)
-		}
-		prompt := len("be brief") + 1 + len(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
-		if cc.Usage.PromptTokens != int64((prompt+3)/4) || cc.Usage.CompletionTokens != int64((len(want)+3)/4) {
-			t.Fatalf("usage %+v for prompt of %d bytes", cc.Usage, prompt)
-		}
-		inTok += cc.Usage.PromptTokens
-		outTok += cc.Usage.CompletionTokens
-	}
-	if inTok != b.Usage.InputTokens || outTok != b.Usage.OutputTokens {
-		t.Fatalf("batch usage %+v, lines sum in=%d out=%d", b.Usage, inTok, outTok)
-	}
-	if slices.IsSorted(ids) || slices.Equal(ids, inputOrder(n)) {
-		t.Fatalf("output order should not be input order: %v", ids)
-	}
+	check.Fatal(t, fmt.Sprintf("want %d output lines", n), len(lines), len(lines) == n)
+	ids := checkChatOutput(t, lines, b.Usage)
+	check.Fatal(t, "output order should not be input order", ids, !slices.IsSorted(ids), !slices.Equal(ids, inputOrder(n)))
 	slices.Sort(ids)
 	want := inputOrder(n)
 	slices.Sort(want)
-	if !slices.Equal(ids, want) {
-		t.Fatalf("custom ids %v", ids)
-	}
-	if st := s.Stats(); st.RequestsProcessed != n || st.FilesUploaded != 1 || st.BatchesCreated != 1 || st.RequestsProcessedMoreThanOnce != 0 {
-		t.Fatalf("stats %+v", st)
-	}
+	check.Fatal(t, "custom ids", ids, slices.Equal(ids, want))
+	st := s.Stats()
+	check.Fatal(t, "stats", st, st.RequestsProcessed == n, st.FilesUploaded == 1, st.BatchesCreated == 1, st.RequestsProcessedMoreThanOnce == 0)
 	// Deleting the input file keeps the batch intact.
-	del, err := c.Files.Delete(ctx, f.ID)
-	if err != nil || !del.Deleted || del.ID != f.ID {
-		t.Fatalf("delete: %v %+v", err, del)
-	}
+	del := check.Try(c.Files.Delete(ctx, f.ID)).Must(t, "delete")
+	check.Fatal(t, "delete", del, del.Deleted, del.ID == f.ID)
 	checkSpec(t, "DeleteFileResponse", del.RawJSON())
 	if _, err := c.Files.Get(ctx, f.ID); err == nil {
 		t.Fatal("deleted file still there")
 	}
+}
+
+// checkChatOutput checks a chat batch's output lines, each an SDK-readable
+// echo answer to emutest.ChatLines' question with its token counts, and
+// that their usage sums to the batch's; it returns their custom_ids in
+// output order.
+func checkChatOutput(t *testing.T, lines []outLine, usage openai.BatchUsage) []string {
+	t.Helper()
+	var ids []string
+	var inTok, outTok int64
+	for _, l := range lines {
+		ids = append(ids, l.CustomID)
+		check.Fatal(t, "bad line", l, l.Error == nil, l.Response != nil)
+		check.Fatal(t, "bad line", l, l.Response.StatusCode == 200, strings.HasPrefix(l.ID, "batch_req_"), strings.HasPrefix(l.Response.RequestID, "req_"))
+		var cc openai.ChatCompletion
+		emutest.MustUnmarshal(t, l.Response.Body, &cc)
+		checkSDK(t, &cc)
+		var i int
+		fmt.Sscanf(l.CustomID, "req-%d", &i)
+		want := emutest.ExpectedAnswer(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
+		check.Fatal(t, "completion", string(l.Response.Body), cc.Object == "chat.completion", len(cc.Choices) == 1)
+		check.Fatal(t, "completion", string(l.Response.Body), cc.Choices[0].Message.Content == want, cc.Choices[0].FinishReason == "stop", cc.Model == "gpt-4o-mini")
+		prompt := len("be brief") + 1 + len(fmt.Sprintf("Question number %d: what is the meaning of life?", i))
+		check.Fatal(t, fmt.Sprintf("usage for prompt of %d bytes", prompt), cc.Usage,
+			cc.Usage.PromptTokens == int64((prompt+3)/4), cc.Usage.CompletionTokens == int64((len(want)+3)/4))
+		inTok += cc.Usage.PromptTokens
+		outTok += cc.Usage.CompletionTokens
+	}
+	check.Fatal(t, fmt.Sprintf("batch usage, lines sum in=%d out=%d", inTok, outTok), usage, inTok == usage.InputTokens, outTok == usage.OutputTokens)
+	return ids
 }
 
 func inputOrder(n int) []string {
@@ -196,7 +174,7 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 	c := oaClient(ts)
 	emb := `{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":["hello","world"]}}` + "\n" +
 		`{"custom_id":"e2","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"hello"}}` + "\n"
-	b := createBatch(t, c, upload(t, c, "emb.jsonl", []byte(emb)).ID, openai.BatchNewParamsEndpointV1Embeddings, nil)
+	b := submit(t, c, "emb.jsonl", []byte(emb), openai.BatchNewParamsEndpointV1Embeddings)
 	b = getBatch(t, c, b.ID)
 	vecs := map[string][][]float64{}
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
@@ -219,7 +197,7 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 
 	resp := `{"custom_id":"r1","method":"POST","url":"/v1/responses","body":{"model":"gpt-4.1-mini","input":"Tell me a joke about cats"}}` + "\n" +
 		`{"custom_id":"r2","method":"POST","url":"/v1/responses","body":{"model":"gpt-4.1-mini","instructions":"x","input":[{"role":"user","content":[{"type":"input_text","text":"abc"}]}]}}` + "\n"
-	b = createBatch(t, c, upload(t, c, "resp.jsonl", []byte(resp)).ID, openai.BatchNewParamsEndpointV1Responses, nil)
+	b = submit(t, c, "resp.jsonl", []byte(resp), openai.BatchNewParamsEndpointV1Responses)
 	b = getBatch(t, c, b.ID)
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
 		var r responses.Response
@@ -232,7 +210,7 @@ func TestOpenAIBatchEndpoints(t *testing.T) {
 	}
 
 	comp := `{"custom_id":"c1","method":"POST","url":"/v1/completions","body":{"model":"gpt-3.5-turbo-instruct","prompt":"Say this is a test","max_tokens":100}}` + "\n"
-	b = createBatch(t, c, upload(t, c, "comp.jsonl", []byte(comp)).ID, openai.BatchNewParamsEndpointV1Completions, nil)
+	b = submit(t, c, "comp.jsonl", []byte(comp), openai.BatchNewParamsEndpointV1Completions)
 	b = getBatch(t, c, b.ID)
 	for _, l := range parseLines(t, download(t, c, b.OutputFileID)) {
 		var r openai.Completion
@@ -326,5 +304,60 @@ func TestOpenAIChatJSONModeAndForcedTool(t *testing.T) {
 				t.Fatalf("%s: %s", c.extra, ch.Message.RawJSON())
 			}
 		}
+	}
+}
+
+// TestOutputExpiresAfterHonoured: a create with output_expires_after (the
+// official SDK's field) stamps the output file's expires_at that long
+// after the file's creation, scaled by ResultRetentionScale; past it the
+// file's metadata and content answer 404, and downloads and creates are
+// counted in the stats. Out-of-range values are refused 400.
+func TestOutputExpiresAfterHonoured(t *testing.T) {
+	clk := emutest.NewClock()
+	s, ts := start(t, Options{Now: clk.Now, ResultRetentionScale: 0.5})
+	c := oaClient(ts)
+	f := upload(t, c, "in.jsonl", emutest.ChatLines(3, "gpt-4o-mini"))
+	for _, secs := range []int64{3599, 2592001} {
+		_, err := c.Batches.New(context.Background(), openai.BatchNewParams{InputFileID: f.ID,
+			Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
+			OutputExpiresAfter: openai.BatchNewParamsOutputExpiresAfter{Seconds: secs}})
+		var ae *openai.Error
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest {
+			t.Errorf("output_expires_after %d: %v, want 400", secs, err)
+		}
+	}
+	b, err := c.Batches.New(context.Background(), openai.BatchNewParams{InputFileID: f.ID,
+		Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
+		OutputExpiresAfter: openai.BatchNewParamsOutputExpiresAfter{Seconds: 7200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = getBatch(t, c, b.ID)
+	if b.Status != openai.BatchStatusCompleted {
+		t.Fatalf("status %s", b.Status)
+	}
+	out, err := c.Files.Get(context.Background(), b.OutputFileID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.ExpiresAt - out.CreatedAt; got != 3600 {
+		t.Errorf("output file kept %ds, want 3600 (7200 scaled by 0.5)", got)
+	}
+	if lines := download(t, c, b.OutputFileID); len(lines) != 3 {
+		t.Fatalf("%d output lines", len(lines))
+	}
+	clk.Advance(time.Hour)
+	if _, err := c.Files.Get(context.Background(), b.OutputFileID); err == nil {
+		t.Error("expired output file: metadata still answered")
+	}
+	if _, err := c.Files.Content(context.Background(), b.OutputFileID); err == nil {
+		t.Error("expired output file: content still answered")
+	}
+	st := s.Stats()
+	if st.ResultsExpired != 2 || len(st.ResultDownloads) != 1 || st.ResultDownloads[0] != b.ID {
+		t.Errorf("stats: results_expired %d, result_downloads %v", st.ResultsExpired, st.ResultDownloads)
+	}
+	if st.OutputExpiresAfter["7200"] != 1 || len(st.OutputExpiresAfter) != 1 {
+		t.Errorf("stats: output_expires_after %v", st.OutputExpiresAfter)
 	}
 }

@@ -11,16 +11,25 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/provider"
+	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
 // Key is the API key the emulators of these tests accept.
 const Key = "test-key-123456"
+
+// Config is the provider.Config of a client under test: base and key,
+// a fake clock (no real waits between retries), and no rate limit.
+func Config(base, key string) provider.Config {
+	return provider.Config{BaseURL: base, APIKey: key, Clock: httpx.NewFakeClock(time.Now()), RateLimit: httpx.RateLimit{PerSecond: -1}}
+}
 
 // Emulator runs an emulator enforcing o.APIKey (default Key) behind a loopback server, its
 // handler wrapped by wrap (nil: none), and returns it with its root URL.
@@ -84,33 +93,61 @@ func IDs(n int, prefix string) []string {
 // custom_ids, through codec, and returns its ref.
 func Chunk(t *testing.T, codec sluice.Codec, job string, chunk int64, attempt int, model string, ids ...string) sluice.BatchRef {
 	t.Helper()
-	var b []byte
-	for _, id := range ids {
+	items := make([]*sluice.Item, len(ids))
+	for i, id := range ids {
 		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi %s"}],"max_tokens":50}`, model, id)
-		it := &sluice.Item{CustomID: id, URL: "/v1/chat/completions", Model: model, Body: []byte(body),
+		items[i] = &sluice.Item{CustomID: id, URL: "/v1/chat/completions", Model: model, Body: []byte(body),
 			Raw: fmt.Appendf(nil, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":%s}`, id, body)}
+	}
+	return WriteChunk(t, codec, sluice.BatchRef{Job: job, Chunk: chunk, Attempt: attempt, URL: "/v1/chat/completions", Model: model}, items...)
+}
+
+// WriteChunk writes items through codec into one chunk file as the
+// splitter does (each item validated, the codec's envelope around them)
+// and returns ref with the file's path, count, size and digest, and
+// IntentAt now.
+func WriteChunk(t *testing.T, codec sluice.Codec, ref sluice.BatchRef, items ...*sluice.Item) sluice.BatchRef {
+	t.Helper()
+	env := codec.Envelope()
+	buf := append([]byte(nil), env.Header...)
+	for i, it := range items {
+		if i > 0 {
+			buf = append(buf, env.Sep...)
+		}
 		if err := codec.Validate(it); err != nil {
 			t.Fatal(err)
 		}
 		var err error
-		if b, err = codec.AppendItem(b, it); err != nil {
+		if buf, err = codec.AppendItem(buf, it); err != nil {
 			t.Fatal(err)
 		}
 	}
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d-%d.jsonl", chunk, attempt))
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	buf = append(buf, env.Footer...)
+	ext := ".jsonl"
+	if len(env.Header) > 0 {
+		ext = ".json"
+	}
+	ref.Path = filepath.Join(t.TempDir(), fmt.Sprintf("chunk-%d-%d%s", ref.Chunk, ref.Attempt, ext))
+	if err := os.WriteFile(ref.Path, buf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	dg, err := sluice.ChunkDigest(path)
+	dg, err := sluice.ChunkDigest(ref.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sluice.BatchRef{Job: job, Chunk: chunk, Attempt: attempt, URL: "/v1/chat/completions", Model: model,
-		Path: path, Requests: len(ids), Bytes: int64(len(b)), IntentAt: time.Now(), Digest: dg}
+	ref.Requests, ref.Bytes, ref.IntentAt, ref.Digest = len(items), int64(len(buf)), time.Now(), dg
+	return ref
 }
 
 // Cycle uploads ref, creates its batch and runs it to its end (Finish).
 func Cycle(t *testing.T, p sluice.Provider, ref sluice.BatchRef) (sluice.Batch, map[string]sluice.Result) {
+	t.Helper()
+	return Finish(t, p, ref, Submit(t, p, ref))
+}
+
+// Submit uploads ref and creates its batch, failing the test on either
+// error; it returns the batch as Create answered it.
+func Submit(t *testing.T, p sluice.Provider, ref sluice.BatchRef) sluice.Batch {
 	t.Helper()
 	fileID, err := p.Upload(context.Background(), ref)
 	if err != nil {
@@ -120,7 +157,7 @@ func Cycle(t *testing.T, p sluice.Provider, ref sluice.BatchRef) (sluice.Batch, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Finish(t, p, ref, b)
+	return b
 }
 
 // Finish polls b until it ends, fetches and decodes its results, and
@@ -187,4 +224,35 @@ func LoseAnswers(n int, match func(*http.Request) bool) func(http.Handler) http.
 			conn.Close()
 		})
 	}
+}
+
+// WriteFile writes body to a file called name in a fresh temporary folder
+// and returns its path.
+func WriteFile(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Decode decodes files with p (lookup as Decode takes it) and returns the
+// results it delivered, owned, in order, with Decode's error.
+func Decode(p sluice.Provider, lookup func(int) (string, bool), files ...string) ([]sluice.Result, error) {
+	var got []sluice.Result
+	err := p.Decode(context.Background(), sluice.BatchRef{}, files, lookup, func(r sluice.Result) error {
+		got = append(got, r.Owned())
+		return nil
+	})
+	return got, err
+}
+
+// CustomIDs lists the custom_ids of rs, comma-separated, in order.
+func CustomIDs(rs []sluice.Result) string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.CustomID
+	}
+	return strings.Join(ids, ",")
 }
