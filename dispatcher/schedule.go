@@ -51,6 +51,7 @@ const (
 	stepAbandon
 	stepRecut
 	stepRealtime // send through the synchronous API (realtime.go)
+	stepCombine  // combine retries under the provider's minimum (combine.go)
 )
 
 // onceRounds bounds how often Once goes over the chunks again after a
@@ -337,6 +338,17 @@ func (s *sched) want(ctx context.Context, p *passState, c *sluice.Chunk) step {
 // or submitted, as the free slots and the admission rules allow.
 func (s *sched) wantSubmit(ctx context.Context, p *passState, c *sluice.Chunk) step {
 	d := s.d
+	if !p.fallback && !p.cancelled && d.underMinimum(c) && !d.realtimeChunk(c.ID) {
+		switch d.minimumFate(s.chunks, c) {
+		case fateWait, fateJoin:
+			return 0 // a task's end wakes the loop to decide again
+		case fateCombine:
+			if _, busy := s.busy[c.ID]; busy || p.slots <= 0 {
+				return 0
+			}
+			return stepCombine
+		}
+	}
 	if d.realtimeChunk(c.ID) || d.toRealtime(c, p.fallback) && !p.cancelled {
 		if p.slots <= 0 {
 			return 0
@@ -587,6 +599,8 @@ func (d *Dispatcher) task(ctx context.Context, k step, c *sluice.Chunk) (e taskE
 		e.moved, e.err = true, d.recut(ctx, c)
 	case stepRealtime:
 		e.moved, e.err = d.realtime(ctx, c)
+	case stepCombine:
+		e.moved, e.err = d.combine(ctx, c)
 	}
 	e.c = c
 	return e

@@ -299,3 +299,60 @@ func TestEmulateListsBedrock(t *testing.T) {
 		}
 	}
 }
+
+// TestBedrockRetriesUnderMinimumCombined: one model's 40 requests in two
+// jobs of 20 (--max-batch-requests 20) under a minimum of 10 records per
+// job (the emulator's too), most records failing (a quarter of the errors
+// 429, a quarter 500: retried). Each job leaves fewer retries than the
+// minimum, but together they reach it: the first job's retries wait for
+// the second's, and the two are combined into one job, sent once. No job
+// under the minimum is created (the emulator would fail it), nothing is
+// executed twice within a job, and every request is in the output.
+func TestBedrockRetriesUnderMinimumCombined(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.7", "--seed", "3", "--bedrock-min-records", "10")
+	dir := t.TempDir()
+	var b []byte
+	var ids []string
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("bc-%05d", i)
+		ids = append(ids, id)
+		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	writeFile(t, in, b)
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out,
+		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap,
+		"--min-batch-requests", "10", "--max-batch-requests", "20", "--max-attempts", "2",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	if r.code != exitFailures && r.code != exitOK {
+		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	outs := checkOutput(t, out, ids)
+	st := emu.stats(t)
+	t.Logf("stats %v\n%s", st, lastBytes(r.stderr, 3000))
+	combined := st["requests_processed"] - 40
+	if st["batches_created"] != 3 || st["batches_failed"] != 0 || combined < 10 || combined >= 20 {
+		t.Fatalf("stats %v: want the 2 planned jobs and one of their retries combined (at least the minimum of 10 records), none failed", st)
+	}
+	if st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d requests executed twice in a job", st["requests_processed_more_than_once"])
+	}
+	// Each planned job left fewer retries than the minimum; the combined
+	// job held them all.
+	var retried []int64
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if j := gjson.Parse(l); j.Get("message").String() == "chunk recorded" && j.Get("attempt").Int() == 1 {
+			retried = append(retried, j.Get("retried").Int())
+		}
+	}
+	if len(retried) != 2 || retried[0] >= 10 || retried[1] >= 10 || retried[0]+retried[1] != combined {
+		t.Errorf("the planned jobs left %v retries, want two counts under 10 that sum to the combined job's %d", retried, combined)
+	}
+	for _, o := range outs {
+		if o.Error != nil && o.Error.Code == "below_minimum_batch" {
+			t.Errorf("%s: %s", o.CustomID, o.Error.Message)
+		}
+	}
+}
