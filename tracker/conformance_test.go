@@ -49,6 +49,7 @@ var conformance = []struct {
 	{"PlanLock", testPlanLock},
 	{"PruneWorkers", testPruneWorkers},
 	{"FinishChunkGivesNewChunkIDs", testFinishChunkGivesNewChunkIDs},
+	{"FinishChunkAlso", testFinishChunkAlso},
 	{"DigestRecordedWithTheIntent", testDigestRecordedWithTheIntent},
 	{"ResultsExpiryRoundTrips", testResultsExpiryRoundTrips},
 }
