@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -307,10 +308,41 @@ func TestEmulateListsBedrock(t *testing.T) {
 // minimum, but together they reach it: the first job's retries wait for
 // the second's, and the two are combined into one job, sent once. No job
 // under the minimum is created (the emulator would fail it), nothing is
-// executed twice within a job, and every request is in the output.
+// executed twice, and every request is in the output.
 func TestBedrockRetriesUnderMinimumCombined(t *testing.T) {
+	checkCombined(t, runRetriesToCombine(t, false))
+}
+
+// TestBedrockRetriesUnderMinimumCombinedAfterKill: as above, one job at a
+// time (--max-live-batches 1), the run SIGKILLed while the first job's
+// retries wait in the tracker for the second job; the run started again
+// decides from the tracker alone as the first would have: the retries of
+// both jobs combined into one job, sent once.
+func TestBedrockRetriesUnderMinimumCombinedAfterKill(t *testing.T) {
+	checkCombined(t, runRetriesToCombine(t, true))
+}
+
+// combineRun is what runRetriesToCombine leaves for checkCombined.
+type combineRun struct {
+	emu      *emulatorProc
+	r        result
+	out      string
+	ids      []string
+	retried  []int64 // the planned jobs' retry chunks' sizes, as tracked
+	combined []int64 // the combined chunks' sizes
+}
+
+// runRetriesToCombine runs the input of TestBedrockRetriesUnderMinimumCombined
+// to its end; with kill, one job at a time, and SIGKILLed first while a
+// retry chunk waits (pending, attempt 2) with the second job live.
+func runRetriesToCombine(t *testing.T, kill bool) combineRun {
+	t.Helper()
 	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "100ms", "--line-error-rate", "0.7", "--seed", "3", "--bedrock-min-records", "10")
+	batchTime := "100ms"
+	if kill {
+		batchTime = "1500ms" // the second job runs while the first's retries wait
+	}
+	emu := startEmulator(t, "--batch-time", batchTime, "--line-error-rate", "0.7", "--seed", "3", "--bedrock-min-records", "10")
 	dir := t.TempDir()
 	var b []byte
 	var ids []string
@@ -322,33 +354,90 @@ func TestBedrockRetriesUnderMinimumCombined(t *testing.T) {
 	in := filepath.Join(dir, "in.jsonl")
 	writeFile(t, in, b)
 	out := filepath.Join(dir, "out.jsonl")
-	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out,
-		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap,
+	env := bedrockEnv(emu.addr, matrixKey, bucket)
+	state := filepath.Join(dir, "state")
+	args := []string{"run", in, "--out", out, "--provider", "bedrock", "--state", state, "--model-map", bedrockModelMap,
 		"--min-batch-requests", "10", "--max-batch-requests", "20", "--max-attempts", "2",
-		"--poll-interval", "20ms", "--max-poll-interval", "100ms")
-	if r.code != exitFailures && r.code != exitOK {
-		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", r.code, lastBytes(r.stderr, 3000))
-	}
-	outs := checkOutput(t, out, ids)
-	st := emu.stats(t)
-	t.Logf("stats %v\n%s", st, lastBytes(r.stderr, 3000))
-	combined := st["requests_processed"] - 40
-	if st["batches_created"] != 3 || st["batches_failed"] != 0 || combined < 10 || combined >= 20 {
-		t.Fatalf("stats %v: want the 2 planned jobs and one of their retries combined (at least the minimum of 10 records), none failed", st)
-	}
-	if st["requests_processed_more_than_once"] != 0 {
-		t.Errorf("%d requests executed twice in a job", st["requests_processed_more_than_once"])
-	}
-	// Each planned job left fewer retries than the minimum; the combined
-	// job held them all.
-	var retried []int64
-	for _, l := range strings.Split(r.stderr, "\n") {
-		if j := gjson.Parse(l); j.Get("message").String() == "chunk recorded" && j.Get("attempt").Int() == 1 {
-			retried = append(retried, j.Get("retried").Int())
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms"}
+	if kill {
+		args = append(args, "--max-live-batches", "1")
+		waiting := func() bool {
+			return chunkCount(state, `attempt = 2 AND state = 'pending'`) > 0 && chunkCount(state, `attempt = 1 AND state = 'submitted'`) > 0
+		}
+		killWhen(t, sluiceCmd(env, args...), "a retry chunk waiting while the second job runs", waiting)
+		if n := emu.stats(t)["batches_created"]; n != 2 {
+			t.Fatalf("%d jobs created before the kill, want the 2 planned", n)
 		}
 	}
-	if len(retried) != 2 || retried[0] >= 10 || retried[1] >= 10 || retried[0]+retried[1] != combined {
-		t.Errorf("the planned jobs left %v retries, want two counts under 10 that sum to the combined job's %d", retried, combined)
+	c := combineRun{emu: emu, out: out, ids: ids}
+	c.r = runSluiceWithin(t, 2*time.Minute, env, args...)
+	// Each planned job's retries: the chunks of its next attempt (files
+	// -r), and the chunk they were combined into (-m), as tracked.
+	c.retried = chunkColumn(t, state, `requests`, `path LIKE '%-a2-r%'`)
+	c.combined = chunkColumn(t, state, `requests`, `path LIKE '%-a2-m%'`)
+	return c
+}
+
+// chunkCount counts the chunks of the state directory's tracker where
+// cond holds (0 while it cannot be read).
+func chunkCount(state, cond string) int {
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, "sluice.db")+"?mode=ro&_busy_timeout=2000")
+	if err != nil {
+		return 0
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM chunks WHERE ` + cond).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}
+
+// chunkColumn reads column of the chunks where cond holds, in id order.
+func chunkColumn(t *testing.T, state, column, cond string) []int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, "sluice.db")+"?mode=ro&_busy_timeout=2000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT ` + column + ` FROM chunks WHERE ` + cond + ` ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var vs []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// checkCombined checks a run of runRetriesToCombine: each planned job
+// left fewer retries than the minimum of 10, they were combined into one
+// job of them all, sent once (3 jobs in all, none failed), nothing
+// executed twice, and every request in the output, none failed
+// below_minimum_batch.
+func checkCombined(t *testing.T, c combineRun) {
+	t.Helper()
+	if c.r.code != exitFailures && c.r.code != exitOK {
+		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", c.r.code, lastBytes(c.r.stderr, 3000))
+	}
+	outs := checkOutput(t, c.out, c.ids)
+	st := c.emu.stats(t)
+	if len(c.retried) != 2 || c.retried[0] >= 10 || c.retried[1] >= 10 || len(c.combined) != 1 || c.retried[0]+c.retried[1] != c.combined[0] {
+		t.Fatalf("retry chunks of %v requests, combined into %v: want two under the minimum of 10, combined into one of their sum\n%s",
+			c.retried, c.combined, lastBytes(c.r.stderr, 3000))
+	}
+	if st["batches_created"] != 3 || st["batches_failed"] != 0 || st["requests_processed"] != 40+c.combined[0] {
+		t.Errorf("stats %v: want the 2 planned jobs and one job of the %d retries combined, none failed", st, c.combined[0])
+	}
+	if st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d requests executed twice", st["requests_processed_more_than_once"])
 	}
 	for _, o := range outs {
 		if o.Error != nil && o.Error.Code == "below_minimum_batch" {
