@@ -64,7 +64,7 @@ func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*types.Model
 	}
 	pages := bedrock.NewListModelInvocationJobsPaginator(c.api, &bedrock.ListModelInvocationJobsInput{
 		NameContains:    aws.String(JobName(ref)),
-		SubmitTimeAfter: aws.Time(c.clock.Now().Add(-c.findBack)),
+		SubmitTimeAfter: aws.Time(c.Cutoff()),
 		SortBy:          types.SortJobsByCreationTime, SortOrder: types.SortOrderDescending,
 		MaxResults: aws.Int32(100),
 	})
