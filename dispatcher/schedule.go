@@ -471,7 +471,11 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 	if a.leftover {
 		return false
 	}
-	if lim.MaxLiveBatches > 0 && a.live >= lim.MaxLiveBatches {
+	live := a.live
+	if d.caps.LivePerModel {
+		live = a.liveByModel[c.Model] // the quota is per model (Bedrock's)
+	}
+	if lim.MaxLiveBatches > 0 && live >= lim.MaxLiveBatches {
 		return false
 	}
 	if d.isQueueFull(c.Model) && a.liveByModel[c.Model] > 0 {

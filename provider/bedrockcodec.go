@@ -128,7 +128,8 @@ func bedrockServes(m string) bool {
 // --min-batch-requests), 50,000 records per file and per job (one file
 // per job here, so one limit), 1 GB per input file (the job's 5 GB cannot
 // be reached with one file), and some 10 jobs submitted or running per
-// model (MaxLiveBatches counts jobs of every model: set it for yours).
+// model (MaxLiveBatches counts each model's jobs apart: the client's
+// Capabilities say LivePerModel).
 var bedrockPreset = Preset{
 	Name: "bedrock", Family: FamilyBedrock, BaseURL: "", BaseURLEnv: "AWS_ENDPOINT_URL_BEDROCK",
 	Limits:      sluice.Limits{MaxBatchBytes: 1_000_000_000, MaxBatchRequests: 50_000, MinBatchRequests: 100, MaxLiveBatches: 10},

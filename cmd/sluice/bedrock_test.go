@@ -445,3 +445,65 @@ func checkCombined(t *testing.T, c combineRun) {
 		}
 	}
 }
+
+// TestBedrockLiveBatchesPerModel: Bedrock's quota of concurrent jobs is
+// per model, and so is --max-live-batches: with a limit of 1 and two
+// models of two jobs each, a job of each model runs at once (their
+// submitted-to-ended times overlap), while two jobs of one model never do.
+func TestBedrockLiveBatchesPerModel(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "700ms", "--bedrock-min-records", "5")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 40)
+	out := filepath.Join(dir, "out.jsonl")
+	state := filepath.Join(dir, "state")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out,
+		"--provider", "bedrock", "--state", state, "--model-map", bedrockModelMap, "--min-batch-requests", "5",
+		"--max-batch-requests", "10", "--max-live-batches", "1", "--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	if r.code != exitOK {
+		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	checkOutput(t, out, ids)
+	if n := emu.stats(t)["batches_created"]; n != 4 {
+		t.Fatalf("%d jobs created, want 4 (two per model)", n)
+	}
+	models := chunkStrings(t, state, "model")
+	from, to := chunkColumn(t, state, "submitted_at", "1"), chunkColumn(t, state, "ended_at", "1")
+	across := false
+	for i := range models {
+		for j := i + 1; j < len(models); j++ {
+			overlap := from[i] < to[j] && from[j] < to[i]
+			if overlap && models[i] == models[j] {
+				t.Errorf("two jobs of %s live at once under --max-live-batches 1", models[i])
+			}
+			across = across || overlap && models[i] != models[j]
+		}
+	}
+	if !across {
+		t.Errorf("no jobs of the two models live at once: --max-live-batches counted every model's jobs (submitted %v, ended %v, models %v)", from, to, models)
+	}
+}
+
+// chunkStrings reads a text column of every chunk, in id order.
+func chunkStrings(t *testing.T, state, column string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, "sluice.db")+"?mode=ro&_busy_timeout=2000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT ` + column + ` FROM chunks ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var vs []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}

@@ -190,7 +190,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
+// Capabilities: Bedrock's quota of concurrent jobs is per model
+// (LivePerModel).
+func (c *Client) Capabilities() sluice.Capabilities {
+	return sluice.Capabilities{Files: true, LivePerModel: true}
+}
 
 // limited sends each call (each of the SDK's attempts) once the client's
 // rate limit lets it (provider/httpx's limiter, as every family's).
