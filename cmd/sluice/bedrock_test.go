@@ -507,3 +507,56 @@ func chunkStrings(t *testing.T, state, column string) []string {
 	}
 	return vs
 }
+
+// TestBedrockTranslatesEmbeddings: examples/requests.jsonl as it is, its
+// /v1/embeddings lines mapped to Titan Text Embeddings V2 by --model-map,
+// runs on Bedrock: each embeddings line is sent as Titan's {"inputText"}
+// and its answer comes back as an OpenAI embeddings response (a list of
+// one 1024-float embedding, with usage), the chat lines as
+// chat.completion objects; nothing executed twice.
+func TestBedrockTranslatesEmbeddings(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "300ms", "--bedrock-min-records", "50")
+	dir := t.TempDir()
+	in := filepath.Join("..", "..", "examples", "requests.jsonl")
+	var ids []string
+	data, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		ids = append(ids, gjson.Get(l, "custom_id").String())
+	}
+	out := filepath.Join(dir, "out.jsonl")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out,
+		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--min-batch-requests", "50",
+		"--model-map", bedrockModelMap+",text-embedding-3-small="+bedrockTitan, "--poll-interval", "20ms", "--max-poll-interval", "200ms")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	embeddings := 0
+	for _, o := range checkOutput(t, out, ids) {
+		if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 {
+			t.Fatalf("%s: %+v", o.CustomID, o)
+		}
+		body, _ := json.Marshal(o.Response)
+		b := gjson.GetBytes(body, "body")
+		if !strings.HasPrefix(o.CustomID, "emb-") {
+			if b.Get("object").String() != "chat.completion" {
+				t.Fatalf("%s: not a chat.completion: %s", o.CustomID, lastBytes(b.Raw, 300))
+			}
+			continue
+		}
+		embeddings++
+		if b.Get("object").String() != "list" || b.Get("data.0.object").String() != "embedding" || len(b.Get("data.0.embedding").Array()) != 1024 ||
+			b.Get("model").String() != bedrockTitan || b.Get("usage.prompt_tokens").Int() <= 0 {
+			t.Fatalf("%s: not an OpenAI embeddings response: %s", o.CustomID, lastBytes(b.Raw, 300))
+		}
+	}
+	if embeddings != 60 {
+		t.Errorf("%d embeddings, want 60", embeddings)
+	}
+	if twice := emu.stats(t)["requests_processed_more_than_once"]; twice != 0 {
+		t.Errorf("%d requests executed twice", twice)
+	}
+}
