@@ -15,19 +15,7 @@ import (
 // are recorded with it.
 func testFinishChunkGivesNewChunkIDs(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	planJob(t, db, "j", 3)
-	cs, _ := db.Chunks(ctx, "j")
-	c := cs[0]
-	c.State = sluice.ChunkDone
-	a := &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "a", State: sluice.ChunkPending, Requests: 1}
-	b := &sluice.Chunk{Job: "j", Attempt: 2, Splits: 1, URL: "u", Model: "m", Path: "b", State: sluice.ChunkPending, Requests: 1}
-	fin := &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
-		Outcomes:  []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}},
-		Moved:     []sluice.Request{{Ordinal: 1, Chunk: sluice.NewChunkRef(0), Length: 5, Attempt: 2}, {Ordinal: 2, Chunk: sluice.NewChunkRef(1), Length: 5, Attempt: 2}},
-		NewChunks: []*sluice.Chunk{a, b}}
-	if err := db.FinishChunk(ctx, fin); err != nil {
-		t.Fatal(err)
-	}
+	c, a, b := retryTwo(t, db, 1)
 	if a.ID != c.ID+1 || b.ID != c.ID+2 {
 		t.Fatalf("new chunk ids %d, %d; want %d, %d", a.ID, b.ID, c.ID+1, c.ID+2)
 	}
@@ -52,7 +40,7 @@ func testFinishChunkGivesNewChunkIDs(t *testing.T, db *testDB) {
 	if nc.ID != b.ID+1 {
 		t.Errorf("third new chunk id %d, want %d", nc.ID, b.ID+1)
 	}
-	cs, _ = db.Chunks(ctx, "j")
+	cs, _ := db.Chunks(ctx, "j")
 	if len(cs) != 4 {
 		t.Errorf("%d chunks, want 4", len(cs))
 	}
@@ -65,18 +53,7 @@ func testFinishChunkGivesNewChunkIDs(t *testing.T, db *testDB) {
 // is recorded.
 func testFinishChunkAlso(t *testing.T, db *testDB) {
 	ctx := context.Background()
-	planJob(t, db, "j", 3)
-	cs, _ := db.Chunks(ctx, "j")
-	c := cs[0]
-	c.State = sluice.ChunkDone
-	a := &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "a", State: sluice.ChunkPending, Requests: 1}
-	b := &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "b", State: sluice.ChunkPending, Requests: 1}
-	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
-		Outcomes:  []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}},
-		Moved:     []sluice.Request{{Ordinal: 1, Chunk: sluice.NewChunkRef(0), Length: 5, Attempt: 2}, {Ordinal: 2, Chunk: sluice.NewChunkRef(1), Length: 5, Attempt: 2}},
-		NewChunks: []*sluice.Chunk{a, b}}); err != nil {
-		t.Fatal(err)
-	}
+	_, a, b := retryTwo(t, db, 0)
 	combine := func(from sluice.ChunkState) (*sluice.Chunk, error) {
 		ea, eb := *a, *b
 		ea.State, eb.State = sluice.ChunkDone, sluice.ChunkDone
@@ -115,4 +92,25 @@ func testFinishChunkAlso(t *testing.T, db *testDB) {
 			t.Errorf("chunk %d still holds %d request(s)", id, n)
 		}
 	}
+}
+
+// retryTwo plans job j of 3 requests and ends its chunk c: the first
+// request succeeded, the others moved to two new pending chunks of
+// attempt 2, a and b (b with splits).
+func retryTwo(t *testing.T, db *testDB, splits int) (c, a, b *sluice.Chunk) {
+	t.Helper()
+	ctx := context.Background()
+	planJob(t, db, "j", 3)
+	cs, _ := db.Chunks(ctx, "j")
+	c = cs[0]
+	c.State = sluice.ChunkDone
+	a = &sluice.Chunk{Job: "j", Attempt: 2, URL: "u", Model: "m", Path: "a", State: sluice.ChunkPending, Requests: 1}
+	b = &sluice.Chunk{Job: "j", Attempt: 2, Splits: splits, URL: "u", Model: "m", Path: "b", State: sluice.ChunkPending, Requests: 1}
+	if err := db.FinishChunk(ctx, &sluice.Finish{Chunk: c, From: sluice.ChunkPending,
+		Outcomes:  []sluice.Outcome{{Ordinal: 0, State: sluice.RequestSucceeded}},
+		Moved:     []sluice.Request{{Ordinal: 1, Chunk: sluice.NewChunkRef(0), Length: 5, Attempt: 2}, {Ordinal: 2, Chunk: sluice.NewChunkRef(1), Length: 5, Attempt: 2}},
+		NewChunks: []*sluice.Chunk{a, b}}); err != nil {
+		t.Fatal(err)
+	}
+	return c, a, b
 }

@@ -373,8 +373,8 @@ func runRetriesToCombine(t *testing.T, kill bool) combineRun {
 	c.r = runSluiceWithin(t, 2*time.Minute, env, args...)
 	// Each planned job's retries: the chunks of its next attempt (files
 	// -r), and the chunk they were combined into (-m), as tracked.
-	c.retried = chunkColumn(t, state, `requests`, `path LIKE '%-a2-r%'`)
-	c.combined = chunkColumn(t, state, `requests`, `path LIKE '%-a2-m%'`)
+	c.retried = chunkColumn[int64](t, state, `requests`, `path LIKE '%-a2-r%'`)
+	c.combined = chunkColumn[int64](t, state, `requests`, `path LIKE '%-a2-m%'`)
 	return c
 }
 
@@ -394,7 +394,7 @@ func chunkCount(state, cond string) int {
 }
 
 // chunkColumn reads column of the chunks where cond holds, in id order.
-func chunkColumn(t *testing.T, state, column, cond string) []int64 {
+func chunkColumn[T int64 | string](t *testing.T, state, column, cond string) []T {
 	t.Helper()
 	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, "sluice.db")+"?mode=ro&_busy_timeout=2000")
 	if err != nil {
@@ -406,9 +406,9 @@ func chunkColumn(t *testing.T, state, column, cond string) []int64 {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var vs []int64
+	var vs []T
 	for rows.Next() {
-		var v int64
+		var v T
 		if err := rows.Scan(&v); err != nil {
 			t.Fatal(err)
 		}
@@ -467,8 +467,8 @@ func TestBedrockLiveBatchesPerModel(t *testing.T) {
 	if n := emu.stats(t)["batches_created"]; n != 4 {
 		t.Fatalf("%d jobs created, want 4 (two per model)", n)
 	}
-	models := chunkStrings(t, state, "model")
-	from, to := chunkColumn(t, state, "submitted_at", "1"), chunkColumn(t, state, "ended_at", "1")
+	models := chunkColumn[string](t, state, "model", "1")
+	from, to := chunkColumn[int64](t, state, "submitted_at", "1"), chunkColumn[int64](t, state, "ended_at", "1")
 	across := false
 	for i := range models {
 		for j := i + 1; j < len(models); j++ {
@@ -481,82 +481,5 @@ func TestBedrockLiveBatchesPerModel(t *testing.T) {
 	}
 	if !across {
 		t.Errorf("no jobs of the two models live at once: --max-live-batches counted every model's jobs (submitted %v, ended %v, models %v)", from, to, models)
-	}
-}
-
-// chunkStrings reads a text column of every chunk, in id order.
-func chunkStrings(t *testing.T, state, column string) []string {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, "sluice.db")+"?mode=ro&_busy_timeout=2000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query(`SELECT ` + column + ` FROM chunks ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var vs []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		vs = append(vs, v)
-	}
-	return vs
-}
-
-// TestBedrockTranslatesEmbeddings: examples/requests.jsonl as it is, its
-// /v1/embeddings lines mapped to Titan Text Embeddings V2 by --model-map,
-// runs on Bedrock: each embeddings line is sent as Titan's {"inputText"}
-// and its answer comes back as an OpenAI embeddings response (a list of
-// one 1024-float embedding, with usage), the chat lines as
-// chat.completion objects; nothing executed twice.
-func TestBedrockTranslatesEmbeddings(t *testing.T) {
-	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "300ms", "--bedrock-min-records", "50")
-	dir := t.TempDir()
-	in := filepath.Join("..", "..", "examples", "requests.jsonl")
-	var ids []string
-	data, err := os.ReadFile(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		ids = append(ids, gjson.Get(l, "custom_id").String())
-	}
-	out := filepath.Join(dir, "out.jsonl")
-	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out,
-		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--min-batch-requests", "50",
-		"--model-map", bedrockModelMap+",text-embedding-3-small="+bedrockTitan, "--poll-interval", "20ms", "--max-poll-interval", "200ms")
-	if r.code != 0 {
-		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
-	}
-	embeddings := 0
-	for _, o := range checkOutput(t, out, ids) {
-		if o.Error != nil || o.Response == nil || o.Response.StatusCode != 200 {
-			t.Fatalf("%s: %+v", o.CustomID, o)
-		}
-		body, _ := json.Marshal(o.Response)
-		b := gjson.GetBytes(body, "body")
-		if !strings.HasPrefix(o.CustomID, "emb-") {
-			if b.Get("object").String() != "chat.completion" {
-				t.Fatalf("%s: not a chat.completion: %s", o.CustomID, lastBytes(b.Raw, 300))
-			}
-			continue
-		}
-		embeddings++
-		if b.Get("object").String() != "list" || b.Get("data.0.object").String() != "embedding" || len(b.Get("data.0.embedding").Array()) != 1024 ||
-			b.Get("model").String() != bedrockTitan || b.Get("usage.prompt_tokens").Int() <= 0 {
-			t.Fatalf("%s: not an OpenAI embeddings response: %s", o.CustomID, lastBytes(b.Raw, 300))
-		}
-	}
-	if embeddings != 60 {
-		t.Errorf("%d embeddings, want 60", embeddings)
-	}
-	if twice := emu.stats(t)["requests_processed_more_than_once"]; twice != 0 {
-		t.Errorf("%d requests executed twice", twice)
 	}
 }
