@@ -21,6 +21,17 @@ type recut struct {
 	combine  bool // retries of several chunks combined (combine.go): files named -m
 }
 
+// limits is lim with k's further bounds.
+func (k recut) limits(lim sluice.Limits) sluice.Limits {
+	if k.tokens > 0 && (lim.MaxBatchTokens <= 0 || k.tokens < lim.MaxBatchTokens) {
+		lim.MaxBatchTokens = k.tokens
+	}
+	if k.requests > 0 && (lim.MaxBatchRequests <= 0 || k.requests < lim.MaxBatchRequests) {
+		lim.MaxBatchRequests = k.requests
+	}
+	return lim
+}
+
 // cutSource is a chunk whose requests (reqs[idx]) a cut copies.
 type cutSource struct {
 	path string
@@ -51,12 +62,7 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 // in order; the new chunks take c's URL, model and name.
 func (d *Dispatcher) cut(ctx context.Context, c *sluice.Chunk, srcs []cutSource, k recut) ([]*sluice.Chunk, []sluice.Request, error) {
 	codec, lim := sluice.ChunkFormat(d.prov.Codec(), c.URL, d.job.Limits)
-	if k.tokens > 0 && (lim.MaxBatchTokens <= 0 || k.tokens < lim.MaxBatchTokens) {
-		lim.MaxBatchTokens = k.tokens
-	}
-	if k.requests > 0 && (lim.MaxBatchRequests <= 0 || k.requests < lim.MaxBatchRequests) {
-		lim.MaxBatchRequests = k.requests
-	}
+	lim = k.limits(lim)
 	env := codec.Envelope()
 	ext := filepath.Ext(c.Path)
 	kind, splits := "r", c.Splits
