@@ -116,7 +116,9 @@ const (
 	CodeProviderOutput ErrorCode = "provider_output"
 	// CodeBelowMinimum: the requests left to retry of a batch were fewer
 	// than the provider's minimum of requests per batch
-	// (Limits.MinBatchRequests, Bedrock's minimum records per job): a
+	// (Limits.MinBatchRequests, Bedrock's minimum records per job), and
+	// no other retries of the model could join them to reach it (they
+	// wait for them while a batch of the model is unfinished): a
 	// batch of them would be refused, so they are not sent and fail for
 	// good (the message gives both numbers), unless --fallback realtime
 	// sends them through the synchronous API. Run them again in a job with

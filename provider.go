@@ -254,6 +254,10 @@ type Capabilities struct {
 	// compared with is then sluice's estimate of every request the batch
 	// answered (docs/money.md).
 	UsagePerBatch bool
+	// LivePerModel: the provider's quota of batches submitted or running
+	// is per model (Bedrock's concurrent jobs), so Limits.MaxLiveBatches
+	// counts each model's batches apart.
+	LivePerModel bool
 }
 
 // RealtimeCaller is a provider that can answer one request of a chunk

@@ -33,6 +33,12 @@ type Finish struct {
 	Outcomes  []Outcome
 	Moved     []Request // Ordinal, Chunk, Index, Offset, Length, Attempt set
 	NewChunks []*Chunk
+	// Also are further chunks, not yet sent, ended in the same
+	// transaction, each with its Chunk, From and Moved (no outcomes, no
+	// chunks of its own): its requests move into this finish's NewChunks,
+	// named by NewChunkRef. Retries of a few requests combined into one
+	// batch end their chunks so (dispatcher/combine.go).
+	Also []*Finish
 }
 
 // NewChunkRef is how a request moved by a Finish names the new chunk at

@@ -21,6 +21,25 @@ type recut struct {
 	tokens   int64
 	requests int  // at most this many requests each (0: the job's limits alone)
 	split    bool // a split (split.go): spends no attempt; files named -s
+	combine  bool // retries of several chunks combined (combine.go): files named -m
+}
+
+// limits is lim with k's further bounds.
+func (k recut) limits(lim sluice.Limits) sluice.Limits {
+	if k.tokens > 0 && (lim.MaxBatchTokens <= 0 || k.tokens < lim.MaxBatchTokens) {
+		lim.MaxBatchTokens = k.tokens
+	}
+	if k.requests > 0 && (lim.MaxBatchRequests <= 0 || k.requests < lim.MaxBatchRequests) {
+		lim.MaxBatchRequests = k.requests
+	}
+	return lim
+}
+
+// cutSource is a chunk whose requests (reqs[idx]) a cut copies.
+type cutSource struct {
+	chunk *sluice.Chunk // its file is checked against its FileDigest before a byte of it is copied
+	reqs  []sluice.Request
+	idx   []int
 }
 
 // retryCut is the cut of chunk c's next attempt: the job's limits, and
@@ -39,29 +58,22 @@ func (d *Dispatcher) retryCut(c *sluice.Chunk) recut {
 // sluice.NewChunkRef. Their files are named after c and the attempt, which
 // only this end of c writes.
 func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice.Request, idx []int, k recut) ([]*sluice.Chunk, []sluice.Request, error) {
-	if err := d.fetch(ctx, c.Path); err != nil {
-		return nil, nil, err
-	}
-	if err := d.checkChunkFile(c, false); err != nil {
-		return nil, nil, err
-	}
-	src, err := os.Open(filepath.Join(d.job.Dir, c.Path))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer src.Close()
+	return d.cut(ctx, c, []cutSource{{chunk: c, reqs: reqs, idx: idx}}, k)
+}
+
+// cut is regroup over the requests of one or more chunks' files (srcs),
+// in order; the new chunks take c's URL, model and name.
+func (d *Dispatcher) cut(ctx context.Context, c *sluice.Chunk, srcs []cutSource, k recut) ([]*sluice.Chunk, []sluice.Request, error) {
 	codec, lim := sluice.ChunkFormat(d.prov.Codec(), c.URL, d.job.Limits)
-	if k.tokens > 0 && (lim.MaxBatchTokens <= 0 || k.tokens < lim.MaxBatchTokens) {
-		lim.MaxBatchTokens = k.tokens
-	}
-	if k.requests > 0 && (lim.MaxBatchRequests <= 0 || k.requests < lim.MaxBatchRequests) {
-		lim.MaxBatchRequests = k.requests
-	}
+	lim = k.limits(lim)
 	env := codec.Envelope()
 	ext := filepath.Ext(c.Path)
 	kind, splits := "r", c.Splits
-	if k.split {
+	switch {
+	case k.split:
 		kind, splits = "s", splits+1
+	case k.combine:
+		kind = "m"
 	}
 	var (
 		chunks []*sluice.Chunk
@@ -95,52 +107,65 @@ func (d *Dispatcher) regroup(ctx context.Context, c *sluice.Chunk, reqs []sluice
 		cur = nil
 		return nil
 	}
-	for _, i := range idx {
-		r := reqs[i]
-		if cap(buf) < r.Length {
-			buf = make([]byte, r.Length)
+	for _, sc := range srcs {
+		if err := d.fetch(ctx, sc.chunk.Path); err != nil {
+			return nil, nil, err
 		}
-		item := buf[:r.Length]
-		if _, err := src.ReadAt(item, r.Offset); err != nil {
-			return nil, nil, fmt.Errorf("read item of %q from %s: %w", r.CustomID, c.Path, err)
+		if err := d.checkChunkFile(sc.chunk, false); err != nil {
+			return nil, nil, err
 		}
-		if cur != nil {
-			if bound := lim.Bound(env, cur.Requests, itemB, cur.EstTokens, int64(len(item)), r.Tokens); bound != "" {
-				if err := closeCur(bound); err != nil {
-					return nil, nil, err
+		src, err := os.Open(filepath.Join(d.job.Dir, sc.chunk.Path))
+		if err != nil {
+			return nil, nil, err
+		}
+		defer src.Close()
+		for _, i := range sc.idx {
+			r := sc.reqs[i]
+			if cap(buf) < r.Length {
+				buf = make([]byte, r.Length)
+			}
+			item := buf[:r.Length]
+			if _, err := src.ReadAt(item, r.Offset); err != nil {
+				return nil, nil, fmt.Errorf("read item of %q from %s: %w", r.CustomID, sc.chunk.Path, err)
+			}
+			if cur != nil {
+				if bound := lim.Bound(env, cur.Requests, itemB, cur.EstTokens, int64(len(item)), r.Tokens); bound != "" {
+					if err := closeCur(bound); err != nil {
+						return nil, nil, err
+					}
 				}
 			}
-		}
-		if cur == nil {
-			cur = &sluice.Chunk{Job: c.Job, Attempt: k.attempt, Splits: splits, URL: c.URL, Model: c.Model,
-				Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d-%s%d%s", c.ID, k.attempt, kind, len(chunks), ext)), State: sluice.ChunkPending}
-			if f, err = os.Create(filepath.Join(d.job.Dir, cur.Path)); err != nil {
+			if cur == nil {
+				cur = &sluice.Chunk{Job: c.Job, Attempt: k.attempt, Splits: splits, URL: c.URL, Model: c.Model,
+					Path: filepath.Join("chunks", fmt.Sprintf("c%06d-a%d-%s%d%s", c.ID, k.attempt, kind, len(chunks), ext)), State: sluice.ChunkPending}
+				if f, err = os.Create(filepath.Join(d.job.Dir, cur.Path)); err != nil {
+					return nil, nil, err
+				}
+				defer f.Close()
+				h = sluice.NewFileHash()
+				w = bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+				itemB = 0
+				if _, err := w.Write(env.Header); err != nil {
+					return nil, nil, err
+				}
+			} else if _, err := w.Write(env.Sep); err != nil {
 				return nil, nil, err
 			}
-			defer f.Close()
-			h = sluice.NewFileHash()
-			w = bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
-			itemB = 0
-			if _, err := w.Write(env.Header); err != nil {
+			off := int64(len(env.Header)) + itemB + int64(cur.Requests)*int64(len(env.Sep))
+			if _, err := w.Write(item); err != nil {
 				return nil, nil, err
 			}
-		} else if _, err := w.Write(env.Sep); err != nil {
-			return nil, nil, err
+			r.Chunk, r.Index, r.Offset, r.Attempt = sluice.NewChunkRef(len(chunks)), cur.Requests, off, k.attempt
+			moved = append(moved, r)
+			cur.Requests++
+			cur.EstTokens += r.Tokens
+			if n, ok := itemMaxOutput(item); ok {
+				cur.MaxOutputTokens += n
+			} else {
+				cur.NoMaxRequests++
+			}
+			itemB += int64(len(item))
 		}
-		off := int64(len(env.Header)) + itemB + int64(cur.Requests)*int64(len(env.Sep))
-		if _, err := w.Write(item); err != nil {
-			return nil, nil, err
-		}
-		r.Chunk, r.Index, r.Offset, r.Attempt = sluice.NewChunkRef(len(chunks)), cur.Requests, off, k.attempt
-		moved = append(moved, r)
-		cur.Requests++
-		cur.EstTokens += r.Tokens
-		if n, ok := itemMaxOutput(item); ok {
-			cur.MaxOutputTokens += n
-		} else {
-			cur.NoMaxRequests++
-		}
-		itemB += int64(len(item))
 	}
 	if err := closeCur("end"); err != nil {
 		return nil, nil, err

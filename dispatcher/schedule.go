@@ -51,6 +51,7 @@ const (
 	stepAbandon
 	stepRecut
 	stepRealtime // send through the synchronous API (realtime.go)
+	stepCombine  // combine retries under the provider's minimum (combine.go)
 )
 
 // onceRounds bounds how often Once goes over the chunks again after a
@@ -337,6 +338,17 @@ func (s *sched) want(ctx context.Context, p *passState, c *sluice.Chunk) step {
 // or submitted, as the free slots and the admission rules allow.
 func (s *sched) wantSubmit(ctx context.Context, p *passState, c *sluice.Chunk) step {
 	d := s.d
+	if !p.fallback && !p.cancelled && d.underMinimum(c) && !d.realtimeChunk(c.ID) {
+		switch d.minimumFate(s.chunks, c) {
+		case fateWait, fateJoin:
+			return 0 // a task's end wakes the loop to decide again
+		case fateCombine:
+			if _, busy := s.busy[c.ID]; busy || p.slots <= 0 {
+				return 0
+			}
+			return stepCombine
+		}
+	}
 	if d.realtimeChunk(c.ID) || d.toRealtime(c, p.fallback) && !p.cancelled {
 		if p.slots <= 0 {
 			return 0
@@ -459,7 +471,11 @@ func (a *admission) admit(c *sluice.Chunk) bool {
 	if a.leftover {
 		return false
 	}
-	if lim.MaxLiveBatches > 0 && a.live >= lim.MaxLiveBatches {
+	live := a.live
+	if d.caps.LivePerModel {
+		live = a.liveByModel[c.Model] // the quota is per model (Bedrock's)
+	}
+	if lim.MaxLiveBatches > 0 && live >= lim.MaxLiveBatches {
 		return false
 	}
 	mark, full := d.queueMark(c.Model)
@@ -596,6 +612,8 @@ func (d *Dispatcher) task(ctx context.Context, k step, c *sluice.Chunk) (e taskE
 		e.moved, e.err = true, d.recut(ctx, c)
 	case stepRealtime:
 		e.moved, e.err = d.realtime(ctx, c)
+	case stepCombine:
+		e.moved, e.err = d.combine(ctx, c)
 	}
 	e.c = c
 	return e

@@ -18,9 +18,10 @@ import (
 func (d *Dispatcher) submit(ctx context.Context, c *sluice.Chunk) (bool, error) {
 	if d.underMinimum(c) {
 		// A retry of a few requests (a plan cuts no chunk under the
-		// minimum): the provider would refuse the batch; never send it.
-		// With --fallback realtime the schedule sends it through the
-		// synchronous API instead (schedule.go).
+		// minimum) that nothing more can join (combine.go): the provider
+		// would refuse the batch; never send it. With --fallback realtime
+		// the schedule sends it through the synchronous API instead
+		// (schedule.go).
 		return true, d.failForGood(ctx, c, c.State, sluice.CodeBelowMinimum, fmt.Sprintf(
 			"%d request(s) left to retry, under the provider's minimum of %d per batch (--min-batch-requests): not sent", c.Requests, d.job.Limits.MinBatchRequests))
 	}
@@ -88,7 +89,8 @@ func (d *Dispatcher) underMinimum(c *sluice.Chunk) bool {
 
 // toRealtime reports whether a chunk not at the provider goes through the
 // synchronous API: at the fallback, or, with --fallback realtime, when it
-// is under the provider's minimum per batch.
+// is under the provider's minimum per batch and nothing can join it
+// (combine.go: the schedule asks this only then).
 func (d *Dispatcher) toRealtime(c *sluice.Chunk, fallback bool) bool {
 	return fallback || d.underMinimum(c) && d.opts.StuckFallback && d.rt != nil
 }

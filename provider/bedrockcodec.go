@@ -55,6 +55,15 @@ func bedrockNativeURL(model string) string {
 	return "/model/" + url.PathEscape(model) + "/" + op
 }
 
+// bedrockEmbeds is the translator of /v1/embeddings lines for a Bedrock
+// model: Titan's, or none.
+func bedrockEmbeds(model string) *translate.Embedder {
+	if translate.BedrockKindOf(model) == translate.BedrockTitanEmbed {
+		return translate.TitanEmbeddings
+	}
+	return nil
+}
+
 // BedrockCodec writes chunk files as Bedrock batch inference input JSONL,
 // one {"recordId": custom_id, "modelInput": body} per line
 // (docs/providers/bedrock.md). The url names the model the job is created
@@ -66,7 +75,7 @@ type BedrockCodec struct{}
 func (BedrockCodec) Validate(it *sluice.Item) error {
 	model, converse, ok := BedrockModel(it.URL)
 	if !ok {
-		return fmt.Errorf("url %q is not a Bedrock endpoint (accepted: /model/{modelId}/invoke, /model/{modelId}/converse, and /v1/chat/completions translated)", it.URL)
+		return fmt.Errorf("url %q is not a Bedrock endpoint (accepted: /model/{modelId}/invoke, /model/{modelId}/converse, and /v1/chat/completions and /v1/embeddings translated)", it.URL)
 	}
 	if it.Model != "" && !it.ModelFromJob && it.Model != model {
 		return fmt.Errorf("body.model %q is not the model of the url (%s)", it.Model, model)
@@ -128,11 +137,12 @@ func bedrockServes(m string) bool {
 // --min-batch-requests), 50,000 records per file and per job (one file
 // per job here, so one limit), 1 GB per input file (the job's 5 GB cannot
 // be reached with one file), and some 10 jobs submitted or running per
-// model (MaxLiveBatches counts jobs of every model: set it for yours).
+// model (MaxLiveBatches counts each model's jobs apart: the client's
+// Capabilities say LivePerModel).
 var bedrockPreset = Preset{
 	Name: "bedrock", Family: FamilyBedrock, BaseURL: "", BaseURLEnv: "AWS_ENDPOINT_URL_BEDROCK",
 	Limits:      sluice.Limits{MaxBatchBytes: 1_000_000_000, MaxBatchRequests: 50_000, MinBatchRequests: 100, MaxLiveBatches: 10},
-	Endpoints:   []string{"/model/{modelId}/invoke", "/model/{modelId}/converse", ChatURL}, // chat lines translated (docs/translation.md)
+	Endpoints:   []string{"/model/{modelId}/invoke", "/model/{modelId}/converse", ChatURL, EmbeddingsURL}, // chat lines translated (docs/translation.md), embeddings lines to Titan
 	InputFormat: "the model's InvokeModel body (/model/{modelId}/invoke) or a Converse request (/model/{modelId}/converse); sent as {recordId, modelInput}",
 	Window:      "timeoutDurationInHours, 24h to 168h (--bedrock-timeout-hours), then Expired",
 	// The control plane's documented rate limits are low (a few creates

@@ -14,6 +14,10 @@ import (
 // on any provider (docs/translation.md).
 const ChatURL = "/v1/chat/completions"
 
+// EmbeddingsURL is the url of OpenAI embeddings lines, translated for the
+// families whose chatFamily has embeds (Bedrock's Titan).
+const EmbeddingsURL = "/v1/embeddings"
+
 // chatFamily is how a family runs chat completions lines: the translator
 // of their bodies and answers, and the url of the native line a
 // translated line stands for (the url its codec validates and writes).
@@ -32,6 +36,11 @@ type chatFamily struct {
 	// renames is told to ChatOptions.Unmapped even when no map is given
 	// (a gpt-4o-mini line sent to Anthropic as written would fail there).
 	serves func(model string) bool
+	// embeds, when set, is the translator of /v1/embeddings lines to
+	// model's native body (nil for a model it has none for); the native
+	// url is nativeURL's. Nil: embeddings lines go to the codec as they
+	// are.
+	embeds func(model string) *translate.Embedder
 }
 
 // chatFamilies are the families whose chat completions lines are
@@ -45,11 +54,11 @@ var chatFamilies = map[Family]chatFamily{
 			return fmt.Errorf("custom_id %q does not match Anthropic's ^[a-zA-Z0-9_-]{1,64}$", it.CustomID)
 		}
 		return nil
-	}, func(m string) bool { return strings.HasPrefix(m, "claude") }},
+	}, func(m string) bool { return strings.HasPrefix(m, "claude") }, nil},
 	// CloudflareCodec.Validate takes the model from the url and checks the
 	// body has no external_reference, which the translation never writes.
 	FamilyCloudflare: {translate.Cloudflare, func(m string) string { return "/ai/run/" + m }, func(*sluice.Item) error { return nil },
-		func(m string) bool { return strings.HasPrefix(m, "@cf/") || strings.HasPrefix(m, "@hf/") }},
+		func(m string) bool { return strings.HasPrefix(m, "@cf/") || strings.HasPrefix(m, "@hf/") }, nil},
 	// GeminiCodec.Validate runs on the native line: it takes the model
 	// from the url and checks body.contents.
 	FamilyGemini: {translate.Gemini, func(m string) string {
@@ -60,16 +69,16 @@ var chatFamilies = map[Family]chatFamily{
 	}, nil, func(m string) bool {
 		m = strings.TrimPrefix(m, "models/")
 		return strings.HasPrefix(m, "gemini") || strings.HasPrefix(m, "gemma") || strings.HasPrefix(m, "tunedModels/")
-	}},
+	}, nil},
 	// Mistral and Together take chat lines at the same url; their codec
 	// (BodyLineCodec) checks the url and the custom_id on the translated
 	// line.
 	// Their model names follow no one pattern: only a map's misses are told.
-	FamilyMistral: {translate.Mistral, func(string) string { return ChatURL }, nil, nil},
+	FamilyMistral: {translate.Mistral, func(string) string { return ChatURL }, nil, nil, nil},
 	// BedrockCodec.Validate runs on the native line: it takes the model
 	// from the url and checks the body's shape.
-	FamilyBedrock:  {translate.Bedrock, bedrockNativeURL, nil, bedrockServes},
-	FamilyTogether: {translate.Together, func(string) string { return ChatURL }, nil, nil},
+	FamilyBedrock:  {translate.Bedrock, bedrockNativeURL, nil, bedrockServes, bedrockEmbeds},
+	FamilyTogether: {translate.Together, func(string) string { return ChatURL }, nil, nil, nil},
 }
 
 // bufs are the buffers of translated bodies, from Validate to AppendItem
@@ -156,8 +165,28 @@ func (c routedChatCodec) For(url string) (sluice.Codec, sluice.Limits) {
 
 func (c chatCodec) Envelope() sluice.Envelope { return c.inner.Envelope() }
 
+// translated reports whether lines of url are translated: chat lines for
+// every family of chatFamilies, embeddings lines for those with embeds.
+func (c chatCodec) translated(url string) bool {
+	return c.fam != nil && (url == ChatURL || url == EmbeddingsURL && c.fam.embeds != nil)
+}
+
+// translate is the native body of line it, translated (the line's model
+// already mapped).
+func (c chatCodec) translate(dst []byte, it *sluice.Item, warn func(translate.Warning)) ([]byte, error) {
+	if it.URL == ChatURL {
+		return c.fam.target.Translate(dst, it.Body, translate.Options{
+			Model: it.Model, Warn: warn, Valid: true, DefaultMaxTokens: c.opts.DefaultMaxTokens})
+	}
+	e := c.fam.embeds(it.Model)
+	if e == nil {
+		return dst, fmt.Errorf("model %q has no embeddings body sluice writes: map the line's model to an embeddings model (--model-map)", it.Model)
+	}
+	return e.Request(dst, it.Body, it.Model, warn)
+}
+
 func (c chatCodec) Validate(it *sluice.Item) error {
-	if it.URL != ChatURL {
+	if it.URL != ChatURL && !c.translated(it.URL) {
 		return c.inner.Validate(it)
 	}
 	mapped := false
@@ -186,8 +215,7 @@ func (c chatCodec) Validate(it *sluice.Item) error {
 	}
 	// The splitter has checked the line is valid JSON.
 	buf := bufs.Get().(*[]byte)
-	body, err := c.fam.target.Translate((*buf)[:0], it.Body, translate.Options{
-		Model: it.Model, Warn: warn, Valid: true, DefaultMaxTokens: c.opts.DefaultMaxTokens})
+	body, err := c.translate((*buf)[:0], it, warn)
 	if err != nil {
 		bufs.Put(buf)
 		return fmt.Errorf("cannot translate for %s: %w", c.fam.target.Name, err)
@@ -209,7 +237,7 @@ func (c chatCodec) Validate(it *sluice.Item) error {
 }
 
 func (c chatCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
-	if it.URL != ChatURL || c.fam == nil {
+	if !c.translated(it.URL) {
 		return c.inner.AppendItem(dst, it)
 	}
 	native := *it
@@ -229,7 +257,7 @@ func (c chatCodec) AppendItem(dst []byte, it *sluice.Item) ([]byte, error) {
 // answered; asking again would get the same). Results of other chunks
 // pass untouched.
 func (c chatCodec) TranslateResult(ref sluice.BatchRef, r *sluice.Result) {
-	if c.fam == nil || ref.URL != ChatURL || r.Line.Response == nil {
+	if !c.translated(ref.URL) || r.Line.Response == nil {
 		return
 	}
 	resp := r.Line.Response
@@ -239,13 +267,19 @@ func (c chatCodec) TranslateResult(ref sluice.BatchRef, r *sluice.Result) {
 		r.Line.Response = &out
 		return
 	}
-	body, err := c.fam.target.Result(nil, resp.Body, translate.Meta{
-		ID: "chatcmpl-" + r.CustomID, Model: ref.Model, Created: time.Now().Unix()})
+	meta := translate.Meta{ID: "chatcmpl-" + r.CustomID, Model: ref.Model, Created: time.Now().Unix()}
+	result, what := c.fam.target.Result, "a chat.completion"
+	if ref.URL == EmbeddingsURL {
+		if e := c.fam.embeds(ref.Model); e != nil {
+			result, what = e.Result, "an embeddings response"
+		}
+	}
+	body, err := result(nil, resp.Body, meta)
 	if err != nil {
 		r.Kind = sluice.ResultFailed
 		r.Line.Response = nil
 		r.Line.Error = &sluice.LineError{Code: sluice.CodeUntranslatableResponse,
-			Message: fmt.Sprintf("the %s answer could not be translated to a chat.completion: %v", c.fam.target.Name, err)}
+			Message: fmt.Sprintf("the %s answer could not be translated to %s: %v", c.fam.target.Name, what, err)}
 		return
 	}
 	out := *resp
@@ -258,7 +292,7 @@ func (c chatCodec) TranslateResult(ref sluice.BatchRef, r *sluice.Result) {
 // family's codec reads it; any other line's is the inner codec's.
 func (c chatCodec) MaxOutput(it *sluice.Item, read int64) int64 {
 	inner := it
-	if it.URL == ChatURL && c.fam != nil {
+	if c.translated(it.URL) {
 		native := *it
 		native.URL = c.fam.nativeURL(it.Model)
 		inner, read = &native, BodyMaxOutput(it.Body)

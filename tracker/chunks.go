@@ -188,34 +188,85 @@ func (d *DB) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 		}
 		done = func() { setNewIDs(f, ids, moved) }
 		if paged {
+			if len(f.Also) > 0 {
+				return fmt.Errorf("chunk %d is of the plan's pages: no chunk joins its finish", f.Chunk.ID)
+			}
 			return finishPaged(ctx, tx, pc, f, moved)
 		}
-		// Moves first: what is left in the chunk is then exactly the
-		// requests the outcomes name, or the successes cannot be settled
-		// on the chunk (finishOutcomes).
-		mv, err := tx.PrepareContext(ctx, d.stmts.q("request_move"))
-		if err != nil {
+		if err := d.finishRows(ctx, tx, key, f, moved, settled); err != nil {
 			return err
 		}
-		defer mv.Close()
-		for i, r := range f.Moved {
-			res, err := mv.Exec(moved[i], r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
-			if err != nil {
+		for _, a := range f.Also {
+			if err := d.finishAlso(ctx, tx, a, ids); err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", r.Ordinal, f.Chunk.ID, ErrConflict)
-			}
 		}
-		if settled != settledNot {
-			return nil // nothing of the requests' (none named): their record stays
-		}
-		return finishOutcomes(ctx, tx, key, f)
+		return nil
 	})
 	if err == nil {
 		done()
 	}
 	return err
+}
+
+// finishRows moves f's requests and records its outcomes, for a chunk
+// whose requests are on their rows (not the plan's pages).
+func (d *DB) finishRows(ctx context.Context, tx *sql.Tx, key int64, f *sluice.Finish, moved []int64, settled int) error {
+	// Moves first: what is left in the chunk is then exactly the
+	// requests the outcomes name, or the successes cannot be settled
+	// on the chunk (finishOutcomes).
+	mv, err := tx.PrepareContext(ctx, d.stmts.q("request_move"))
+	if err != nil {
+		return err
+	}
+	defer mv.Close()
+	for i, r := range f.Moved {
+		res, err := mv.Exec(moved[i], r.Index, r.Offset, r.Length, r.Attempt, requestID(key, r.Ordinal), f.Chunk.ID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return fmt.Errorf("request #%d of chunk %d is no longer pending there: %w", r.Ordinal, f.Chunk.ID, ErrConflict)
+		}
+	}
+	if settled != settledNot {
+		return nil // nothing of the requests' (none named): their record stays
+	}
+	return finishOutcomes(ctx, tx, key, f)
+}
+
+// finishAlso ends a, one of a finish's Also, in its transaction: its
+// requests move to the finish's new chunks (ids, by NewChunkRef).
+func (d *DB) finishAlso(ctx context.Context, tx *sql.Tx, a *sluice.Finish, ids []int64) error {
+	if err := d.updateChunk(ctx, sqliteExec{tx}, a.Chunk, a.From); err != nil {
+		return err
+	}
+	pc, paged, err := readPagedChunk(ctx, tx, a.Chunk.Job, a.Chunk.ID)
+	if err != nil {
+		return err
+	}
+	if paged || pc.settled != settledNot {
+		return fmt.Errorf("chunk %d cannot join another's finish: %w", a.Chunk.ID, ErrConflict)
+	}
+	moved, err := alsoTargets(a, ids)
+	if err != nil {
+		return err
+	}
+	return d.finishRows(ctx, tx, pc.key, a, moved, settledNot)
+}
+
+// alsoTargets is the id of the chunk each of a's moved requests goes to:
+// one of ids, named by NewChunkRef.
+func alsoTargets(a *sluice.Finish, ids []int64) ([]int64, error) {
+	moved := make([]int64, len(a.Moved))
+	for i, r := range a.Moved {
+		k, ok := sluice.NewChunkIndex(r.Chunk)
+		if !ok || k >= len(ids) {
+			return nil, fmt.Errorf("request #%d of chunk %d moved to chunk %d, which is not among the %d new chunks", r.Ordinal, a.Chunk.ID, r.Chunk, len(ids))
+		}
+		moved[i] = ids[k]
+	}
+	return moved, nil
 }
 
 // newChunks records f's new chunks in the transaction of its finish. A

@@ -50,6 +50,7 @@ var conformance = []struct {
 	{"PlanLock", testPlanLock},
 	{"PruneWorkers", testPruneWorkers},
 	{"FinishChunkGivesNewChunkIDs", testFinishChunkGivesNewChunkIDs},
+	{"FinishChunkAlso", testFinishChunkAlso},
 	{"DigestRecordedWithTheIntent", testDigestRecordedWithTheIntent},
 	{"PlanRecordsStoreKeyAndDigests", testPlanRecordsStoreKeyAndDigests},
 	{"ResultsExpiryRoundTrips", testResultsExpiryRoundTrips},

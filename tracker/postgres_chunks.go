@@ -84,15 +84,21 @@ func (p *Postgres) FinishChunk(ctx context.Context, f *sluice.Finish) error {
 				return err
 			}
 		}
-		if len(f.Moved) > 0 {
-			n := len(f.Moved)
-			ids, offs := make([]int64, n), make([]int64, n)
-			idxs, lens, atts := make([]int32, n), make([]int32, n), make([]int32, n)
-			for i, r := range f.Moved {
-				ids[i], offs[i] = requestID(key, r.Ordinal), r.Offset
-				idxs[i], lens[i], atts[i] = int32(r.Index), int32(r.Length), int32(r.Attempt)
+		if err := p.moveRequests(ctx, tx, key, f, moved); err != nil {
+			return err
+		}
+		for _, a := range f.Also {
+			if err := p.updateChunk(ctx, ex, a.Chunk, a.From); err != nil {
+				return err
 			}
-			if err := p.guardedRequests(ctx, tx, "finish_moves", key, ids, f.Chunk.ID, moved, idxs, offs, lens, atts); err != nil {
+			if _, err := tx.Exec(ctx, p.stmts.q("chunk_settled_on_rows"), job, a.Chunk.ID); err != nil {
+				return err
+			}
+			to, err := alsoTargets(a, ids)
+			if err != nil {
+				return err
+			}
+			if err := p.moveRequests(ctx, tx, key, a, to); err != nil {
 				return err
 			}
 		}
@@ -153,6 +159,21 @@ func (e *requestConflict) name(ctx context.Context, q pgQuerier) {
 	if q.QueryRow(ctx, e.q, e.ids, e.chunk).Scan(&bad) == nil && bad != nil {
 		e.ordinal = *bad & maxOrdinal
 	}
+}
+
+// moveRequests moves f's requests of f.Chunk to the chunks moved names.
+func (p *Postgres) moveRequests(ctx context.Context, tx pgx.Tx, key int64, f *sluice.Finish, moved []int64) error {
+	n := len(f.Moved)
+	if n == 0 {
+		return nil
+	}
+	ids, offs := make([]int64, n), make([]int64, n)
+	idxs, lens, atts := make([]int32, n), make([]int32, n), make([]int32, n)
+	for i, r := range f.Moved {
+		ids[i], offs[i] = requestID(key, r.Ordinal), r.Offset
+		idxs[i], lens[i], atts[i] = int32(r.Index), int32(r.Length), int32(r.Attempt)
+	}
+	return p.guardedRequests(ctx, tx, "finish_moves", key, ids, f.Chunk.ID, moved, idxs, offs, lens, atts)
 }
 
 // recordLedger writes the ledger rows of a finish (SQLite instead folds

@@ -85,7 +85,7 @@ func bedrockRequest(dst []byte, c *chat, model string, warn func(Warning)) ([]by
 	case BedrockNova:
 		return converseRequest(dst, c, true, warn)
 	case BedrockTitanEmbed:
-		return dst, errf("", "%s is an embeddings model: write its lines as /model/%s/invoke with {\"inputText\": ...}", model, model)
+		return dst, errf("", "%s is an embeddings model: map /v1/embeddings lines to it, or write its lines as /model/%s/invoke with {\"inputText\": ...}", model, model)
 	}
 	return converseRequest(dst, c, false, warn)
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"os"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/objstore"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/bedrock"
-	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
 // bedrockFlags are --provider bedrock's own (docs/providers/bedrock.md):
@@ -84,16 +82,16 @@ func (b *bedrockFlags) check(f *jobFlags) error {
 	return err
 }
 
-// newBedrock is the Bedrock client of a run: the control plane at
-// baseURL (--base-url or $AWS_ENDPOINT_URL_BEDROCK; empty: the SDK's for
-// the region), S3 where the AWS environment says.
-func newBedrock(ctx context.Context, f *jobFlags, b *bedrockFlags, p provider.Preset, baseURL string, retry httpx.Retry, rl httpx.RateLimit, log zerolog.Logger) (sluice.Provider, error) {
+// newBedrock is the Bedrock client of a run, from the kit's pc: the
+// control plane at pc.BaseURL (--base-url or $AWS_ENDPOINT_URL_BEDROCK;
+// empty: the SDK's for the region), S3 where the AWS environment says.
+func newBedrock(ctx context.Context, f *jobFlags, b *bedrockFlags, pc provider.Config) (sluice.Provider, error) {
 	loc, err := b.location(f)
 	if err != nil {
 		return nil, err
 	}
-	return bedrock.New(ctx, bedrock.Config{Preset: p, BaseURL: baseURL, RoleARN: b.role(), Bucket: loc,
+	pc.APIKey = "" // the AWS credential chain signs every call
+	return bedrock.New(ctx, bedrock.Config{Config: pc, RoleARN: b.role(), Bucket: loc,
 		RuntimeURL: os.Getenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
-		S3:         objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)}, TimeoutHours: b.timeoutHours,
-		Retry: retry, RateLimit: rl, Limits: f.limits, Logger: log})
+		S3:         objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)}, TimeoutHours: b.timeoutHours})
 }

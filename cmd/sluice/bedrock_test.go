@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -297,5 +298,188 @@ func TestEmulateListsBedrock(t *testing.T) {
 		if banner[fam] != line || info.BaseURLs[fam] != u {
 			t.Errorf("%s: banner %q, info %q, want %q", fam, banner[fam], info.BaseURLs[fam], line)
 		}
+	}
+}
+
+// TestBedrockRetriesUnderMinimumCombined: one model's 40 requests in two
+// jobs of 20 (--max-batch-requests 20) under a minimum of 10 records per
+// job (the emulator's too), most records failing (a quarter of the errors
+// 429, a quarter 500: retried). Each job leaves fewer retries than the
+// minimum, but together they reach it: the first job's retries wait for
+// the second's, and the two are combined into one job, sent once. No job
+// under the minimum is created (the emulator would fail it), nothing is
+// executed twice, and every request is in the output.
+func TestBedrockRetriesUnderMinimumCombined(t *testing.T) {
+	checkCombined(t, runRetriesToCombine(t, false))
+}
+
+// TestBedrockRetriesUnderMinimumCombinedAfterKill: as above, one job at a
+// time (--max-live-batches 1), the run SIGKILLed while the first job's
+// retries wait in the tracker for the second job; the run started again
+// decides from the tracker alone as the first would have: the retries of
+// both jobs combined into one job, sent once.
+func TestBedrockRetriesUnderMinimumCombinedAfterKill(t *testing.T) {
+	checkCombined(t, runRetriesToCombine(t, true))
+}
+
+// combineRun is what runRetriesToCombine leaves for checkCombined.
+type combineRun struct {
+	emu      *emulatorProc
+	r        result
+	out      string
+	ids      []string
+	retried  []int64 // the planned jobs' retry chunks' sizes, as tracked
+	combined []int64 // the combined chunks' sizes
+}
+
+// runRetriesToCombine runs the input of TestBedrockRetriesUnderMinimumCombined
+// to its end; with kill, one job at a time, and SIGKILLed first while a
+// retry chunk waits (pending, attempt 2) with the second job live.
+func runRetriesToCombine(t *testing.T, kill bool) combineRun {
+	t.Helper()
+	_, bucket := testsrv.S3(t)
+	batchTime := "100ms"
+	if kill {
+		batchTime = "1500ms" // the second job runs while the first's retries wait
+	}
+	emu := startEmulator(t, "--batch-time", batchTime, "--line-error-rate", "0.7", "--seed", "3", "--bedrock-min-records", "10")
+	dir := t.TempDir()
+	var b []byte
+	var ids []string
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("bc-%05d", i)
+		ids = append(ids, id)
+		b = fmt.Appendf(b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"role":"user","content":"q %d"}]}}`+"\n", id, i)
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	writeFile(t, in, b)
+	out := filepath.Join(dir, "out.jsonl")
+	env := bedrockEnv(emu.addr, matrixKey, bucket)
+	state := filepath.Join(dir, "state")
+	args := []string{"run", in, "--out", out, "--provider", "bedrock", "--state", state, "--model-map", bedrockModelMap,
+		"--min-batch-requests", "10", "--max-batch-requests", "20", "--max-attempts", "2",
+		"--poll-interval", "20ms", "--max-poll-interval", "100ms"}
+	if kill {
+		args = append(args, "--max-live-batches", "1")
+		waiting := func() bool {
+			return chunkCount(state, `attempt = 2 AND state = 'pending'`) > 0 && chunkCount(state, `attempt = 1 AND state = 'submitted'`) > 0
+		}
+		killWhen(t, sluiceCmd(env, args...), "a retry chunk waiting while the second job runs", waiting)
+		if n := emu.stats(t)["batches_created"]; n != 2 {
+			t.Fatalf("%d jobs created before the kill, want the 2 planned", n)
+		}
+	}
+	c := combineRun{emu: emu, out: out, ids: ids}
+	c.r = runSluiceWithin(t, 2*time.Minute, env, args...)
+	// Each planned job's retries: the chunks of its next attempt (files
+	// -r), and the chunk they were combined into (-m), as tracked.
+	c.retried = chunkColumn[int64](t, state, `requests`, `path LIKE '%-a2-r%'`)
+	c.combined = chunkColumn[int64](t, state, `requests`, `path LIKE '%-a2-m%'`)
+	return c
+}
+
+// chunkCount counts the chunks of the state directory's tracker where
+// cond holds (0 while it cannot be read).
+func chunkCount(state, cond string) int {
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, "sluice.db")+"?mode=ro&_busy_timeout=2000")
+	if err != nil {
+		return 0
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM chunks WHERE ` + cond).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}
+
+// chunkColumn reads column of the chunks where cond holds, in id order.
+func chunkColumn[T int64 | string](t *testing.T, state, column, cond string) []T {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(state, "sluice.db")+"?mode=ro&_busy_timeout=2000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT ` + column + ` FROM chunks WHERE ` + cond + ` ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var vs []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// checkCombined checks a run of runRetriesToCombine: each planned job
+// left fewer retries than the minimum of 10, they were combined into one
+// job of them all, sent once (3 jobs in all, none failed), nothing
+// executed twice, and every request in the output, none failed
+// below_minimum_batch.
+func checkCombined(t *testing.T, c combineRun) {
+	t.Helper()
+	if c.r.code != exitFailures && c.r.code != exitOK {
+		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", c.r.code, lastBytes(c.r.stderr, 3000))
+	}
+	outs := checkOutput(t, c.out, c.ids)
+	st := c.emu.stats(t)
+	if len(c.retried) != 2 || c.retried[0] >= 10 || c.retried[1] >= 10 || len(c.combined) != 1 || c.retried[0]+c.retried[1] != c.combined[0] {
+		t.Fatalf("retry chunks of %v requests, combined into %v: want two under the minimum of 10, combined into one of their sum\n%s",
+			c.retried, c.combined, lastBytes(c.r.stderr, 3000))
+	}
+	if st["batches_created"] != 3 || st["batches_failed"] != 0 || st["requests_processed"] != 40+c.combined[0] {
+		t.Errorf("stats %v: want the 2 planned jobs and one job of the %d retries combined, none failed", st, c.combined[0])
+	}
+	if st["requests_processed_more_than_once"] != 0 {
+		t.Errorf("%d requests executed twice", st["requests_processed_more_than_once"])
+	}
+	for _, o := range outs {
+		if o.Error != nil && o.Error.Code == "below_minimum_batch" {
+			t.Errorf("%s: %s", o.CustomID, o.Error.Message)
+		}
+	}
+}
+
+// TestBedrockLiveBatchesPerModel: Bedrock's quota of concurrent jobs is
+// per model, and so is --max-live-batches: with a limit of 1 and two
+// models of two jobs each, a job of each model runs at once (their
+// submitted-to-ended times overlap), while two jobs of one model never do.
+func TestBedrockLiveBatchesPerModel(t *testing.T) {
+	_, bucket := testsrv.S3(t)
+	emu := startEmulator(t, "--batch-time", "700ms", "--bedrock-min-records", "5")
+	dir := t.TempDir()
+	in, ids := writeBedrockMatrixInput(t, dir, 40)
+	out := filepath.Join(dir, "out.jsonl")
+	state := filepath.Join(dir, "state")
+	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out,
+		"--provider", "bedrock", "--state", state, "--model-map", bedrockModelMap, "--min-batch-requests", "5",
+		"--max-batch-requests", "10", "--max-live-batches", "1", "--poll-interval", "20ms", "--max-poll-interval", "100ms")
+	if r.code != exitOK {
+		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 3000))
+	}
+	checkOutput(t, out, ids)
+	if n := emu.stats(t)["batches_created"]; n != 4 {
+		t.Fatalf("%d jobs created, want 4 (two per model)", n)
+	}
+	models := chunkColumn[string](t, state, "model", "1")
+	from, to := chunkColumn[int64](t, state, "submitted_at", "1"), chunkColumn[int64](t, state, "ended_at", "1")
+	across := false
+	for i := range models {
+		for j := i + 1; j < len(models); j++ {
+			overlap := from[i] < to[j] && from[j] < to[i]
+			if overlap && models[i] == models[j] {
+				t.Errorf("two jobs of %s live at once under --max-live-batches 1", models[i])
+			}
+			across = across || overlap && models[i] != models[j]
+		}
+	}
+	if !across {
+		t.Errorf("no jobs of the two models live at once: --max-live-batches counted every model's jobs (submitted %v, ended %v, models %v)", from, to, models)
 	}
 }

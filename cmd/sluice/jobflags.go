@@ -55,7 +55,7 @@ func (f *jobFlags) register(cmd *cobra.Command) {
 
 func (f *jobFlags) registerRun(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.IntVar(&f.limits.MaxLiveBatches, "max-live-batches", 0, "batches live at the provider at once (default: the provider's limit, else no limit)")
+	fs.IntVar(&f.limits.MaxLiveBatches, "max-live-batches", 0, "batches live at the provider at once (per model for Bedrock, whose quota is per model; default: the provider's limit, else no limit)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", sluice.DefaultMaxAttempts, "attempts per request: requests that expire, are cancelled, or fail with 429/5xx are retried in new batches up to this many times")
 }
 

@@ -251,7 +251,7 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			return nil, nil, err // with its exit code (vertex.go)
 		}
 	case provider.FamilyBedrock:
-		prov, err = newBedrock(ctx, f, &n.bedrock, p, baseURL, retry, rl, plog)
+		prov, err = newBedrock(ctx, f, &n.bedrock, pc)
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

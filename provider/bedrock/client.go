@@ -42,7 +42,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/bedrock"
 	"github.com/aws/aws-sdk-go-v2/service/bedrock/types"
 	"github.com/aws/smithy-go"
-	"github.com/rs/zerolog"
 
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/objstore"
@@ -58,11 +57,14 @@ const DefaultFindWindow = 8 * 24 * time.Hour
 const DefaultTimeoutHours = 24
 
 // Config configures a Client. The zero Preset means the "bedrock" preset.
+// BaseURL is the control plane's endpoint (--base-url or
+// AWS_ENDPOINT_URL_BEDROCK); empty: the SDK's, from the region. APIKey is
+// not used: the AWS credential chain signs every call. Limiter, Header
+// and the kit's other fields are as for every family; RateLimit bounds
+// the control plane's and the runtime's calls together (default the
+// preset's); FindWindow defaults to DefaultFindWindow.
 type Config struct {
-	Preset provider.Preset
-	// BaseURL is the control plane's endpoint (--base-url or
-	// AWS_ENDPOINT_URL_BEDROCK); empty: the SDK's, from the region.
-	BaseURL string
+	provider.Config
 	// RuntimeURL is the runtime's endpoint, for the realtime fallback's
 	// InvokeModel and Converse calls (AWS_ENDPOINT_URL_BEDROCK_RUNTIME);
 	// empty: https://bedrock-runtime.{region}.amazonaws.com.
@@ -81,23 +83,14 @@ type Config struct {
 	S3 objstore.S3Options
 	// TimeoutHours is timeoutDurationInHours (24 to 168; default 24).
 	TimeoutHours int
-	HTTP         *http.Client
-	Retry        httpx.Retry
-	// RateLimit bounds the control plane's calls (default the preset's).
-	RateLimit httpx.RateLimit
-	Limits    sluice.Limits // put over the preset's limits
-	Logger    zerolog.Logger
-	// FindWindow is how far back Find looks (default 8 days).
-	FindWindow time.Duration
-	// MaxLine bounds one result line in Decode (default
-	// provider.DefaultMaxLine).
-	MaxLine int
-	Clock   httpx.Clock
 }
 
-// Client implements sluice.Provider for Bedrock batch inference.
+// Client implements sluice.Provider for Bedrock batch inference. Its
+// Base's HTTP client is not used for the control plane (the AWS SDK's
+// is), but its rate limit is: one budget for the control plane and the
+// runtime.
 type Client struct {
-	preset   provider.Preset
+	provider.Base
 	api      *bedrock.Client
 	rt       *httpx.Client // the runtime, for CallRealtime
 	runtime  string        // its base URL
@@ -106,45 +99,28 @@ type Client struct {
 	bucket   objstore.Location
 	role     string
 	timeout  int32
-	limits   sluice.Limits
-	findBack time.Duration
-	maxLine  int
-	clock    httpx.Clock
-	log      zerolog.Logger
 }
 
 var _ sluice.Provider = (*Client)(nil)
 
 // New returns a client for cfg.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	p := cfg.Preset
-	if p.Name == "" {
-		p = provider.Presets["bedrock"]
-	}
-	if p.Family != provider.FamilyBedrock {
-		return nil, fmt.Errorf("bedrock: preset %q is of family %q", p.Name, p.Family)
+	name := cfg.Preset.Name
+	if name == "" {
+		name = "bedrock"
 	}
 	if cfg.RoleARN == "" {
-		return nil, fmt.Errorf("provider %s needs the ARN of the service role Bedrock runs the job as: --bedrock-role-arn or $SLUICE_BEDROCK_ROLE_ARN", p.Name)
+		return nil, fmt.Errorf("provider %s needs the ARN of the service role Bedrock runs the job as: --bedrock-role-arn or $SLUICE_BEDROCK_ROLE_ARN", name)
 	}
 	if !cfg.Bucket.S3 || cfg.Bucket.Bucket == "" {
-		return nil, fmt.Errorf("provider %s needs an S3 location for its input and output: --bedrock-bucket s3://BUCKET/PREFIX (or --store s3://...)", p.Name)
+		return nil, fmt.Errorf("provider %s needs an S3 location for its input and output: --bedrock-bucket s3://BUCKET/PREFIX (or --store s3://...)", name)
 	}
-	c := &Client{preset: p, role: cfg.RoleARN, bucket: cfg.Bucket, limits: p.Limits.Override(cfg.Limits),
-		findBack: cfg.FindWindow, maxLine: cfg.MaxLine, clock: cfg.Clock, log: cfg.Logger, store: cfg.Store,
-		timeout: int32(cfg.TimeoutHours)}
-	c.bucket.Key = strings.Trim(c.bucket.Key, "/")
-	if c.timeout == 0 {
-		c.timeout = DefaultTimeoutHours
+	timeout := int32(cfg.TimeoutHours)
+	if timeout == 0 {
+		timeout = DefaultTimeoutHours
 	}
-	if c.timeout < 24 || c.timeout > 168 {
-		return nil, fmt.Errorf("provider %s: --bedrock-timeout-hours %d: Bedrock takes 24 to 168", p.Name, c.timeout)
-	}
-	if c.findBack <= 0 {
-		c.findBack = DefaultFindWindow
-	}
-	if c.clock == nil {
-		c.clock = httpx.SystemClock{}
+	if timeout < 24 || timeout > 168 {
+		return nil, fmt.Errorf("provider %s: --bedrock-timeout-hours %d: Bedrock takes 24 to 168", name, timeout)
 	}
 	opts := []func(*config.LoadOptions) error{}
 	if cfg.Region != "" {
@@ -152,17 +128,28 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("provider %s: AWS configuration: %w", p.Name, err)
+		return nil, fmt.Errorf("provider %s: AWS configuration: %w", name, err)
 	}
 	if awsCfg.Region == "" {
-		return nil, fmt.Errorf("provider %s: no AWS region: set AWS_REGION", p.Name)
+		return nil, fmt.Errorf("provider %s: no AWS region: set AWS_REGION", name)
 	}
+	kit := cfg.Config
+	if kit.BaseURL == "" {
+		kit.BaseURL = "https://bedrock." + awsCfg.Region + ".amazonaws.com" // the SDK's, for the kit
+	}
+	w := provider.Wire{Errors: awsErrors, FindWindow: DefaultFindWindow}
+	base, err := provider.NewBase(kit, provider.FamilyBedrock, w)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{Base: base, role: cfg.RoleARN, bucket: cfg.Bucket, store: cfg.Store, timeout: timeout}
+	c.bucket.Key = strings.Trim(c.bucket.Key, "/")
 	r := cfg.Retry.WithDefaults()
 	var doer bedrock.HTTPClient = awshttp.NewBuildableClient()
 	if cfg.HTTP != nil {
 		doer = cfg.HTTP
 	}
-	lim := httpx.NewLimiter(cfg.RateLimit.Or(httpx.RateLimit{PerSecond: p.RequestsPerSecond, Burst: p.Burst}), c.clock)
+	lim := c.HC.Limiter()
 	c.api = bedrock.NewFromConfig(awsCfg, func(o *bedrock.Options) {
 		if cfg.BaseURL != "" {
 			o.BaseEndpoint = aws.String(cfg.BaseURL)
@@ -179,12 +166,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.runtime == "" {
 		c.runtime = "https://bedrock-runtime." + awsCfg.Region + ".amazonaws.com"
 	}
-	base := http.DefaultTransport
+	transport := http.DefaultTransport
 	if cfg.HTTP != nil && cfg.HTTP.Transport != nil {
-		base = cfg.HTTP.Transport
+		transport = cfg.HTTP.Transport
 	}
-	c.rt = httpx.New(httpx.Config{HTTP: &http.Client{Transport: sigv4{base: base, creds: awsCfg.Credentials, region: awsCfg.Region}},
-		Retry: cfg.Retry, Limiter: lim, Errors: awsErrors, Clock: c.clock, Logger: cfg.Logger})
+	// The runtime's calls are signed with SigV4 (no key header), under
+	// the same rate limit.
+	rc := c.HTTPConfig(kit, w)
+	rc.HTTP = &http.Client{Transport: sigv4{base: transport, creds: awsCfg.Credentials, region: awsCfg.Region}}
+	rc.APIKey = ""
+	c.rt = httpx.New(rc)
 	c.endpoint = cfg.BaseURL
 	if c.endpoint == "" {
 		c.endpoint = "bedrock." + awsCfg.Region + ".amazonaws.com"
@@ -192,17 +183,18 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.store == nil {
 		s3, err := objstore.NewS3(ctx, c.bucket.Bucket, "", cfg.S3)
 		if err != nil {
-			return nil, fmt.Errorf("provider %s: %w", p.Name, err)
+			return nil, fmt.Errorf("provider %s: %w", c.Preset.Name, err)
 		}
 		c.store = s3
 	}
 	return c, nil
 }
 
-func (c *Client) Name() string                      { return c.preset.Name }
-func (c *Client) Codec() sluice.Codec               { return c.preset.Codec() }
-func (c *Client) Limits() sluice.Limits             { return c.limits }
-func (c *Client) Capabilities() sluice.Capabilities { return sluice.Capabilities{Files: true} }
+// Capabilities: Bedrock's quota of concurrent jobs is per model
+// (LivePerModel).
+func (c *Client) Capabilities() sluice.Capabilities {
+	return sluice.Capabilities{Files: true, LivePerModel: true}
+}
 
 // limited sends each call (each of the SDK's attempts) once the client's
 // rate limit lets it (provider/httpx's limiter, as every family's).
@@ -318,7 +310,7 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	if err != nil {
 		// The job exists: it is recorded and polled on the schedule. A
 		// create reported failed here could be given up while it runs.
-		c.log.Warn().Err(err).Str("batch_id", arn).Int64("chunk", ref.Chunk).Msg("job created; reading it failed, it is polled later")
+		c.Log.Warn().Err(err).Str("batch_id", arn).Int64("chunk", ref.Chunk).Msg("job created; reading it failed, it is polled later")
 		return sluice.Batch{ID: arn, Status: sluice.BatchValidating, ProviderStatus: string(types.ModelInvocationJobStatusSubmitted)}, nil
 	}
 	return b, nil
@@ -431,7 +423,7 @@ func (c *Client) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch,
 func (c *Client) checkManifest(ctx context.Context, ref sluice.BatchRef, b sluice.Batch, key string) {
 	r, _, err := c.store.Open(ctx, key)
 	if err != nil {
-		c.log.Warn().Err(err).Str("batch_id", b.ID).Msg("could not read the job's manifest.json.out")
+		c.Log.Warn().Err(err).Str("batch_id", b.ID).Msg("could not read the job's manifest.json.out")
 		return
 	}
 	defer r.Close()
@@ -442,14 +434,14 @@ func (c *Client) checkManifest(ctx context.Context, ref sluice.BatchRef, b sluic
 		Errors    int64 `json:"errorRecordCount"`
 	}
 	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&m); err != nil {
-		c.log.Warn().Err(err).Str("batch_id", b.ID).Msg("the job's manifest.json.out is not JSON")
+		c.Log.Warn().Err(err).Str("batch_id", b.ID).Msg("the job's manifest.json.out is not JSON")
 		return
 	}
 	if ref.Requests > 0 && m.Total != int64(ref.Requests) {
-		c.log.Warn().Str("batch_id", b.ID).Int64("manifest_records", m.Total).Int("chunk_requests", ref.Requests).
+		c.Log.Warn().Str("batch_id", b.ID).Int64("manifest_records", m.Total).Int("chunk_requests", ref.Requests).
 			Msg("the job's manifest counts another number of records than the chunk holds; only the chunk's recordIds are taken")
 	}
-	c.log.Debug().Str("batch_id", b.ID).Int64("processed", m.Processed).Int64("succeeded", m.Success).Int64("errors", m.Errors).Msg("job manifest")
+	c.Log.Debug().Str("batch_id", b.ID).Int64("processed", m.Processed).Int64("succeeded", m.Success).Int64("errors", m.Errors).Msg("job manifest")
 }
 
 // Forget deletes everything made for ref in S3: its chunk file and its

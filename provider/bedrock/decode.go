@@ -36,7 +36,7 @@ func (c *Client) Decode(ctx context.Context, ref sluice.BatchRef, files []string
 		}
 		ids[id] = struct{}{}
 	}
-	return provider.DecodeJSONL(ctx, files, c.maxLine, func(line []byte) (sluice.Result, error) {
+	return provider.DecodeJSONL(ctx, files, c.MaxLine, func(line []byte) (sluice.Result, error) {
 		res, err := DecodeLine(line)
 		if err != nil {
 			return res, err

@@ -62,32 +62,24 @@ func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*types.Model
 	if ref.Digest == "" && ref.FileID == "" {
 		return nil, nil // nothing proves a job is this chunk's
 	}
-	pages := bedrock.NewListModelInvocationJobsPaginator(c.api, &bedrock.ListModelInvocationJobsInput{
+	in := &bedrock.ListModelInvocationJobsInput{
 		NameContains:    aws.String(JobName(ref)),
-		SubmitTimeAfter: aws.Time(c.clock.Now().Add(-c.findBack)),
+		SubmitTimeAfter: aws.Time(c.Cutoff()),
 		SortBy:          types.SortJobsByCreationTime, SortOrder: types.SortOrderDescending,
 		MaxResults: aws.Int32(100),
-	})
-	var dead *types.ModelInvocationJobSummary
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
-		if err != nil {
-			return nil, c.apiErr(err)
-		}
-		for i := range page.InvocationJobSummaries {
-			j := &page.InvocationJobSummaries[i]
-			if aws.ToString(j.ClientRequestToken) != token || inputURI(j.InputDataConfig) != want {
-				continue
-			}
-			switch statuses[j.Status] {
-			case sluice.BatchFailed, sluice.BatchExpired, sluice.BatchCancelled, sluice.BatchCancelling:
-				if dead == nil {
-					dead = j
-				}
-			default:
-				return j, nil
-			}
-		}
 	}
-	return dead, nil
+	jobs := provider.Listing[types.ModelInvocationJobSummary]{Page: func(ctx context.Context, token string) (provider.Page[types.ModelInvocationJobSummary], error) {
+		q := *in
+		if token != "" {
+			q.NextToken = aws.String(token)
+		}
+		page, err := c.api.ListModelInvocationJobs(ctx, &q)
+		if err != nil {
+			return provider.Page[types.ModelInvocationJobSummary]{}, c.apiErr(err)
+		}
+		return provider.Page[types.ModelInvocationJobSummary]{Items: page.InvocationJobSummaries, Next: aws.ToString(page.NextToken)}, nil
+	}}
+	return jobs.Adopt(ctx, func(j *types.ModelInvocationJobSummary) bool {
+		return aws.ToString(j.ClientRequestToken) == token && inputURI(j.InputDataConfig) == want
+	}, func(j *types.ModelInvocationJobSummary) sluice.BatchStatus { return statuses[j.Status] })
 }
