@@ -9,14 +9,10 @@ package testsrv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,9 +50,7 @@ func NewGCSBucket() (host, bucket string, err error) {
 	if gcssrv.err != nil {
 		return "", "", gcssrv.err
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	bucket = fmt.Sprintf("sluice-t%d-%d-%s", os.Getpid(), bucketSeq.Add(1), hex.EncodeToString(rnd[:]))
+	bucket = uniqueName("sluice-t", "-")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := storage.NewClient(ctx)
@@ -79,61 +73,33 @@ func startGCS() (string, error) {
 		os.Setenv("STORAGE_EMULATOR_HOST", h)
 		return h, nil
 	}
-	bin, err := fakeGCS()
+	bin, err := goBinary("fake-gcs-server", "github.com/fsouza/fake-gcs-server", FakeGCSVersion, gcsInstallHint)
 	if err != nil {
 		return "", err
 	}
-	sweepDirs("sluice-test-gcs-*")
-	dir, err := os.MkdirTemp("", "sluice-test-gcs-")
+	dir, err := ownedTempDir("sluice-testgcs-")
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o700); err != nil {
 		return "", err
 	}
-	if err := os.Mkdir(filepath.Join(dir, "root"), 0o700); err != nil {
-		return "", err
-	}
-	for try := 0; ; try++ {
-		port, err := freePort()
-		if err != nil {
-			return "", err
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		done, err := spawnOrphanProof(bin, dir, "-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
+	var addr string
+	err = onFreePort(4, func(port int) error {
+		addr = fmt.Sprintf("127.0.0.1:%d", port)
+		_, exited, err := spawnOrphanProof(nil, bin, dir, "-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
 			"-external-url", "http://"+addr, "-public-host", addr, "-backend", "filesystem",
-			"-filesystem-root", filepath.Join(dir, "root"), "-log-level", "error")
+			"-filesystem-root", root, "-log-level", "error")
 		if err != nil {
-			return "", err
+			return err
 		}
-		if err := waitListening(addr, done); err != nil {
-			if try < 3 {
-				continue
-			}
-			return "", fmt.Errorf("fake-gcs-server did not start: %v (log in %s)", err, dir)
-		}
-		h := "http://" + addr
-		os.Setenv("STORAGE_EMULATOR_HOST", h)
-		return h, nil
-	}
-}
-
-// fakeGCS finds the binary: on PATH, in GOPATH/bin, or go-installed now.
-func fakeGCS() (string, error) {
-	if p, err := exec.LookPath("fake-gcs-server"); err == nil {
-		return p, nil
-	}
-	gopath, err := exec.Command("go", "env", "GOPATH").Output()
+		return waitHTTP("fake-gcs-server", addr, exited)
+	})
 	if err != nil {
-		return "", fmt.Errorf("fake-gcs-server is not on PATH and go env GOPATH failed (%v): %s", err, gcsInstallHint)
+		return "", fmt.Errorf("fake-gcs-server did not start: %v (log in %s)", err, dir)
 	}
-	p := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "fake-gcs-server")
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
-	}
-	out, err := exec.Command("go", "install", "github.com/fsouza/fake-gcs-server@"+FakeGCSVersion).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("fake-gcs-server is missing and go install failed: %v\n%s\n%s", err, out, gcsInstallHint)
-	}
-	return p, nil
+	h := "http://" + addr
+	os.Setenv("STORAGE_EMULATOR_HOST", h)
+	return h, nil
 }

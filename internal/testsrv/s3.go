@@ -13,17 +13,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,8 +35,6 @@ var s3srv struct {
 	endpoint string
 	err      error
 }
-
-var bucketSeq atomic.Int64
 
 // S3 returns the endpoint of the test S3 server and a fresh, empty bucket
 // on it. The process environment then holds what the AWS SDK needs to
@@ -66,9 +56,7 @@ func NewS3Bucket() (endpoint, bucket string, err error) {
 	if s3srv.err != nil {
 		return "", "", s3srv.err
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	bucket = fmt.Sprintf("sluice-t%d-%d-%s", os.Getpid(), bucketSeq.Add(1), hex.EncodeToString(rnd[:]))
+	bucket = uniqueName("sluice-t", "-")
 	client, err := S3Client(context.Background(), s3srv.endpoint)
 	if err != nil {
 		return "", "", err
@@ -118,144 +106,38 @@ func startS3() (string, error) {
 		os.Setenv("AWS_REGION", region())
 		return ep, nil
 	}
-	bin, err := versitygw()
+	bin, err := goBinary("versitygw", "github.com/versity/versitygw/cmd/versitygw", VersitygwVersion, installHint)
 	if err != nil {
 		return "", err
 	}
-	sweepDirs("sluice-test-s3-*")
-	dir, err := os.MkdirTemp("", "sluice-test-s3-")
+	dir, err := ownedTempDir("sluice-tests3-")
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		return "", err
-	}
-	if err := os.Mkdir(filepath.Join(dir, "root"), 0o700); err != nil {
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o700); err != nil {
 		return "", err
 	}
 	var key [12]byte
 	rand.Read(key[:])
 	access, secret := "sluicetest"+hex.EncodeToString(key[:4]), hex.EncodeToString(key[4:])+"secret"
-	for try := 0; ; try++ {
-		port, err := freePort()
+	var addr string
+	err = onFreePort(4, func(port int) error {
+		addr = fmt.Sprintf("127.0.0.1:%d", port)
+		_, exited, err := spawnOrphanProof(nil, bin, dir, "--quiet", "--access", access, "--secret", secret, "--port", addr, "posix", root)
 		if err != nil {
-			return "", err
+			return err
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		done, err := spawnOrphanProof(bin, dir, "--quiet", "--access", access, "--secret", secret, "--port", addr, "posix", filepath.Join(dir, "root"))
-		if err != nil {
-			return "", err
-		}
-		if err := waitListening(addr, done); err != nil {
-			if try < 3 {
-				continue // the port was taken meanwhile
-			}
-			return "", fmt.Errorf("versitygw did not start: %v (log in %s)", err, filepath.Join(dir, "versitygw.log"))
-		}
-		os.Setenv("AWS_ACCESS_KEY_ID", access)
-		os.Setenv("AWS_SECRET_ACCESS_KEY", secret)
-		os.Unsetenv("AWS_SESSION_TOKEN")
-		os.Setenv("AWS_REGION", region())
-		ep := "http://" + addr
-		os.Setenv("AWS_ENDPOINT_URL_S3", ep)
-		return ep, nil
-	}
-}
-
-// sweepDirs removes the directories (matching pattern in the temp
-// directory) of servers whose test process has exited (the server died
-// with it; its directory cannot go then).
-func sweepDirs(pattern string) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pattern))
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(d)
-		}
-	}
-}
-
-// versitygw finds the binary: on PATH, in GOPATH/bin, or go-installed now.
-func versitygw() (string, error) {
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	gopath, err := exec.Command("go", "env", "GOPATH").Output()
+		return waitHTTP("versitygw", addr, exited)
+	})
 	if err != nil {
-		return "", fmt.Errorf("versitygw is not on PATH and go env GOPATH failed (%v): %s", err, installHint)
+		return "", fmt.Errorf("versitygw did not start: %v (log in %s)", err, filepath.Join(dir, "versitygw.log"))
 	}
-	p := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "versitygw")
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
-	}
-	out, err := exec.Command("go", "install", "github.com/versity/versitygw/cmd/versitygw@"+VersitygwVersion).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("versitygw is missing and go install failed: %v\n%s\n%s", err, out, installHint)
-	}
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("versitygw is missing after go install: %s", installHint)
-	}
-	return p, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// spawnOrphanProof starts bin from a goroutine locked to its OS thread
-// for good, with Pdeathsig: the child is killed when this process exits,
-// however it exits. done is closed if the child ends.
-func spawnOrphanProof(bin, dir string, args ...string) (done chan struct{}, err error) {
-	started := make(chan error, 1)
-	done = make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-		log, err := os.OpenFile(filepath.Join(dir, filepath.Base(bin)+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-		if err != nil {
-			started <- err
-			return
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("start %s: %v: %s", bin, err, installHint)
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(done)
-		select {} // keep the thread (Pdeathsig is per thread)
-	}()
-	return done, <-started
-}
-
-func waitListening(addr string, done chan struct{}) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return errors.New("it exited")
-		default:
-		}
-		resp, err := http.Get("http://" + addr + "/")
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return errors.New("not listening after 30s")
+	os.Setenv("AWS_ACCESS_KEY_ID", access)
+	os.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+	os.Unsetenv("AWS_SESSION_TOKEN")
+	os.Setenv("AWS_REGION", region())
+	ep := "http://" + addr
+	os.Setenv("AWS_ENDPOINT_URL_S3", ep)
+	return ep, nil
 }
