@@ -14,15 +14,12 @@
 # Needs python3 and sqlite3. BENCH_DIR (default ${TMPDIR:-/tmp}/sluice-bench-money).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 n=${1:-1000000}
 bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-money}
 mkdir -p "$bench"
-input="$bench/input-$n.jsonl"
-if [ ! -s "$input" ]; then
-  go run ./internal/gen -lines "$n" -max-line 2860 -seed 1 -out "$input.tmp"
-  mv "$input.tmp" "$input"
-fi
-go build -o "$bench/sluice" ./cmd/sluice
+input=$(bench_input "$bench" "$n")
+bench_build "$bench"
 s="$bench/sluice"
 state="$bench/state"
 rm -rf "$state" "$bench"/out*.jsonl

@@ -22,6 +22,7 @@
 # CPUPROFILE=1 (sluice.pprof per count, kept in BENCH_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 counts=${*:-2000 100}
 window=${WINDOW:-120s}
 warmup=${WARMUP:-420s}
@@ -29,9 +30,8 @@ bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-polling}
 mkdir -p "$bench"
 cleanup() { if [ "${KEEP:-0}" != 1 ]; then rm -rf "$bench"; fi; }
 trap cleanup EXIT
-go build -o "$bench/sluice" ./cmd/sluice
-go build -o "$bench/benche2e" ./internal/benche2e
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+bench_build "$bench" benche2e
+machine
 prof=()
 [ "${CPUPROFILE:-0}" = 1 ] && prof=(-cpuprofile)
 for b in $counts; do

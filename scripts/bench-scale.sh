@@ -35,19 +35,13 @@
 # submit, wait+download, merge) are in each report-*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 n=${1:-1000000}
 configs=${CONFIGS:-sqlite pg-s3 pg-s3-3}
 bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-e2e}
 mkdir -p "$bench"
-input="$bench/input-$n.jsonl"
-if [ ! -s "$input" ]; then
-  echo "generating $input ..." >&2
-  # Lines of 200 B to 2,860 B (log-uniform, mean ~1 KB), as scripts/bench-e2e.sh.
-  go run ./internal/gen -lines "$n" -max-line 2860 -seed 1 -out "$input.tmp"
-  mv "$input.tmp" "$input"
-fi
-go build -o "$bench/sluice" ./cmd/sluice
-go build -o "$bench/benche2e" ./internal/benche2e
+input=$(bench_input "$bench" "$n")
+bench_build "$bench" benche2e
 runs=()
 cleanup() {
   if [ "${KEEP:-0}" != 1 ]; then
