@@ -13,9 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/storage"
 )
@@ -26,47 +24,31 @@ const FakeGCSVersion = "v1.56.1"
 const gcsInstallHint = "install it with: go install github.com/fsouza/fake-gcs-server@" + FakeGCSVersion +
 	" (or point SLUICE_TEST_GCS at a GCS-compatible endpoint)"
 
-var gcssrv struct {
-	once sync.Once
-	host string // STORAGE_EMULATOR_HOST
-	err  error
-}
+var gcssrv = shared{start: startGCS} // address: STORAGE_EMULATOR_HOST
 
 // GCS returns the STORAGE_EMULATOR_HOST of the test GCS server and a fresh,
 // empty bucket on it. The process environment then holds
 // STORAGE_EMULATOR_HOST; GCSEnv is the same for a subprocess.
 func GCS(t testing.TB) (host, bucket string) {
 	t.Helper()
-	host, bucket, err := NewGCSBucket()
-	if err != nil {
-		t.Fatalf("test GCS server: %v", err)
-	}
-	return host, bucket
+	return must(t, "test GCS server", NewGCSBucket)
 }
 
 // NewGCSBucket is GCS for callers without a testing.TB.
 func NewGCSBucket() (host, bucket string, err error) {
-	gcssrv.once.Do(func() { gcssrv.host, gcssrv.err = startGCS() })
-	if gcssrv.err != nil {
-		return "", "", gcssrv.err
-	}
-	bucket = uniqueName("sluice-t", "-")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := storage.NewClient(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	defer c.Close()
-	if err := c.Bucket(bucket).Create(ctx, "sluice-test", nil); err != nil {
-		return "", "", fmt.Errorf("create bucket %s at %s: %v", bucket, gcssrv.host, err)
-	}
-	return gcssrv.host, bucket, nil
+	return gcssrv.newBucket(func(ctx context.Context, _, bucket string) error {
+		c, err := storage.NewClient(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return c.Bucket(bucket).Create(ctx, "sluice-test", nil)
+	})
 }
 
 // GCSEnv is the environment a subprocess needs to reach the test GCS
 // server (call GCS first).
-func GCSEnv() []string { return []string{"STORAGE_EMULATOR_HOST=" + gcssrv.host} }
+func GCSEnv() []string { return []string{"STORAGE_EMULATOR_HOST=" + gcssrv.addr} }
 
 func startGCS() (string, error) {
 	if h := os.Getenv("SLUICE_TEST_GCS"); h != "" {

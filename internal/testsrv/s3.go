@@ -15,9 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -30,11 +28,7 @@ const VersitygwVersion = "v1.8.0"
 const installHint = "install it with: go install github.com/versity/versitygw/cmd/versitygw@" + VersitygwVersion +
 	" (or point SLUICE_TEST_S3 at an S3-compatible endpoint, with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
 
-var s3srv struct {
-	once     sync.Once
-	endpoint string
-	err      error
-}
+var s3srv = shared{start: startS3} // address: the endpoint URL
 
 // S3 returns the endpoint of the test S3 server and a fresh, empty bucket
 // on it. The process environment then holds what the AWS SDK needs to
@@ -42,37 +36,26 @@ var s3srv struct {
 // AWS_REGION); S3Env is the same for a subprocess.
 func S3(t testing.TB) (endpoint, bucket string) {
 	t.Helper()
-	endpoint, bucket, err := NewS3Bucket()
-	if err != nil {
-		t.Fatalf("test S3 server: %v", err)
-	}
-	return endpoint, bucket
+	return must(t, "test S3 server", NewS3Bucket)
 }
 
 // NewS3Bucket is S3 for callers that are not tests
 // (scripts/bench-scale.sh through internal/benche2e).
 func NewS3Bucket() (endpoint, bucket string, err error) {
-	s3srv.once.Do(func() { s3srv.endpoint, s3srv.err = startS3() })
-	if s3srv.err != nil {
-		return "", "", s3srv.err
-	}
-	bucket = uniqueName("sluice-t", "-")
-	client, err := S3Client(context.Background(), s3srv.endpoint)
-	if err != nil {
-		return "", "", err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		return "", "", fmt.Errorf("create bucket %s at %s: %v", bucket, s3srv.endpoint, err)
-	}
-	return s3srv.endpoint, bucket, nil
+	return s3srv.newBucket(func(ctx context.Context, endpoint, bucket string) error {
+		client, err := S3Client(ctx, endpoint)
+		if err != nil {
+			return err
+		}
+		_, err = client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket})
+		return err
+	})
 }
 
 // S3Env is the environment a subprocess needs to reach the test S3
 // server (call S3 first).
 func S3Env() []string {
-	return []string{"AWS_ENDPOINT_URL_S3=" + s3srv.endpoint, "AWS_ACCESS_KEY_ID=" + os.Getenv("AWS_ACCESS_KEY_ID"),
+	return []string{"AWS_ENDPOINT_URL_S3=" + s3srv.addr, "AWS_ACCESS_KEY_ID=" + os.Getenv("AWS_ACCESS_KEY_ID"),
 		"AWS_SECRET_ACCESS_KEY=" + os.Getenv("AWS_SECRET_ACCESS_KEY"), "AWS_REGION=" + region()}
 }
 

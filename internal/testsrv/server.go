@@ -6,6 +6,7 @@ package testsrv
 // however that process exits, and waiting until it answers.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -18,8 +19,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -32,6 +35,41 @@ func uniqueName(prefix, sep string) string {
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	return prefix + strconv.Itoa(os.Getpid()) + sep + strconv.FormatInt(nameSeq.Add(1), 10) + sep + hex.EncodeToString(rnd[:])
+}
+
+// shared is a server every test of the process shares, started on first
+// use; addr is what reaches it.
+type shared struct {
+	once  sync.Once
+	start func() (string, error)
+	addr  string
+	err   error
+}
+
+// newBucket makes a fresh, empty bucket (named by uniqueName) on the
+// server with create, starting the server first if need be.
+func (s *shared) newBucket(create func(ctx context.Context, addr, bucket string) error) (addr, bucket string, err error) {
+	s.once.Do(func() { s.addr, s.err = s.start() })
+	if s.err != nil {
+		return "", "", s.err
+	}
+	bucket = uniqueName("sluice-t", "-")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := create(ctx, s.addr, bucket); err != nil {
+		return "", "", fmt.Errorf("create bucket %s at %s: %v", bucket, s.addr, err)
+	}
+	return s.addr, bucket, nil
+}
+
+// must is what newBucket gives, or t fails with what: its error.
+func must(t testing.TB, what string, newBucket func() (string, string, error)) (addr, bucket string) {
+	t.Helper()
+	addr, bucket, err := newBucket()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return addr, bucket
 }
 
 // goBinary finds the binary name of module@version: on PATH, in
