@@ -275,18 +275,6 @@ func (sc *scanResult) add(msg string) {
 	}
 }
 
-// validateGemini is the end of PENDING: the input scan's errors or an
-// injected validation failure fail the batch.
-func (s *Server) validateGemini(b *batchRec, t time.Time) {
-	switch {
-	case len(b.ScanErrors) > 0:
-		s.fail(b, t, b.ScanErrors...)
-	case b.FailInjected:
-		s.fail(b, t, batchError{Code: "INVALID_ARGUMENT",
-			Message: "The batch input file failed validation (injected by the emulator's ValidationFailRate)."})
-	}
-}
-
 // gemState is the wire state of a batch. Cancel ends a Gemini batch at
 // once, so cancelling is never shown.
 func gemState(b *batchRec) string {
