@@ -325,9 +325,9 @@ func (s *Server) oaiCancelBatch(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) oaiListBatches(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	limit, ok := queryLimit(q.Get("limit"), 20, 100)
-	if !ok {
-		return oaiBad("Invalid 'limit': must be between 1 and 100.", "limit", "invalid_value")
+	limit, err := oaiLimit(q, 20, 100)
+	if err != nil {
+		return err
 	}
 	return s.ticked(func(now time.Time) error {
 		all := s.sortedBatches(famOpenAI)
