@@ -9,9 +9,7 @@ package testsrv
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -55,31 +53,14 @@ func startGCS() (string, error) {
 		os.Setenv("STORAGE_EMULATOR_HOST", h)
 		return h, nil
 	}
-	bin, err := goBinary("fake-gcs-server", "github.com/fsouza/fake-gcs-server", FakeGCSVersion, gcsInstallHint)
+	addr, err := startHTTPServer(goBin{"fake-gcs-server", "github.com/fsouza/fake-gcs-server", FakeGCSVersion, gcsInstallHint},
+		func(port int, addr, root string) []string {
+			return []string{"-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
+				"-external-url", "http://" + addr, "-public-host", addr, "-backend", "filesystem",
+				"-filesystem-root", root, "-log-level", "error"}
+		})
 	if err != nil {
 		return "", err
-	}
-	dir, err := ownedTempDir("sluice-testgcs-")
-	if err != nil {
-		return "", err
-	}
-	root := filepath.Join(dir, "root")
-	if err := os.Mkdir(root, 0o700); err != nil {
-		return "", err
-	}
-	var addr string
-	err = onFreePort(4, func(port int) error {
-		addr = fmt.Sprintf("127.0.0.1:%d", port)
-		_, exited, err := spawnOrphanProof(nil, bin, dir, "-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
-			"-external-url", "http://"+addr, "-public-host", addr, "-backend", "filesystem",
-			"-filesystem-root", root, "-log-level", "error")
-		if err != nil {
-			return err
-		}
-		return waitHTTP("fake-gcs-server", addr, exited)
-	})
-	if err != nil {
-		return "", fmt.Errorf("fake-gcs-server did not start: %v (log in %s)", err, dir)
 	}
 	h := "http://" + addr
 	os.Setenv("STORAGE_EMULATOR_HOST", h)

@@ -12,9 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -89,32 +87,15 @@ func startS3() (string, error) {
 		os.Setenv("AWS_REGION", region())
 		return ep, nil
 	}
-	bin, err := goBinary("versitygw", "github.com/versity/versitygw/cmd/versitygw", VersitygwVersion, installHint)
-	if err != nil {
-		return "", err
-	}
-	dir, err := ownedTempDir("sluice-tests3-")
-	if err != nil {
-		return "", err
-	}
-	root := filepath.Join(dir, "root")
-	if err := os.Mkdir(root, 0o700); err != nil {
-		return "", err
-	}
 	var key [12]byte
 	rand.Read(key[:])
 	access, secret := "sluicetest"+hex.EncodeToString(key[:4]), hex.EncodeToString(key[4:])+"secret"
-	var addr string
-	err = onFreePort(4, func(port int) error {
-		addr = fmt.Sprintf("127.0.0.1:%d", port)
-		_, exited, err := spawnOrphanProof(nil, bin, dir, "--quiet", "--access", access, "--secret", secret, "--port", addr, "posix", root)
-		if err != nil {
-			return err
-		}
-		return waitHTTP("versitygw", addr, exited)
-	})
+	addr, err := startHTTPServer(goBin{"versitygw", "github.com/versity/versitygw/cmd/versitygw", VersitygwVersion, installHint},
+		func(_ int, addr, root string) []string {
+			return []string{"--quiet", "--access", access, "--secret", secret, "--port", addr, "posix", root}
+		})
 	if err != nil {
-		return "", fmt.Errorf("versitygw did not start: %v (log in %s)", err, filepath.Join(dir, "versitygw.log"))
+		return "", err
 	}
 	os.Setenv("AWS_ACCESS_KEY_ID", access)
 	os.Setenv("AWS_SECRET_ACCESS_KEY", secret)

@@ -72,9 +72,45 @@ func must(t testing.TB, what string, newBucket func() (string, string, error)) (
 	return addr, bucket
 }
 
-// goBinary finds the binary name of module@version: on PATH, in
-// GOPATH/bin, or go-installed now; hint says how to install it by hand.
-func goBinary(name, module, version, hint string) (string, error) {
+// goBin is a server binary that go install can fetch: name from
+// module@version; hint says how to install it by hand.
+type goBin struct{ name, module, version, hint string }
+
+// startHTTPServer starts the store server b (found by find) in a temp
+// directory of its own (its data in root/ there, its output in NAME.log)
+// on a free loopback port, with the arguments args gives for them, and
+// waits until it answers HTTP. It returns the server's host:port.
+func startHTTPServer(b goBin, args func(port int, addr, root string) []string) (string, error) {
+	bin, err := b.find()
+	if err != nil {
+		return "", err
+	}
+	dir, err := ownedTempDir("sluice-test" + b.name + "-")
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return "", err
+	}
+	var addr string
+	err = onFreePort(4, func(port int) error {
+		addr = fmt.Sprintf("127.0.0.1:%d", port)
+		_, exited, err := spawnOrphanProof(nil, bin, dir, args(port, addr, root)...)
+		if err != nil {
+			return err
+		}
+		return waitHTTP(b.name, addr, exited)
+	})
+	if err != nil {
+		return "", fmt.Errorf("%s did not start: %v (log in %s)", b.name, err, filepath.Join(dir, b.name+".log"))
+	}
+	return addr, nil
+}
+
+// find finds the binary: on PATH, in GOPATH/bin, or go-installed now.
+func (b goBin) find() (string, error) {
+	name, module, version, hint := b.name, b.module, b.version, b.hint
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
