@@ -155,6 +155,13 @@ func Fetch(ctx context.Context, s Store, key, dst string) error {
 		return err
 	}
 	defer r.Close()
+	return writeLocal(dst, r, fmt.Sprintf("fetch %s from %s", key, s))
+}
+
+// writeLocal writes what r yields to the local file dst (its directory
+// made first), which appears only complete and synced (a temp file beside
+// it until then); what names the copy in its error.
+func writeLocal(dst string, r io.Reader, what string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
@@ -164,7 +171,7 @@ func Fetch(ctx context.Context, s Store, key, dst string) error {
 	}
 	defer f.Abort()
 	if _, err := io.CopyBuffer(f, r, make([]byte, 1<<20)); err != nil {
-		return fmt.Errorf("fetch %s from %s: %w", key, s, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return f.Commit()
 }
