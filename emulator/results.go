@@ -448,17 +448,12 @@ func (s *Server) runOpenAILine(b *batchRec, i int, line []byte, done bool, undon
 	}
 	var status int
 	var body []byte
-	switch s.lineFate(b, i) {
-	case fate429:
-		status, body = 429, oaiErrorBody("Rate limit reached for requests (injected by the emulator's LineErrorRate).",
-			"requests", "rate_limit_exceeded")
-	case fate500:
-		status, body = 500, oaiErrorBody("The server had an error while processing your request. Sorry about that!",
-			"server_error", "")
-	case fate400:
-		status, body = 400, oaiErrorBody("Invalid request (permanent error injected by the emulator's LineErrorRate).",
-			"invalid_request_error", "invalid_value")
-	case fateOmit:
+	f := s.lineFate(b, i)
+	e, isInjected := injectedErr(&oaiLineErrs, f)
+	switch {
+	case isInjected:
+		status, body = e.status, oaiErrorBody(e.msg, e.typ, e.code)
+	case f == fateOmit:
 		m := s.runOpenAI(normEndpoint(b.Endpoint), ln.Body, created)
 		r.kind, r.in, r.out = outOmitted, m.in, m.out
 		return r
@@ -512,29 +507,25 @@ func (s *Server) runAnthropicLine(b *batchRec, i int, line []byte, done bool, un
 		return r
 	}
 	r.kind = outErrored
-	switch s.lineFate(b, i) {
-	case fate429:
-		r.data = errored("rate_limit_error", "Rate limit exceeded (injected by the emulator's LineErrorRate).")
-	case fate500:
-		r.data = errored("api_error", "Internal server error (injected by the emulator's LineErrorRate).")
-	case fate400:
-		r.data = errored("invalid_request_error", "Invalid request (permanent error injected by the emulator's LineErrorRate).")
+	f := s.lineFate(b, i)
+	if e, ok := injectedErr(&antLineErrs, f); ok {
+		r.data = errored(e.typ, e.msg)
+		return r
+	}
+	m := s.runAnthropic(ln.Params, "batch")
+	r.in, r.out = m.in, m.out
+	switch {
+	case f == fateOmit:
+		r.kind, r.dest = outOmitted, destNone
+	case m.status == 200:
+		d := append([]byte(`{"custom_id":`), mustJSON(ln.CustomID)...)
+		d = append(d, `,"result":{"type":"succeeded","message":`...)
+		d = append(d, m.body...)
+		r.kind, r.data = outSucceeded, append(d, "}}"...)
 	default:
-		m := s.runAnthropic(ln.Params, "batch")
-		r.in, r.out = m.in, m.out
-		switch {
-		case s.lineFate(b, i) == fateOmit:
-			r.kind, r.dest = outOmitted, destNone
-		case m.status == 200:
-			d := append([]byte(`{"custom_id":`), mustJSON(ln.CustomID)...)
-			d = append(d, `,"result":{"type":"succeeded","message":`...)
-			d = append(d, m.body...)
-			r.kind, r.data = outSucceeded, append(d, "}}"...)
-		default:
-			var e struct{ Type, Message string }
-			json.Unmarshal(m.body, &e)
-			r.data = errored(e.Type, e.Message)
-		}
+		var e struct{ Type, Message string }
+		json.Unmarshal(m.body, &e)
+		r.data = errored(e.Type, e.Message)
 	}
 	return r
 }
@@ -572,24 +563,20 @@ func (s *Server) runCloudflareLine(b *batchRec, i int, item []byte, done bool) l
 		r.kind, r.data = outExpired, itemErr(3007, "Request timed out before it could be processed.")
 		return r
 	}
-	switch f := s.lineFate(b, i); f {
-	case fate429:
-		r.data = itemErr(3040, "Capacity temporarily exceeded, please try again. (injected by the emulator)")
-	case fate500:
-		r.data = itemErr(3043, "Internal server error (injected by the emulator)")
-	case fate400:
-		r.data = itemErr(5004, "Invalid data (permanent error injected by the emulator)")
+	f := s.lineFate(b, i)
+	if e, ok := injectedErr(&cfLineErrs, f); ok {
+		r.data = itemErr(e.num, e.msg)
+		return r
+	}
+	res, in, out, err := s.runCloudflare(b.Model, item)
+	r.in, r.out = in, out
+	switch {
+	case f == fateOmit:
+		r.kind, r.dest = outOmitted, destNone
+	case err != nil:
+		r.data = itemErr(5004, err.Error())
 	default:
-		res, in, out, err := s.runCloudflare(b.Model, item)
-		r.in, r.out = in, out
-		switch {
-		case f == fateOmit:
-			r.kind, r.dest = outOmitted, destNone
-		case err != nil:
-			r.data = itemErr(5004, err.Error())
-		default:
-			r.kind, r.data = outSucceeded, entry("result", json.RawMessage(res), "success", true)
-		}
+		r.kind, r.data = outSucceeded, entry("result", json.RawMessage(res), "success", true)
 	}
 	return r
 }
@@ -600,4 +587,42 @@ func mustJSON(v any) []byte {
 		panic(fmt.Sprintf("emulator: marshal: %v", err))
 	}
 	return b
+}
+
+// injected is a family's wording of a line error the emulator injects.
+type injected struct {
+	status int    // the HTTP status the line reports
+	num    int    // Cloudflare's numeric error code
+	typ    string // the error type (Gemini: the status name)
+	code   string // OpenAI's error code
+	msg    string
+}
+
+// injectedErr is the family's error (from its fam[0] for fate429, fam[1]
+// for fate500, fam[2] for fate400) when f is an error the emulator
+// injects (LineErrorRate); ok is false for any other fate.
+func injectedErr(fam *[3]injected, f fate) (e injected, ok bool) {
+	switch f {
+	case fate429, fate500, fate400:
+		return fam[f-fate429], true
+	}
+	return injected{}, false
+}
+
+var oaiLineErrs = [3]injected{
+	{status: 429, typ: "requests", code: "rate_limit_exceeded", msg: "Rate limit reached for requests (injected by the emulator's LineErrorRate)."},
+	{status: 500, typ: "server_error", msg: "The server had an error while processing your request. Sorry about that!"},
+	{status: 400, typ: "invalid_request_error", code: "invalid_value", msg: "Invalid request (permanent error injected by the emulator's LineErrorRate)."},
+}
+
+var antLineErrs = [3]injected{
+	{typ: "rate_limit_error", msg: "Rate limit exceeded (injected by the emulator's LineErrorRate)."},
+	{typ: "api_error", msg: "Internal server error (injected by the emulator's LineErrorRate)."},
+	{typ: "invalid_request_error", msg: "Invalid request (permanent error injected by the emulator's LineErrorRate)."},
+}
+
+var cfLineErrs = [3]injected{
+	{num: 3040, msg: "Capacity temporarily exceeded, please try again. (injected by the emulator)"},
+	{num: 3043, msg: "Internal server error (injected by the emulator)"},
+	{num: 5004, msg: "Invalid data (permanent error injected by the emulator)"},
 }
