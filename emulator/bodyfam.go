@@ -79,12 +79,7 @@ func (s *Server) addBatch(b *batchRec) {
 	s.drawBatchFates(b)
 	s.batches[b.ID], s.active[b.ID] = b, b
 	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(b.Family)
-		fs.BatchesCreated++
-		st.ByFamily[b.Family] = fs
-	})
+	s.countCreated(b.Family)
 	s.saveState()
 	s.logf("emulator: %s batch %s created: %d requests, model %q, %d scan errors", b.Family, b.ID, b.N, b.Model, len(b.ScanErrors))
 }

@@ -356,17 +356,24 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 		op["response"] = map[string]any{"@type": gemOutputType, "inlinedResponses": inl}
 	}
 	if b.Status == stFailed && len(b.Errors) > 0 {
-		msgs := make([]string, len(b.Errors))
-		for i, e := range b.Errors {
-			msgs[i] = e.Message
-		}
-		code := gemGRPCCode[b.Errors[0].Code]
-		if code == 0 {
-			code = gemGRPCCode["INTERNAL"]
-		}
-		op["error"] = map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
+		op["error"] = gemStatusOf(b.Errors)
 	}
 	return op
+}
+
+// gemStatusOf is the google.rpc.Status of a failed batch (or job) with
+// errs: the first error's gRPC code (INTERNAL when it has none) and every
+// message, joined.
+func gemStatusOf(errs []batchError) map[string]any {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Message
+	}
+	code := gemGRPCCode[errs[0].Code]
+	if code == 0 {
+		code = gemGRPCCode["INTERNAL"]
+	}
+	return map[string]any{"code": code, "message": strings.Join(msgs, "; ")}
 }
 
 // gemBatchAction serves POST /batches/{id}:cancel. Cancel ends the batch

@@ -209,12 +209,7 @@ func (s *Server) xaiCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	s.xai.batches[b.ID] = b
 	s.xaiSave(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famXAI)
-		fs.BatchesCreated++
-		st.ByFamily[famXAI] = fs
-	})
+	s.countCreated(famXAI)
 	s.saveState()
 	s.logf("emulator: xai batch %s created: %q", b.ID, b.Name)
 	writeJSON(w, http.StatusOK, s.xaiJSON(b))
