@@ -87,11 +87,7 @@ func (s *Server) addBatch(b *batchRec) {
 // runBodyLine produces the result of line i of a Mistral or Together
 // batch. Lines not run (expired, cancelled) are in no result file.
 func (s *Server) runBodyLine(b *batchRec, i int, line []byte, done bool, undone string, created int64) lineResult {
-	var ln struct {
-		CustomID string          `json:"custom_id"`
-		Body     json.RawMessage `json:"body"`
-	}
-	json.Unmarshal(line, &ln)
+	ln := readOAILine(line)
 	r := lineResult{customID: ln.CustomID}
 	if !done {
 		r.kind = outExpired

@@ -428,11 +428,7 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 }
 
 func (s *Server) runOpenAILine(b *batchRec, i int, line []byte, done bool, undone string, created int64) lineResult {
-	var ln struct {
-		CustomID string          `json:"custom_id"`
-		Body     json.RawMessage `json:"body"`
-	}
-	json.Unmarshal(line, &ln)
+	ln := readOAILine(line)
 	r := lineResult{customID: ln.CustomID}
 	id := "batch_req_" + hexID(s.opts.Seed, "batchreq", b.ID, i, 16)
 	if !done {
@@ -625,4 +621,18 @@ var cfLineErrs = [3]injected{
 	{num: 3040, msg: "Capacity temporarily exceeded, please try again. (injected by the emulator)"},
 	{num: 3043, msg: "Internal server error (injected by the emulator)"},
 	{num: 5004, msg: "Invalid data (permanent error injected by the emulator)"},
+}
+
+// oaiLine is a line of the OpenAI batch input format (Mistral's and
+// Together's too).
+type oaiLine struct {
+	CustomID string          `json:"custom_id"`
+	Body     json.RawMessage `json:"body"`
+}
+
+// readOAILine reads line; its fields stay empty where it does not parse.
+func readOAILine(line []byte) oaiLine {
+	var ln oaiLine
+	json.Unmarshal(line, &ln)
+	return ln
 }
