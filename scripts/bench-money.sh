@@ -12,6 +12,7 @@
 #
 #   scripts/bench-money.sh [N]
 # Needs python3 and sqlite3. BENCH_DIR (default ${TMPDIR:-/tmp}/sluice-bench-money).
+# SLUICE_BIN: a sluice binary to measure instead of one built from this tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh

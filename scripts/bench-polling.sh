@@ -20,6 +20,7 @@
 # (default ${TMPDIR:-/tmp}/sluice-bench-polling; removed afterwards unless
 # KEEP=1), RUN_ARGS (extra `sluice run` flags, e.g. "--max-poll-interval 30s"),
 # CPUPROFILE=1 (sluice.pprof per count, kept in BENCH_DIR).
+# SLUICE_BIN: a sluice binary to measure instead of one built from this tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh

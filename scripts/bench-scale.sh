@@ -25,6 +25,8 @@
 #   BENCH_DIR where the input is cached (default ${TMPDIR:-/tmp}/sluice-bench-e2e,
 #             shared with scripts/bench-e2e.sh)
 #   KEEP=1    keep the generated input and the runs' state, logs and reports
+#   SLUICE_BIN  a sluice binary to measure instead of one built from this
+#             tree (as scripts/bench-e2e.sh)
 #
 # Prints per configuration: wall time, each sluice process's CPU (user +
 # sys) and peak RSS, the database size after the run per million requests
