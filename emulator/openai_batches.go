@@ -116,11 +116,8 @@ func (s *Server) register(w http.ResponseWriter, b *batchRec, status int, render
 }
 
 func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) error {
-	req, err := decode[oaiCreateReq](r, 1<<20, openaiFam)
+	req, err := decodeChecked[oaiCreateReq](r, 1<<20, openaiFam)
 	if err != nil {
-		return err
-	}
-	if err := req.check(); err != nil {
 		return err
 	}
 	// Snapshot the input file into the batch's spool, then scan it unlocked.
