@@ -90,10 +90,7 @@ func (s *Server) runBodyLine(b *batchRec, i int, line []byte, done bool, undone 
 	ln := readOAILine(line)
 	r := lineResult{customID: ln.CustomID}
 	if !done {
-		r.kind = outExpired
-		if undone == stCancelled {
-			r.kind = outCancelled
-		}
+		r.kind = unrun(undone)
 		return r
 	}
 	body := []byte(ln.Body)

@@ -235,10 +235,7 @@ func (s *Server) runGeminiLine(b *batchRec, i int, line []byte, done bool, undon
 	json.Unmarshal(ln.Key, &key)
 	r := lineResult{customID: key, dest: destOut, kind: outErrored}
 	if !done {
-		r.dest, r.kind = destNone, outExpired
-		if undone == stCancelled {
-			r.kind = outCancelled
-		}
+		r.dest, r.kind = destNone, unrun(undone)
 		return r
 	}
 	keyJSON := ln.Key

@@ -36,6 +36,16 @@ type lineResult struct {
 	in, out  int64  // tokens
 }
 
+// unrun is the outcome of a line its batch never ran (undone, the state
+// the batch ended in: stCancelled or stExpired): cancelled with a
+// cancelled batch, else expired.
+func unrun(undone string) outcome {
+	if undone == stCancelled {
+		return outCancelled
+	}
+	return outExpired
+}
+
 func (r lineResult) executed() bool { return r.kind != outExpired && r.kind != outCancelled }
 
 // hostileCounts are what the hostile knobs did to one batch's results.
@@ -420,7 +430,7 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 		return s.runVertexLine(b, i, line, done, undone)
 	case famBedrock:
 		if !done {
-			return lineResult{kind: map[bool]outcome{true: outCancelled, false: outExpired}[undone == stCancelled]}
+			return lineResult{kind: unrun(undone)}
 		}
 		return s.runBedrockLine(b, i, line)
 	}
@@ -432,10 +442,9 @@ func (s *Server) runOpenAILine(b *batchRec, i int, line []byte, done bool, undon
 	r := lineResult{customID: ln.CustomID}
 	id := "batch_req_" + hexID(s.opts.Seed, "batchreq", b.ID, i, 16)
 	if !done {
-		r.dest, r.kind = destErr, outExpired
+		r.dest, r.kind = destErr, unrun(undone)
 		code, msg := "batch_expired", "This request could not be executed before the completion window expired."
-		if undone == stCancelled {
-			r.kind = outCancelled
+		if r.kind == outCancelled {
 			code, msg = "batch_cancelled", "This request was not executed because the batch was cancelled."
 		}
 		r.data = mustJSON(map[string]any{"id": id, "custom_id": ln.CustomID, "response": nil,
@@ -496,9 +505,9 @@ func (s *Server) runAnthropicLine(b *batchRec, i int, line []byte, done bool, un
 			"request_id": "req_01" + b58ID(s.opts.Seed, "antreq", b.ID, i, 22)}})
 	}
 	if !done {
-		r.kind, r.data = outExpired, result(map[string]any{"type": "expired"})
-		if undone == stCancelled {
-			r.kind, r.data = outCancelled, result(map[string]any{"type": "canceled"})
+		r.kind, r.data = unrun(undone), result(map[string]any{"type": "expired"})
+		if r.kind == outCancelled {
+			r.data = result(map[string]any{"type": "canceled"})
 		}
 		return r
 	}

@@ -618,10 +618,7 @@ func (s *Server) runXAILine(b *batchRec, i int, line []byte, done bool, undone s
 			"error": map[string]any{"code": code, "message": msg}}})
 	}
 	if !done {
-		r.kind = outCancelled
-		if undone == stExpired {
-			r.kind = outExpired
-		}
+		r.kind = unrun(undone)
 		r.data = rpcErr(1, "The request was cancelled before it ran.")
 		return r
 	}
