@@ -18,25 +18,20 @@ type Limits struct {
 
 // Override returns l with every non-zero field of o put over it.
 func (l Limits) Override(o Limits) Limits {
-	if o.MaxBatchBytes != 0 {
-		l.MaxBatchBytes = o.MaxBatchBytes
-	}
-	if o.MaxBatchRequests != 0 {
-		l.MaxBatchRequests = o.MaxBatchRequests
-	}
-	if o.MaxBatchTokens != 0 {
-		l.MaxBatchTokens = o.MaxBatchTokens
-	}
-	if o.MaxLiveBatches != 0 {
-		l.MaxLiveBatches = o.MaxLiveBatches
-	}
-	if o.MaxEnqueuedTokens != 0 {
-		l.MaxEnqueuedTokens = o.MaxEnqueuedTokens
-	}
-	if o.MinBatchRequests != 0 {
-		l.MinBatchRequests = o.MinBatchRequests
-	}
+	over(&l.MaxBatchBytes, o.MaxBatchBytes)
+	over(&l.MaxBatchRequests, o.MaxBatchRequests)
+	over(&l.MaxBatchTokens, o.MaxBatchTokens)
+	over(&l.MaxLiveBatches, o.MaxLiveBatches)
+	over(&l.MaxEnqueuedTokens, o.MaxEnqueuedTokens)
+	over(&l.MinBatchRequests, o.MinBatchRequests)
 	return l
+}
+
+// over sets *p to v unless v is zero (not set).
+func over[T int | int64](p *T, v T) {
+	if v != 0 {
+		*p = v
+	}
 }
 
 // ChunkTokenShare is the share of MaxEnqueuedTokens one chunk's estimate

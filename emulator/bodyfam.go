@@ -79,12 +79,7 @@ func (s *Server) addBatch(b *batchRec) {
 	s.drawBatchFates(b)
 	s.batches[b.ID], s.active[b.ID] = b, b
 	s.saveBatch(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(b.Family)
-		fs.BatchesCreated++
-		st.ByFamily[b.Family] = fs
-	})
+	s.countCreated(b.Family)
 	s.saveState()
 	s.logf("emulator: %s batch %s created: %d requests, model %q, %d scan errors", b.Family, b.ID, b.N, b.Model, len(b.ScanErrors))
 }
@@ -92,17 +87,10 @@ func (s *Server) addBatch(b *batchRec) {
 // runBodyLine produces the result of line i of a Mistral or Together
 // batch. Lines not run (expired, cancelled) are in no result file.
 func (s *Server) runBodyLine(b *batchRec, i int, line []byte, done bool, undone string, created int64) lineResult {
-	var ln struct {
-		CustomID string          `json:"custom_id"`
-		Body     json.RawMessage `json:"body"`
-	}
-	json.Unmarshal(line, &ln)
+	ln := readOAILine(line)
 	r := lineResult{customID: ln.CustomID}
 	if !done {
-		r.kind = outExpired
-		if undone == stCancelled {
-			r.kind = outCancelled
-		}
+		r.kind = unrun(undone)
 		return r
 	}
 	body := []byte(ln.Body)
@@ -112,14 +100,12 @@ func (s *Server) runBodyLine(b *batchRec, i int, line []byte, done bool, undone 
 	var status int
 	var resp []byte
 	var code, msg string
-	switch s.lineFate(b, i) {
-	case fate429:
-		status, code, msg = 429, "rate_limit_exceeded", "Rate limit reached (injected by the emulator's LineErrorRate)."
-	case fate500:
-		status, code, msg = 500, "server_error", "Internal server error (injected by the emulator's LineErrorRate)."
-	case fate400:
-		status, code, msg = 400, "invalid_request_error", "Invalid request (permanent error injected by the emulator's LineErrorRate)."
-	case fateOmit:
+	f := s.lineFate(b, i)
+	e, isInjected := injectedErr(&bodyLineErrs, f)
+	switch {
+	case isInjected:
+		status, code, msg = e.status, e.code, e.msg
+	case f == fateOmit:
 		m := s.runOpenAI(normEndpoint(b.Endpoint), body, created)
 		r.kind, r.in, r.out = outOmitted, m.in, m.out
 		return r
@@ -186,4 +172,12 @@ func (s *Server) progressOf(b *batchRec, now time.Time) float64 {
 		return float64(c.Succeeded+c.Errored) / float64(b.N)
 	}
 	return 0
+}
+
+// bodyLineErrs are the line errors the emulator injects into Mistral's and
+// Together's results (see injectedErr).
+var bodyLineErrs = [3]injected{
+	{status: 429, code: "rate_limit_exceeded", msg: "Rate limit reached (injected by the emulator's LineErrorRate)."},
+	{status: 500, code: "server_error", msg: "Internal server error (injected by the emulator's LineErrorRate)."},
+	{status: 400, code: "invalid_request_error", msg: "Invalid request (permanent error injected by the emulator's LineErrorRate)."},
 }

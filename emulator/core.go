@@ -117,6 +117,18 @@ func decode[T any](r *http.Request, limit int64, f *family) (T, error) {
 	return parse[T](body, f)
 }
 
+// decodeChecked is decode, then the body's own check of what it holds.
+func decodeChecked[T any, PT interface {
+	*T
+	check() error
+}](r *http.Request, limit int64, f *family) (T, error) {
+	v, err := decode[T](r, limit, f)
+	if err == nil {
+		err = PT(&v).check()
+	}
+	return v, err
+}
+
 // parse reads body as JSON into a T.
 func parse[T any](body []byte, f *family) (T, error) {
 	var v T

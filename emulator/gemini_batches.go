@@ -285,18 +285,6 @@ func (sc *scanResult) add(msg string) {
 	}
 }
 
-// validateGemini is the end of PENDING: the input scan's errors or an
-// injected validation failure fail the batch.
-func (s *Server) validateGemini(b *batchRec, t time.Time) {
-	switch {
-	case len(b.ScanErrors) > 0:
-		s.fail(b, t, b.ScanErrors...)
-	case b.FailInjected:
-		s.fail(b, t, batchError{Code: "INVALID_ARGUMENT",
-			Message: "The batch input file failed validation (injected by the emulator's ValidationFailRate)."})
-	}
-}
-
 // gemState is the wire state of a batch. Cancel ends a Gemini batch at
 // once, so cancelling is never shown.
 func gemState(b *batchRec) string {
@@ -378,19 +366,20 @@ func (s *Server) gemBatchJSON(b *batchRec, now time.Time) map[string]any {
 		op["response"] = map[string]any{"@type": gemOutputType, "inlinedResponses": inl}
 	}
 	if b.Status == stFailed && len(b.Errors) > 0 {
-		op["error"] = gemFailure(b)
+		op["error"] = gemStatusOf(b.Errors)
 	}
 	return op
 }
 
-// gemFailure is the google.rpc.Status of a failed batch (Gemini) or job
-// (Vertex AI): its errors' messages, the first one's code.
-func gemFailure(b *batchRec) map[string]any {
-	msgs := make([]string, len(b.Errors))
-	for i, e := range b.Errors {
+// gemStatusOf is the google.rpc.Status of a failed batch (or job) with
+// errs: the first error's gRPC code (INTERNAL when it has none) and every
+// message, joined.
+func gemStatusOf(errs []batchError) map[string]any {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
 		msgs[i] = e.Message
 	}
-	code := gemGRPCCode[b.Errors[0].Code]
+	code := gemGRPCCode[errs[0].Code]
 	if code == 0 {
 		code = gemGRPCCode["INTERNAL"]
 	}

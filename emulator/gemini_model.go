@@ -223,11 +223,7 @@ func gemStatusLine(name, msg string) map[string]any {
 // notRun is the result of a line that a Gemini batch or a Vertex AI job
 // did not run (expired, or cancelled when undone is): no output line.
 func notRun(customID, undone string) lineResult {
-	r := lineResult{customID: customID, dest: destNone, kind: outExpired}
-	if undone == stCancelled {
-		r.kind = outCancelled
-	}
-	return r
+	return lineResult{customID: customID, dest: destNone, kind: unrun(undone)}
 }
 
 // runGeminiLine produces the result of line i ({"key","request"}) of a
@@ -257,31 +253,35 @@ func (s *Server) runGeminiLine(b *batchRec, i int, line []byte, done bool, undon
 		}
 		return mustJSON(map[string]any{"key": keyJSON, s.opts.GeminiLineErrorField: gemStatusLine(name, msg)})
 	}
-	switch f := s.lineFate(b, i); f {
-	case fate429:
-		r.data = errLine("RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota). (injected by the emulator's LineErrorRate)")
-	case fate500:
-		r.data = errLine("INTERNAL", "An internal error has occurred. (injected by the emulator's LineErrorRate)")
-	case fate400:
-		r.data = errLine("INVALID_ARGUMENT", "Request contains an invalid argument. (permanent error injected by the emulator's LineErrorRate)")
+	f := s.lineFate(b, i)
+	if e, ok := injectedErr(&gemLineErrs, f); ok {
+		r.data = errLine(e.typ, e.msg)
+		return r
+	}
+	m, name := s.runGemini(b.Model, ln.Request)
+	r.in, r.out = m.in, m.out
+	switch {
+	case f == fateOmit:
+		r.kind, r.dest = outOmitted, destNone
+	case m.status == 200 && b.Inline:
+		r.kind, r.data = outSucceeded, mustJSON(map[string]any{"response": json.RawMessage(m.body), "metadata": ln.Metadata})
+	case m.status == 200:
+		d := append([]byte(`{"key":`), keyJSON...)
+		d = append(d, `,"response":`...)
+		d = append(d, m.body...)
+		r.kind, r.data = outSucceeded, append(d, '}')
 	default:
-		m, name := s.runGemini(b.Model, ln.Request)
-		r.in, r.out = m.in, m.out
-		switch {
-		case f == fateOmit:
-			r.kind, r.dest = outOmitted, destNone
-		case m.status == 200 && b.Inline:
-			r.kind, r.data = outSucceeded, mustJSON(map[string]any{"response": json.RawMessage(m.body), "metadata": ln.Metadata})
-		case m.status == 200:
-			d := append([]byte(`{"key":`), keyJSON...)
-			d = append(d, `,"response":`...)
-			d = append(d, m.body...)
-			r.kind, r.data = outSucceeded, append(d, '}')
-		default:
-			var st struct{ Message string }
-			json.Unmarshal(m.body, &st)
-			r.data = errLine(name, st.Message)
-		}
+		var st struct{ Message string }
+		json.Unmarshal(m.body, &st)
+		r.data = errLine(name, st.Message)
 	}
 	return r
+}
+
+// gemLineErrs are the line errors the emulator injects into Gemini's
+// results (see injectedErr).
+var gemLineErrs = [3]injected{
+	{typ: "RESOURCE_EXHAUSTED", msg: "Resource has been exhausted (e.g. check quota). (injected by the emulator's LineErrorRate)"},
+	{typ: "INTERNAL", msg: "An internal error has occurred. (injected by the emulator's LineErrorRate)"},
+	{typ: "INVALID_ARGUMENT", msg: "Request contains an invalid argument. (permanent error injected by the emulator's LineErrorRate)"},
 }

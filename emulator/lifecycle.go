@@ -127,10 +127,8 @@ func (s *Server) apply(b *batchRec, ev string, t time.Time) {
 	switch ev {
 	case evValidated:
 		switch b.Family {
-		case famOpenAI, famMistral, famTogether, famBedrock:
-			s.validateOpenAI(b, t)
-		case famGemini, famVertex:
-			s.validateGemini(b, t)
+		case famOpenAI, famMistral, famTogether, famBedrock, famGemini, famVertex:
+			s.validate(b, t)
 		}
 		if b.Status == stValidating {
 			b.Status, b.InProgressAt = stInProgress, tp
@@ -194,14 +192,20 @@ func (s *Server) fail(b *batchRec, t time.Time, errs ...batchError) {
 	b.Status, b.FailedAt, b.Errors = stFailed, &t, errs
 }
 
-// validateOpenAI reports the outcome of the validating phase: the errors the
-// input scan found, an injected failure, or the enqueued-token limit.
-func (s *Server) validateOpenAI(b *batchRec, t time.Time) {
+// validate reports the outcome of the validating phase (for Gemini and
+// Vertex AI the end of PENDING): the errors the input scan found, an
+// injected failure (in the family's error code), or OpenAI's
+// enqueued-token limit.
+func (s *Server) validate(b *batchRec, t time.Time) {
+	invalid := "invalid_request"
+	if b.Family == famGemini || b.Family == famVertex {
+		invalid = "INVALID_ARGUMENT"
+	}
 	switch {
 	case len(b.ScanErrors) > 0:
 		s.fail(b, t, b.ScanErrors...)
 	case b.FailInjected:
-		s.fail(b, t, batchError{Code: "invalid_request",
+		s.fail(b, t, batchError{Code: invalid,
 			Message: "The batch input file failed validation (injected by the emulator's ValidationFailRate)."})
 	case s.opts.EnqueuedTokenLimit > 0 && b.Family == famOpenAI:
 		if q := s.enqueued(b.Family, b.Model, b.ID); q+b.Tokens > s.opts.EnqueuedTokenLimit {

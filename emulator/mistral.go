@@ -192,10 +192,7 @@ func (req *mistralCreateReq) check() error {
 }
 
 func (s *Server) mistralCreate(w http.ResponseWriter, r *http.Request) error {
-	req, err := decode[mistralCreateReq](r, 64<<20, mistralFam)
-	if err == nil {
-		err = req.check()
-	}
+	req, err := decodeChecked[mistralCreateReq](r, 64<<20, mistralFam)
 	if err != nil {
 		return err
 	}

@@ -116,11 +116,8 @@ func (s *Server) register(w http.ResponseWriter, b *batchRec, status int, render
 }
 
 func (s *Server) oaiCreateBatch(w http.ResponseWriter, r *http.Request) error {
-	req, err := decode[oaiCreateReq](r, 1<<20, openaiFam)
+	req, err := decodeChecked[oaiCreateReq](r, 1<<20, openaiFam)
 	if err != nil {
-		return err
-	}
-	if err := req.check(); err != nil {
 		return err
 	}
 	// Snapshot the input file into the batch's spool, then scan it unlocked.
@@ -325,9 +322,9 @@ func (s *Server) oaiCancelBatch(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) oaiListBatches(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	limit, ok := queryLimit(q.Get("limit"), 20, 100)
-	if !ok {
-		return oaiBad("Invalid 'limit': must be between 1 and 100.", "limit", "invalid_value")
+	limit, err := oaiLimit(q, 20, 100)
+	if err != nil {
+		return err
 	}
 	return s.ticked(func(now time.Time) error {
 		all := s.sortedBatches(famOpenAI)

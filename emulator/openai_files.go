@@ -3,8 +3,10 @@ package emulator
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -320,9 +322,9 @@ func (s *Server) serveOpened(w http.ResponseWriter, d content, err error) error 
 
 func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	limit, ok := queryLimit(q.Get("limit"), 10000, 10000)
-	if !ok {
-		return oaiBad("Invalid 'limit': must be between 1 and 10000.", "limit", "invalid_value")
+	limit, err := oaiLimit(q, 10000, 10000)
+	if err != nil {
+		return err
 	}
 	order := q.Get("order")
 	if order == "" {
@@ -353,6 +355,16 @@ func (s *Server) oaiListFiles(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, listJSON(data, page, more, func(f *fileRec) string { return f.ID }))
 	return nil
+}
+
+// oaiLimit is an OpenAI list's limit parameter (def when absent), or the
+// 400 OpenAI answers to one out of 1..maxv.
+func oaiLimit(q url.Values, def, maxv int) (int, error) {
+	limit, ok := queryLimit(q.Get("limit"), def, maxv)
+	if !ok {
+		return 0, oaiBad(fmt.Sprintf("Invalid 'limit': must be between 1 and %d.", maxv), "limit", "invalid_value")
+	}
+	return limit, nil
 }
 
 func queryLimit(v string, def, maxv int) (int, bool) {

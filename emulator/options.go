@@ -226,9 +226,7 @@ var DefaultCloudflareModels = []string{
 var allFaultKinds = []string{"429", "500", "502", "503", "reset"}
 
 func (o *Options) applyDefaults() {
-	if o.RetryAfter <= 0 {
-		o.RetryAfter = time.Second
-	}
+	positiveOr(&o.RetryAfter, time.Second)
 	if o.ExpireDoneFraction == 0 {
 		o.ExpireDoneFraction = 0.5
 	} else if o.ExpireDoneFraction < 0 {
@@ -236,61 +234,44 @@ func (o *Options) applyDefaults() {
 	} else if o.ExpireDoneFraction > 1 {
 		o.ExpireDoneFraction = 1
 	}
-	if o.MaxRequestsPerBatch <= 0 {
-		o.MaxRequestsPerBatch = 50000
-	}
-	if o.MaxBatchBytes <= 0 {
-		o.MaxBatchBytes = 200_000_000
-	}
-	if o.MaxFileBytes <= 0 {
-		o.MaxFileBytes = 512_000_000
-	}
-	if o.AnthropicMaxRequests <= 0 {
-		o.AnthropicMaxRequests = 100000
-	}
-	if o.AnthropicMaxBytes <= 0 {
-		o.AnthropicMaxBytes = 256_000_000
-	}
-	if o.MistralMaxRequests <= 0 {
-		o.MistralMaxRequests = 1_000_000
-	}
-	if o.TogetherMaxRequests <= 0 {
-		o.TogetherMaxRequests = 50000
-	}
-	if o.TogetherMaxBytes <= 0 {
-		o.TogetherMaxBytes = 100_000_000
-	}
-	if o.CloudflareMaxBytes <= 0 {
-		o.CloudflareMaxBytes = 10_000_000
-	}
+	positiveOr(&o.MaxRequestsPerBatch, 50000)
+	positiveOr(&o.MaxBatchBytes, 200_000_000)
+	positiveOr(&o.MaxFileBytes, 512_000_000)
+	positiveOr(&o.AnthropicMaxRequests, 100000)
+	positiveOr(&o.AnthropicMaxBytes, 256_000_000)
+	positiveOr(&o.MistralMaxRequests, 1_000_000)
+	positiveOr(&o.TogetherMaxRequests, 50000)
+	positiveOr(&o.TogetherMaxBytes, 100_000_000)
+	positiveOr(&o.CloudflareMaxBytes, 10_000_000)
 	if o.CloudflareModels == nil {
 		o.CloudflareModels = DefaultCloudflareModels
 	}
-	if o.GeminiMaxFileBytes <= 0 {
-		o.GeminiMaxFileBytes = 2_000_000_000
-	}
-	if o.GeminiMaxActiveBatches == 0 {
-		o.GeminiMaxActiveBatches = 100
-	}
-	if o.GeminiUploadGranularity <= 0 {
-		o.GeminiUploadGranularity = 8 << 20
-	}
-	if o.VertexMinBatchTime == 0 {
-		o.VertexMinBatchTime = 2 * time.Second
-	}
-	if o.GeminiLineErrorField == "" {
-		o.GeminiLineErrorField = "status"
-	}
-	if o.EmbeddingDim <= 0 {
-		o.EmbeddingDim = 8
-	}
+	positiveOr(&o.GeminiMaxFileBytes, 2_000_000_000)
+	zeroOr(&o.GeminiMaxActiveBatches, 100)
+	positiveOr(&o.GeminiUploadGranularity, 8<<20)
+	zeroOr(&o.VertexMinBatchTime, 2*time.Second)
+	zeroOr(&o.GeminiLineErrorField, "status")
+	positiveOr(&o.EmbeddingDim, 8)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.StuckPhase == "" {
-		o.StuckPhase = stFinalizing
-	}
+	zeroOr(&o.StuckPhase, stFinalizing)
 	if len(o.FaultKinds) == 0 {
 		o.FaultKinds = slices.Clone(allFaultKinds)
+	}
+}
+
+// positiveOr sets *p to def when it is zero or negative.
+func positiveOr[T int | int64 | time.Duration](p *T, def T) {
+	if *p <= 0 {
+		*p = def
+	}
+}
+
+// zeroOr sets *p to def when it is the zero value.
+func zeroOr[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
 	}
 }

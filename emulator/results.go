@@ -36,6 +36,16 @@ type lineResult struct {
 	in, out  int64  // tokens
 }
 
+// unrun is the outcome of a line its batch never ran (undone, the state
+// the batch ended in: stCancelled or stExpired): cancelled with a
+// cancelled batch, else expired.
+func unrun(undone string) outcome {
+	if undone == stCancelled {
+		return outCancelled
+	}
+	return outExpired
+}
+
 func (r lineResult) executed() bool { return r.kind != outExpired && r.kind != outCancelled }
 
 // hostileCounts are what the hostile knobs did to one batch's results.
@@ -420,7 +430,7 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 		return s.runVertexLine(b, i, line, done, undone)
 	case famBedrock:
 		if !done {
-			return lineResult{kind: map[bool]outcome{true: outCancelled, false: outExpired}[undone == stCancelled]}
+			return lineResult{kind: unrun(undone)}
 		}
 		return s.runBedrockLine(b, i, line)
 	}
@@ -428,18 +438,13 @@ func (s *Server) runLine(b *batchRec, i int, line []byte, done bool, undone stri
 }
 
 func (s *Server) runOpenAILine(b *batchRec, i int, line []byte, done bool, undone string, created int64) lineResult {
-	var ln struct {
-		CustomID string          `json:"custom_id"`
-		Body     json.RawMessage `json:"body"`
-	}
-	json.Unmarshal(line, &ln)
+	ln := readOAILine(line)
 	r := lineResult{customID: ln.CustomID}
 	id := "batch_req_" + hexID(s.opts.Seed, "batchreq", b.ID, i, 16)
 	if !done {
-		r.dest, r.kind = destErr, outExpired
+		r.dest, r.kind = destErr, unrun(undone)
 		code, msg := "batch_expired", "This request could not be executed before the completion window expired."
-		if undone == stCancelled {
-			r.kind = outCancelled
+		if r.kind == outCancelled {
 			code, msg = "batch_cancelled", "This request was not executed because the batch was cancelled."
 		}
 		r.data = mustJSON(map[string]any{"id": id, "custom_id": ln.CustomID, "response": nil,
@@ -448,17 +453,12 @@ func (s *Server) runOpenAILine(b *batchRec, i int, line []byte, done bool, undon
 	}
 	var status int
 	var body []byte
-	switch s.lineFate(b, i) {
-	case fate429:
-		status, body = 429, oaiErrorBody("Rate limit reached for requests (injected by the emulator's LineErrorRate).",
-			"requests", "rate_limit_exceeded")
-	case fate500:
-		status, body = 500, oaiErrorBody("The server had an error while processing your request. Sorry about that!",
-			"server_error", "")
-	case fate400:
-		status, body = 400, oaiErrorBody("Invalid request (permanent error injected by the emulator's LineErrorRate).",
-			"invalid_request_error", "invalid_value")
-	case fateOmit:
+	f := s.lineFate(b, i)
+	e, isInjected := injectedErr(&oaiLineErrs, f)
+	switch {
+	case isInjected:
+		status, body = e.status, oaiErrorBody(e.msg, e.typ, e.code)
+	case f == fateOmit:
 		m := s.runOpenAI(normEndpoint(b.Endpoint), ln.Body, created)
 		r.kind, r.in, r.out = outOmitted, m.in, m.out
 		return r
@@ -505,36 +505,32 @@ func (s *Server) runAnthropicLine(b *batchRec, i int, line []byte, done bool, un
 			"request_id": "req_01" + b58ID(s.opts.Seed, "antreq", b.ID, i, 22)}})
 	}
 	if !done {
-		r.kind, r.data = outExpired, result(map[string]any{"type": "expired"})
-		if undone == stCancelled {
-			r.kind, r.data = outCancelled, result(map[string]any{"type": "canceled"})
+		r.kind, r.data = unrun(undone), result(map[string]any{"type": "expired"})
+		if r.kind == outCancelled {
+			r.data = result(map[string]any{"type": "canceled"})
 		}
 		return r
 	}
 	r.kind = outErrored
-	switch s.lineFate(b, i) {
-	case fate429:
-		r.data = errored("rate_limit_error", "Rate limit exceeded (injected by the emulator's LineErrorRate).")
-	case fate500:
-		r.data = errored("api_error", "Internal server error (injected by the emulator's LineErrorRate).")
-	case fate400:
-		r.data = errored("invalid_request_error", "Invalid request (permanent error injected by the emulator's LineErrorRate).")
+	f := s.lineFate(b, i)
+	if e, ok := injectedErr(&antLineErrs, f); ok {
+		r.data = errored(e.typ, e.msg)
+		return r
+	}
+	m := s.runAnthropic(ln.Params, "batch")
+	r.in, r.out = m.in, m.out
+	switch {
+	case f == fateOmit:
+		r.kind, r.dest = outOmitted, destNone
+	case m.status == 200:
+		d := append([]byte(`{"custom_id":`), mustJSON(ln.CustomID)...)
+		d = append(d, `,"result":{"type":"succeeded","message":`...)
+		d = append(d, m.body...)
+		r.kind, r.data = outSucceeded, append(d, "}}"...)
 	default:
-		m := s.runAnthropic(ln.Params, "batch")
-		r.in, r.out = m.in, m.out
-		switch {
-		case s.lineFate(b, i) == fateOmit:
-			r.kind, r.dest = outOmitted, destNone
-		case m.status == 200:
-			d := append([]byte(`{"custom_id":`), mustJSON(ln.CustomID)...)
-			d = append(d, `,"result":{"type":"succeeded","message":`...)
-			d = append(d, m.body...)
-			r.kind, r.data = outSucceeded, append(d, "}}"...)
-		default:
-			var e struct{ Type, Message string }
-			json.Unmarshal(m.body, &e)
-			r.data = errored(e.Type, e.Message)
-		}
+		var e struct{ Type, Message string }
+		json.Unmarshal(m.body, &e)
+		r.data = errored(e.Type, e.Message)
 	}
 	return r
 }
@@ -572,24 +568,20 @@ func (s *Server) runCloudflareLine(b *batchRec, i int, item []byte, done bool) l
 		r.kind, r.data = outExpired, itemErr(3007, "Request timed out before it could be processed.")
 		return r
 	}
-	switch f := s.lineFate(b, i); f {
-	case fate429:
-		r.data = itemErr(3040, "Capacity temporarily exceeded, please try again. (injected by the emulator)")
-	case fate500:
-		r.data = itemErr(3043, "Internal server error (injected by the emulator)")
-	case fate400:
-		r.data = itemErr(5004, "Invalid data (permanent error injected by the emulator)")
+	f := s.lineFate(b, i)
+	if e, ok := injectedErr(&cfLineErrs, f); ok {
+		r.data = itemErr(e.num, e.msg)
+		return r
+	}
+	res, in, out, err := s.runCloudflare(b.Model, item)
+	r.in, r.out = in, out
+	switch {
+	case f == fateOmit:
+		r.kind, r.dest = outOmitted, destNone
+	case err != nil:
+		r.data = itemErr(5004, err.Error())
 	default:
-		res, in, out, err := s.runCloudflare(b.Model, item)
-		r.in, r.out = in, out
-		switch {
-		case f == fateOmit:
-			r.kind, r.dest = outOmitted, destNone
-		case err != nil:
-			r.data = itemErr(5004, err.Error())
-		default:
-			r.kind, r.data = outSucceeded, entry("result", json.RawMessage(res), "success", true)
-		}
+		r.kind, r.data = outSucceeded, entry("result", json.RawMessage(res), "success", true)
 	}
 	return r
 }
@@ -600,4 +592,56 @@ func mustJSON(v any) []byte {
 		panic(fmt.Sprintf("emulator: marshal: %v", err))
 	}
 	return b
+}
+
+// injected is a family's wording of a line error the emulator injects.
+type injected struct {
+	status int    // the HTTP status the line reports
+	num    int    // Cloudflare's numeric error code
+	typ    string // the error type (Gemini: the status name)
+	code   string // OpenAI's error code
+	msg    string
+}
+
+// injectedErr is the family's error (from its fam[0] for fate429, fam[1]
+// for fate500, fam[2] for fate400) when f is an error the emulator
+// injects (LineErrorRate); ok is false for any other fate.
+func injectedErr(fam *[3]injected, f fate) (e injected, ok bool) {
+	switch f {
+	case fate429, fate500, fate400:
+		return fam[f-fate429], true
+	}
+	return injected{}, false
+}
+
+var oaiLineErrs = [3]injected{
+	{status: 429, typ: "requests", code: "rate_limit_exceeded", msg: "Rate limit reached for requests (injected by the emulator's LineErrorRate)."},
+	{status: 500, typ: "server_error", msg: "The server had an error while processing your request. Sorry about that!"},
+	{status: 400, typ: "invalid_request_error", code: "invalid_value", msg: "Invalid request (permanent error injected by the emulator's LineErrorRate)."},
+}
+
+var antLineErrs = [3]injected{
+	{typ: "rate_limit_error", msg: "Rate limit exceeded (injected by the emulator's LineErrorRate)."},
+	{typ: "api_error", msg: "Internal server error (injected by the emulator's LineErrorRate)."},
+	{typ: "invalid_request_error", msg: "Invalid request (permanent error injected by the emulator's LineErrorRate)."},
+}
+
+var cfLineErrs = [3]injected{
+	{num: 3040, msg: "Capacity temporarily exceeded, please try again. (injected by the emulator)"},
+	{num: 3043, msg: "Internal server error (injected by the emulator)"},
+	{num: 5004, msg: "Invalid data (permanent error injected by the emulator)"},
+}
+
+// oaiLine is a line of the OpenAI batch input format (Mistral's and
+// Together's too).
+type oaiLine struct {
+	CustomID string          `json:"custom_id"`
+	Body     json.RawMessage `json:"body"`
+}
+
+// readOAILine reads line; its fields stay empty where it does not parse.
+func readOAILine(line []byte) oaiLine {
+	var ln oaiLine
+	json.Unmarshal(line, &ln)
+	return ln
 }

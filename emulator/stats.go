@@ -141,6 +141,17 @@ func (s *Server) bump(fn func(st *Stats)) {
 	s.statsMu.Unlock()
 }
 
+// countCreated counts a batch created in family, in all and in the
+// family's own counters.
+func (s *Server) countCreated(family string) {
+	s.bump(func(st *Stats) {
+		st.BatchesCreated++
+		fs := st.family(family)
+		fs.BatchesCreated++
+		st.ByFamily[family] = fs
+	})
+}
+
 // processedSet remembers which (family, job, custom_id) keys were executed,
 // as 64-bit hashes (collisions are negligible at millions of keys). When the
 // server has a DataDir, keys are appended to processed.bin.

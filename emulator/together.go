@@ -276,10 +276,7 @@ func (req *togetherCreateReq) check() error {
 }
 
 func (s *Server) togetherCreate(w http.ResponseWriter, r *http.Request) error {
-	req, err := decode[togetherCreateReq](r, 1<<20, togetherFam)
-	if err == nil {
-		err = req.check()
-	}
+	req, err := decodeChecked[togetherCreateReq](r, 1<<20, togetherFam)
 	if err != nil {
 		return err
 	}

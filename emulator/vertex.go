@@ -283,7 +283,7 @@ func (s *Server) vtxJobJSON(b *batchRec, now time.Time) map[string]any {
 	}
 	switch {
 	case b.Status == stFailed && len(b.Errors) > 0:
-		j["error"] = gemFailure(b)
+		j["error"] = gemStatusOf(b.Errors)
 	case b.Status == stCancelled:
 		j["error"] = map[string]any{"code": gemGRPCCode["CANCELLED"], "message": "CANCELED"}
 	}

@@ -209,12 +209,7 @@ func (s *Server) xaiCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	s.xai.batches[b.ID] = b
 	s.xaiSave(b)
-	s.bump(func(st *Stats) {
-		st.BatchesCreated++
-		fs := st.family(famXAI)
-		fs.BatchesCreated++
-		st.ByFamily[famXAI] = fs
-	})
+	s.countCreated(famXAI)
 	s.saveState()
 	s.logf("emulator: xai batch %s created: %q", b.ID, b.Name)
 	writeJSON(w, http.StatusOK, s.xaiJSON(b))
@@ -623,22 +618,17 @@ func (s *Server) runXAILine(b *batchRec, i int, line []byte, done bool, undone s
 			"error": map[string]any{"code": code, "message": msg}}})
 	}
 	if !done {
-		r.kind = outCancelled
-		if undone == stExpired {
-			r.kind = outExpired
-		}
+		r.kind = unrun(undone)
 		r.data = rpcErr(1, "The request was cancelled before it ran.")
 		return r
 	}
 	var m modelOut
-	switch s.lineFate(b, i) {
-	case fate429:
-		m = modelOut{status: 429, body: oaiErrorBody("Resource exhausted (injected by the emulator's LineErrorRate).", "", "")}
-	case fate500:
-		m = modelOut{status: 500, body: oaiErrorBody("Internal error (injected by the emulator's LineErrorRate).", "", "")}
-	case fate400:
-		m = modelOut{status: 400, body: oaiErrorBody("Invalid argument (permanent error injected by the emulator's LineErrorRate).", "", "")}
-	case fateOmit:
+	f := s.lineFate(b, i)
+	inj, isInjected := injectedErr(&xaiLineErrs, f)
+	switch {
+	case isInjected:
+		m = modelOut{status: inj.status, body: oaiErrorBody(inj.msg, "", "")}
+	case f == fateOmit:
 		m = s.runOpenAI("/v1/chat/completions", it.Req.Chat, created)
 		r.kind, r.dest, r.in, r.out = outOmitted, destNone, m.in, m.out
 		return r
@@ -707,4 +697,12 @@ func (s *Server) xaiLoad() error {
 		s.xai.batches[b.ID] = &b
 	}
 	return nil
+}
+
+// xaiLineErrs are the line errors the emulator injects into xAI's results
+// (see injectedErr).
+var xaiLineErrs = [3]injected{
+	{status: 429, msg: "Resource exhausted (injected by the emulator's LineErrorRate)."},
+	{status: 500, msg: "Internal error (injected by the emulator's LineErrorRate)."},
+	{status: 400, msg: "Invalid argument (permanent error injected by the emulator's LineErrorRate)."},
 }

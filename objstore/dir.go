@@ -49,18 +49,7 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
-	}
-	f, err := atomicfile.Create(p)
-	if err != nil {
-		return err
-	}
-	defer f.Abort()
-	if _, err := io.CopyBuffer(f, ctxReader{ctx, r}, make([]byte, 1<<20)); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
-	}
-	if err := f.Commit(); err != nil {
+	if err := writeLocal(p, ctxReader{ctx, r}, "put "+key); err != nil {
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(p))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -116,40 +115,31 @@ func (g *GCS) Check(ctx context.Context) error {
 // this package's errors (ErrNotExist, ErrNoBucket, ErrCredentials,
 // ErrUnreachable).
 func (g *GCS) explain(key string, err error) error {
-	if err == nil {
-		return nil
-	}
-	what := g.where
-	if key != "" {
-		what = "gs://" + g.name + "/" + g.prefix + key
-	}
+	return explainRemote(g.where, g.name, "gs://"+g.name+"/"+g.prefix, key, err, classifyGCS)
+}
+
+// classifyGCS reads the client's and the service's errors (see classify).
+func classifyGCS(err error) (detail string, kind error) {
 	switch {
 	case errors.Is(err, storage.ErrObjectNotExist):
-		return fmt.Errorf("%s: %w", what, ErrNotExist)
+		return "", ErrNotExist
 	case errors.Is(err, storage.ErrBucketNotExist):
-		return fmt.Errorf("%s: bucket %s: %w", g.where, g.name, ErrNoBucket)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
+		return "", ErrNoBucket
 	}
 	var ge *googleapi.Error
-	if errors.As(err, &ge) {
-		switch ge.Code {
-		case http.StatusNotFound:
-			if strings.Contains(strings.ToLower(ge.Message), "bucket") {
-				return fmt.Errorf("%s: bucket %s: %w", g.where, g.name, ErrNoBucket)
-			}
-			return fmt.Errorf("%s: %w", what, ErrNotExist)
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Errorf("%s: %w (HTTP %d): check GOOGLE_OAUTH_ACCESS_TOKEN or Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login)",
-				what, ErrCredentials, ge.Code)
+	if !errors.As(err, &ge) {
+		return "", nil
+	}
+	switch ge.Code {
+	case http.StatusNotFound:
+		if strings.Contains(strings.ToLower(ge.Message), "bucket") {
+			return "", ErrNoBucket
 		}
-		return fmt.Errorf("%s: HTTP %d: %s", what, ge.Code, ge.Message)
+		return "", ErrNotExist
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Sprintf("(HTTP %d): check GOOGLE_OAUTH_ACCESS_TOKEN or Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login)", ge.Code), ErrCredentials
 	}
-	var ne net.Error
-	if errors.As(err, &ne) || strings.Contains(err.Error(), "dial tcp") {
-		return fmt.Errorf("%s: %w: %v", g.where, ErrUnreachable, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return fmt.Sprintf("HTTP %d: %s", ge.Code, ge.Message), nil
 }
 
 func (g *GCS) object(key string) (*storage.ObjectHandle, error) {

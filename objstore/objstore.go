@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path"
@@ -154,6 +155,13 @@ func Fetch(ctx context.Context, s Store, key, dst string) error {
 		return err
 	}
 	defer r.Close()
+	return writeLocal(dst, r, fmt.Sprintf("fetch %s from %s", key, s))
+}
+
+// writeLocal writes what r yields to the local file dst (its directory
+// made first), which appears only complete and synced (a temp file beside
+// it until then); what names the copy in its error.
+func writeLocal(dst string, r io.Reader, what string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
@@ -163,7 +171,7 @@ func Fetch(ctx context.Context, s Store, key, dst string) error {
 	}
 	defer f.Abort()
 	if _, err := io.CopyBuffer(f, r, make([]byte, 1<<20)); err != nil {
-		return fmt.Errorf("fetch %s from %s: %w", key, s, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return f.Commit()
 }
@@ -174,4 +182,44 @@ func checkKey(key string) error {
 		return fmt.Errorf("objstore: bad key %q", key)
 	}
 	return nil
+}
+
+// classify is a remote store's reading of its client's error: kind is
+// ErrNotExist, ErrNoBucket or ErrCredentials when the error means one
+// (detail then follows it, as "(HTTP 403): check ..."), else nil, and
+// detail is the service's own answer ("CODE: message"), or "" when err is
+// no answer of the service.
+type classify func(err error) (detail string, kind error)
+
+// explainRemote is what every remote store makes of a client error about
+// key ("" for the store itself): where is the store for messages
+// (scheme://bucket/prefix at endpoint), base is scheme://bucket/prefix.
+// Cancellation passes unchanged; a connection that failed is
+// ErrUnreachable.
+func explainRemote(where, bucket, base, key string, err error, c classify) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	what := where
+	if key != "" {
+		what = base + key
+	}
+	switch detail, kind := c(err); {
+	case kind == ErrNoBucket:
+		return fmt.Errorf("%s: bucket %s: %w", where, bucket, ErrNoBucket)
+	case kind == ErrCredentials:
+		return fmt.Errorf("%s: %w %s", what, ErrCredentials, detail)
+	case kind != nil:
+		return fmt.Errorf("%s: %w", what, kind)
+	case detail != "":
+		return fmt.Errorf("%s: %s", what, detail)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || strings.Contains(err.Error(), "dial tcp") {
+		return fmt.Errorf("%s: %w: %v", where, ErrUnreachable, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -156,42 +155,35 @@ func (s *S3) Check(ctx context.Context) error {
 
 // explain turns an SDK error into one that says what to fix.
 func (s *S3) explain(key string, err error) error {
-	if err == nil {
-		return nil
-	}
-	what := s.where
-	if key != "" {
-		what = "s3://" + s.bucket + "/" + s.prefix + key
-	}
+	return explainRemote(s.where, s.bucket, "s3://"+s.bucket+"/"+s.prefix, key, err, classifyS3)
+}
+
+const s3CredentialsHint = ": check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN"
+
+// classifyS3 reads the SDK's and the service's errors (see classify).
+func classifyS3(err error) (detail string, kind error) {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		switch ae.ErrorCode() {
 		case "NoSuchKey", "NotFound":
-			return fmt.Errorf("%s: %w", what, ErrNotExist)
+			return "", ErrNotExist
 		case "NoSuchBucket":
-			return fmt.Errorf("%s: bucket %s: %w", s.where, s.bucket, ErrNoBucket)
+			return "", ErrNoBucket
 		case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "Forbidden", "InvalidClientTokenId":
-			return fmt.Errorf("%s: %w (%s): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN", what, ErrCredentials, ae.ErrorCode())
+			return "(" + ae.ErrorCode() + ")" + s3CredentialsHint, ErrCredentials
 		}
-		return fmt.Errorf("%s: %s: %s", what, ae.ErrorCode(), ae.ErrorMessage())
+		return ae.ErrorCode() + ": " + ae.ErrorMessage(), nil
 	}
 	var re interface{ HTTPStatusCode() int }
 	if errors.As(err, &re) {
 		switch re.HTTPStatusCode() {
 		case http.StatusNotFound:
-			return fmt.Errorf("%s: %w", what, ErrNotExist)
+			return "", ErrNotExist
 		case http.StatusForbidden:
-			return fmt.Errorf("%s: %w (HTTP 403): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN", what, ErrCredentials)
+			return "(HTTP 403)" + s3CredentialsHint, ErrCredentials
 		}
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	var ne net.Error
-	if errors.As(err, &ne) || strings.Contains(err.Error(), "dial tcp") {
-		return fmt.Errorf("%s: %w: %v", s.where, ErrUnreachable, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return "", nil
 }
 
 // Errors of a store that cannot work as configured.

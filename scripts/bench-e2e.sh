@@ -32,23 +32,13 @@
 # machine: BENCHMARKS.md, "End to end", compares runs made side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 n=${1:-1000000}
 modes=${MODES:-separate local}
 bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-e2e}
 mkdir -p "$bench"
-input="$bench/input-$n.jsonl"
-if [ ! -s "$input" ]; then
-  echo "generating $input ..." >&2
-  # Lines of 200 B to 2,860 B (log-uniform, mean ~1 KB): N requests ~ N KB.
-  go run ./internal/gen -lines "$n" -max-line 2860 -seed 1 -out "$input.tmp"
-  mv "$input.tmp" "$input"
-fi
-if [ -n "${SLUICE_BIN:-}" ]; then
-  cp "$SLUICE_BIN" "$bench/sluice"
-else
-  go build -o "$bench/sluice" ./cmd/sluice
-fi
-go build -o "$bench/benche2e" ./internal/benche2e
+input=$(bench_input "$bench" "$n")
+bench_build "$bench" benche2e
 work=""
 cleanup() {
   if [ "${KEEP:-0}" != 1 ]; then
@@ -70,7 +60,7 @@ best_cat() { # best of two, seconds
 }
 bytes=$(stat -c %s "$input")
 cat_in=$(best_cat "$input")
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+machine
 echo "input: $n requests, $bytes bytes; cat input: ${cat_in}s ($(awk -v b="$bytes" -v s="$cat_in" 'BEGIN{printf "%.0f", b/s/1e6}') MB/s)" >&2
 
 receiver=""

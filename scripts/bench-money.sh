@@ -12,17 +12,15 @@
 #
 #   scripts/bench-money.sh [N]
 # Needs python3 and sqlite3. BENCH_DIR (default ${TMPDIR:-/tmp}/sluice-bench-money).
+# SLUICE_BIN: a sluice binary to measure instead of one built from this tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 n=${1:-1000000}
 bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-money}
 mkdir -p "$bench"
-input="$bench/input-$n.jsonl"
-if [ ! -s "$input" ]; then
-  go run ./internal/gen -lines "$n" -max-line 2860 -seed 1 -out "$input.tmp"
-  mv "$input.tmp" "$input"
-fi
-go build -o "$bench/sluice" ./cmd/sluice
+input=$(bench_input "$bench" "$n")
+bench_build "$bench"
 s="$bench/sluice"
 state="$bench/state"
 rm -rf "$state" "$bench"/out*.jsonl

@@ -20,8 +20,10 @@
 # (default ${TMPDIR:-/tmp}/sluice-bench-polling; removed afterwards unless
 # KEEP=1), RUN_ARGS (extra `sluice run` flags, e.g. "--max-poll-interval 30s"),
 # CPUPROFILE=1 (sluice.pprof per count, kept in BENCH_DIR).
+# SLUICE_BIN: a sluice binary to measure instead of one built from this tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 counts=${*:-2000 100}
 window=${WINDOW:-120s}
 warmup=${WARMUP:-420s}
@@ -29,9 +31,8 @@ bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-polling}
 mkdir -p "$bench"
 cleanup() { if [ "${KEEP:-0}" != 1 ]; then rm -rf "$bench"; fi; }
 trap cleanup EXIT
-go build -o "$bench/sluice" ./cmd/sluice
-go build -o "$bench/benche2e" ./internal/benche2e
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+bench_build "$bench" benche2e
+machine
 prof=()
 [ "${CPUPROFILE:-0}" = 1 ] && prof=(-cpuprofile)
 for b in $counts; do

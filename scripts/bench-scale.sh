@@ -25,6 +25,8 @@
 #   BENCH_DIR where the input is cached (default ${TMPDIR:-/tmp}/sluice-bench-e2e,
 #             shared with scripts/bench-e2e.sh)
 #   KEEP=1    keep the generated input and the runs' state, logs and reports
+#   SLUICE_BIN  a sluice binary to measure instead of one built from this
+#             tree (as scripts/bench-e2e.sh)
 #
 # Prints per configuration: wall time, each sluice process's CPU (user +
 # sys) and peak RSS, the database size after the run per million requests
@@ -35,19 +37,13 @@
 # submit, wait+download, merge) are in each report-*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 n=${1:-1000000}
 configs=${CONFIGS:-sqlite pg-s3 pg-s3-3}
 bench=${BENCH_DIR:-${TMPDIR:-/tmp}/sluice-bench-e2e}
 mkdir -p "$bench"
-input="$bench/input-$n.jsonl"
-if [ ! -s "$input" ]; then
-  echo "generating $input ..." >&2
-  # Lines of 200 B to 2,860 B (log-uniform, mean ~1 KB), as scripts/bench-e2e.sh.
-  go run ./internal/gen -lines "$n" -max-line 2860 -seed 1 -out "$input.tmp"
-  mv "$input.tmp" "$input"
-fi
-go build -o "$bench/sluice" ./cmd/sluice
-go build -o "$bench/benche2e" ./internal/benche2e
+input=$(bench_input "$bench" "$n")
+bench_build "$bench" benche2e
 runs=()
 cleanup() {
   if [ "${KEEP:-0}" != 1 ]; then

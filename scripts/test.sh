@@ -86,6 +86,28 @@ print(s.getsockname()[1])
 EOF
 }
 
+# start_server NAME DIR CMD...: CMD in the background (@PORT@ in its
+# arguments replaced by a free loopback port), its output in DIR/NAME.log,
+# until it listens; five tries (the port may be taken meanwhile), else
+# exit. Sets srv_pid and srv_port.
+start_server() {
+  local name=$1 dir=$2 a args
+  shift 2
+  for _ in 1 2 3 4 5; do
+    srv_port=$(free_port)
+    args=()
+    for a in "$@"; do args+=("${a//@PORT@/$srv_port}"); done
+    "${args[@]}" >"$dir/$name.log" 2>&1 &
+    srv_pid=$!
+    if wait_port "$srv_port" "$srv_pid" "$dir/$name.log"; then
+      return 0
+    fi
+    kill "$srv_pid" 2>/dev/null || true
+  done
+  echo "scripts/test.sh: $name did not start" >&2
+  exit 1
+}
+
 # S3: versitygw on loopback.
 if [ -z "${SLUICE_TEST_S3:-}" ]; then
   if ! versitygw --version 2>/dev/null | grep -q "${VERSITYGW_VERSION#v}"; then
@@ -96,19 +118,9 @@ if [ -z "${SLUICE_TEST_S3:-}" ]; then
   export AWS_ACCESS_KEY_ID=sluicetest
   AWS_SECRET_ACCESS_KEY=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   export AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1
-  s3up=""
-  for _ in 1 2 3 4 5; do
-    s3port=$(free_port)
-    versitygw --quiet --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
-      --port "127.0.0.1:$s3port" posix "$s3dir/root" >"$s3dir/versitygw.log" 2>&1 &
-    s3pid=$!
-    if wait_port "$s3port" "$s3pid" "$s3dir/versitygw.log"; then
-      s3up=1
-      break
-    fi
-    kill "$s3pid" 2>/dev/null || true
-  done
-  [ -n "$s3up" ] || { echo "scripts/test.sh: versitygw did not start" >&2; exit 1; }
+  start_server versitygw "$s3dir" versitygw --quiet --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
+    --port "127.0.0.1:@PORT@" posix "$s3dir/root"
+  s3pid=$srv_pid s3port=$srv_port
   cleanup+=("kill $s3pid 2>/dev/null; wait $s3pid 2>/dev/null; rm -rf '$s3dir'")
   export SLUICE_TEST_S3="http://127.0.0.1:$s3port"
 fi
@@ -120,20 +132,10 @@ if [ -z "${SLUICE_TEST_GCS:-}" ]; then
   fi
   gcsdir=$(mktemp -d)
   mkdir "$gcsdir/root"
-  gcsup=""
-  for _ in 1 2 3 4 5; do
-    gcsport=$(free_port)
-    fake-gcs-server -scheme http -host 127.0.0.1 -port "$gcsport" \
-      -external-url "http://127.0.0.1:$gcsport" -public-host "127.0.0.1:$gcsport" \
-      -backend filesystem -filesystem-root "$gcsdir/root" -log-level error >"$gcsdir/fake-gcs-server.log" 2>&1 &
-    gcspid=$!
-    if wait_port "$gcsport" "$gcspid" "$gcsdir/fake-gcs-server.log"; then
-      gcsup=1
-      break
-    fi
-    kill "$gcspid" 2>/dev/null || true
-  done
-  [ -n "$gcsup" ] || { echo "scripts/test.sh: fake-gcs-server did not start" >&2; exit 1; }
+  start_server fake-gcs-server "$gcsdir" fake-gcs-server -scheme http -host 127.0.0.1 -port @PORT@ \
+    -external-url "http://127.0.0.1:@PORT@" -public-host "127.0.0.1:@PORT@" \
+    -backend filesystem -filesystem-root "$gcsdir/root" -log-level error
+  gcspid=$srv_pid gcsport=$srv_port
   cleanup+=("kill $gcspid 2>/dev/null; wait $gcspid 2>/dev/null; rm -rf '$gcsdir'")
   export SLUICE_TEST_GCS="http://127.0.0.1:$gcsport"
 fi

@@ -40,18 +40,30 @@ var s3Stores sync.Map // bucket+"/"+prefix -> *objstore.S3 (gs:// ones: "gs://"+
 // $STORAGE_EMULATOR_HOST when set, else Cloud Storage with Application
 // Default Credentials, or $GOOGLE_OAUTH_ACCESS_TOKEN when set.
 func gcsStore(ctx context.Context, bucket, prefix string) (*objstore.GCS, error) {
-	id := "gs://" + bucket + "/" + prefix
+	return checkedStore(ctx, "gs://"+bucket+"/"+prefix, func() (*objstore.GCS, error) {
+		o := gcsOptions()
+		o.AccessToken = os.Getenv("GOOGLE_OAUTH_ACCESS_TOKEN")
+		return objstore.NewGCS(ctx, bucket, prefix, o)
+	})
+}
+
+// checkedStore is the store id names, made by open and checked on first
+// use in this process, then kept in s3Stores: a client that cannot be
+// made is bad usage; Check's error gets storeErr's exit code.
+func checkedStore[S interface {
+	objstore.Store
+	Check(context.Context) error
+}](ctx context.Context, id string, open func() (S, error)) (S, error) {
+	var none S
 	if s, ok := s3Stores.Load(id); ok {
-		return s.(*objstore.GCS), nil
+		return s.(S), nil
 	}
-	o := gcsOptions()
-	o.AccessToken = os.Getenv("GOOGLE_OAUTH_ACCESS_TOKEN")
-	s, err := objstore.NewGCS(ctx, bucket, prefix, o)
+	s, err := open()
 	if err != nil {
-		return nil, withCode(exitUsage, err)
+		return none, withCode(exitUsage, err)
 	}
 	if err := s.Check(ctx); err != nil {
-		return nil, storeErr(err)
+		return none, storeErr(err)
 	}
 	s3Stores.Store(id, s)
 	return s, nil
@@ -76,19 +88,9 @@ func storeAt(ctx context.Context, loc objstore.Location) (objstore.Store, error)
 // credentials or an endpoint that cannot be reached are told before any
 // work, with the exit code README's table gives them.
 func s3Store(ctx context.Context, bucket, prefix string) (*objstore.S3, error) {
-	id := bucket + "/" + prefix
-	if s, ok := s3Stores.Load(id); ok {
-		return s.(*objstore.S3), nil
-	}
-	s, err := objstore.NewS3(ctx, bucket, prefix, objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)})
-	if err != nil {
-		return nil, withCode(exitUsage, err)
-	}
-	if err := s.Check(ctx); err != nil {
-		return nil, storeErr(err)
-	}
-	s3Stores.Store(id, s)
-	return s, nil
+	return checkedStore(ctx, bucket+"/"+prefix, func() (*objstore.S3, error) {
+		return objstore.NewS3(ctx, bucket, prefix, objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)})
+	})
 }
 
 // storeErr gives a store's error its exit code: a bucket that does not

@@ -22,12 +22,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,8 +41,6 @@ var pgsrv struct {
 	admin string // a DSN to the server's postgres database
 	err   error
 }
-
-var pgSeq atomic.Int64
 
 // Postgres returns the DSN of a fresh, empty database on the test server,
 // dropped when the test ends.
@@ -71,9 +66,7 @@ func NewPostgresDatabase() (dsn string, drop func() error, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := fmt.Sprintf("sluice_t%d_%d_%s", os.Getpid(), pgSeq.Add(1), hex.EncodeToString(rnd[:]))
+	name := uniqueName("sluice_t", "_")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := pgAdminExec(ctx, admin, `CREATE DATABASE `+name); err != nil {
@@ -148,25 +141,6 @@ func pgBinDir() (string, error) {
 	return "", fmt.Errorf("no PostgreSQL server binaries (initdb, postgres) found; %s", pgInstallHint)
 }
 
-// pgDirPrefix names the private servers' directories; the pid of the test
-// process that owns one follows, so a later process removes those whose
-// owner is gone (killed before it could clean up).
-const pgDirPrefix = "sluice-testpg-"
-
-func sweepStale() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pgDirPrefix+"*"))
-	for _, d := range dirs {
-		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), pgDirPrefix), "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(d)
-		}
-	}
-}
-
 // startPostgres starts the private server and returns its admin DSN.
 func startPostgres() (string, error) {
 	srv, err := newPGServer()
@@ -194,8 +168,9 @@ func newPGServer(extra ...string) (*pgServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sweepStale()
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", pgDirPrefix, os.Getpid()))
+	// The pid of the test process that owns a directory is in its name,
+	// so a later process removes those whose owner is gone.
+	dir, err := ownedTempDir("sluice-testpg-")
 	if err != nil {
 		return nil, err
 	}
@@ -217,19 +192,15 @@ func newPGServer(extra ...string) (*pgServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for try := 0; try < 5; try++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+	err = onFreePort(5, func(port int) error {
 		s.port = port
 		s.admin = fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", password, port)
-		if lastErr = s.start(); lastErr == nil {
-			return s, nil
-		}
+		return s.start()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres did not start: %v (log: %s)", err, filepath.Join(dir, "postgres.log"))
 	}
-	return nil, fmt.Errorf("postgres did not start: %v (log: %s)", lastErr, filepath.Join(dir, "postgres.log"))
+	return s, nil
 }
 
 // initdb makes the data directory, with a random password for postgres.
@@ -257,12 +228,19 @@ func (s *pgServer) initdb() (password string, err error) {
 
 // start runs the server on its port and waits until it answers.
 func (s *pgServer) start() error {
-	proc, exited, err := runPostgres(s.bin, s.dir, s.data, s.port, s.cred, s.extra...)
+	args := append([]string{"-D", s.data, "-p", strconv.Itoa(s.port), "-k", s.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off", "-c", "max_connections=400", "-c", "shared_buffers=64MB"}, s.extra...)
+	proc, exited, err := spawnOrphanProof(s.cred, filepath.Join(s.bin, "postgres"), s.dir, args...)
 	if err != nil {
 		return err
 	}
 	s.proc, s.exited = proc, exited
-	return pgWaitReady(s.admin, exited)
+	return waitReady("postgres", exited, 90*time.Second, 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return pgAdminExec(ctx, s.admin, `SELECT 1`)
+	})
 }
 
 // RestartablePostgres is a private server of one test's own, which the
@@ -338,58 +316,4 @@ func (s *pgServer) stop(sig syscall.Signal) error {
 	}
 	s.proc = nil
 	return nil
-}
-
-// runPostgres starts the server from a goroutine locked to its OS thread
-// for good: Pdeathsig fires when the thread that started the child ends,
-// so that thread lives as long as the test process, and the server is
-// killed when the process exits however it exits. exited is closed when
-// the server process ends.
-func runPostgres(bin, dir, data string, port int, cred *syscall.Credential, extra ...string) (proc *os.Process, exited chan error, err error) {
-	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, err
-	}
-	started := make(chan error, 1)
-	exited = make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the process
-		cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-			"-c", "full_page_writes=off", "-c", "max_connections=400", "-c", "shared_buffers=64MB")
-		cmd.Args = append(cmd.Args, extra...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("start postgres: %w", err)
-			return
-		}
-		proc = cmd.Process
-		started <- nil
-		exited <- cmd.Wait()
-		close(exited)
-		select {} // keep the thread (see above)
-	}()
-	err = <-started
-	return proc, exited, err
-}
-
-func pgWaitReady(dsn string, exited chan error) error {
-	deadline := time.Now().Add(90 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		select {
-		case e := <-exited:
-			return fmt.Errorf("postgres exited: %v", e)
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = pgAdminExec(ctx, dsn, `SELECT 1`)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
 }
