@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
@@ -62,4 +64,73 @@ func TestBedrockLlamaAnswersAreEachRequestsOwn(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 2000))
 	}
 	checkAnswers(t, out, ids, "llama")
+}
+
+// TestBedrockMissingBucketIsBadUsage: a --bedrock-bucket whose bucket
+// does not exist is bad usage found before anything is sent (exit 2,
+// naming the flag), as --vertex-bucket's and --store's are, not an upload
+// error (exit 1).
+func TestBedrockMissingBucketIsBadUsage(t *testing.T) {
+	testsrv.S3(t)
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	in, _ := writeBedrockMatrixInput(t, dir, 10)
+	r := runSluiceWithin(t, time.Minute, bedrockEnv(emu.addr, matrixKey, "no-such-bucket-qa"), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
+		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "5")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--bedrock-bucket") || !strings.Contains(r.stderr, "no such bucket") {
+		t.Fatalf("exit %d, want 2 naming --bedrock-bucket and the missing bucket\n%s", r.code, lastBytes(r.stderr, 1500))
+	}
+	if n := emu.stats(t)["batches_created"]; n != 0 {
+		t.Fatalf("%d jobs created", n)
+	}
+}
+
+// TestCancelRefusedForUsageChangesNothing: 'sluice cancel JOB' of a live
+// Vertex job without the Cloud Storage location its client needs is bad
+// usage (exit 2) and leaves the job as it was: not marked cancelled while
+// its batches run on at the provider uncancelled. Given the location, the
+// same cancel stops them.
+func TestCancelRefusedForUsageChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	in, _ := writeVertexInput(t, dir, 20)
+	emu := startEmulator(t, "--batch-time", "1m")
+	env := vertexEnv(emu.addr, matrixKey)
+	state := filepath.Join(dir, "state")
+	r := runSluiceWithin(t, time.Minute, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "vertex",
+		"--state", state, "--model", "gemini-2.5-flash", "--once")
+	if r.code != 3 {
+		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, lastBytes(r.stderr, 1500))
+	}
+	st := runSluice(t, env, "status", "--state", state, "--json")
+	id := gjson.Get(st.stdout, "jobs.0.id").String()
+	var noBucket []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, "SLUICE_VERTEX_BUCKET=") {
+			noBucket = append(noBucket, e)
+		}
+	}
+	r = runSluiceWithin(t, time.Minute, append(noBucket, "SLUICE_VERTEX_BUCKET="), "cancel", id, "--state", state)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--vertex-bucket") {
+		t.Fatalf("cancel without a bucket: exit %d, want 2 naming --vertex-bucket\n%s", r.code, lastBytes(r.stderr, 1500))
+	}
+	if s := gjson.Get(runSluice(t, env, "status", "--state", state, "--json").stdout, "jobs.0.state").String(); s == "cancelled" {
+		t.Fatalf("a cancel refused for bad usage marked the job %s", s)
+	}
+	r = runSluiceWithin(t, time.Minute, env, "cancel", id, "--state", state, "--poll-interval", "20ms", "--max-poll-interval", "200ms")
+	if r.code != 4 || emu.stats(t)["batches_cancelled"] == 0 {
+		t.Fatalf("cancel: exit %d (want 4), %d batches cancelled\n%s", r.code, emu.stats(t)["batches_cancelled"], lastBytes(r.stderr, 1500))
+	}
+}
+
+// TestRunHelpNamesEveryProvidersCredentials: run --help says where each
+// provider's credentials come from, Bedrock's (the AWS chain and region)
+// and Vertex's fallback to Application Default Credentials included.
+func TestRunHelpNamesEveryProvidersCredentials(t *testing.T) {
+	r := runSluice(t, nil, "run", "--help")
+	for _, want := range []string{"bedrock     the AWS credential chain", "AWS_REGION",
+		"vertex      GOOGLE_OAUTH_ACCESS_TOKEN, else Application Default Credentials", "xai         XAI_API_KEY"} {
+		if !strings.Contains(r.stdout+r.stderr, want) {
+			t.Errorf("run --help does not say %q", want)
+		}
+	}
 }
