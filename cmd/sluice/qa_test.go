@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -133,4 +134,34 @@ func TestRunHelpNamesEveryProvidersCredentials(t *testing.T) {
 			t.Errorf("run --help does not say %q", want)
 		}
 	}
+}
+
+// TestBedrockBadLineReportedBeforeMinimum: an input with a bad line is
+// refused naming the file, the line and the reason (exit 2), whatever the
+// minimum of records per job: the count that checks the minimum does not
+// hide it behind "under the provider's minimum", which sent the user to
+// add requests to a file that was broken anyway.
+func TestBedrockBadLineReportedBeforeMinimum(t *testing.T) {
+	testsrv.S3(t)
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	good, _ := writeBedrockMatrixInput(t, t.TempDir(), 8)
+	lines := strings.SplitAfter(string(readFileT(t, good)), "\n")
+	bad := strings.Join(lines[:5], "") + `{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[}` + "\n" + strings.Join(lines[5:], "")
+	writeFile(t, in, []byte(bad))
+	r := runSluiceWithin(t, time.Minute, bedrockEnv(emu.addr, matrixKey, "unused"), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
+		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "5")
+	if r.code != exitUsage || !strings.Contains(r.stderr, in+":6:") || !strings.Contains(r.stderr, "invalid JSON") {
+		t.Fatalf("exit %d, want 2 naming %s:6 and its reason\n%s", r.code, in, lastBytes(r.stderr, 1500))
+	}
+}
+
+func readFileT(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
