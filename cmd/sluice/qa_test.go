@@ -43,7 +43,7 @@ func TestBedrockSameInputElsewhereGetsItsOwnJob(t *testing.T) {
 // with the answer to its own user message. The emulator's fake Llama
 // answers the last user turn of the template, not the template's fixed
 // head, so answers differ by request and a request given another's answer
-// shows.
+// shows. /_emulator/stats counts them under by_family.bedrock.
 func TestBedrockLlamaAnswersAreEachRequestsOwn(t *testing.T) {
 	_, bucket := testsrv.S3(t)
 	emu := startEmulator(t, "--batch-time", "100ms")
@@ -65,6 +65,11 @@ func TestBedrockLlamaAnswersAreEachRequestsOwn(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 2000))
 	}
 	checkAnswers(t, out, ids, "llama")
+	// The emulator counts the family's requests in by_family, as every
+	// family's (a request bought twice shows there).
+	if fs := emu.familyStats(t, "bedrock"); fs["requests_processed"] != 10 || fs["requests_processed_more_than_once"] != 0 {
+		t.Errorf("by_family.bedrock of /_emulator/stats: %v, want 10 requests processed, none twice", fs)
+	}
 }
 
 // TestBedrockMissingBucketIsBadUsage: a --bedrock-bucket whose bucket
