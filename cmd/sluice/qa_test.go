@@ -1,172 +1,172 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/tidwall/gjson"
-
-	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
-// TestBedrockSameInputElsewhereGetsItsOwnJob: the same input file run from two
-// fresh state directories with two --bedrock-bucket prefixes is two jobs
-// at Bedrock. The second run's first attempt is not handed the first
-// run's job (finished, its output deleted) by a clientRequestToken that
-// named only the job id, chunk, attempt and digest: every request
-// succeeds in its first batch, nothing is retried, and each answer is its
-// own request's.
-func TestBedrockSameInputElsewhereGetsItsOwnJob(t *testing.T) {
-	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "100ms")
-	in, ids := writeBedrockMatrixInput(t, t.TempDir(), 20)
-	for i, prefix := range []string{"one", "two"} {
-		dir := t.TempDir()
-		out := filepath.Join(dir, "out.jsonl")
-		env := append(bedrockEnv(emu.addr, matrixKey, bucket), "SLUICE_BEDROCK_BUCKET=s3://"+bucket+"/"+prefix)
-		r := runSluiceWithin(t, 2*time.Minute, env, "run", in, "--out", out, "--provider", "bedrock",
-			"--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "5",
-			"--poll-interval", "20ms", "--max-poll-interval", "200ms")
-		if r.code != 0 || !strings.Contains(r.stderr, `"succeeded":20,"failed":0,"retried":0,`) {
-			t.Fatalf("run %d (prefix %s): exit %d, want 0 with nothing retried\n%s", i+1, prefix, r.code, lastBytes(r.stderr, 2000))
-		}
-		checkOutput(t, out, ids)
-	}
-}
+// Where features of issue 21 meet (found by the QA pass over the merged
+// result), through the real binary against `sluice emulate`.
 
-// TestBedrockLlamaAnswersAreEachRequestsOwn: chat lines sent to a Llama
-// model on Bedrock (a prompt in Llama 3's chat template) come back each
-// with the answer to its own user message. The emulator's fake Llama
-// answers the last user turn of the template, not the template's fixed
-// head, so answers differ by request and a request given another's answer
-// shows. /_emulator/stats counts them under by_family.bedrock.
-func TestBedrockLlamaAnswersAreEachRequestsOwn(t *testing.T) {
-	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "100ms")
-	dir := t.TempDir()
-	in := filepath.Join(dir, "in.jsonl")
+// longPrompts is six chat lines, q0 to q5, whose prompts are long enough
+// for the emulator to answer with many tokens (so that a max_tokens of 5
+// shows), and their custom_ids.
+func longPrompts() (*strings.Builder, []string) {
 	var b strings.Builder
 	var ids []string
-	for i := range 10 {
-		id := fmt.Sprintf("q%03d", i)
-		ids = append(ids, id)
-		fmt.Fprintf(&b, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1-nano","max_tokens":64,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"llama prompt %d"}]}}`+"\n", id, i)
+	for i := 0; i < 6; i++ {
+		ids = append(ids, fmt.Sprintf("q%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"q%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %d: %s"}]}}`+"\n",
+			i, i, strings.Repeat("a long enough prompt to answer with many tokens ", 8))
 	}
-	writeFile(t, in, []byte(b.String()))
-	out := filepath.Join(dir, "out.jsonl")
-	r := runSluiceWithin(t, 2*time.Minute, bedrockEnv(emu.addr, matrixKey, bucket), "run", in, "--out", out, "--provider", "bedrock",
-		"--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "5",
-		"--poll-interval", "20ms", "--max-poll-interval", "200ms")
-	if r.code != 0 {
-		t.Fatalf("exit %d\n%s", r.code, lastBytes(r.stderr, 2000))
-	}
-	checkAnswers(t, out, ids, "llama")
-	// The emulator counts the family's requests in by_family, as every
-	// family's (a request bought twice shows there).
-	if fs := emu.familyStats(t, "bedrock"); fs["requests_processed"] != 10 || fs["requests_processed_more_than_once"] != 0 {
-		t.Errorf("by_family.bedrock of /_emulator/stats: %v, want 10 requests processed, none twice", fs)
-	}
+	return &b, ids
 }
 
-// TestBedrockMissingBucketIsBadUsage: a --bedrock-bucket whose bucket
-// does not exist is bad usage found before anything is sent (exit 2,
-// naming the flag), as --vertex-bucket's and --store's are, not an upload
-// error (exit 1).
-func TestBedrockMissingBucketIsBadUsage(t *testing.T) {
-	testsrv.S3(t)
-	emu := startEmulator(t)
-	dir := t.TempDir()
-	in, _ := writeBedrockMatrixInput(t, dir, 10)
-	r := runSluiceWithin(t, time.Minute, bedrockEnv(emu.addr, matrixKey, "no-such-bucket-qa"), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
-		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "5")
-	if r.code != exitUsage || !strings.Contains(r.stderr, "--bedrock-bucket") || !strings.Contains(r.stderr, "no such bucket") {
-		t.Fatalf("exit %d, want 2 naming --bedrock-bucket and the missing bucket\n%s", r.code, lastBytes(r.stderr, 1500))
-	}
-	if n := emu.stats(t)["batches_created"]; n != 0 {
-		t.Fatalf("%d jobs created", n)
-	}
-}
-
-// TestCancelRefusedForUsageChangesNothing: 'sluice cancel JOB' of a live
-// Vertex job without the Cloud Storage location its client needs is bad
-// usage (exit 2) and leaves the job as it was: not marked cancelled while
-// its batches run on at the provider uncancelled. Given the location, the
-// same cancel stops them.
-func TestCancelRefusedForUsageChangesNothing(t *testing.T) {
-	dir := t.TempDir()
-	in, _ := writeVertexInput(t, dir, 20)
-	emu := startEmulator(t, "--batch-time", "1m")
-	env := vertexEnv(emu.addr, matrixKey)
-	state := filepath.Join(dir, "state")
-	r := runSluiceWithin(t, time.Minute, env, "run", in, "--out", filepath.Join(dir, "out.jsonl"), "--provider", "vertex",
-		"--state", state, "--model", "gemini-2.5-flash", "--once")
-	if r.code != 3 {
-		t.Fatalf("run --once: exit %d, want 3\n%s", r.code, lastBytes(r.stderr, 1500))
-	}
-	st := runSluice(t, env, "status", "--state", state, "--json")
-	id := gjson.Get(st.stdout, "jobs.0.id").String()
-	var noBucket []string
-	for _, e := range env {
-		if !strings.HasPrefix(e, "SLUICE_VERTEX_BUCKET=") {
-			noBucket = append(noBucket, e)
-		}
-	}
-	r = runSluiceWithin(t, time.Minute, append(noBucket, "SLUICE_VERTEX_BUCKET="), "cancel", id, "--state", state)
-	if r.code != exitUsage || !strings.Contains(r.stderr, "--vertex-bucket") {
-		t.Fatalf("cancel without a bucket: exit %d, want 2 naming --vertex-bucket\n%s", r.code, lastBytes(r.stderr, 1500))
-	}
-	if s := gjson.Get(runSluice(t, env, "status", "--state", state, "--json").stdout, "jobs.0.state").String(); s == "cancelled" {
-		t.Fatalf("a cancel refused for bad usage marked the job %s", s)
-	}
-	r = runSluiceWithin(t, time.Minute, env, "cancel", id, "--state", state, "--poll-interval", "20ms", "--max-poll-interval", "200ms")
-	if r.code != 4 || emu.stats(t)["batches_cancelled"] == 0 {
-		t.Fatalf("cancel: exit %d (want 4), %d batches cancelled\n%s", r.code, emu.stats(t)["batches_cancelled"], lastBytes(r.stderr, 1500))
-	}
-}
-
-// TestRunHelpNamesEveryProvidersCredentials: run --help says where each
-// provider's credentials come from, Bedrock's (the AWS chain and region)
-// and Vertex's fallback to Application Default Credentials included.
-func TestRunHelpNamesEveryProvidersCredentials(t *testing.T) {
-	r := runSluice(t, nil, "run", "--help")
-	for _, want := range []string{"bedrock     the AWS credential chain", "AWS_REGION",
-		"vertex      GOOGLE_OAUTH_ACCESS_TOKEN, else Application Default Credentials", "xai         XAI_API_KEY"} {
-		if !strings.Contains(r.stdout+r.stderr, want) {
-			t.Errorf("run --help does not say %q", want)
-		}
-	}
-}
-
-// TestBedrockBadLineReportedBeforeMinimum: an input with a bad line is
-// refused naming the file, the line and the reason (exit 2), whatever the
-// minimum of records per job: the count that checks the minimum does not
-// hide it behind "under the provider's minimum", which sent the user to
-// add requests to a file that was broken anyway.
-func TestBedrockBadLineReportedBeforeMinimum(t *testing.T) {
-	testsrv.S3(t)
-	emu := startEmulator(t)
-	dir := t.TempDir()
-	in := filepath.Join(dir, "in.jsonl")
-	good, _ := writeBedrockMatrixInput(t, t.TempDir(), 8)
-	lines := strings.SplitAfter(string(readFileT(t, good)), "\n")
-	bad := strings.Join(lines[:5], "") + `{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[}` + "\n" + strings.Join(lines[5:], "")
-	writeFile(t, in, []byte(bad))
-	r := runSluiceWithin(t, time.Minute, bedrockEnv(emu.addr, matrixKey, "unused"), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
-		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "5")
-	if r.code != exitUsage || !strings.Contains(r.stderr, in+":6:") || !strings.Contains(r.stderr, "invalid JSON") {
-		t.Fatalf("exit %d, want 2 naming %s:6 and its reason\n%s", r.code, in, lastBytes(r.stderr, 1500))
-	}
-}
-
-func readFileT(t *testing.T, p string) []byte {
+// completionTokens is usage.completion_tokens of a chat.completion body.
+func completionTokens(t *testing.T, body []byte) int {
 	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
+	var b struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return b.Usage.CompletionTokens
+}
+
+// TestReuseHonoursDefaultMaxTokens: --default-max-tokens changes what is
+// sent for a translated chat line that sets no max_tokens, so an answer
+// bought under one value is not reused for a job under another (it would
+// be an answer to another request: cut at 5 tokens where 64 were asked);
+// under the same value it is.
+func TestReuseHonoursDefaultMaxTokens(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	env := []string{"ANTHROPIC_API_KEY=sk-ant-test"}
+	b, ids := longPrompts()
+	run := func(name, maxTokens string) (result, []int) {
+		t.Helper()
+		in := filepath.Join(dir, name+".jsonl")
+		writeFile(t, in, []byte(b.String()))
+		out := filepath.Join(dir, name+".out.jsonl")
+		r := runSluice(t, env, "run", in, "--out", out, "--state", filepath.Join(dir, "state"), "--provider", "anthropic",
+			"--base-url", "http://"+emu.addr, "--model-map", "gpt-4o-mini=claude-haiku-4-5", "--default-max-tokens", maxTokens,
+			"--poll-interval", "50ms", "--max-poll-interval", "200ms")
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", name, r.code, r.stderr)
+		}
+		var got []int
+		for _, l := range checkOutput(t, out, ids) {
+			got = append(got, completionTokens(t, l.Response.Body))
+		}
+		return r, got
+	}
+	run("five", "5")
+	r, got := run("sixtyfour", "64")
+	for i, n := range got {
+		if n <= 5 {
+			t.Errorf("--default-max-tokens 64: line %d answered with %d completion tokens: the answer bought under --default-max-tokens 5 was reused\n%s", i, n, r.stdout)
+		}
+	}
+	r, _ = run("fiveagain", "5")
+	if !strings.Contains(r.stdout, "reused: 6 requests") {
+		t.Errorf("the same --default-max-tokens again reused nothing:\n%s", r.stdout)
+	}
+}
+
+// TestSplitsAreNotRetries: chunks the provider refuses for its
+// enqueued-token limit while alone are split, which spends no attempt
+// (docs/contract.md); the summary and status then report no request
+// retried, where they said "60 retried in N retry batches" of a job in
+// which nothing failed.
+func TestSplitsAreNotRetries(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t, "--enqueued-token-limit", "1500", "--batch-time", "300ms")
+	dir := t.TempDir()
+	var b strings.Builder
+	var ids []string
+	for i := 0; i < 60; i++ {
+		ids = append(ids, fmt.Sprintf("c-%d", i))
+		fmt.Fprintf(&b, `{"custom_id":"c-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"L-%05d %s"}]}}`+"\n",
+			i, i, strings.Repeat("lorem ipsum dolor sit amet ", 7))
+	}
+	in, out, state := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl"), filepath.Join(dir, "state")
+	writeFile(t, in, []byte(b.String()))
+	r := runSluice(t, []string{"OPENAI_API_KEY=x"}, "run", in, "--out", out, "--state", state,
+		"--provider", "openai", "--base-url", "http://"+emu.addr+"/v1",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms", "--deadline", "50s")
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	checkOutput(t, out, ids)
+	if emu.stats(t)["batches_failed"] == 0 {
+		t.Fatal("the emulator refused no batch: nothing was split, the test proves nothing")
+	}
+	if strings.Contains(r.stdout, "retried") {
+		t.Errorf("a job whose batches were only split reports retries:\n%s", r.stdout)
+	}
+	st := runSluice(t, nil, "status", "--state", state)
+	if strings.Contains(st.stdout, "retried in") {
+		t.Errorf("status reports retries of a job whose batches were only split:\n%s", st.stdout)
+	}
+	// The job's recorded summary counts no retry batch either.
+	js := runSluice(t, nil, "status", "--state", state, "--json")
+	var doc statusDoc
+	if err := json.Unmarshal([]byte(js.stdout), &doc); err != nil || len(doc.Jobs) != 1 || doc.Jobs[0].Summary == nil {
+		t.Fatalf("status --json: %v\n%s", err, js.stdout)
+	}
+	if n := doc.Jobs[0].Summary.RetryBatches; n != 0 {
+		t.Errorf("the job's summary counts %d retry batches; its batches were only split", n)
+	}
+}
+
+// TestReplanKeepsDefaultMaxTokensInReuseKey: a job planned with
+// --default-max-tokens 5 and nothing submitted, run again with only its
+// --model-map changed, is planned again keeping its 5; its ledger keys
+// must be those of 5 too. They were taken from the command's flags (no
+// --default-max-tokens), so the job reused answers bought without the
+// flag while it would have sent max_tokens 5 (found in review).
+func TestReplanKeepsDefaultMaxTokensInReuseKey(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	dir := t.TempDir()
+	env := []string{"GEMINI_API_KEY=test"}
+	b, ids := longPrompts()
+	state := filepath.Join(dir, "state")
+	common := []string{"--state", state, "--provider", "gemini", "--base-url", "http://" + emu.addr + "/gemini"}
+	// An earlier job, without --default-max-tokens, buys long answers.
+	y := filepath.Join(dir, "y.jsonl")
+	writeFile(t, y, []byte(b.String()))
+	if r := runSluice(t, env, append([]string{"run", y, "--out", filepath.Join(dir, "y.out.jsonl"), "--model-map", "gpt-4o-mini=gemini-2.5-flash",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}, common...)...); r.code != 0 {
+		t.Fatalf("first job: exit %d\n%s", r.code, r.stderr)
+	}
+	// Job x planned with --default-max-tokens 5 under another map.
+	x := filepath.Join(dir, "x.jsonl")
+	writeFile(t, x, []byte(b.String()))
+	if r := runSluice(t, env, append([]string{"plan", x, "--job", "x", "--model-map", "gpt-4o-mini=gemini-2.5-pro", "--default-max-tokens", "5"}, common...)...); r.code != 0 {
+		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	}
+	// Run with the first job's map: x is planned again, keeping its 5.
+	out := filepath.Join(dir, "x.out.jsonl")
+	r := runSluice(t, env, append([]string{"run", x, "--job", "x", "--out", out, "--model-map", "gpt-4o-mini=gemini-2.5-flash",
+		"--poll-interval", "50ms", "--max-poll-interval", "200ms"}, common...)...)
+	if r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "--model-map") {
+		t.Errorf("the run did not say it planned the job again for its --model-map:\n%s", r.stderr)
+	}
+	for i, l := range checkOutput(t, out, ids) {
+		if n := completionTokens(t, l.Response.Body); n > 5 {
+			t.Errorf("line %d: %d completion tokens: an answer bought without --default-max-tokens was reused for a job planned with 5\n%s",
+				i, n, r.stdout)
+		}
+	}
 }
