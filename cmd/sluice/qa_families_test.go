@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,21 +155,12 @@ func TestBedrockBadLineReportedBeforeMinimum(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.jsonl")
 	good, _ := writeBedrockMatrixInput(t, t.TempDir(), 8)
-	lines := strings.SplitAfter(string(readFileT(t, good)), "\n")
-	bad := strings.Join(lines[:5], "") + `{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[}` + "\n" + strings.Join(lines[5:], "")
+	lines := readLines(t, good)
+	bad := strings.Join(lines[:5], "\n") + "\n" + `{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[}` + "\n" + strings.Join(lines[5:], "\n") + "\n"
 	writeFile(t, in, []byte(bad))
 	r := runSluiceWithin(t, time.Minute, bedrockEnv(emu.addr, matrixKey, "unused"), "run", in, "--out", filepath.Join(dir, "out.jsonl"),
 		"--provider", "bedrock", "--state", filepath.Join(dir, "state"), "--model-map", bedrockModelMap, "--min-batch-requests", "5")
 	if r.code != exitUsage || !strings.Contains(r.stderr, in+":6:") || !strings.Contains(r.stderr, "invalid JSON") {
 		t.Fatalf("exit %d, want 2 naming %s:6 and its reason\n%s", r.code, in, lastBytes(r.stderr, 1500))
 	}
-}
-
-func readFileT(t *testing.T, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
