@@ -730,7 +730,7 @@ func (s *Server) runBedrockModel(b *batchRec, in []byte) modelOut {
 		if p.Type != gjson.String {
 			return bad("Malformed input request: prompt is required.")
 		}
-		text, cut := answer(p.Str, gjson.GetBytes(in, "max_gen_len").Int())
+		text, cut := answer(llamaUserTurn(p.Str), gjson.GetBytes(in, "max_gen_len").Int())
 		stop := "stop"
 		if cut {
 			stop = "length"
@@ -751,4 +751,21 @@ func (s *Server) runBedrockModel(b *batchRec, in []byte) modelOut {
 		return modelOut{status: 200, in: i, body: mustJSON(map[string]any{"embedding": embed(model, t.Str, dim), "inputTextTokenCount": i})}
 	}
 	return bad("The emulator has no InvokeModel body for model " + model + "; use modelInvocationType Converse.")
+}
+
+// llamaUserTurn is the last user turn of a prompt in Llama 3's chat
+// template (what the fake model answers, as it answers a chat's last user
+// message), or the whole prompt when it has none: answering the
+// template's fixed head would give every request the same answer.
+func llamaUserTurn(prompt string) string {
+	const head = "<|start_header_id|>user<|end_header_id|>\n\n"
+	i := strings.LastIndex(prompt, head)
+	if i < 0 {
+		return prompt
+	}
+	turn := prompt[i+len(head):]
+	if j := strings.Index(turn, "<|eot_id|>"); j >= 0 {
+		turn = turn[:j]
+	}
+	return turn
 }

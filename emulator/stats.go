@@ -78,7 +78,7 @@ type Stats struct {
 	OutputExpiresAfter map[string]int64 `json:"output_expires_after"`
 
 	// ByFamily holds per API family ("openai", "anthropic", "cloudflare",
-	// "gemini", "mistral", "together") counters.
+	// "gemini", "mistral", "together", "xai", "vertex", "bedrock") counters.
 	ByFamily map[string]FamilyStats `json:"by_family"`
 }
 
@@ -99,7 +99,7 @@ func (st *Stats) family(f string) FamilyStats {
 func (st Stats) clone() Stats {
 	c := st
 	c.ByFamily = make(map[string]FamilyStats, 3)
-	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare, famGemini, famMistral, famTogether, famXAI, famVertex} {
+	for _, f := range []string{famOpenAI, famAnthropic, famCloudflare, famGemini, famMistral, famTogether, famXAI, famVertex, famBedrock} {
 		c.ByFamily[f] = st.ByFamily[f]
 	}
 	c.ResultDownloads = slices.Clone(st.ResultDownloads)

@@ -30,8 +30,9 @@ import (
 var ErrBelowMinimum error = &sluice.Error{Code: sluice.CodeInvalid, Err: errors.New("under the provider's minimum of requests per batch")}
 
 // countGroups reads the input once, as Split does, and counts the valid
-// requests of each group. Lines that do not validate are left to the
-// pass that plans (which reports or rejects them); duplicates of a
+// requests of each group. Without SkipInvalid the first line that does
+// not validate is the error (as the pass that plans reports it); with it,
+// such lines are left to that pass, which rejects them. Duplicates of a
 // custom_id are counted, which can only make a group's last chunk short,
 // then refused.
 func countGroups(ctx context.Context, cfg Config) (map[groupKey]int, error) {
@@ -54,8 +55,15 @@ func countGroups(ctx context.Context, cfg Config) (map[groupKey]int, error) {
 				return fmt.Errorf("%s: read failed: %w", cfg.Input, b.err.(*readErr).err)
 			}
 			for i := range b.recs {
-				if r := &b.recs[i]; r.reason == "" {
+				r := &b.recs[i]
+				switch {
+				case r.reason == "":
 					counts[groupKey{r.url, r.model}]++
+				case !cfg.SkipInvalid:
+					// The first bad line is the error, as the planning
+					// pass would report it, not a group's count short of
+					// the minimum because the line did not count.
+					return &LineError{File: cfg.Input, Line: r.line, CustomID: r.customID, Reason: r.reason}
 				}
 			}
 			sp.putBlock(b)

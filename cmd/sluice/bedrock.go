@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/spf13/pflag"
@@ -85,13 +86,28 @@ func (b *bedrockFlags) check(f *jobFlags) error {
 // newBedrock is the Bedrock client of a run, from the kit's pc: the
 // control plane at pc.BaseURL (--base-url or $AWS_ENDPOINT_URL_BEDROCK;
 // empty: the SDK's for the region), S3 where the AWS environment says.
+// Errors carry their exit codes.
 func newBedrock(ctx context.Context, f *jobFlags, b *bedrockFlags, pc provider.Config) (sluice.Provider, error) {
 	loc, err := b.location(f)
 	if err != nil {
 		return nil, err
 	}
 	pc.APIKey = "" // the AWS credential chain signs every call
-	return bedrock.New(ctx, bedrock.Config{Config: pc, RoleARN: b.role(), Bucket: loc,
-		RuntimeURL: os.Getenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
-		S3:         objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)}, TimeoutHours: b.timeoutHours})
+	s3opts := objstore.S3Options{Endpoint: objstore.EndpointFromEnv(os.Getenv)}
+	c, err := bedrock.New(ctx, bedrock.Config{Config: pc, RoleARN: b.role(), Bucket: loc,
+		RuntimeURL: os.Getenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME"), S3: s3opts, TimeoutHours: b.timeoutHours})
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	// The bucket is checked before any work, as --vertex-bucket's and
+	// --store's are: a missing one is bad usage (2), refused credentials
+	// stop the run (1).
+	s3, err := objstore.NewS3(ctx, loc.Bucket, "", s3opts)
+	if err == nil {
+		err = s3.Check(ctx)
+	}
+	if err != nil {
+		return nil, storeErr(fmt.Errorf("--bedrock-bucket: %w", err))
+	}
+	return c, nil
 }

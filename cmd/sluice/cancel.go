@@ -69,14 +69,17 @@ JOB' or the job's 'sluice run' command again finishes the merge.`,
 				return err
 			}
 			start := time.Now()
-			if err := lifecycle.MarkCancelled(ctx, db, job, log); err != nil {
-				return err
-			}
+			// The provider is built first: a cancel refused for its
+			// settings (a missing key, bucket, project) leaves the job
+			// as it was, not cancelled with its batches still running.
 			prov, closeProv, err := newProvider(ctx, &f, &net, p, db, log)
 			if err != nil {
 				return err
 			}
 			defer closeProv()
+			if err := lifecycle.MarkCancelled(ctx, db, job, log); err != nil {
+				return err
+			}
 			c := lifecycle.NewCanceller(db, prov, job, log)
 			if err := c.CancelLive(ctx); err != nil {
 				return err

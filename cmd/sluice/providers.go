@@ -163,12 +163,19 @@ func credentialsHelp() string {
 	b.WriteString("Credentials come from the environment only (local needs none):\n")
 	for _, name := range provider.Names() {
 		p := provider.Presets[name]
+		if name == "bedrock" { // no key of its own: the AWS SDK's chain
+			fmt.Fprintf(&b, "  %-11s the AWS credential chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, roles), and AWS_REGION\n", name)
+			continue
+		}
 		if len(p.KeyEnv) == 0 {
 			continue
 		}
 		fmt.Fprintf(&b, "  %-11s %s", name, strings.Join(p.KeyEnv, " or "))
 		if p.AccountEnv != "" {
 			fmt.Fprintf(&b, ", and %s", p.AccountEnv)
+		}
+		if name == "vertex" {
+			b.WriteString(", else Application Default Credentials; GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION")
 		}
 		b.WriteString("\n")
 	}
@@ -251,7 +258,9 @@ func newProvider(ctx context.Context, f *jobFlags, n *netFlags, p provider.Prese
 			return nil, nil, err // with its exit code (vertex.go)
 		}
 	case provider.FamilyBedrock:
-		prov, err = newBedrock(ctx, f, &n.bedrock, pc)
+		if prov, err = newBedrock(ctx, f, &n.bedrock, pc); err != nil {
+			return nil, nil, err // with its exit code (bedrock.go)
+		}
 	default:
 		err = errors.New("unknown provider family " + string(p.Family))
 	}

@@ -233,12 +233,16 @@ func (c *Client) keyOf(uri string) string {
 	return k
 }
 
-// ClientToken is the clientRequestToken of ref's job: a digest of the
-// job, chunk, attempt and chunk digest, in the form Bedrock takes
-// ([a-zA-Z0-9](-*[a-zA-Z0-9])*, at most 256 characters).
-func ClientToken(ref sluice.BatchRef) string {
+// ClientToken is the clientRequestToken of ref's job made from input (the
+// chunk file's s3:// URI): a digest of the job, chunk, attempt, chunk
+// digest and input, in the form Bedrock takes ([a-zA-Z0-9](-*[a-zA-Z0-9])*,
+// at most 256 characters). The input is in it because a job id is not
+// unique across state directories: the same input run again elsewhere
+// (another state directory, another --bedrock-bucket) must not be handed
+// the job the first run made, whose output that run deletes when done.
+func ClientToken(ref sluice.BatchRef, input string) string {
 	h := sha256.Sum256([]byte(ref.Job + "\x00" + strconv.FormatInt(ref.Chunk, 10) + "\x00" +
-		strconv.Itoa(ref.Attempt) + "\x00" + ref.Digest))
+		strconv.Itoa(ref.Attempt) + "\x00" + ref.Digest + "\x00" + input))
 	return "sluice-" + hex.EncodeToString(h[:20])
 }
 
@@ -275,7 +279,7 @@ func (c *Client) Upload(ctx context.Context, ref sluice.BatchRef) (string, error
 // Create starts the model invocation job of ref from fileID, the chunk's
 // S3 URI: modelId from the chunk, InvokeModel or Converse as its url
 // says (provider.BedrockConverse), output under PREFIX/<base>/out/,
-// clientRequestToken ClientToken(ref).
+// clientRequestToken ClientToken(ref, fileID).
 func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string) (sluice.Batch, error) {
 	if fileID == "" {
 		return sluice.Batch{}, fmt.Errorf("create job for chunk %d: no input file", ref.Chunk)
@@ -289,7 +293,7 @@ func (c *Client) Create(ctx context.Context, ref sluice.BatchRef, fileID string)
 	}
 	out, err := c.api.CreateModelInvocationJob(ctx, &bedrock.CreateModelInvocationJobInput{
 		JobName:                aws.String(JobName(ref)),
-		ClientRequestToken:     aws.String(ClientToken(ref)),
+		ClientRequestToken:     aws.String(ClientToken(ref, fileID)),
 		ModelId:                aws.String(ref.Model),
 		RoleArn:                aws.String(c.role),
 		ModelInvocationType:    kind,

@@ -70,16 +70,20 @@ func TestNamesBedrockTakes(t *testing.T) {
 	token := regexp.MustCompile(`^[a-zA-Z0-9](-*[a-zA-Z0-9])*$`)
 	name := regexp.MustCompile(`^[a-zA-Z0-9]{1,63}(-*[a-zA-Z0-9\+\-\.]){0,63}$`)
 	ref := sluice.BatchRef{Job: "my_job.2026-11-27", Chunk: 12, Attempt: 1, Digest: "0123456789abcdef0123456789abcdef"}
+	uri := "s3://b/one/x.jsonl"
 	other, digest := ref, ref
 	other.Attempt, digest.Digest = 2, "ffff456789abcdef0123456789abcdef"
 	for _, r := range []sluice.BatchRef{ref, other, digest} {
-		if tk, n := ClientToken(r), JobName(r); !token.MatchString(tk) || len(tk) > 256 || !name.MatchString(n) || len(n) > 63 {
+		if tk, n := ClientToken(r, uri), JobName(r); !token.MatchString(tk) || len(tk) > 256 || !name.MatchString(n) || len(n) > 63 {
 			t.Errorf("%+v: token %q, name %q", r, tk, n)
 		}
 	}
 	same := ref
-	if ClientToken(ref) != ClientToken(same) || JobName(ref) != JobName(same) || ClientToken(ref) == ClientToken(other) || ClientToken(ref) == ClientToken(digest) {
+	if ClientToken(ref, uri) != ClientToken(same, uri) || JobName(ref) != JobName(same) || ClientToken(ref, uri) == ClientToken(other, uri) || ClientToken(ref, uri) == ClientToken(digest, uri) {
 		t.Error("tokens do not name the chunk attempt and its content")
+	}
+	if ClientToken(ref, uri) == ClientToken(ref, "s3://b/two/x.jsonl") {
+		t.Error("the token does not name the input file: the same job elsewhere would be handed this one's")
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 
 // Find looks for what a previous run made for ref: a job in the listing
 // (ListModelInvocationJobs, submitted within the find window, its name
-// containing JobName(ref)) whose clientRequestToken is ClientToken(ref)
+// containing JobName(ref)) whose clientRequestToken is ClientToken(ref, input)
 // and whose input is ref's chunk key (which carries the chunk's digest),
 // or ref.FileID when the tracker knows it (provider.MadeFrom); a live job
 // is preferred to one that failed, expired or was stopped. Else the chunk
@@ -55,10 +55,11 @@ func inputURI(in types.ModelInvocationJobInputDataConfig) string {
 }
 
 func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*types.ModelInvocationJobSummary, error) {
-	token, want := ClientToken(ref), c.uri(c.inputKey(ref))
+	want := c.uri(c.inputKey(ref))
 	if ref.FileID != "" {
 		want = ref.FileID
 	}
+	token := ClientToken(ref, want)
 	if ref.Digest == "" && ref.FileID == "" {
 		return nil, nil // nothing proves a job is this chunk's
 	}
