@@ -50,6 +50,10 @@ type Job struct {
 	ModelMap         string `json:"model_map,omitempty"`
 	DefaultMaxTokens int64  `json:"default_max_tokens,omitempty"`
 	PlanFlagsKnown   bool   `json:"-"`
+	// Bucket is where the job's batches read and write their files at the
+	// provider (Vertex's gs://, Bedrock's s3://), as resolved; empty for
+	// other providers and for jobs planned before it was recorded.
+	Bucket string `json:"bucket,omitempty"`
 	// ProviderFiles says where the job's files at the provider stand:
 	// ProviderFilesLive, ProviderFilesDeleted or ProviderFilesKept.
 	ProviderFiles string `json:"provider_files,omitempty"`

@@ -52,6 +52,9 @@ type Spec struct {
 	MaxAttempts int
 	// Endpoint names where the job's batches live ("" for local).
 	Endpoint string
+	// Bucket is where the job's batches keep their files at the provider
+	// (Vertex, Bedrock; "" for the others): recorded with the job.
+	Bucket string
 	// KeyScope and Reuse: answers bought by earlier jobs with the same
 	// scope are reused (docs/money.md). Prepare adds DefaultMaxTokens to
 	// the scope, as the plan uses it.
@@ -134,7 +137,7 @@ func Prepare(ctx context.Context, db Store, s Spec) (*Prepared, error) {
 	}
 	job = &sluice.Job{ID: id, Provider: p.Name, Input: input, Model: s.Model, Dir: dir,
 		Limits: p.Limits.Override(s.Limits), MaxAttempts: attempts, Endpoint: s.Endpoint,
-		StoreKey: sluice.NewStoreKey(id), ModelMap: CanonicalModelMap(s.ModelMap), DefaultMaxTokens: s.DefaultMaxTokens}
+		StoreKey: sluice.NewStoreKey(id), ModelMap: CanonicalModelMap(s.ModelMap), DefaultMaxTokens: s.DefaultMaxTokens, Bucket: s.Bucket}
 	plan, err := db.BeginPlan(ctx, job)
 	if err != nil {
 		return nil, err

@@ -38,6 +38,7 @@ type Backend interface {
 	// DeleteJob removes a job and every row of it (its ledger entries too).
 	DeleteJob(ctx context.Context, id string) error
 	SetJobSettings(ctx context.Context, id string, limits sluice.Limits, maxAttempts int) error
+	SetJobBucket(ctx context.Context, id, bucket string) error
 	SetProviderFiles(ctx context.Context, id, state string) error
 
 	// BatchKnown reports whether any chunk records this provider batch id.

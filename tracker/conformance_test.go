@@ -221,7 +221,7 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 
 	// Reuse sources are recorded with a plan and go with its job.
 	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: "c", Provider: "openai", Input: "/c", Dir: t.TempDir(),
-		ModelMap: "a=b,c=d", DefaultMaxTokens: 64})).Must(t, "BeginPlan")
+		ModelMap: "a=b,c=d", DefaultMaxTokens: 64, Bucket: "gs://b/one"})).Must(t, "BeginPlan")
 	check.NoErr(t, "AddRequests", p.AddRequests([]sluice.Request{{Ordinal: 0, Line: 1, CustomID: "x", Chunk: 0}, {Ordinal: 1, Line: 2, CustomID: "y", Chunk: 1}}))
 	check.NoErr(t, "SetReused", p.SetReused(1, map[string]int64{"b": 1}))
 	check.NoErr(t, "Commit", p.Commit(ctx, sluice.Fingerprint{}, 2, 0))
@@ -233,7 +233,13 @@ func testCancelAndSettings(t *testing.T, db *testDB) {
 	check.Error(t, "job c: reused, state", j, j.Reused == 1, j.State == sluice.JobPlanned)
 	// What else shaped the plan reads back; a job planned before it was
 	// recorded (NULL) reads as unknown.
-	check.Error(t, "job c's plan flags", j, j.ModelMap == "a=b,c=d", j.DefaultMaxTokens == 64, j.PlanFlagsKnown)
+	check.Error(t, "job c's plan flags", j, j.ModelMap == "a=b,c=d", j.DefaultMaxTokens == 64, j.PlanFlagsKnown, j.Bucket == "gs://b/one")
+	// The bucket of a job planned before it was recorded (empty) is
+	// recorded by its next run.
+	check.NoErr(t, "clear the bucket", db.exec(`UPDATE jobs SET bucket = '' WHERE id = 'c'`))
+	check.NoErr(t, "SetJobBucket", db.SetJobBucket(ctx, "c", "s3://b/two"))
+	j, _ = db.Job(ctx, "c")
+	check.Error(t, "job c's bucket recorded later", j, j.Bucket == "s3://b/two")
 	check.NoErr(t, "clear the plan flags", db.exec(`UPDATE jobs SET model_map = NULL, default_max_tokens = NULL WHERE id = 'c'`))
 	j, _ = db.Job(ctx, "c")
 	check.Error(t, "job c planned before the flags were recorded", j, !j.PlanFlagsKnown, j.ModelMap == "")

@@ -20,7 +20,7 @@ func scanJob(row scanner) (*sluice.Job, error) {
 	var maxTokens *int64
 	if err := row.Scan(&j.ID, &j.Provider, &j.Input, &j.Fingerprint.Size, &mtime, &j.Fingerprint.Hash,
 		&j.Model, &limits, &j.Dir, &j.Output, &j.State, &j.Requests, &j.Rejected, &j.MaxAttempts,
-		&cancel, &created, &updated, &j.Reused, &j.Endpoint, &j.ProviderFiles, &modelMap, &maxTokens, &j.StoreKey); err != nil {
+		&cancel, &created, &updated, &j.Reused, &j.Endpoint, &j.ProviderFiles, &modelMap, &maxTokens, &j.StoreKey, &j.Bucket); err != nil {
 		return nil, err
 	}
 	if modelMap != nil && maxTokens != nil {
@@ -111,6 +111,13 @@ func (c *core) SetJobSettings(ctx context.Context, id string, limits sluice.Limi
 		return err
 	}
 	_, err = c.ex.exec(ctx, c.stmts.q("job_set_settings"), string(b), maxAttempts, c.now().UnixNano(), id)
+	return err
+}
+
+// SetJobBucket records the bucket a job's batches live in (sluice.Job.Bucket),
+// for a job planned before sluice recorded it.
+func (c *core) SetJobBucket(ctx context.Context, id, bucket string) error {
+	_, err := c.ex.exec(ctx, c.stmts.q("job_set_bucket"), bucket, c.now().UnixNano(), id)
 	return err
 }
 

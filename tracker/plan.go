@@ -87,7 +87,7 @@ func (d *DB) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, error)
 	if err := d.db.QueryRowContext(ctx, sqliteStmts.q("plan_job_insert"),
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
-		job.ModelMap, job.DefaultMaxTokens, canonicalKeys(), job.StoreKey).Scan(&key); err != nil {
+		job.ModelMap, job.DefaultMaxTokens, canonicalKeys(), job.StoreKey, job.Bucket).Scan(&key); err != nil {
 		return nil, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	if key > maxJobKey {

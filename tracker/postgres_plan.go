@@ -83,7 +83,7 @@ func (p *Postgres) BeginPlan(ctx context.Context, job *sluice.Job) (PlanWriter, 
 	if err := p.pool.QueryRow(ctx, p.stmts.q("plan_job_insert"),
 		job.ID, job.Provider, job.Input, job.Model, string(limits), job.Dir, job.Output, job.State,
 		job.MaxAttempts, now.UnixNano(), now.UnixNano(), job.Endpoint, job.ProviderFiles,
-		job.ModelMap, job.DefaultMaxTokens, canonicalKeys(), job.StoreKey).Scan(&key); err != nil {
+		job.ModelMap, job.DefaultMaxTokens, canonicalKeys(), job.StoreKey, job.Bucket).Scan(&key); err != nil {
 		return nil, p.wrap(fmt.Errorf("record job %s: %w", job.ID, err))
 	}
 	if key > maxJobKey {

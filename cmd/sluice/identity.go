@@ -188,6 +188,9 @@ func (f *jobFlags) planDiffs(job *sluice.Job, p provider.Preset, all bool) []pla
 		}
 		ds = append(ds, planDiff{flag, ep, "the endpoint " + job.Endpoint})
 	}
+	if job.Bucket != "" && f.bucket != "" && f.bucket != job.Bucket { // bucket.go
+		ds = append(ds, planDiff{f.bucketFlag, f.bucket, f.bucketFlag + " " + job.Bucket})
+	}
 	if given("model") && f.model != job.Model {
 		ds = append(ds, planDiff{"--model", quoteEmpty(f.model), was("--model", job.Model)})
 	}
@@ -282,6 +285,12 @@ func (f *jobFlags) checkSettings(ctx context.Context, db tracker.Backend, job *s
 			return planChange(job, ds, fp, shared, false)
 		}
 		return &lifecycle.Replan{Why: fmt.Sprintf("%s (was %s)", nowList(ds), wasList(ds)), Keep: f.keep(job, p)}
+	}
+	if job.Bucket == "" && f.bucket != "" { // planned before the bucket was recorded (bucket.go)
+		if err := db.SetJobBucket(ctx, job.ID, f.bucket); err != nil {
+			return err
+		}
+		job.Bucket = f.bucket
 	}
 	eff := p.Limits.Override(f.limits)
 	lim, attempts := job.Limits, job.MaxAttempts

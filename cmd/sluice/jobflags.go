@@ -25,6 +25,9 @@ type jobFlags struct {
 	money       moneyFlags
 	reuse       bool
 	store       string // --store (objects.go)
+	// bucket is the bucket the provider's batches live in, as resolved
+	// (Vertex, Bedrock; bucket.go), and bucketFlag the flag naming it.
+	bucket, bucketFlag string
 	// given reports whether a flag was given on the command line (see
 	// checkSettings).
 	given func(name string) bool

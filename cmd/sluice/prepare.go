@@ -99,7 +99,7 @@ func openJob(ctx context.Context, g *globalFlags, f *jobFlags, p provider.Preset
 // shared: the job's lock is shared with other workers (--join).
 func (f *jobFlags) spec(db tracker.Backend, p provider.Preset, input, id string, progress func(splitter.Progress), shared bool, log zerolog.Logger) lifecycle.Spec {
 	return lifecycle.Spec{ID: id, Input: input, Preset: p, Model: f.model, ModelMap: f.modelMap,
-		DefaultMaxTokens: f.maxTokens, Limits: f.limits, MaxAttempts: f.maxAttempts, Endpoint: f.endpoint(p),
+		DefaultMaxTokens: f.maxTokens, Limits: f.limits, MaxAttempts: f.maxAttempts, Endpoint: f.endpoint(p), Bucket: f.bucket,
 		KeyScope: keyScope(f, p), Reuse: f.reuse, SkipInvalid: f.skipInvalid, Rejects: f.rejects,
 		Progress: progress, Log: log,
 		Check: func(ctx context.Context, job *sluice.Job) error { return f.checkSettings(ctx, db, job, p, shared, log) }}

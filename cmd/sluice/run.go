@@ -252,6 +252,7 @@ func (f *runFlags) resolve(g *globalFlags, inputArg string) (*runPlan, error) {
 	if rp.out, err = pathArg(f.out); err != nil {
 		return nil, err
 	}
+	f.bucket, f.bucketFlag = f.net.providerBucket(&f.jobFlags, rp.preset)
 	return &rp, preflight(f, rp.preset, rp.input, rp.out)
 }
 

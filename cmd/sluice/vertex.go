@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -39,10 +38,7 @@ func newVertex(ctx context.Context, f *jobFlags, n *netFlags, pc provider.Config
 	v, p := n.vertex, pc.Preset
 	project := cmpOr(v.project, os.Getenv("GOOGLE_CLOUD_PROJECT"))
 	location := cmpOr(v.location, os.Getenv("GOOGLE_CLOUD_LOCATION"))
-	bucket := cmpOr(v.bucket, os.Getenv("SLUICE_VERTEX_BUCKET"))
-	if s := f.storeFlag(); bucket == "" && strings.HasPrefix(s, "gs://") {
-		bucket = s
-	}
+	bucket := v.bucketOf(f)
 	switch {
 	case project == "":
 		return nil, usageErr("provider %s needs a project: --vertex-project or $GOOGLE_CLOUD_PROJECT", p.Name)

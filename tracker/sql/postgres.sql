@@ -129,8 +129,8 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE canonical_keys = 0);
 
 -- name: plan_job_insert
 INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-	max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys, store_key)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING key;
+	max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys, store_key, bucket)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) RETURNING key;
 
 -- name: ledger_lookup
 SELECT l.key, j.id, j.dir, c.results_path, r.custom_id, l.byte_offset, l.length

@@ -8,13 +8,13 @@
 -- name: job_get
 SELECT id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
 	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
-	model_map, default_max_tokens, store_key
+	model_map, default_max_tokens, store_key, bucket
 FROM jobs WHERE id = ?;
 
 -- name: jobs_all
 SELECT id, provider, input, input_size, input_mtime, input_hash, model, limits, dir, output,
 	state, requests, rejected, max_attempts, cancel_requested_at, created_at, updated_at, reused, endpoint, provider_files,
-	model_map, default_max_tokens, store_key
+	model_map, default_max_tokens, store_key, bucket
 FROM jobs ORDER BY created_at DESC, id;
 
 -- name: job_set_state
@@ -31,6 +31,9 @@ UPDATE jobs SET input_size = ?, input_mtime = ?, input_hash = ? WHERE id = ?;
 
 -- name: job_set_settings
 UPDATE jobs SET limits = ?, max_attempts = ?, updated_at = ? WHERE id = ?;
+
+-- name: job_set_bucket
+UPDATE jobs SET bucket = ?, updated_at = ? WHERE id = ?;
 
 -- name: job_set_provider_files
 UPDATE jobs SET provider_files = ?, updated_at = ? WHERE id = ?;

@@ -148,8 +148,8 @@ SELECT EXISTS (SELECT 1 FROM ledger), EXISTS (SELECT 1 FROM jobs WHERE canonical
 
 -- name: plan_job_insert
 INSERT INTO jobs (id, provider, input, model, limits, dir, output, state,
-	max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys, store_key, paged, key)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
+	max_attempts, created_at, updated_at, endpoint, provider_files, model_map, default_max_tokens, canonical_keys, store_key, bucket, paged, key)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1,
 	MAX((SELECT COALESCE(MAX(key), 0) FROM jobs), (SELECT COALESCE(MAX(id), 0) >> 40 FROM requests),
 	(SELECT COALESCE(MAX(id), 0) >> 40 FROM request_pages)) + 1) RETURNING key;
 
