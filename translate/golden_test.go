@@ -202,27 +202,12 @@ func validCompletion(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var c struct {
-		ID      *string `json:"id"`
-		Object  *string `json:"object"`
-		Created *int64  `json:"created"`
-		Model   *string `json:"model"`
-		Choices []struct {
-			Index   *int `json:"index"`
-			Message *struct {
-				Role      string          `json:"role"`
-				Content   json.RawMessage `json:"content"`
-				ToolCalls []struct {
-					ID       string `json:"id"`
-					Type     string `json:"type"`
-					Function struct {
-						Name      string  `json:"name"`
-						Arguments *string `json:"arguments"`
-					} `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"message"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *struct {
+		ID      *string            `json:"id"`
+		Object  *string            `json:"object"`
+		Created *int64             `json:"created"`
+		Model   *string            `json:"model"`
+		Choices []completionChoice `json:"choices"`
+		Usage   *struct {
 			Prompt     *int64 `json:"prompt_tokens"`
 			Completion *int64 `json:"completion_tokens"`
 			Total      *int64 `json:"total_tokens"`
@@ -248,29 +233,57 @@ func validCompletion(b []byte) error {
 		return errors.New("usage does not add up")
 	}
 	for i, ch := range c.Choices {
-		if ch.Index == nil || *ch.Index != i {
-			return fmt.Errorf("choice %d: index", i)
-		}
-		if ch.Message == nil || ch.Message.Role != "assistant" {
-			return fmt.Errorf("choice %d: message is not an assistant message", i)
-		}
-		if s := string(ch.Message.Content); s != "null" && (len(s) == 0 || s[0] != '"') {
-			return fmt.Errorf("choice %d: content is neither a string nor null", i)
-		}
-		for j, tc := range ch.Message.ToolCalls {
-			if tc.ID == "" || tc.Type != "function" || tc.Function.Name == "" || tc.Function.Arguments == nil {
-				return fmt.Errorf("choice %d: tool call %d is incomplete", i, j)
-			}
-			// arguments is the model's text: OpenAI's own may be invalid JSON.
-		}
-		switch f := ch.FinishReason; {
-		case f == nil:
-			return fmt.Errorf("choice %d: no finish_reason", i)
-		case *f != "stop" && *f != "length" && *f != "tool_calls" && *f != "content_filter":
-			return fmt.Errorf("choice %d: finish_reason %q", i, *f)
+		if err := ch.valid(i); err != nil {
+			return fmt.Errorf("choice %d: %w", i, err)
 		}
 	}
 	return nil // the OpenAI SDK parses the goldens: sdktest/translate
+}
+
+// completionChoice is one of a chat.completion's choices, as validCompletion reads it.
+type completionChoice struct {
+	Index   *int `json:"index"`
+	Message *struct {
+		Role      string          `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		ToolCalls []struct {
+			ID       string `json:"id"`
+			Type     string `json:"type"`
+			Function struct {
+				Name      string  `json:"name"`
+				Arguments *string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"message"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+// valid checks the choice at index i: its index, an assistant message
+// whose content is a string or null, well-formed tool calls and a known
+// finish_reason.
+func (ch completionChoice) valid(i int) error {
+	if ch.Index == nil || *ch.Index != i {
+		return errors.New("index")
+	}
+	if ch.Message == nil || ch.Message.Role != "assistant" {
+		return errors.New("message is not an assistant message")
+	}
+	if s := string(ch.Message.Content); s != "null" && (len(s) == 0 || s[0] != '"') {
+		return errors.New("content is neither a string nor null")
+	}
+	for j, tc := range ch.Message.ToolCalls {
+		if tc.ID == "" || tc.Type != "function" || tc.Function.Name == "" || tc.Function.Arguments == nil {
+			return fmt.Errorf("tool call %d is incomplete", j)
+		}
+		// arguments is the model's text: OpenAI's own may be invalid JSON.
+	}
+	switch f := ch.FinishReason; {
+	case f == nil:
+		return errors.New("no finish_reason")
+	case *f != "stop" && *f != "length" && *f != "tool_calls" && *f != "content_filter":
+		return fmt.Errorf("finish_reason %q", *f)
+	}
+	return nil
 }
 
 // validError checks an OpenAI error object.

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/genai"
 
 	. "github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/check"
 	"github.com/sluice-batch/sluice/internal/emutest"
 	"github.com/sluice-batch/sluice/internal/testsrv"
 	"github.com/sluice-batch/sluice/objstore"
@@ -54,41 +55,61 @@ func TestVertexSDKRoundTrip(t *testing.T) {
 	host, bucket := testsrv.GCS(t)
 	_, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now, APIKey: "ya29.vertex-token", GCSHost: host})
 	ctx := context.Background()
-	g, err := objstore.NewGCS(ctx, bucket, "", objstore.GCSOptions{Emulator: host})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := check.Try(objstore.NewGCS(ctx, bucket, "", objstore.GCSOptions{Emulator: host})).Must(t, "gcs")
 	const n = 50
 	var in strings.Builder
 	for i := range n {
 		fmt.Fprintf(&in, `{"key":"k-%d","request":{"contents":[{"role":"user","parts":[{"text":"Question %d?"}]}]}}`+"\n", i, i)
 	}
-	if err := g.Put(ctx, "in/requests.jsonl", strings.NewReader(in.String())); err != nil {
-		t.Fatal(err)
-	}
+	check.NoErr(t, "put input", g.Put(ctx, "in/requests.jsonl", strings.NewReader(in.String())))
 	c := vertexClient(t, ts.URL, "ya29.vertex-token")
 	src := &genai.BatchJobSource{Format: "jsonl", GCSURI: []string{"gs://" + bucket + "/in/requests.jsonl"}}
-	job, err := c.Batches.Create(ctx, "gemini-2.5-flash", src, &genai.CreateBatchJobConfig{DisplayName: "sdk-job",
-		Dest: &genai.BatchJobDestination{Format: "jsonl", GCSURI: "gs://" + bucket + "/out"}})
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	if !strings.HasPrefix(job.Name, "projects/proj-1/locations/us-central1/batchPredictionJobs/") || job.State != genai.JobStatePending ||
-		job.DisplayName != "sdk-job" || job.Model != "publishers/google/models/gemini-2.5-flash" {
-		t.Fatalf("created job: %+v", job)
-	}
+	job := check.Try(c.Batches.Create(ctx, "gemini-2.5-flash", src, &genai.CreateBatchJobConfig{DisplayName: "sdk-job",
+		Dest: &genai.BatchJobDestination{Format: "jsonl", GCSURI: "gs://" + bucket + "/out"}})).Must(t, "create")
+	check.Fatal(t, "created job", job, strings.HasPrefix(job.Name, "projects/proj-1/locations/us-central1/batchPredictionJobs/"),
+		job.State == genai.JobStatePending, job.DisplayName == "sdk-job", job.Model == "publishers/google/models/gemini-2.5-flash")
 	clk.Advance(11 * time.Second)
-	job, err = c.Batches.Get(ctx, job.Name, nil)
-	if err != nil || job.State != genai.JobStateSucceeded || job.CompletionStats == nil || job.CompletionStats.SuccessfulCount != n ||
-		job.Dest == nil || job.Dest.GCSURI != "gs://"+bucket+"/out" ||
-		job.OutputInfo == nil || !strings.HasPrefix(job.OutputInfo.GCSOutputDirectory, "gs://"+bucket+"/out/prediction-model-") {
-		t.Fatalf("get: %+v %+v, %v", job, job.OutputInfo, err)
+	job = check.Try(c.Batches.Get(ctx, job.Name, nil)).Must(t, "get")
+	out := check.Deref(job.OutputInfo).GCSOutputDirectory
+	check.Fatal(t, "get", fmt.Sprintf("%+v %+v", job, job.OutputInfo), job.State == genai.JobStateSucceeded,
+		job.CompletionStats != nil, check.Deref(job.CompletionStats).SuccessfulCount == n,
+		job.Dest != nil, check.Deref(job.Dest).GCSURI == "gs://"+bucket+"/out",
+		job.OutputInfo != nil, strings.HasPrefix(out, "gs://"+bucket+"/out/prediction-model-"))
+	checkVertexPredictions(t, g, strings.TrimPrefix(out, "gs://"+bucket+"/")+"/predictions.jsonl", n)
+
+	// A second job, cancelled while it runs: CANCELLED with code 1.
+	job2 := check.Try(c.Batches.Create(ctx, "gemini-2.5-flash", src, &genai.CreateBatchJobConfig{DisplayName: "to-cancel",
+		Dest: &genai.BatchJobDestination{Format: "jsonl", GCSURI: "gs://" + bucket + "/out2"}})).Must(t, "create to-cancel")
+	clk.Advance(3 * time.Second)
+	check.NoErr(t, "cancel", c.Batches.Cancel(ctx, job2.Name, nil))
+	job2 = check.Try(c.Batches.Get(ctx, job2.Name, nil)).Must(t, "after cancel")
+	code := check.Deref(job2.Error).Code
+	check.Fatal(t, "after cancel", job2, job2.State == genai.JobStateCancelled, job2.Error != nil, code != nil, check.Deref(code) == 1)
+	checkGenaiErr(t, "cancel of an ended job", c.Batches.Cancel(ctx, job2.Name, nil), http.StatusBadRequest, "FAILED_PRECONDITION", "")
+
+	var names []string
+	for j, err := range c.Batches.All(ctx) {
+		check.NoErr(t, "list", err)
+		names = append(names, j.DisplayName)
 	}
-	dir := strings.TrimPrefix(job.OutputInfo.GCSOutputDirectory, "gs://"+bucket+"/")
-	r, _, err := g.Open(ctx, dir+"/predictions.jsonl")
-	if err != nil {
-		t.Fatalf("predictions: %v", err)
-	}
+	check.Fatal(t, "list", names, fmt.Sprint(names) == "[to-cancel sdk-job]")
+	check.Try(c.Batches.Delete(ctx, job.Name, nil)).Must(t, "delete")
+	_, err := c.Batches.Get(ctx, job.Name, nil)
+	checkGenaiErr(t, "get of a deleted job", err, http.StatusNotFound, "NOT_FOUND", "")
+	bad := vertexClient(t, ts.URL, "ya29.wrong")
+	_, err = bad.Batches.Get(ctx, job2.Name, nil)
+	checkGenaiErr(t, "wrong token", err, http.StatusUnauthorized, "UNAUTHENTICATED", "")
+}
+
+// checkVertexPredictions checks a job's predictions.jsonl at path in g:
+// one success for each of the n keys, none twice, the echoed request the
+// key's own, and not in input order (the service promises none, and the
+// emulator shuffles to keep clients honest).
+func checkVertexPredictions(t *testing.T, g *objstore.GCS, path string, n int) {
+	t.Helper()
+	r, _, err := g.Open(context.Background(), path)
+	check.NoErr(t, "predictions", err)
+	defer r.Close()
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(r)
 	var order []string
@@ -101,67 +122,20 @@ func TestVertexSDKRoundTrip(t *testing.T) {
 			} `json:"request"`
 			Response genai.GenerateContentResponse `json:"response"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("predictions line %q: %v", sc.Text(), err)
-		}
+		check.NoErr(t, fmt.Sprintf("predictions line %q", sc.Text()), json.Unmarshal(sc.Bytes(), &line))
 		var i int
 		fmt.Sscanf(line.Key, "k-%d", &i)
-		if line.Status == nil || *line.Status != "" || seen[line.Key] || len(line.Response.Candidates) != 1 ||
-			line.Request.Contents[0].Parts[0].Text != fmt.Sprintf("Question %d?", i) {
-			t.Fatalf("predictions line: %s", sc.Text())
-		}
+		check.Fatal(t, "predictions line", sc.Text(), line.Status != nil, check.Deref(line.Status) == "", !seen[line.Key],
+			len(line.Response.Candidates) == 1)
+		check.Fatal(t, "predictions line", sc.Text(), line.Request.Contents[0].Parts[0].Text == fmt.Sprintf("Question %d?", i))
 		seen[line.Key] = true
 		order = append(order, line.Key)
 	}
-	r.Close()
-	if len(seen) != n {
-		t.Fatalf("%d keys in predictions.jsonl, want %d", len(seen), n)
+	check.Fatal(t, fmt.Sprintf("keys in predictions.jsonl, want %d", n), len(seen), len(seen) == n)
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("k-%d", i)
 	}
-	inOrder := true
-	for i, k := range order {
-		inOrder = inOrder && k == fmt.Sprintf("k-%d", i)
-	}
-	if inOrder {
-		t.Error("predictions come in input order: the service promises no order, and the emulator shuffles to keep clients honest")
-	}
-
-	// A second job, cancelled while it runs: CANCELLED with code 1.
-	job2, err := c.Batches.Create(ctx, "gemini-2.5-flash", src, &genai.CreateBatchJobConfig{DisplayName: "to-cancel",
-		Dest: &genai.BatchJobDestination{Format: "jsonl", GCSURI: "gs://" + bucket + "/out2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(3 * time.Second)
-	if err := c.Batches.Cancel(ctx, job2.Name, nil); err != nil {
-		t.Fatalf("cancel: %v", err)
-	}
-	job2, err = c.Batches.Get(ctx, job2.Name, nil)
-	if err != nil || job2.State != genai.JobStateCancelled || job2.Error == nil || job2.Error.Code == nil || *job2.Error.Code != 1 {
-		t.Fatalf("after cancel: %+v, %v", job2, err)
-	}
-	var apiErr genai.APIError
-	if err := c.Batches.Cancel(ctx, job2.Name, nil); !errors.As(err, &apiErr) || apiErr.Code != 400 || apiErr.Status != "FAILED_PRECONDITION" {
-		t.Fatalf("cancel of an ended job: %v", err)
-	}
-
-	var names []string
-	for j, err := range c.Batches.All(ctx) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, j.DisplayName)
-	}
-	if fmt.Sprint(names) != "[to-cancel sdk-job]" {
-		t.Fatalf("list: %v", names)
-	}
-	if _, err := c.Batches.Delete(ctx, job.Name, nil); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	if _, err := c.Batches.Get(ctx, job.Name, nil); !errors.As(err, &apiErr) || apiErr.Code != http.StatusNotFound {
-		t.Fatalf("get of a deleted job: %v", err)
-	}
-	bad := vertexClient(t, ts.URL, "ya29.wrong")
-	if _, err := bad.Batches.Get(ctx, job2.Name, nil); !errors.As(err, &apiErr) || apiErr.Code != http.StatusUnauthorized || apiErr.Status != "UNAUTHENTICATED" {
-		t.Fatalf("wrong token: %v", err)
-	}
+	check.Error(t, "predictions come in input order: the service promises no order, and the emulator shuffles to keep clients honest",
+		order, !slices.Equal(order, want))
 }
