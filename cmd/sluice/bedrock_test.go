@@ -81,6 +81,7 @@ const bedrockModelMap = "gpt-4o-mini=" + bedrockClaude + ",gpt-4.1-nano=" + bedr
 // numbers: the Llama and Titan groups (60 each) are under Bedrock's
 // default minimum of 100 records per job.
 func TestBedrockRunsREADMEExample(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	_, bucket := testsrv.S3(t)
 	emu := startEmulator(t, "--batch-time", "300ms", "--bedrock-min-records", "50")
 	dir := t.TempDir()
@@ -176,6 +177,7 @@ func runRetriesUnderMinimum(t *testing.T, more ...string) (*emulatorProc, result
 // requests fail for good with below_minimum_batch, the message giving
 // both numbers, and the run exits 4.
 func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	emu, r, out, ids := runRetriesUnderMinimum(t)
 	if r.code != exitFailures {
 		t.Fatalf("exit %d, want 4\n%s", r.code, lastBytes(r.stderr, 3000))
@@ -204,6 +206,7 @@ func TestBedrockRetryUnderMinimumNotSent(t *testing.T) {
 // every provider, a cancelled job's files stay: cleanup follows a done
 // job's merge.)
 func TestBedrockCancelStopsJobs(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	_, bucket := testsrv.S3(t)
 	emu := startEmulator(t, "--batch-time", "20s", "--bedrock-min-records", "5")
 	dir := t.TempDir()
@@ -236,6 +239,7 @@ func TestBedrockCancelStopsJobs(t *testing.T) {
 // emulator's runtime): none fails below_minimum_batch, no job is created
 // under the minimum, nothing is executed twice.
 func TestBedrockRetryUnderMinimumGoesRealtime(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	emu, r, out, ids := runRetriesUnderMinimum(t, "--fallback", "realtime", "--deadline", "2h", "--fallback-at", "1h")
 	if r.code != exitFailures && r.code != exitOK {
 		t.Fatalf("exit %d, want 0 or 4 (records failed 400 for good)\n%s", r.code, lastBytes(r.stderr, 3000))
@@ -310,6 +314,7 @@ func TestEmulateListsBedrock(t *testing.T) {
 // under the minimum is created (the emulator would fail it), nothing is
 // executed twice, and every request is in the output.
 func TestBedrockRetriesUnderMinimumCombined(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	checkCombined(t, runRetriesToCombine(t, false))
 }
 
@@ -319,6 +324,7 @@ func TestBedrockRetriesUnderMinimumCombined(t *testing.T) {
 // decides from the tracker alone as the first would have: the retries of
 // both jobs combined into one job, sent once.
 func TestBedrockRetriesUnderMinimumCombinedAfterKill(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	checkCombined(t, runRetriesToCombine(t, true))
 }
 

@@ -93,6 +93,7 @@ func TestVertexBedrockBucketChangeOnResumeRefused(t *testing.T) {
 // on its next run: the run records the bucket and completes; after that,
 // another bucket is refused for it (exit 2) as for any job.
 func TestVertexBucketRecordedForOldJob(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	var p matrixProvider
 	for _, mp := range matrixProviders {
 		if mp.name == "vertex" {

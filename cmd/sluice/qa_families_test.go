@@ -24,6 +24,7 @@ import (
 // succeeds in its first batch, nothing is retried, and each answer is its
 // own request's.
 func TestBedrockSameInputElsewhereGetsItsOwnJob(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	_, bucket := testsrv.S3(t)
 	emu := startEmulator(t, "--batch-time", "100ms")
 	in, ids := writeBedrockMatrixInput(t, t.TempDir(), 20)
@@ -48,6 +49,7 @@ func TestBedrockSameInputElsewhereGetsItsOwnJob(t *testing.T) {
 // head, so answers differ by request and a request given another's answer
 // shows. /_emulator/stats counts them under by_family.bedrock.
 func TestBedrockLlamaAnswersAreEachRequestsOwn(t *testing.T) {
+	t.Parallel() // its own emulator, state directory and bucket
 	_, bucket := testsrv.S3(t)
 	emu := startEmulator(t, "--batch-time", "100ms")
 	dir := t.TempDir()
