@@ -658,25 +658,29 @@ func (s *Server) runBedrockLine(b *batchRec, i int, line []byte) lineResult {
 		r.data = rec("error", mustJSON(map[string]any{"errorCode": code, "errorMessage": msg}))
 		return r
 	}
-	switch s.lineFate(b, i) {
-	case fate429:
-		return fail(429, "Too many requests (injected by the emulator's LineErrorRate).")
-	case fate500:
-		return fail(500, "Internal server error (injected by the emulator's LineErrorRate).")
-	case fate400:
-		return fail(400, "Malformed input request (permanent error injected by the emulator's LineErrorRate).")
-	case fateOmit:
-		m := s.runBedrockModel(b, []byte(in.Raw))
-		r.kind, r.in, r.out = outOmitted, m.in, m.out
-		return r
+	f := s.lineFate(b, i)
+	if e, ok := injectedErr(&bedrockLineErrs, f); ok {
+		return fail(e.status, e.msg)
 	}
 	m := s.runBedrockModel(b, []byte(in.Raw))
 	r.in, r.out = m.in, m.out
+	if f == fateOmit {
+		r.kind = outOmitted
+		return r
+	}
 	if m.status != http.StatusOK {
 		return fail(m.status, gjson.GetBytes(m.body, "message").String())
 	}
 	r.dest, r.kind, r.data = destOut, outSucceeded, rec("modelOutput", m.body)
 	return r
+}
+
+// bedrockLineErrs are the record errors the emulator injects into
+// Bedrock's output (see injectedErr).
+var bedrockLineErrs = [3]injected{
+	{status: 429, msg: "Too many requests (injected by the emulator's LineErrorRate)."},
+	{status: 500, msg: "Internal server error (injected by the emulator's LineErrorRate)."},
+	{status: 400, msg: "Malformed input request (permanent error injected by the emulator's LineErrorRate)."},
 }
 
 // runBedrockModel answers a modelInput as the job's model would: a

@@ -416,29 +416,33 @@ func (s *Server) runVertexLine(b *batchRec, i int, line []byte, done bool, undon
 		ln["status"] = mustJSON(vtxStatus(status, msg))
 		return mustJSON(ln)
 	}
-	switch f := s.lineFate(b, i); f {
-	case fate429:
-		r.data = errLine(429, "Resource exhausted. (injected by the emulator's LineErrorRate)")
-	case fate500:
-		r.data = errLine(500, "Internal error encountered. (injected by the emulator's LineErrorRate)")
-	case fate400:
-		r.data = errLine(400, "Request contains an invalid argument. (permanent error injected by the emulator's LineErrorRate)")
+	f := s.lineFate(b, i)
+	if e, ok := injectedErr(&vertexLineErrs, f); ok {
+		r.data = errLine(e.status, e.msg)
+		return r
+	}
+	m, _ := s.runGemini(b.Model, ln["request"])
+	r.in, r.out = m.in, m.out
+	switch {
+	case f == fateOmit:
+		r.kind, r.dest = outOmitted, destNone
+	case m.status == 200:
+		ln["status"], ln["response"] = json.RawMessage(`""`), m.body
+		r.kind, r.data = outSucceeded, mustJSON(ln)
 	default:
-		m, _ := s.runGemini(b.Model, ln["request"])
-		r.in, r.out = m.in, m.out
-		switch {
-		case f == fateOmit:
-			r.kind, r.dest = outOmitted, destNone
-		case m.status == 200:
-			ln["status"], ln["response"] = json.RawMessage(`""`), m.body
-			r.kind, r.data = outSucceeded, mustJSON(ln)
-		default:
-			var st struct{ Message string }
-			json.Unmarshal(m.body, &st)
-			r.data = errLine(m.status, st.Message)
-		}
+		var st struct{ Message string }
+		json.Unmarshal(m.body, &st)
+		r.data = errLine(m.status, st.Message)
 	}
 	return r
+}
+
+// vertexLineErrs are the line errors the emulator injects into Vertex AI's
+// predictions (see injectedErr).
+var vertexLineErrs = [3]injected{
+	{status: 429, msg: "Resource exhausted. (injected by the emulator's LineErrorRate)"},
+	{status: 500, msg: "Internal error encountered. (injected by the emulator's LineErrorRate)"},
+	{status: 400, msg: "Request contains an invalid argument. (permanent error injected by the emulator's LineErrorRate)"},
 }
 
 // vtxStatus is the status of a failed prediction line: the HTTP reason and
