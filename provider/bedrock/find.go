@@ -3,7 +3,6 @@ package bedrock
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/bedrock"
@@ -24,27 +23,29 @@ import (
 // chunk without a digest adopts no file, and a job only when made from
 // ref.FileID.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	j, err := c.findJob(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find job of chunk %d: %w", ref.Chunk, err)
-	}
-	if j != nil {
-		return inputURI(j.InputDataConfig), aws.ToString(j.JobArn), nil
-	}
+	return provider.FindBatchOrFile(ctx, ref, c.findJob,
+		func(j *types.ModelInvocationJobSummary) (string, string) {
+			return inputURI(j.InputDataConfig), aws.ToString(j.JobArn)
+		}, c.findInput, func(*objstore.Info) string { return c.uri(c.inputKey(ref)) })
+}
+
+// findInput is ref's chunk file in S3 when its name and size prove it
+// ref's (provider.MatchesFile), else nil; a chunk without a digest adopts
+// none.
+func (c *Client) findInput(ctx context.Context, ref sluice.BatchRef) (*objstore.Info, error) {
 	if ref.Digest == "" {
-		return "", "", nil
+		return nil, nil
 	}
-	key := c.inputKey(ref)
-	info, err := c.store.Stat(ctx, key)
+	info, err := c.store.Stat(ctx, c.inputKey(ref))
 	switch {
 	case errors.Is(err, objstore.ErrNotExist):
-		return "", "", nil
+		return nil, nil
 	case err != nil:
-		return "", "", fmt.Errorf("find the file of chunk %d: %w", ref.Chunk, storeErr(err))
+		return nil, storeErr(err)
 	case provider.MatchesFile(provider.UploadName(ref), info.Size, ref):
-		return c.uri(key), "", nil
+		return &info, nil
 	}
-	return "", "", nil
+	return nil, nil
 }
 
 func inputURI(in types.ModelInvocationJobInputDataConfig) string {

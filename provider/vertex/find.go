@@ -3,7 +3,6 @@ package vertex
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -27,26 +26,27 @@ const listPage = 100
 // file. When several jobs match (a create repeated after a lost answer),
 // a live one is preferred.
 func (c *Client) Find(ctx context.Context, ref sluice.BatchRef) (fileID, batchID string, err error) {
-	j, err := c.findJob(ctx, ref)
-	if err != nil {
-		return "", "", fmt.Errorf("find job of chunk %d: %w", ref.Chunk, err)
-	}
-	if j != nil {
-		return j.inputURI(), j.Name, nil
-	}
+	return provider.FindBatchOrFile(ctx, ref, c.findJob, func(j *job) (string, string) { return j.inputURI(), j.Name },
+		c.findInput, func(*objstore.Info) string { return c.bucket + inputKey(ref) })
+}
+
+// findInput is ref's chunk file in Cloud Storage when its name and size
+// prove it ref's (provider.MatchesFile), else nil; a chunk without a
+// digest adopts none.
+func (c *Client) findInput(ctx context.Context, ref sluice.BatchRef) (*objstore.Info, error) {
 	if ref.Digest == "" {
-		return "", "", nil
+		return nil, nil
 	}
 	in, err := c.store.Stat(ctx, inputKey(ref))
 	switch {
 	case errors.Is(err, objstore.ErrNotExist):
-		return "", "", nil
+		return nil, nil
 	case err != nil:
-		return "", "", fmt.Errorf("find file of chunk %d: %w", ref.Chunk, err)
+		return nil, err
 	case provider.MatchesFile(provider.UploadName(ref), in.Size, ref):
-		return c.bucket + inputKey(ref), "", nil
+		return &in, nil
 	}
-	return "", "", nil
+	return nil, nil
 }
 
 func (c *Client) findJob(ctx context.Context, ref sluice.BatchRef) (*job, error) {
