@@ -22,7 +22,8 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			return
 		}
 		n := int(s.calls.Add(1))
-		s.bump(func(st *Stats) { st.APICalls++ })
+		s.bump(func(st *Stats) { st.APICalls++; st.InFlight++ })
+		defer s.bump(func(st *Stats) { st.InFlight-- })
 		switch fam {
 		case famOpenAI:
 			w.Header().Set("x-request-id", "req_"+hexID(s.opts.Seed, "call", "", n, 16))

@@ -21,7 +21,11 @@ import (
 
 // Stats are the emulator's counters, served as JSON at GET /_emulator/stats.
 type Stats struct {
-	APICalls       int64 `json:"api_calls"`
+	APICalls int64 `json:"api_calls"`
+	// InFlight counts the API calls being served now (not /_emulator/
+	// ones): a test that killed a client waits for it to reach 0 before it
+	// reads what the client's last calls did. Not kept across restarts.
+	InFlight       int64 `json:"in_flight"`
 	FilesUploaded  int64 `json:"files_uploaded"`
 	BatchesCreated int64 `json:"batches_created"`
 	// SyncRequests counts the synchronous calls the model answered (the

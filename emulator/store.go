@@ -192,6 +192,7 @@ func (s *Server) load() error {
 		}
 		s.idSeq = st.IDSeq
 		s.stats = st.Stats
+		s.stats.InFlight = 0 // calls of the server that saved them
 	}
 	if err := loadRecords(filepath.Join(s.dir, "files"), func(f *fileRec) { s.files[f.ID] = f }); err != nil {
 		return err

@@ -50,6 +50,9 @@ func TestVertexBedrockBucketChangeOnResumeRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			l.wait(t)
+			// A call the killed run had sent may still be served: its batch
+			// counts before, not against the refused run.
+			waitUntil(t, "the killed run's calls served", 30*time.Second, func() bool { return c.stats()["in_flight"] == 0 })
 			before := c.stats()
 			if before["batches_created"] == 0 {
 				t.Fatalf("no batch created before the kill: %v", before)
