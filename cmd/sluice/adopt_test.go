@@ -73,6 +73,7 @@ var adoptFamilies = []adoptFamily{
 // the family uploads files, uploading (nothing known but the chunk's
 // digest).
 func TestCrashNeverAdoptsOtherContent(t *testing.T) {
+	t.Parallel()
 	for _, f := range adoptFamilies {
 		kills := []sluice.ChunkState{sluice.ChunkCreating}
 		if f.files {

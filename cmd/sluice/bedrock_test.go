@@ -457,8 +457,9 @@ func checkCombined(t *testing.T, c combineRun) {
 // models of two jobs each, a job of each model runs at once (their
 // submitted-to-ended times overlap), while two jobs of one model never do.
 func TestBedrockLiveBatchesPerModel(t *testing.T) {
+	t.Parallel()
 	_, bucket := testsrv.S3(t)
-	emu := startEmulator(t, "--batch-time", "700ms", "--bedrock-min-records", "5")
+	emu := startEmulator(t, "--batch-time", "1500ms", "--bedrock-min-records", "5")
 	dir := t.TempDir()
 	in, ids := writeBedrockMatrixInput(t, dir, 40)
 	out := filepath.Join(dir, "out.jsonl")

@@ -20,6 +20,7 @@ import (
 // (It used to resume, refuse the running batches' output as read from the
 // other bucket and buy every request again.)
 func TestVertexBedrockBucketChangeOnResumeRefused(t *testing.T) {
+	t.Parallel()
 	for _, p := range matrixProviders {
 		if p.name != "vertex" && p.name != "bedrock" {
 			continue

@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 }
 
 // testParallel is how many tests of this package run at once by default.
-const testParallel = 10
+const testParallel = 16
 
 // result of one sluice invocation.
 type result struct {

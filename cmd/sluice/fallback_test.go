@@ -147,6 +147,7 @@ func TestFallbackRealtimeAnswersStuckBatches(t *testing.T) {
 // succeeds, the output is complete and in order.
 // On SQLite and on PostgreSQL (SLUICE_DB).
 func TestFallbackKilledMidFallbackNoSecondPurchase(t *testing.T) {
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testFallbackKilled(t, "") })
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); testFallbackKilled(t, testsrv.Postgres(t)) })
 }
@@ -278,6 +279,7 @@ func TestParseFallback(t *testing.T) {
 // once, all 15 are answered (over three windows) and none is refused
 // with a 429.
 func TestFallbackHonoursRateLimitHeaders(t *testing.T) {
+	t.Parallel()
 	for _, fam := range []string{"openai", "anthropic"} {
 		t.Run(fam, func(t *testing.T) {
 			t.Parallel()
@@ -329,6 +331,7 @@ func TestFallbackAnthropic(t *testing.T) {
 // --fallback-at, what they finished kept, the rest answered
 // synchronously, none executed twice.
 func TestFallbackFamilies(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ family, model string }{
 		{"mistral", "mistral-small-latest"},
 		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo"},

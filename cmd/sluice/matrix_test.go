@@ -274,6 +274,7 @@ func (l *workerProc) wait(t *testing.T) int {
 }
 
 func TestProviderMatrix(t *testing.T) {
+	t.Parallel()
 	for _, p := range matrixProviders {
 		t.Run(p.name+"/complete", func(t *testing.T) {
 			t.Parallel()

@@ -236,6 +236,7 @@ func TestNotifyDoneSignedOnceAndSlack(t *testing.T) {
 // two attempts, and a third run sends nothing. On SQLite and on
 // PostgreSQL (--db).
 func TestNotifyKilledMidDeliveryResentWithTheSameID(t *testing.T) {
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testKilledMidDelivery(t, "") })
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); testKilledMidDelivery(t, testsrv.Postgres(t)) })
 }
