@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,9 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +23,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
 // binary is the sluice binary built once for the end-to-end tests.
@@ -42,14 +40,8 @@ func TestMain(m *testing.M) {
 	}
 	binary = filepath.Join(dir, "sluice")
 	// Most tests here wait on subprocesses (batches that take their time,
-	// polls, kills), not on the CPU: run more of them at once than
-	// -parallel's default of GOMAXPROCS, unless -parallel is given.
-	flag.Parse()
-	parallelGiven := false
-	flag.Visit(func(f *flag.Flag) { parallelGiven = parallelGiven || f.Name == "test.parallel" })
-	if !parallelGiven {
-		flag.Set("test.parallel", strconv.Itoa(max(runtime.GOMAXPROCS(0), testParallel)))
-	}
+	// polls, kills), not on the CPU.
+	testsrv.Parallel(testParallel)
 	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build sluice: %v\n%s", err, out)
