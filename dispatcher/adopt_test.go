@@ -31,6 +31,7 @@ func (f *foundElsewhere) Find(context.Context, sluice.BatchRef) (string, string,
 // prompts under the same custom_ids. The chunk creates its own batch and
 // every answer is to its own prompt.
 func TestReconcileRefusesABatchOfAnotherFile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lines := func(mark string) []string {
 		var ls []string

@@ -13,6 +13,7 @@ import (
 // when nothing can join does a chunk go alone (below_minimum_batch, or
 // realtime). Other models, other URLs and ended chunks count for nothing.
 func TestMinimumFate(t *testing.T) {
+	t.Parallel()
 	d := &Dispatcher{job: &sluice.Job{ID: "j", Limits: sluice.Limits{MinBatchRequests: 10, MaxBatchRequests: 15}}, rtChunks: map[int64]bool{}}
 	ch := func(id int64, model string, n int, st sluice.ChunkState) *sluice.Chunk {
 		return &sluice.Chunk{ID: id, URL: "/v1/chat/completions", Model: model, Requests: n, State: st}

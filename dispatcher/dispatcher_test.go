@@ -18,6 +18,7 @@ import (
 // completion against the emulator for each provider family, with every
 // custom_id exactly once in the outcome and nothing bought twice.
 func TestMixedFileEachFamily(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		preset string
 		lines  []string
@@ -61,6 +62,7 @@ func TestMixedFileEachFamily(t *testing.T) {
 // TestBadCredentialsOnPollStopTheRun: a key the provider refuses while
 // batches are live stops the run at once and spends nothing.
 func TestBadCredentialsOnPollStopTheRun(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(20), sluice.Limits{MaxBatchRequests: 10}, 3,
 		emulator.Options{APIKey: "k", BatchTime: time.Hour})
 	opts := r.options()

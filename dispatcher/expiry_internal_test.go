@@ -11,6 +11,7 @@ import (
 // TestByExpiry: due polls start soonest-expiring first, chunks with no
 // known expiry last, ties in chunk order.
 func TestByExpiry(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	cs := []*sluice.Chunk{
 		{ID: 1},

@@ -53,6 +53,7 @@ func (p *refusingUploads) Upload(ctx context.Context, ref sluice.BatchRef) (stri
 // recorded; no chunk is left in an intent state for the next run to wait
 // out the reconcile grace on (issue 11, item 6).
 func TestFatalErrorLetsSiblingsFinish(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(24), sluice.Limits{MaxBatchRequests: 6}, 3, emulator.Options{})
 	chunks, err := r.db.Chunks(context.Background(), r.job.ID)
 	if err != nil || len(chunks) < 3 {
@@ -129,6 +130,7 @@ func (p *refusingPoll) Poll(ctx context.Context, ref sluice.BatchRef, batchID st
 // complete and are recorded as submitted batches, and no chunk is left in
 // an intent state (uploading, creating) for the next run to reconcile.
 func TestFatalPollLetsSiblingCreatesFinish(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(24), sluice.Limits{MaxBatchRequests: 6}, 3, emulator.Options{BatchTime: time.Hour})
 	chunks, err := r.db.Chunks(context.Background(), r.job.ID)
 	if err != nil || len(chunks) < 3 {

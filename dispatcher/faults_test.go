@@ -46,6 +46,7 @@ func checkAllSucceeded(t *testing.T, r *rig, allowedTwice, want int64, why strin
 }
 
 func TestHTTPFaultStorm(t *testing.T) {
+	t.Parallel()
 	for _, preset := range []string{"openai", "anthropic", "cloudflare", "gemini"} {
 		t.Run(preset, func(t *testing.T) {
 			lines := map[string][]string{"openai": openAILines(45), "anthropic": anthropicLines(30), "cloudflare": cloudflareLines(30), "gemini": geminiLines(30)}[preset]
@@ -74,6 +75,7 @@ func TestHTTPFaultStorm(t *testing.T) {
 // With failedLookups 2, the dispatcher's own look again fails too: the run
 // must keep looking, not stop nor create blind.
 func TestLostCreateAnswerWithFailedLookupIsNotBoughtTwice(t *testing.T) {
+	t.Parallel()
 	for _, failedLookups := range []int{1, 2} {
 		t.Run(fmt.Sprintf("lookups-failed-%d", failedLookups), func(t *testing.T) {
 			var mu sync.Mutex
@@ -117,6 +119,7 @@ func TestLostCreateAnswerWithFailedLookupIsNotBoughtTwice(t *testing.T) {
 }
 
 func TestExpiredBatchesKeepCompletedLines(t *testing.T) {
+	t.Parallel()
 	for _, preset := range []string{"openai", "anthropic"} {
 		t.Run(preset, func(t *testing.T) {
 			lines := map[string][]string{"openai": openAILines(60), "anthropic": anthropicLines(40)}[preset]
@@ -160,6 +163,7 @@ func TestExpiredBatchesKeepCompletedLines(t *testing.T) {
 }
 
 func TestAttemptsSpentGiveFinalErrors(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 10}, 1,
 		emulator.Options{Seed: 5, ExpireRate: 1, ExpireDoneFraction: 0.5})
 	r.run(r.options())
@@ -178,6 +182,7 @@ func TestAttemptsSpentGiveFinalErrors(t *testing.T) {
 }
 
 func TestMissingLinesAreRetried(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(60), sluice.Limits{MaxBatchRequests: 10}, 6,
 		emulator.Options{Seed: 11, OmitRate: 0.2})
 	r.run(r.options())
@@ -191,6 +196,7 @@ func TestMissingLinesAreRetried(t *testing.T) {
 }
 
 func TestLineErrors(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(80), sluice.Limits{MaxBatchRequests: 20}, 4,
 		emulator.Options{Seed: 2, LineErrorRate: 0.3})
 	r.run(r.options())
@@ -214,6 +220,7 @@ func TestLineErrors(t *testing.T) {
 // was refilled, so it must be kept as its own copy. Without that, the
 // failed lines' bodies in the output are other lines' bytes.
 func TestHeldErrorsOutliveTheReadBuffer(t *testing.T) {
+	t.Parallel()
 	const n = 6000 // about 3 MB of result lines in one batch
 	r := newRig(t, "openai", openAILines(n), sluice.Limits{MaxBatchRequests: n}, 1,
 		emulator.Options{Seed: 3, LineErrorRate: 0.05})
@@ -236,6 +243,7 @@ func TestHeldErrorsOutliveTheReadBuffer(t *testing.T) {
 }
 
 func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
+	t.Parallel()
 	// One attempt only: if a queue-full failure spent it, requests would fail.
 	r := newRig(t, "openai", openAILines(60), sluice.Limits{MaxBatchRequests: 10}, 1,
 		emulator.Options{Seed: 1, EnqueuedTokenLimit: 250, BatchTime: 300 * time.Millisecond})
@@ -248,6 +256,7 @@ func TestTokenLimitExceededWaitsWithoutSpendingAttempts(t *testing.T) {
 }
 
 func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {
+	t.Parallel()
 	for _, preset := range []string{"openai", "gemini"} {
 		t.Run(preset, func(t *testing.T) {
 			lines := map[string][]string{"openai": openAILines(40), "gemini": geminiLines(40)}[preset]
@@ -268,6 +277,7 @@ func TestValidationFailureRetriedAsNewAttempt(t *testing.T) {
 // results; every one of its requests goes to a new batch, and nothing is
 // executed twice.
 func TestGeminiExpiredBatchesRetried(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "gemini", geminiLines(30), sluice.Limits{MaxBatchRequests: 5}, 8,
 		emulator.Options{Seed: 4, ExpireRate: 0.4})
 	opts := r.options()
@@ -286,6 +296,7 @@ func TestGeminiExpiredBatchesRetried(t *testing.T) {
 // (again while its pieces are), the rest are cut by what the refusals
 // taught, and every request succeeds on one attempt: splits spend none.
 func TestRefusedAloneSplitsUntilItFits(t *testing.T) {
+	t.Parallel()
 	var lines []string
 	for i := 0; i < 60; i++ {
 		lines = append(lines, fmt.Sprintf(`{"custom_id":"q-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"question %02d"}]}}`, i, i))
@@ -315,6 +326,7 @@ func TestRefusedAloneSplitsUntilItFits(t *testing.T) {
 // alone as a probe until the provider accepts a batch of the model, so the
 // probe is split and the job finishes.
 func TestRefusedTogetherDoesNotLivelock(t *testing.T) {
+	t.Parallel()
 	var lines []string
 	for i := 0; i < 40; i++ {
 		lines = append(lines, fmt.Sprintf(`{"custom_id":"q-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"question number %02d, asked at some length"}]}}`, i, i))

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-batch/sluice"
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/emulator"
+	"github.com/sluice-batch/sluice/internal/testsrv"
 	"github.com/sluice-batch/sluice/lifecycle"
 	"github.com/sluice-batch/sluice/merger"
 	"github.com/sluice-batch/sluice/provider"
@@ -28,6 +29,14 @@ import (
 	"github.com/sluice-batch/sluice/provider/together"
 	"github.com/sluice-batch/sluice/tracker"
 )
+
+// TestMain runs more tests at once than -parallel's default: each has its
+// own emulator and tracker, and most of their time is spent waiting on
+// emulated batches and polls, not on the CPU.
+func TestMain(m *testing.M) {
+	testsrv.Parallel(8)
+	os.Exit(m.Run())
+}
 
 // rig is one job planned into a real SQLite tracker, with a provider client
 // talking over loopback to a real emulator.

@@ -128,6 +128,7 @@ func (c hostileCase) run(t *testing.T) {
 }
 
 func TestHostileMalformedLines(t *testing.T) {
+	t.Parallel()
 	// A malformed line's request ran, but its result is lost: it must be
 	// bought again; nothing else may be.
 	hostileCase{n: 30, perBatch: 10, attempts: 6, opts: emulator.Options{Seed: 4, MalformedLineRate: 0.2},
@@ -136,6 +137,7 @@ func TestHostileMalformedLines(t *testing.T) {
 }
 
 func TestHostileUnknownCustomIDs(t *testing.T) {
+	t.Parallel()
 	hostileCase{n: 30, perBatch: 10, attempts: 3, opts: emulator.Options{Seed: 6, UnknownCustomIDRate: 0.3},
 		fired: func(st emulator.Stats) int64 { return st.LinesUnknown }, what: "no extra line",
 		code: sluice.CodeProviderOutput, recorded: `\d+ result\(s\) for custom_ids not in this batch ignored`}.run(t)
@@ -144,6 +146,7 @@ func TestHostileUnknownCustomIDs(t *testing.T) {
 // TestHostileDuplicateLines: a success and an error for the same custom_id
 // keep the success, whatever their order; anything else keeps one line.
 func TestHostileDuplicateLines(t *testing.T) {
+	t.Parallel()
 	// Keeping the error copy would retry, and buy, a done request.
 	hostileCase{n: 30, perBatch: 10, attempts: 3, opts: emulator.Options{Seed: 8, DuplicateLineRate: 0.4},
 		fired: func(st emulator.Stats) int64 { return st.LinesDuplicated }, what: "no duplicate",
@@ -159,6 +162,7 @@ func TestHostileDuplicateLines(t *testing.T) {
 }
 
 func TestHostileTruncatedDownloads(t *testing.T) {
+	t.Parallel()
 	// The HTTP layer sees the short body and downloads again.
 	hostileCase{n: 20, perBatch: 5, attempts: 3, opts: emulator.Options{Seed: 3, TruncateDownloadRate: 0.5},
 		fired: func(st emulator.Stats) int64 { return st.DownloadsTruncated }, what: "no download was cut"}.run(t)
@@ -181,6 +185,7 @@ func TestHostileTruncatedDownloads(t *testing.T) {
 }
 
 func TestHostileOutputFile404(t *testing.T) {
+	t.Parallel()
 	// Lost results were run: buying them again is the only way.
 	hostileCase{presets: []string{"openai", "anthropic", "gemini"}, sizes: map[string]int{"openai": 30}, n: 20,
 		perBatch: 10, attempts: 6, opts: emulator.Options{Seed: 5, OutputFile404Rate: 0.4},
@@ -208,6 +213,7 @@ func stuckSeed(preset, phase string) int64 {
 }
 
 func TestHostileStuckBatches(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		preset, phase string
 		code          sluice.ErrorCode
@@ -249,6 +255,7 @@ func checkBatchLoss(t *testing.T, preset string, max int, opts emulator.Options,
 }
 
 func TestHostileForgottenBatches(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		preset string
 		code   sluice.ErrorCode
@@ -271,6 +278,7 @@ func TestHostileForgottenBatches(t *testing.T) {
 // request exactly once and no success bought twice, for the OpenAI and the
 // Gemini family.
 func TestHostileEverythingAtOnce(t *testing.T) {
+	t.Parallel()
 	for preset, lines := range map[string][]string{"openai": openAILines(45), "gemini": geminiLines(45)} {
 		t.Run(preset, func(t *testing.T) {
 			r := newRig(t, preset, lines, sluice.Limits{MaxBatchRequests: 8}, 10,
@@ -294,6 +302,7 @@ func (p noCancel) Cancel(ctx context.Context, batchID string) (sluice.Batch, err
 // is cancelling but never ends is given up StuckCancelWait later; with the
 // attempts spent, its requests are reported with the reason.
 func TestHostileStuckBatchNeverEnds(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(6), sluice.Limits{MaxBatchRequests: 10}, 2,
 		emulator.Options{Seed: 1, StuckRate: 1})
 	r.prov = noCancel{r.prov}
@@ -324,6 +333,7 @@ func (p diskFull) Fetch(ctx context.Context, ref sluice.BatchRef, b sluice.Batch
 // full disk) is not the provider's fault: the run stops with the error,
 // the batch keeps its fetch tries and is fetched again by the next run.
 func TestLocalFetchFailureStopsTheRun(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(3), sluice.Limits{}, 3, emulator.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -52,6 +52,7 @@ func TestHostileMistralTogether(t *testing.T) {
 				func(s emulator.Stats) int64 { return s.LinesMalformed + s.LinesLost }},
 		} {
 			t.Run(family+"-"+tc.name, func(t *testing.T) {
+				t.Parallel()
 				tc.opts.Seed = 21
 				r := newRig(t, family, chatLines(30), sluice.Limits{MaxBatchRequests: 6}, 10, tc.opts)
 				r.run(hostileOptions(r))

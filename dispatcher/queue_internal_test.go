@@ -18,6 +18,7 @@ import (
 // refusals instead of 3 under load). Once it ended, the refused batch goes
 // alone, the probe, and its being taken clears the mark.
 func TestQueueMarkClearedOnlyByTheProbe(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d := &Dispatcher{job: &sluice.Job{ID: "j", Limits: sluice.Limits{MaxEnqueuedTokens: 2000}},
 		opts: Options{Clock: sluice.SystemClock{}}, queueFull: map[string]time.Time{}, alone: map[int64]bool{},

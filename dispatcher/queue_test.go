@@ -81,6 +81,7 @@ func (p *lateCreate) waitRefused(ctx context.Context) bool {
 // Finishes counted 4 refusals instead of 3 under load). It goes alone once
 // the small batch has ended, and is split.
 func TestLateCreateIsNoProbe(t *testing.T) {
+	t.Parallel()
 	var lines []string
 	for i := 0; i < 20; i++ { // chunk 1: over the provider's limit by itself
 		lines = append(lines, fmt.Sprintf(`{"custom_id":"q-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"question number %02d, asked at some length"}]}}`, i, i))

@@ -16,6 +16,7 @@ import (
 // concurrent map read and write). Every request is answered once, through
 // the synchronous API.
 func TestRealtimeFallbackConcurrentCalls(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(40), sluice.Limits{MaxBatchRequests: 20}, 3, emulator.Options{BatchTime: time.Hour})
 	opts := r.options()
 	opts.Concurrency = 8

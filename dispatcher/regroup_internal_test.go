@@ -27,7 +27,7 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 	t.Parallel() // its own emulator and tracker: beside the other long tests
 	ctx := context.Background()
 	db := check.Try(tracker.Open(ctx, t.TempDir())).Must(t, "Open")
-	defer db.Close()
+	t.Cleanup(func() { db.Close() }) // after the parallel cases
 	rng := rand.New(rand.NewPCG(12, 34))
 	for _, name := range []string{"openai", "anthropic"} {
 		p := check.Try(provider.Lookup(name)).Must(t, "Lookup")
@@ -42,7 +42,10 @@ func TestRegroupCutsLikeTheSplitter(t *testing.T) {
 			t.Fatal(err)
 		}
 		for n := 0; n < 25; n++ {
+			seed := rng.Uint64() // each case its own source: the cases run in parallel
 			t.Run(fmt.Sprintf("%s-%d", name, n), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(seed, 34))
 				lines := randomLines(rng, name, 20+rng.IntN(150))
 				input := filepath.Join(t.TempDir(), "in.jsonl")
 				check.NoErr(t, "WriteFile", os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
@@ -195,6 +198,7 @@ var _ chunkGetter = (*tracker.DB)(nil)
 // shared store, or one changed under the job) is never cut into next
 // attempts: regroup fails naming the chunk, and writes nothing.
 func TestRegroupRefusesAnotherFile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, err := tracker.Open(ctx, t.TempDir())
 	if err != nil {

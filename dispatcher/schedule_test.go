@@ -73,6 +73,7 @@ func (p *slowCreate) Decode(ctx context.Context, ref sluice.BatchRef, files []st
 // recorded; nothing waits for the slow call (in rounds, every download
 // waited for every create of its round).
 func TestSlowCreateDoesNotDelayDownloads(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{})
 	chunks, err := r.db.Chunks(context.Background(), r.job.ID)
 	if err != nil || len(chunks) < 3 {
@@ -164,6 +165,7 @@ func (h *claimHook) claim(ctx context.Context, c *sluice.Chunk) (func(), bool, e
 // change; the others run to the end under their claims, each claim
 // released once its step is recorded, never two on one chunk at once.
 func TestClaimHookRefusedChunksUntouched(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -245,6 +247,7 @@ func TestClaimHookRefusedChunksUntouched(t *testing.T) {
 // the chunk under the claim and creates the batch from that file instead
 // of uploading again (or failing on a stale state).
 func TestClaimActsOnTheStoredChunk(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(12), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{})
 	ctx := context.Background()
 	planned, err := r.db.Chunks(ctx, r.job.ID)
@@ -288,6 +291,7 @@ func TestClaimActsOnTheStoredChunk(t *testing.T) {
 // TestClaimErrorStopsTheRun: a lease store that fails stops the run
 // (ErrFatal) without touching the chunk.
 func TestClaimErrorStopsTheRun(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(6), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{})
 	opts := r.options()
 	boom := errors.New("lease table unreachable")
@@ -339,6 +343,7 @@ func (p *meetingDecodes) Decode(ctx context.Context, ref sluice.BatchRef, files 
 // nothing bought twice. With decodes one at a time, the first Decode waits
 // alone and the test fails (seen by setting the cap to 1).
 func TestResultsDecodedInParallel(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{})
 	p := &meetingDecodes{Provider: r.prov, n: 2, met: make(chan struct{})}
 	r.prov = p
@@ -376,6 +381,7 @@ func (p *callLog) Poll(ctx context.Context, ref sluice.BatchRef, batchID string)
 // take it before polls that fell due meanwhile: every create starts before
 // the first poll.
 func TestSubmissionsBeforePolls(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, "openai", openAILines(30), sluice.Limits{MaxBatchRequests: 5}, 3, emulator.Options{BatchTime: time.Hour})
 	chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
 	p := &callLog{Provider: r.prov, ev: &events{}}

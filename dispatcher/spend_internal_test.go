@@ -5,6 +5,7 @@ import "testing"
 // TestItemMaxOutput: the bound of a retried request's output is read from
 // its wire item, whatever the codec's shape.
 func TestItemMaxOutput(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		item string
 		n    int64

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,62 +117,66 @@ func TestSpendCapNeverExceeded(t *testing.T) {
 	t.Parallel() // its own emulator and tracker: beside the other long tests
 	tbl := pricing.Builtin()
 	price := func(m string) (pricing.Price, bool) { return tbl.Lookup("openai", m) }
-	capped, finished := 0, 0
-	for seed := 1; seed <= 16; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(seed), 7))
-			lines := capLines(rng, 40+rng.IntN(60))
-			opts := emulator.Options{Seed: int64(seed), BatchTime: time.Duration(rng.IntN(40)) * time.Millisecond,
-				ExpireRate: 0.3 * rng.Float64(), LineErrorRate: 0.2 * rng.Float64()}
-			r := newRig(t, "openai", lines, sluice.Limits{MaxBatchRequests: 3 + rng.IntN(12)}, 3, opts)
-			// The upper bound of the whole plan, to pick a cap inside it.
-			chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
-			most := 0.0
-			for _, c := range chunks {
-				p, _ := price(c.Model)
-				most += pricing.Of(p, true, sluice.Learned{}, pricing.WorkOf(c)).MaxCost
-			}
-			limit := most * (0.1 + 1.2*rng.Float64())
-			o := r.options()
-			o.MaxCost, o.Price, o.Learned = limit, price, r.db.Learned
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			out, err := dispatcher.New(r.db, r.prov, r.job, o).Run(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			spent := providerSpend(t, r.url, tbl)
-			if spent > limit {
-				t.Fatalf("provider-reported spend %s is over the cap %s (outcome %v)", dispatcher.USD(spent), dispatcher.USD(limit), out)
-			}
-			switch out {
-			case dispatcher.CapReached:
-				capped++
-				// Stopped for the cap: nothing may be left in flight.
-				cs, _ := r.db.Chunks(context.Background(), r.job.ID)
-				for _, c := range cs {
-					if c.State.Live() || c.State == sluice.ChunkUploading {
-						t.Fatalf("cap reached with chunk %d still %s", c.ID, c.State)
-					}
+	var capped, finished atomic.Int32
+	t.Run("seeds", func(t *testing.T) {
+		for seed := 1; seed <= 16; seed++ {
+			t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(uint64(seed), 7))
+				lines := capLines(rng, 40+rng.IntN(60))
+				opts := emulator.Options{Seed: int64(seed), BatchTime: time.Duration(rng.IntN(40)) * time.Millisecond,
+					ExpireRate: 0.3 * rng.Float64(), LineErrorRate: 0.2 * rng.Float64()}
+				r := newRig(t, "openai", lines, sluice.Limits{MaxBatchRequests: 3 + rng.IntN(12)}, 3, opts)
+				// The upper bound of the whole plan, to pick a cap inside it.
+				chunks, _ := r.db.Chunks(context.Background(), r.job.ID)
+				most := 0.0
+				for _, c := range chunks {
+					p, _ := price(c.Model)
+					most += pricing.Of(p, true, sluice.Learned{}, pricing.WorkOf(c)).MaxCost
 				}
-			case dispatcher.Finished:
-				finished++
-			default:
-				t.Fatalf("outcome %v", out)
-			}
-			if spent == 0 && limit > most/2 {
-				t.Fatalf("nothing bought under a cap of %s (plan at most %s)", dispatcher.USD(limit), dispatcher.USD(most))
-			}
-		})
-	}
-	if capped == 0 || finished == 0 {
-		t.Errorf("%d runs stopped at the cap, %d finished: the seeds should give both", capped, finished)
+				limit := most * (0.1 + 1.2*rng.Float64())
+				o := r.options()
+				o.MaxCost, o.Price, o.Learned = limit, price, r.db.Learned
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				out, err := dispatcher.New(r.db, r.prov, r.job, o).Run(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				spent := providerSpend(t, r.url, tbl)
+				if spent > limit {
+					t.Fatalf("provider-reported spend %s is over the cap %s (outcome %v)", dispatcher.USD(spent), dispatcher.USD(limit), out)
+				}
+				switch out {
+				case dispatcher.CapReached:
+					capped.Add(1)
+					// Stopped for the cap: nothing may be left in flight.
+					cs, _ := r.db.Chunks(context.Background(), r.job.ID)
+					for _, c := range cs {
+						if c.State.Live() || c.State == sluice.ChunkUploading {
+							t.Fatalf("cap reached with chunk %d still %s", c.ID, c.State)
+						}
+					}
+				case dispatcher.Finished:
+					finished.Add(1)
+				default:
+					t.Fatalf("outcome %v", out)
+				}
+				if spent == 0 && limit > most/2 {
+					t.Fatalf("nothing bought under a cap of %s (plan at most %s)", dispatcher.USD(limit), dispatcher.USD(most))
+				}
+			})
+		}
+	})
+	if capped.Load() == 0 || finished.Load() == 0 {
+		t.Errorf("%d runs stopped at the cap, %d finished: the seeds should give both", capped.Load(), finished.Load())
 	}
 }
 
 // TestSpendCapResumedWithHigherCap: a run stopped by the cap carries on
 // with a higher one and finishes, never buying a request twice.
 func TestSpendCapResumedWithHigherCap(t *testing.T) {
+	t.Parallel()
 	tbl := pricing.Builtin()
 	price := func(m string) (pricing.Price, bool) { return tbl.Lookup("openai", m) }
 	rng := rand.New(rand.NewPCG(3, 3))
@@ -207,6 +212,7 @@ func TestSpendCapResumedWithHigherCap(t *testing.T) {
 // two chunks that fit the budget by the estimate no longer go live
 // together.
 func TestLearnedRatioCorrectsEnqueuedTokens(t *testing.T) {
+	t.Parallel()
 	var lines []string
 	for i := 0; i < 20; i++ {
 		lines = append(lines, fmt.Sprintf(`{"custom_id":"q-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"same length question %02d"}]}}`, i, i%10))
@@ -250,6 +256,7 @@ func TestLearnedRatioCorrectsEnqueuedTokens(t *testing.T) {
 // usage per batch). With every line answered, that is the chunk's whole
 // estimate.
 func TestUsageEstimateMatchesReportedRequests(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		preset string
 		lines  []string

@@ -13,6 +13,7 @@ import (
 // refused again. A chunk re-cut before submission (no refusal), a request
 // alone and another model teach nothing.
 func TestRefusalRatioRestoredFromSplitChunks(t *testing.T) {
+	t.Parallel()
 	d := &Dispatcher{job: &sluice.Job{ID: "j", Limits: sluice.Limits{MaxEnqueuedTokens: 2000}}, refusedRatio: map[string]float64{}}
 	failed := func(model string, requests int, est int64, refusals int) *sluice.Chunk {
 		return &sluice.Chunk{Model: model, Requests: requests, EstTokens: est, State: sluice.ChunkFailed,

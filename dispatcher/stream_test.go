@@ -64,6 +64,7 @@ func rawFiles(t *testing.T, r *rig) []string {
 // result file was written. Anthropic, which has no stream, still fetches
 // to files: the check sees them.
 func TestStreamedResultsLeaveNoRawFile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		preset string
 		lines  []string
@@ -175,6 +176,7 @@ func (p *cutProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // records it. Either way every custom_id is recorded exactly once and
 // nothing is bought twice.
 func TestStreamCutMidway(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		cuts       int
