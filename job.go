@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/sluice-batch/sluice/internal/iobuf"
 )
 
 // Fingerprint identifies the content of an input file, so a later run can
@@ -287,7 +289,7 @@ func ChunkDigests(path string, withDigest bool) (digest, fileDigest string, err 
 	if withDigest {
 		w = io.MultiWriter(h, fh)
 	}
-	if _, err := io.CopyBuffer(w, f, make([]byte, 1<<20)); err != nil {
+	if _, err := io.CopyBuffer(w, f, make([]byte, iobuf.Size(f, 1<<20))); err != nil {
 		return "", "", err
 	}
 	if withDigest {

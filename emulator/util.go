@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice/internal/atomicfile"
+	"github.com/sluice-batch/sluice/internal/iobuf"
 )
 
 const (
@@ -234,7 +235,7 @@ func optTime(t *time.Time, render func(time.Time) any) any {
 // eachLine calls fn with each non-blank line of r, trimmed, and its line
 // number (from 1), until fn returns false or r ends.
 func eachLine(r io.Reader, fn func(t []byte, lineNo int) bool) error {
-	br := bufio.NewReaderSize(r, 1<<20)
+	br := bufio.NewReaderSize(r, iobuf.Size(r, 1<<20))
 	for lineNo := 1; ; lineNo++ {
 		line, err := br.ReadBytes('\n')
 		if t := bytes.TrimSpace(line); len(t) > 0 && !fn(t, lineNo) {

@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/sluice-batch/sluice/internal/atomicfile"
+
+	"github.com/sluice-batch/sluice/internal/iobuf"
 )
 
 // ErrNotExist is wrapped by the error of Stat, Open and ReadRange of a key
@@ -170,7 +172,7 @@ func writeLocal(dst string, r io.Reader, what string) error {
 		return err
 	}
 	defer f.Abort()
-	if _, err := io.CopyBuffer(f, r, make([]byte, 1<<20)); err != nil {
+	if _, err := io.CopyBuffer(f, r, make([]byte, iobuf.Size(r, 1<<20))); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return f.Commit()

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/iobuf"
 )
 
 // UploadName is the name a chunk file is uploaded under:
@@ -187,7 +188,7 @@ func NewLineReader(r io.Reader, name string, max int) *LineReader {
 	if max <= 0 {
 		max = DefaultMaxLine
 	}
-	return &LineReader{r: bufio.NewReaderSize(r, 1<<20), name: name, max: max}
+	return &LineReader{r: bufio.NewReaderSize(r, iobuf.Size(r, 1<<20)), name: name, max: max}
 }
 
 // Next returns the next non-blank line without its line ending, valid until

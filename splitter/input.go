@@ -14,6 +14,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/iobuf"
 )
 
 // MaxLineBytes is the longest input line the splitter reads. A longer line
@@ -167,7 +168,7 @@ func FingerprintFile(path string) (sluice.Fingerprint, error) {
 // compressed or not): what Split records for an input it read from r.
 func HashReader(r io.Reader) (string, error) {
 	h := xxh3.New128()
-	if _, err := io.CopyBuffer(h, r, make([]byte, 1<<20)); err != nil {
+	if _, err := io.CopyBuffer(h, r, make([]byte, iobuf.Size(r, 1<<20))); err != nil {
 		return "", err
 	}
 	sum := h.Sum128().Bytes()

@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sluice-batch/sluice"
+	"github.com/sluice-batch/sluice/internal/iobuf"
 	"github.com/sluice-batch/sluice/provider"
 	"github.com/sluice-batch/sluice/provider/httpx"
 )
@@ -46,7 +47,7 @@ func (c *Client) fill(ctx context.Context, ref sluice.BatchRef, id string, adopt
 		return err
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<20)
+	r := bufio.NewReaderSize(f, iobuf.Size(f, 1<<20))
 	body := append([]byte(nil), addHeader...)
 	var ids []string
 	for {
