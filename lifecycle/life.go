@@ -118,9 +118,18 @@ func (l *Life) Own(stop func()) {
 // Stop ends the life: it stops watching signals, cancels the context,
 // waits for the watcher to end, then stops what it owns, last given
 // first, each waited for. Calling it again does nothing.
+//
+// A life a signal stopped keeps SIGINT and SIGTERM caught, unread: the
+// process is on its way to exit with the code that names the stop, and a
+// late Ctrl-C (the second one, pressed as the run was ending anyway) must
+// not kill it by the default action first, losing that code.
 func (l *Life) Stop() {
 	l.once.Do(func() {
-		signal.Stop(l.sigs)
+		select {
+		case <-l.stopping:
+		default:
+			signal.Stop(l.sigs)
+		}
 		l.cancel()
 		<-l.done
 		l.mu.Lock()

@@ -2,8 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
 	"syscall"
 	"testing"
 	"time"
@@ -100,5 +104,49 @@ func TestServerStopWaits(t *testing.T) {
 	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 		c.Close()
 		t.Error("the server still listens after Stop")
+	}
+}
+
+// TestLateSignalAfterStopKeepsTheExitCode: a run stopped by a signal
+// that gets another one after its life stopped (Ctrl-C twice, the run
+// ending between the two) still exits with its own code, not killed by
+// the signal's default action. In a subprocess: the other outcome kills
+// the process.
+func TestLateSignalAfterStopKeepsTheExitCode(t *testing.T) {
+	if os.Getenv("SLUICE_TEST_LATE_SIGNAL") == "1" {
+		lateSignalAfterStop()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLateSignalAfterStopKeepsTheExitCode$")
+	cmd.Env = append(os.Environ(), "SLUICE_TEST_LATE_SIGNAL=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("the stopped run ended with %v (exit code %d), want exit 3\n%s", err, cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// lateSignalAfterStop is the subprocess: the first SIGINT stops the life,
+// Stop ends it, a second SIGINT arrives; SIGUSR1 after it proves it was
+// handled (pending signals are delivered lowest number first), and the
+// process exits 3 as a stopped run does.
+func lateSignalAfterStop() {
+	l := Start(context.Background(), zerolog.Nop())
+	syscall.Kill(syscall.Getpid(), syscall.SIGINT)
+	select {
+	case <-l.Stopping():
+	case <-time.After(10 * time.Second):
+		os.Exit(1)
+	}
+	l.Stop()
+	after := make(chan os.Signal, 1)
+	signal.Notify(after, syscall.SIGUSR1)
+	syscall.Kill(syscall.Getpid(), syscall.SIGINT)
+	syscall.Kill(syscall.Getpid(), syscall.SIGUSR1)
+	select {
+	case <-after:
+		os.Exit(3)
+	case <-time.After(10 * time.Second):
+		os.Exit(1)
 	}
 }
