@@ -305,8 +305,17 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	kills := 0
 	var all []*workerProc // every worker, killed or not, for its log
-	chaosEnd := time.Now().Add(6 * time.Second)
-	for time.Now().Before(chaosEnd) {
+	reconciledSoFar := func() (n int) {
+		for _, w := range append(all, workers...) {
+			n += strings.Count(w.stderr.String(), `"message":"reconciled: `)
+		}
+		return n
+	}
+	// Six seconds of it, and on (up to a minute) until a kill has left a
+	// chunk mid-call that another worker reconciled: on a loaded machine
+	// the first kills may all land between calls.
+	chaosEnd, chaosLimit := time.Now().Add(6*time.Second), time.Now().Add(time.Minute)
+	for time.Now().Before(chaosEnd) || reconciledSoFar() == 0 && time.Now().Before(chaosLimit) {
 		time.Sleep(time.Duration(250+rng.IntN(600)) * time.Millisecond)
 		i := rng.IntN(len(workers))
 		w := workers[i]
@@ -370,10 +379,7 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 	if len(left) >= kills {
 		t.Errorf("%d of %d killed workers still listed: dead workers are never removed", len(left), kills)
 	}
-	reconciled := 0
-	for _, w := range append(all, workers...) {
-		reconciled += strings.Count(w.stderr.String(), `"message":"reconciled: `)
-	}
+	reconciled := reconciledSoFar()
 	if reconciled == 0 {
 		t.Errorf("no kill left a chunk mid-call for another worker to reconcile: the test did not exercise leases expiring")
 	}
