@@ -190,6 +190,7 @@ func (w *world) output(path string) []sluice.OutputLine {
 // again is the same plan, run to the end, merged, and a second merge of
 // the unchanged output is a no-op.
 func TestPlanRunMerge(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 90, emulator.Options{})
 	pr := w.prepare()
@@ -248,6 +249,7 @@ func TestPlanRunMerge(t *testing.T) {
 // run of the same job picks the live batches up and finishes without
 // buying any batch twice.
 func TestStopThenResume(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 60, emulator.Options{BatchTime: 300 * time.Millisecond})
 	job := w.prepare().Job
@@ -304,6 +306,7 @@ func TestStopThenResume(t *testing.T) {
 // live batch is asked once, the wait ends them, and the merge writes
 // every line, the cancelled ones as failures.
 func TestCancelKeepsWhatEnded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// Batches end 10s after their create, and a cancel takes a tenth of
 	// that: live when cancelled even on a loaded machine, short to wait out.
@@ -367,6 +370,7 @@ func TestCancelKeepsWhatEnded(t *testing.T) {
 
 // TestPrepareRefusesChangedInput and replans an interrupted plan.
 func TestPrepareRefusesChangedInputAndReplansInterrupted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 9, emulator.Options{})
 	w.prepare()
@@ -397,6 +401,7 @@ func TestPrepareRefusesChangedInputAndReplansInterrupted(t *testing.T) {
 
 // TestSpecCheckRefusesReuse: a reused plan goes through Spec.Check.
 func TestSpecCheckRefusesReuse(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 3, emulator.Options{})
 	w.prepare()
 	s := w.spec()
@@ -408,6 +413,7 @@ func TestSpecCheckRefusesReuse(t *testing.T) {
 }
 
 func TestErrorsPathFor(t *testing.T) {
+	t.Parallel()
 	check.Table(t, "ErrorsPathFor", lifecycle.ErrorsPathFor, map[string]string{
 		"/o/out.jsonl":    "/o/out.errors.jsonl",
 		"/o/out.jsonl.gz": "/o/out.errors.jsonl.gz",
@@ -417,6 +423,7 @@ func TestErrorsPathFor(t *testing.T) {
 }
 
 func TestNextAction(t *testing.T) {
+	t.Parallel()
 	past := time.Now().Add(-time.Minute)
 	chunks := []*sluice.Chunk{
 		{ID: 1, State: sluice.ChunkSubmitted, NextPollAt: past},
@@ -446,6 +453,7 @@ func TestNextAction(t *testing.T) {
 // TestCapRefusedBeforeAnyWork: a spend cap that cannot be kept (a model
 // without a price) is refused before the job moves or anything is sent.
 func TestCapRefusedBeforeAnyWork(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 6, emulator.Options{})
 	job := w.prepare().Job
@@ -465,6 +473,7 @@ func TestCapRefusedBeforeAnyWork(t *testing.T) {
 // (no endpoint recorded) is the job a command means; an output path held
 // by another job not done is refused.
 func TestJobIdentity(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 3, emulator.Options{})
 	w.prepare() // job "job", no endpoint: as an earlier version planned it
@@ -494,6 +503,7 @@ func TestJobIdentity(t *testing.T) {
 
 // TestRunRefusesAJobStillPlanning: only a prepared job runs.
 func TestRunRefusesAJobStillPlanning(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 3, emulator.Options{})
 	job := w.prepare().Job
 	job.State = sluice.JobPlanning
@@ -507,6 +517,7 @@ func TestRunRefusesAJobStillPlanning(t *testing.T) {
 // still look pending: it is not replaceable, so a changed flag never
 // deletes those answers to buy them again.
 func TestFootprintCountsRealtimeCalls(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 4, emulator.Options{})
 	pr := w.prepare()
 	ctx := context.Background()
