@@ -59,6 +59,7 @@ func testsrvKeyID() string {
 // missing job (ResourceNotFoundException) and a wrong secret
 // (InvalidSignatureException).
 func TestBedrockSDKRoundTrip(t *testing.T) {
+	t.Parallel()
 	ep, bucket := testsrv.S3(t)
 	_, ts := start(t, Options{BatchTime: 400 * time.Millisecond, BedrockMinRecords: 5})
 	ctx := context.Background()
