@@ -308,9 +308,12 @@ func TestStopThenResume(t *testing.T) {
 func TestCancelKeepsWhatEnded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// Batches end 10s after their create, and a cancel takes a tenth of
-	// that: live when cancelled even on a loaded machine, short to wait out.
-	w := newWorld(t, 30, emulator.Options{BatchTime: 10 * time.Second})
+	// The emulator's clock stands still until the test moves it: the
+	// batches (10 s long) are live when cancelled however loaded the
+	// machine, and the cancel's second (a tenth of the batch time) passes
+	// when the test says, not on the wall clock.
+	clk := httpx.NewFakeClock(time.Now())
+	w := newWorld(t, 30, emulator.Options{BatchTime: 10 * time.Second, Now: clk.Now})
 	job := w.prepare().Job
 	o := w.fast()
 	o.Once = true
@@ -336,7 +339,11 @@ func TestCancelKeepsWhatEnded(t *testing.T) {
 	if k.Asked() != 3 || k.Accepted() != 3 {
 		t.Fatalf("cancel asked %d, accepted %d; want 3 and 3", k.Asked(), k.Accepted())
 	}
-	if err := k.Wait(ctx, lifecycle.WaitOptions{PollInterval: 5 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Log: w.log}); err != nil {
+	clk.Advance(2 * time.Second) // past the cancels' second
+	// A batch the cancel missed would not end on this clock: bound the wait.
+	wctx, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	if err := k.Wait(wctx, lifecycle.WaitOptions{PollInterval: 5 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Log: w.log}); err != nil {
 		t.Fatal(err)
 	}
 	if job.State != sluice.JobMerging {
