@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/tidwall/gjson"
 
+	"github.com/sluice-batch/sluice/internal/emutest"
 	"github.com/sluice-batch/sluice/internal/testsrv"
 )
 
@@ -59,8 +60,13 @@ func testsrvKeyID() string {
 // missing job (ResourceNotFoundException) and a wrong secret
 // (InvalidSignatureException).
 func TestBedrockSDKRoundTrip(t *testing.T) {
+	t.Parallel()
 	ep, bucket := testsrv.S3(t)
-	_, ts := start(t, Options{BatchTime: 400 * time.Millisecond, BedrockMinRecords: 5})
+	// The emulator's clock stands still until the jobs are all made, then
+	// moves past their 400 ms: new jobs are seen new however loaded the
+	// machine, and their run is not waited out on the wall clock.
+	clk := emutest.NewClock()
+	_, ts := start(t, Options{BatchTime: 400 * time.Millisecond, BedrockMinRecords: 5, Now: clk.Now})
 	ctx := context.Background()
 	s3c, err := testsrv.S3Client(ctx, ep)
 	if err != nil {
@@ -95,6 +101,7 @@ func TestBedrockSDKRoundTrip(t *testing.T) {
 	}
 	convArn := e.create("job-converse-2", "tok-3", "mistral.mistral-large-2402-v1:0", "in/converse.jsonl", "Converse")
 	fewArn := e.create("job-few", "tok-4", haiku, "in/few.jsonl", "InvokeModel")
+	clk.Advance(time.Second)
 	e.waitCompleted(arn, convArn)
 	if j := e.get(fewArn); j.Status != types.ModelInvocationJobStatusFailed || !strings.Contains(aws.ToString(j.Message), "fewer than the minimum of 5") {
 		t.Fatalf("a job under the minimum of records: %s %q, want Failed", j.Status, aws.ToString(j.Message))

@@ -14,6 +14,8 @@ import (
 
 // An upload is streamed to disk: the heap does not grow with the file.
 func TestUploadIsStreamed(t *testing.T) {
+	// Not parallel: it measures the process's heap, which other tests
+	// would grow.
 	s, ts := start(t, Options{})
 	const size = 64 << 20
 	pr, pw := io.Pipe()
@@ -76,6 +78,7 @@ func TestUploadIsStreamed(t *testing.T) {
 // A chunked Anthropic body (no Content-Length) over the limit is refused
 // while it is being read.
 func TestAnthropicChunkedTooLarge(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{AnthropicMaxBytes: 1 << 20})
 	pr, pw := io.Pipe()
 	go func() {
@@ -107,6 +110,7 @@ func TestAnthropicChunkedTooLarge(t *testing.T) {
 }
 
 func TestUnknownFaultKind(t *testing.T) {
+	t.Parallel()
 	if _, err := New(Options{FaultKinds: []string{"418"}}); err == nil {
 		t.Fatal("accepted an unknown fault kind")
 	}

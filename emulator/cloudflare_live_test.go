@@ -45,6 +45,7 @@ func cfBatch(t *testing.T, ts *httptest.Server, model string, items ...any) []ma
 // 2718), and so must the emulator, before it looks at the token. The
 // literal form is served.
 func TestCloudflareEncodedSlashNoRoute(t *testing.T) {
+	t.Parallel()
 	s, ts := start(t, Options{APIKey: "tok"})
 	body := []byte(`{"requests":[{"prompt":"hi","external_reference":"r0"}]}`)
 	for _, model := range []string{"@cf%2Fmeta%2Fllama-3.3-70b-instruct-fp8-fast", "@cf%2fmeta%2fllama-3.3-70b-instruct-fp8-fast",
@@ -78,6 +79,7 @@ func TestCloudflareEncodedSlashNoRoute(t *testing.T) {
 // TestCloudflareNullReference: an item sent without external_reference
 // answers "external_reference": null, as the docs show, not without the key.
 func TestCloudflareNullReference(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{})
 	for _, model := range []string{emutest.CFLlama, "@cf/baai/bge-m3"} {
 		item := map[string]any{"prompt": "no reference"}
@@ -106,6 +108,7 @@ func TestCloudflareNullReference(t *testing.T) {
 // size (bge-small 384, bge-base 768, bge-large and bge-m3 1024), unit
 // length, the same for the same text, batch or not.
 func TestCloudflareEmbeddingDims(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{})
 	type emb struct {
 		Shape    []int       `json:"shape"`
@@ -164,6 +167,7 @@ func TestCloudflareEmbeddingDims(t *testing.T) {
 // refused at submit with 400 / 5004, naming the item; items they allow
 // are queued.
 func TestCloudflareItemSchema(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{})
 	m3, base, m2m := "@cf/baai/bge-m3", "@cf/baai/bge-base-en-v1.5", "@cf/meta/m2m100-1.2b"
 	texts := func(n int) []string {
@@ -231,6 +235,7 @@ func TestCloudflareItemSchema(t *testing.T) {
 // API refuses it, even when the emulator takes any key; with a key set, a
 // missing header is still 9106 and a wrong one 401 code 10000.
 func TestCloudflareNeedsCredentials(t *testing.T) {
+	t.Parallel()
 	body := []byte(`{"requests":[{"prompt":"hi"}]}`)
 	for _, key := range []string{"", "tok"} {
 		s, ts := start(t, Options{APIKey: key})
@@ -267,6 +272,7 @@ func TestCloudflareNeedsCredentials(t *testing.T) {
 // async-capable models (the live API refuses the others 400 code 5007),
 // while a synchronous run takes any model; CloudflareAnyModel lifts it.
 func TestCloudflareAsyncModelsOnly(t *testing.T) {
+	t.Parallel()
 	batch := map[string]any{"requests": []any{map[string]any{"prompt": "x"}}}
 	s, ts := start(t, Options{})
 	for _, model := range DefaultCloudflareModels {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestCloudflareAsyncBatch(t *testing.T) {
+	t.Parallel()
 	clk := emutest.NewClock()
 	s, ts := start(t, Options{BatchTime: 10 * time.Second, Now: clk.Now})
 	var reqs []any
@@ -63,6 +64,7 @@ func TestCloudflareAsyncBatch(t *testing.T) {
 }
 
 func TestCloudflareModels(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{})
 	// Text embeddings.
 	_, _, q := emutest.CFCall(t, emutest.CFURL(ts, "@cf/baai/bge-base-en-v1.5", true), map[string]any{"requests": []any{
@@ -110,6 +112,7 @@ func TestCloudflareModels(t *testing.T) {
 }
 
 func TestCloudflareLimitsAndStrictModels(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{CloudflareMaxBytes: 1000})
 	big := map[string]any{"requests": []any{map[string]any{"prompt": strings.Repeat("x", 1000)}}}
 	code, env, _ := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), big)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestFault5xx(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{HTTPFaultRate: 1, FaultKinds: []string{"500", "502", "503"}, Seed: 3})
 	seen := map[int]bool{}
 	for range 30 {
@@ -30,6 +31,7 @@ func TestFault5xx(t *testing.T) {
 }
 
 func TestSlowCalls(t *testing.T) {
+	t.Parallel()
 	s, ts := start(t, Options{SlowRate: 1, SlowDelay: 150 * time.Millisecond})
 	t0 := time.Now()
 	emutest.Do(t, "GET", ts.URL+"/v1/batches", nil, nil)
@@ -42,6 +44,7 @@ func TestSlowCalls(t *testing.T) {
 }
 
 func TestCloudflareItemErrorString(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{LineErrorRate: 1, CloudflareItemErrorString: true})
 	_, _, q := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"requests": []any{map[string]any{"prompt": "p"}}})
 	_, _, p := emutest.CFCall(t, emutest.CFURL(ts, emutest.CFLlama, true), map[string]any{"request_id": q.RequestID})
@@ -54,6 +57,7 @@ func TestCloudflareItemErrorString(t *testing.T) {
 // A reset happens after the call was processed: the client gets a
 // connection error, yet the file was stored (the case reconciliation is for).
 func TestFaultResetMidBody(t *testing.T) {
+	t.Parallel()
 	s, ts := start(t, Options{HTTPFaultRate: 1, FaultKinds: []string{"reset"}})
 	body, ctype := emutest.MultipartUpload("sluice-j-c0-a1.jsonl", "batch", emutest.ChatLines(3, "m"))
 	req, _ := http.NewRequest("POST", ts.URL+"/v1/files", strings.NewReader(string(body)))

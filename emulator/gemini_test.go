@@ -19,6 +19,7 @@ import (
 // the upload path works under v1 too, and the docs' download path serves
 // the same bytes.
 func TestGeminiUploadProtocol(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{GeminiUploadGranularity: 4})
 	do := func(method, url string, hdr map[string]string, body io.Reader) *http.Response {
 		t.Helper()
@@ -104,6 +105,7 @@ func TestGeminiUploadProtocol(t *testing.T) {
 // running batch, survive a restart of the emulator; the batch completes
 // with its responses and the duplicate counter still knows its keys.
 func TestGeminiPersistence(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clk := emutest.NewClock()
 	opts := Options{DataDir: dir, BatchTime: 10 * time.Second, Now: clk.Now, GeminiUploadGranularity: 8}

@@ -10,6 +10,7 @@ import (
 )
 
 func TestAnthropicCreateLimits(t *testing.T) {
+	t.Parallel()
 	_, ts := start(t, Options{AnthropicMaxRequests: 3, AnthropicMaxBytes: 4000})
 	url := ts.URL + "/v1/messages/batches"
 	post := func(body string) (int, string, string) {
@@ -56,6 +57,7 @@ func TestAnthropicCreateLimits(t *testing.T) {
 }
 
 func TestAnthropicStreamedCreateIsCompact(t *testing.T) {
+	t.Parallel()
 	// Pretty-printed params must become single JSONL spool lines.
 	s, ts := start(t, Options{})
 	body := "{\n \"requests\": [\n  {\"custom_id\": \"a\", \"params\": {\n \"model\": \"m\",\n \"max_tokens\": 5,\n \"messages\": [{\"role\":\"user\",\"content\":\"xy\"}]}}\n ],\n \"extra\": {\"x\": 1}\n}"

@@ -11,6 +11,7 @@ import (
 )
 
 func TestJobKeyFromFilename(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]string{
 		"sluice-job1-c0-a1.jsonl":     "sluice-job1",
 		"sluice-my-cats-c12-a3.jsonl": "sluice-my-cats",
@@ -26,6 +27,7 @@ func TestJobKeyFromFilename(t *testing.T) {
 }
 
 func TestListenAndServe(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)

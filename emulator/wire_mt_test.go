@@ -144,6 +144,7 @@ func bodyLines(n int, withModel bool) []byte {
 // TestMistralWireShapes checks each call, field, status and envelope of
 // Mistral's batch API as docs/providers/mistral.md states them.
 func TestMistralWireShapes(t *testing.T) {
+	t.Parallel()
 	w, clock := newWire(t, Options{BatchTime: 100 * time.Second, Seed: 3, LineErrorRate: 0.3})
 	body, ct := multipartBody(map[string]string{"purpose": "batch"}, "in.jsonl", bodyLines(6, false))
 	f := w.do("POST", "/mistral/v1/files", mtKey, ct, body)
@@ -289,6 +290,7 @@ func TestMistralWireShapes(t *testing.T) {
 // envelope of Together's batch API as docs/providers/together.md states
 // them.
 func TestTogetherWireShapes(t *testing.T) {
+	t.Parallel()
 	w, clock := newWire(t, Options{BatchTime: 100 * time.Second, Seed: 9, LineErrorRate: 0.4})
 	data := bodyLines(8, true)
 	fileFields := []string{"id", "object", "bytes", "created_at", "filename", "purpose", "FileType", "Processed", "processing_status"}
@@ -419,6 +421,7 @@ func TestTogetherWireShapes(t *testing.T) {
 // has both families' files, batches, pending redirect uploads and
 // counters, and runs the batches to the end.
 func TestMistralTogetherPersist(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clock := emutest.NewClock()
 	open := func() (*wire, func()) {

@@ -27,6 +27,7 @@ func xaiItems(prefix string, n int) []byte {
 // pending, results and request states paginated, cancel by :cancel; and
 // every error in the {"code","error"} envelope.
 func TestXAIWire(t *testing.T) {
+	t.Parallel()
 	clock := emutest.NewClock()
 	_, ts := start(t, Options{Now: clock.Now, BatchTime: 10 * time.Second, APIKey: "k"})
 	base := ts.URL + xaiPrefix
@@ -136,6 +137,7 @@ func TestXAIWire(t *testing.T) {
 // TestXAIPersisted: an emulator restarted on its DataDir keeps its xAI
 // batches, their requests and their results.
 func TestXAIPersisted(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	_, ts := start(t, Options{DataDir: dir})
 	code, _, b := emutest.Do(t, "POST", ts.URL+xaiPrefix+"/batches", []byte(`{"name":"p"}`), nil)

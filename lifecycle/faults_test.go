@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-batch/sluice/dispatcher"
 	"github.com/sluice-batch/sluice/emulator"
 	"github.com/sluice-batch/sluice/lifecycle"
+	"github.com/sluice-batch/sluice/provider/httpx"
 )
 
 // TestFaultsMistralTogether (moved in process from cmd/sluice, where it
@@ -87,7 +88,11 @@ func TestCancelMistralTogether(t *testing.T) {
 				model := []string{"mistral-small-latest", "meta-llama/Llama-3.3-70B-Instruct-Turbo"}[i%2]
 				lines = append(lines, fmt.Sprintf(`{"custom_id":"c%05d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"max_tokens":64,"messages":[{"role":"user","content":"question %d"}]}}`, i, model, i))
 			}
-			w := newWorldFor(t, family, lines, emulator.Options{BatchTime: 10 * time.Second}) // live when cancelled; a cancel takes 1s
+			// The emulator's clock stands still until the test moves it:
+			// the batches are live when cancelled, and a cancel's second
+			// passes when the test says.
+			clk := httpx.NewFakeClock(time.Now())
+			w := newWorldFor(t, family, lines, emulator.Options{BatchTime: 10 * time.Second, Now: clk.Now})
 			ctx := context.Background()
 			job := w.prepare().Job
 			o := w.fast()
@@ -106,7 +111,11 @@ func TestCancelMistralTogether(t *testing.T) {
 			if k.Asked() != 2 || k.Accepted() != 2 {
 				t.Fatalf("cancel asked %d, accepted %d; want 2 and 2 (one batch per model)", k.Asked(), k.Accepted())
 			}
-			if err := k.Wait(ctx, lifecycle.WaitOptions{PollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond, Log: w.log}); err != nil {
+			clk.Advance(2 * time.Second) // past the cancels' second
+			// A batch the cancel missed would not end on this clock: bound the wait.
+			wctx, stop := context.WithTimeout(ctx, time.Minute)
+			defer stop()
+			if err := k.Wait(wctx, lifecycle.WaitOptions{PollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond, Log: w.log}); err != nil {
 				t.Fatal(err)
 			}
 			chunks, _ := w.db.Chunks(ctx, job.ID)

@@ -190,6 +190,7 @@ func (w *world) output(path string) []sluice.OutputLine {
 // again is the same plan, run to the end, merged, and a second merge of
 // the unchanged output is a no-op.
 func TestPlanRunMerge(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 90, emulator.Options{})
 	pr := w.prepare()
@@ -248,6 +249,7 @@ func TestPlanRunMerge(t *testing.T) {
 // run of the same job picks the live batches up and finishes without
 // buying any batch twice.
 func TestStopThenResume(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 60, emulator.Options{BatchTime: 300 * time.Millisecond})
 	job := w.prepare().Job
@@ -304,10 +306,14 @@ func TestStopThenResume(t *testing.T) {
 // live batch is asked once, the wait ends them, and the merge writes
 // every line, the cancelled ones as failures.
 func TestCancelKeepsWhatEnded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	// Batches end 10s after their create, and a cancel takes a tenth of
-	// that: live when cancelled even on a loaded machine, short to wait out.
-	w := newWorld(t, 30, emulator.Options{BatchTime: 10 * time.Second})
+	// The emulator's clock stands still until the test moves it: the
+	// batches (10 s long) are live when cancelled however loaded the
+	// machine, and the cancel's second (a tenth of the batch time) passes
+	// when the test says, not on the wall clock.
+	clk := httpx.NewFakeClock(time.Now())
+	w := newWorld(t, 30, emulator.Options{BatchTime: 10 * time.Second, Now: clk.Now})
 	job := w.prepare().Job
 	o := w.fast()
 	o.Once = true
@@ -333,7 +339,11 @@ func TestCancelKeepsWhatEnded(t *testing.T) {
 	if k.Asked() != 3 || k.Accepted() != 3 {
 		t.Fatalf("cancel asked %d, accepted %d; want 3 and 3", k.Asked(), k.Accepted())
 	}
-	if err := k.Wait(ctx, lifecycle.WaitOptions{PollInterval: 5 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Log: w.log}); err != nil {
+	clk.Advance(2 * time.Second) // past the cancels' second
+	// A batch the cancel missed would not end on this clock: bound the wait.
+	wctx, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	if err := k.Wait(wctx, lifecycle.WaitOptions{PollInterval: 5 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Log: w.log}); err != nil {
 		t.Fatal(err)
 	}
 	if job.State != sluice.JobMerging {
@@ -367,6 +377,7 @@ func TestCancelKeepsWhatEnded(t *testing.T) {
 
 // TestPrepareRefusesChangedInput and replans an interrupted plan.
 func TestPrepareRefusesChangedInputAndReplansInterrupted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 9, emulator.Options{})
 	w.prepare()
@@ -397,6 +408,7 @@ func TestPrepareRefusesChangedInputAndReplansInterrupted(t *testing.T) {
 
 // TestSpecCheckRefusesReuse: a reused plan goes through Spec.Check.
 func TestSpecCheckRefusesReuse(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 3, emulator.Options{})
 	w.prepare()
 	s := w.spec()
@@ -408,6 +420,7 @@ func TestSpecCheckRefusesReuse(t *testing.T) {
 }
 
 func TestErrorsPathFor(t *testing.T) {
+	t.Parallel()
 	check.Table(t, "ErrorsPathFor", lifecycle.ErrorsPathFor, map[string]string{
 		"/o/out.jsonl":    "/o/out.errors.jsonl",
 		"/o/out.jsonl.gz": "/o/out.errors.jsonl.gz",
@@ -417,6 +430,7 @@ func TestErrorsPathFor(t *testing.T) {
 }
 
 func TestNextAction(t *testing.T) {
+	t.Parallel()
 	past := time.Now().Add(-time.Minute)
 	chunks := []*sluice.Chunk{
 		{ID: 1, State: sluice.ChunkSubmitted, NextPollAt: past},
@@ -446,6 +460,7 @@ func TestNextAction(t *testing.T) {
 // TestCapRefusedBeforeAnyWork: a spend cap that cannot be kept (a model
 // without a price) is refused before the job moves or anything is sent.
 func TestCapRefusedBeforeAnyWork(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 6, emulator.Options{})
 	job := w.prepare().Job
@@ -465,6 +480,7 @@ func TestCapRefusedBeforeAnyWork(t *testing.T) {
 // (no endpoint recorded) is the job a command means; an output path held
 // by another job not done is refused.
 func TestJobIdentity(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t, 3, emulator.Options{})
 	w.prepare() // job "job", no endpoint: as an earlier version planned it
@@ -494,6 +510,7 @@ func TestJobIdentity(t *testing.T) {
 
 // TestRunRefusesAJobStillPlanning: only a prepared job runs.
 func TestRunRefusesAJobStillPlanning(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 3, emulator.Options{})
 	job := w.prepare().Job
 	job.State = sluice.JobPlanning
@@ -507,6 +524,7 @@ func TestRunRefusesAJobStillPlanning(t *testing.T) {
 // still look pending: it is not replaceable, so a changed flag never
 // deletes those answers to buy them again.
 func TestFootprintCountsRealtimeCalls(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 4, emulator.Options{})
 	pr := w.prepare()
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 // TestCanonicalModelMap: one map, however it is spelled, is recorded one
 // way, so that giving it again is no change.
 func TestCanonicalModelMap(t *testing.T) {
+	t.Parallel()
 	check.Table(t, "CanonicalModelMap", CanonicalModelMap, map[string]string{
 		"":                     "",
 		"b=y, a=x":             "a=x,b=y",
@@ -23,6 +24,7 @@ func TestCanonicalModelMap(t *testing.T) {
 // with nothing at the provider; the message names a few batches and their
 // count.
 func TestFootprint(t *testing.T) {
+	t.Parallel()
 	running := &sluice.Job{State: sluice.JobRunning}
 	if !Replaceable(running, Footprint{}) || Replaceable(&sluice.Job{State: sluice.JobDone}, Footprint{}) {
 		t.Error("Replaceable: want a running job with nothing at the provider only")

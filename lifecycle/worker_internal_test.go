@@ -48,6 +48,7 @@ func mergingJob(t *testing.T, dir string) {
 // as separate processes are) reach the merge at once: exactly one merges,
 // the others return once the job is done; the heartbeats run meanwhile.
 func TestMergeOnceAcrossWorkers(t *testing.T) {
+	// Not parallel: leases of about 100 ms on the wall clock.
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "state")
 	mergingJob(t, dir)
@@ -101,6 +102,7 @@ func TestMergeOnceAcrossWorkers(t *testing.T) {
 // heartbeat landing later does not give the leases back. Holding no
 // lease, a silence stops nothing; a claim counts as a fresh lease.
 func TestWorkerLeasesLapseWithoutHeartbeats(t *testing.T) {
+	// Not parallel: leases of about 100 ms on the wall clock.
 	ctx := context.Background()
 	now := time.Now()
 	stopped := false

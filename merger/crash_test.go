@@ -70,10 +70,12 @@ func TestCrashKillMidMerge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("re-executes the test binary")
 	}
+	t.Parallel()
 	recs := synth(crashTotal, 300)
 	wantOut, wantErrs := wantOutput(recs)
 	for _, older := range []bool{false, true} {
 		t.Run("older="+strconv.FormatBool(older), func(t *testing.T) {
+			t.Parallel() // a directory and a helper process of its own
 			dir := t.TempDir()
 			writeFiles(t, filepath.Join(dir, "in"), recs, 5, 21)
 			out := filepath.Join(dir, "out.jsonl")

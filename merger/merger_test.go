@@ -22,6 +22,7 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/want*.jsonl")
 // Results of several attempts: attempt 1's files lack the requests that were
 // retried, whose final records are in attempt 2's files.
 func TestMergeAttemptsInputOrder(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	recs := synth(3000, 40)
 	var a1, a2 []tRec
@@ -82,6 +83,7 @@ func goldenRun(t *testing.T, cfg Config) (out, errs string) {
 // from attempts 1 and 2, merge byte for byte into the golden files, however
 // they are merged.
 func TestGoldenProviderShapes(t *testing.T) {
+	t.Parallel()
 	out, errs := goldenRun(t, Config{})
 	if *update {
 		os.WriteFile("testdata/golden/want.jsonl", []byte(out), 0o644)
@@ -132,6 +134,7 @@ func violate(t *testing.T, order string, recs []tRec, n int64) (*InvariantError,
 }
 
 func TestMissingResult(t *testing.T) {
+	t.Parallel()
 	recs := synth(500, 10)
 	recs = slices.Concat(recs[:123], recs[124:])
 	for _, order := range []string{"input", "any"} {
@@ -146,6 +149,7 @@ func TestMissingResult(t *testing.T) {
 }
 
 func TestDoubledResult(t *testing.T) {
+	t.Parallel()
 	recs := synth(500, 10)
 	recs = append(recs, recs[77], recs[499]) // same request in another file too
 	for _, order := range []string{"input", "any"} {
@@ -157,6 +161,7 @@ func TestDoubledResult(t *testing.T) {
 }
 
 func TestUnknownAndWrongID(t *testing.T) {
+	t.Parallel()
 	recs := synth(300, 10)
 	recs = append(recs, tRec{300, false, `{"custom_id":"stray","response":null,"error":null}`})
 	recs[42].line = strings.Replace(recs[42].line, `"req-42"`, `"req-43"`, 1)
@@ -172,6 +177,7 @@ func TestUnknownAndWrongID(t *testing.T) {
 }
 
 func TestInvariantNamesCapped(t *testing.T) {
+	t.Parallel()
 	recs := synth(1000, 1)[:100] // 900 missing
 	inv, _ := violate(t, "input", recs, 1000)
 	if inv.MissingCount != 900 || len(inv.Missing) != maxNames || inv.Missing[0] != "req-100" {
@@ -181,6 +187,7 @@ func TestInvariantNamesCapped(t *testing.T) {
 
 // Without Expected, ordinals are still checked and named "#ordinal".
 func TestNoExpected(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	recs := synth(200, 5)
 	files := writeFiles(t, dir, slices.Concat(recs[:50], recs[51:]), 2, 9)
@@ -199,6 +206,7 @@ func TestNoExpected(t *testing.T) {
 
 // An older complete output stays as it was when a merge fails.
 func TestOlderOutputKeptOnViolation(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.jsonl")
 	os.WriteFile(out, []byte("older\n"), 0o644)
@@ -212,6 +220,7 @@ func TestOlderOutputKeptOnViolation(t *testing.T) {
 }
 
 func TestCompressedOutputs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	recs := synth(20000, 100)
 	files := writeFiles(t, filepath.Join(dir, "in"), recs, 5, 4)
@@ -231,6 +240,7 @@ func TestCompressedOutputs(t *testing.T) {
 }
 
 func TestErrorsFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	recs := synth(700, 3)
 	files := writeFiles(t, dir, recs, 3, 8)
@@ -258,6 +268,7 @@ func TestErrorsFile(t *testing.T) {
 }
 
 func TestErrorsName(t *testing.T) {
+	t.Parallel()
 	check.Table(t, "errorsName", errorsName, map[string]string{
 		"out.jsonl":          "out.errors.jsonl",
 		"d/out.jsonl.zst":    "d/out.errors.jsonl.zst",
@@ -274,6 +285,7 @@ func TestErrorsName(t *testing.T) {
 // MaxOpen 2 with 7 files merges through intermediate runs, which are gone
 // afterwards; a small index budget does the same by memory.
 func TestIntermediateRuns(t *testing.T) {
+	// Not parallel: it lowers indexBudget, which every merge reads.
 	dir := t.TempDir()
 	tmp := filepath.Join(dir, "tmp")
 	os.Mkdir(tmp, 0o755)
@@ -307,6 +319,7 @@ func TestIntermediateRuns(t *testing.T) {
 // Records served with ReadAt (files not kept in memory), including records
 // that lie back to back and records longer than the read buffers.
 func TestReadAtPathAndLongRecords(t *testing.T) {
+	// Not parallel: it lowers keepMax and keepBudget, which every merge reads.
 	dir := t.TempDir()
 	recs := synth(3000, 30)
 	big := fmt.Sprintf(`{"custom_id":"req-5","response":{"status_code":200,"body":{"text":"%s"}},"error":null}`, strings.Repeat("z", 3<<20))
@@ -334,6 +347,7 @@ func TestReadAtPathAndLongRecords(t *testing.T) {
 }
 
 func TestOrderAny(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	recs := synth(4000, 10)
 	files := writeFiles(t, dir, recs, 5, 12)
@@ -351,6 +365,7 @@ func TestOrderAny(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "o.jsonl")
 	good := writeFile(t, filepath.Join(dir, "good.results"), synth(3, 1))
@@ -388,6 +403,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestEmptyJobAndCancel(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sum := mustMerge(t, Config{Output: filepath.Join(dir, "o.jsonl")})
 	if sum.Lines != 0 || readOut(t, sum.Output) != "" {
@@ -406,6 +422,7 @@ func TestEmptyJobAndCancel(t *testing.T) {
 }
 
 func TestStaleTempsRemoved(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	stale := []string{".o.jsonl.123.tmp", ".o.errors.jsonl.9.tmp", runDirPrefix(filepath.Join(dir, "o.jsonl")) + "77"}
 	keep := []string{".o.jsonl.x1.tmp", ".other.jsonl.5.tmp", ".sluice-merge-000000000000-1"}
@@ -440,6 +457,7 @@ func (w *failWriter) Write(p []byte) (int, error) {
 // A write error of the writing goroutine comes back from a later line or
 // from close, and nothing blocks.
 func TestAsyncWriterError(t *testing.T) {
+	t.Parallel()
 	a := newAsyncWriter(&failWriter{}, 64, 2)
 	line := []byte(strings.Repeat("x", 40))
 	var err error
@@ -463,6 +481,7 @@ func TestAsyncWriterError(t *testing.T) {
 // by a full pool (one ReadAt per record). All give the same output as the
 // sorted-index path.
 func TestWindowedReads(t *testing.T) {
+	// Not parallel: it lowers the window sizes, which every merge reads.
 	dir := t.TempDir()
 	recs := synth(3000, 30)
 	recs[17].line = fmt.Sprintf(`{"custom_id":"req-17","response":{"status_code":200,"body":{"text":"%s"}},"error":null}`, strings.Repeat("z", 5000))

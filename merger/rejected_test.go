@@ -12,6 +12,7 @@ import (
 // both orders and with runs of intermediate merges; lines without a
 // custom_id go to the errors file only. The invariant checks ignore them.
 func TestRejectedLinesInTheirPlace(t *testing.T) {
+	t.Parallel()
 	recs := synth(300, 4)
 	rej := []tRec{
 		{0, true, `{"custom_id":"bad-a","response":null,"error":{"code":"invalid_request","message":"input line 1: x","line":1}}`},

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -91,10 +92,12 @@ func readAll(t *testing.T, s Store, key string) []byte {
 // TestStoreContract checks the promises of package objstore's doc on every
 // backend.
 func TestStoreContract(t *testing.T) {
+	t.Parallel()
 	// Small parts and ranges, so that puts are multipart and reads many
 	// ranges without big test data.
 	for name, mk := range backends(t, S3Options{PartSize: 5 << 20, RangeSize: 1 << 20}) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // a directory or bucket of its own
 			ctx := context.Background()
 			s := mk(t)
 			if _, err := s.Stat(ctx, "a/missing"); !errors.Is(err, ErrNotExist) {
@@ -209,6 +212,7 @@ func TestStoreContract(t *testing.T) {
 // TestS3FailedMultipartIsAborted: a multipart put that fails leaves no
 // incomplete upload behind (its parts are let go) and nothing under the key.
 func TestS3FailedMultipartIsAborted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newTestS3(t, "", S3Options{PartSize: 5 << 20})
 	err := s.Put(ctx, "out.jsonl", io.MultiReader(bytes.NewReader(randomBytes(12<<20, 3)), failingReader{}))
@@ -227,9 +231,11 @@ func TestS3FailedMultipartIsAborted(t *testing.T) {
 // TestS3RangedReadRetries: a sequential read fetches ranges ahead and
 // retries a range whose GET fails; it never asks for the whole object.
 func TestS3RangedReadRetries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rec := &flakyTransport{failEvery: 3}
 	s := newTestS3(t, "", S3Options{RangeSize: 1 << 20, HTTPClient: &http.Client{Transport: rec}})
+	s.rangeWait = time.Millisecond // the retries are the point, not their waits
 	data := randomBytes(9<<20+17, 4)
 	rec.off = true
 	check.NoErr(t, "Put", s.Put(ctx, "in.bin", bytes.NewReader(data)))

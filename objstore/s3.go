@@ -75,6 +75,9 @@ type S3 struct {
 	where     string // for messages: s3://bucket/prefix at endpoint
 	partSize  int64
 	rangeSize int64
+	// rangeWait is the wait before a range's second try (attempt²
+	// times it before later ones); tests shorten it.
+	rangeWait time.Duration
 }
 
 // NewS3 is the store under prefix in bucket. It makes no request: Check
@@ -118,7 +121,7 @@ func NewS3(ctx context.Context, bucket, prefix string, o S3Options) (*S3, error)
 		prefix += "/"
 	}
 	s := &S3{client: client, bucket: bucket, prefix: prefix, where: where,
-		partSize: DefaultPartSize, rangeSize: DefaultRangeSize}
+		partSize: DefaultPartSize, rangeSize: DefaultRangeSize, rangeWait: 200 * time.Millisecond}
 	if o.PartSize > 0 {
 		s.partSize = max(o.PartSize, 5<<20)
 	}
@@ -344,7 +347,7 @@ func (s *S3) fetchRange(ctx context.Context, key string, off, n int64, etag stri
 	for attempt := range rangeAttempts {
 		if attempt > 0 {
 			select {
-			case <-time.After(time.Duration(attempt*attempt) * 200 * time.Millisecond):
+			case <-time.After(time.Duration(attempt*attempt) * s.rangeWait):
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}

@@ -26,6 +26,7 @@ import (
 // a stream of many small ranged GETs, and gets the same chunk files, counts
 // and input hash as a plan of the same file on disk.
 func TestS3SplitCompressedInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ep, bucket := testsrv.S3(t)
 	s, err := objstore.NewS3(ctx, bucket, "", objstore.S3Options{Endpoint: ep, RangeSize: 64 << 10})

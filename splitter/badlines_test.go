@@ -129,6 +129,7 @@ func goodLines(prov string) (string, string) {
 }
 
 func TestBadLines(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for i, c := range badLines() {
 		if c.prov == "" {
@@ -182,6 +183,7 @@ func TestBadLines(t *testing.T) {
 // TestDuplicateInClosedChunk: the first occurrence is already in SQLite
 // (its chunk closed); the error still names its line.
 func TestDuplicateInClosedChunk(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	content := chatLine(`"a"`, "1") + "\n" + chatLine(`"b"`, "2") + "\n" + chatLine(`"c"`, "3") + "\n" + chatLine(`"a"`, "4") + "\n"
 	in := e.write("dup.jsonl", []byte(content))
@@ -198,6 +200,7 @@ func TestDuplicateInClosedChunk(t *testing.T) {
 // TestEscapedFields: keys and values with JSON escapes mean what
 // encoding/json says they mean.
 func TestEscapedFields(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	content := `{"custom\u005fid":"a\u0062","method":"P\u004fST","url":"\/v1\/embeddings","body":{"mod\u0065l":"m\u00e9","input":"x"}}` + "\n" +
 		`{"custom_id":"x","method":"POST","url":"/v1/embeddings","body":{"model":"a","mod\u0065l":"b","input":"x"}}` + "\n"
@@ -218,6 +221,7 @@ func TestEscapedFields(t *testing.T) {
 // JSON body, header and footer included (a chunk without its "]}" was sent
 // as a cut body and refused by the first create).
 func TestLocalMixedChunkBodies(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	in := e.write("mixed.jsonl", []byte(strings.Join([]string{
 		`{"custom_id":"a1","method":"POST","url":"/v1/messages","body":{"model":"claude-haiku-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}}`,

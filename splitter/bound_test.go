@@ -26,6 +26,7 @@ const boundText = "Summarise the following in two sentences: the river rose thro
 // embeddings' none), times the answers asked for (n, candidateCount),
 // bounds the cost without a ceiling from the price table.
 func TestEstimateNativeMatchesChat(t *testing.T) {
+	t.Parallel()
 	msgs := fmt.Sprintf(`[{"role":"user","content":%q}]`, boundText)
 	chat := func(model, extra string) string {
 		return fmt.Sprintf(`{"custom_id":"c%%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":%s%s}}`, model, msgs, extra)
@@ -83,6 +84,7 @@ func TestEstimateNativeMatchesChat(t *testing.T) {
 	const n = 20
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a state directory of its own
 			e := newEnv(t)
 			est := func(kind, prov, tmpl string) pricing.Estimate {
 				var b strings.Builder

@@ -33,6 +33,7 @@ func canonOf(t testing.TB, body string) (string, bool) {
 }
 
 func TestCanonicalForm(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, in, want string }{
 		{"compact canonical", `{"a":1,"b":[true,false,null],"c":"x"}`, `{"a":1,"b":[true,false,null],"c":"x"}`},
 		{"whitespace", "{ \"a\" : 1 ,\t\"b\":\n[ 1 , 2 ] }", `{"a":1,"b":[1,2]}`},
@@ -68,6 +69,7 @@ func TestCanonicalForm(t *testing.T) {
 }
 
 func TestCanonicalFormNone(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{`{"t":"\ud800"}`, `{"t":"\udc00\ud800"}`, `{"t":"\ud83dx"}`, `{"\ud800":1,"a":0}`, `{"x":1e400}`, `{"b":0,"x":-1E+999}`} {
 		if got, ok := canonOf(t, in); ok {
 			t.Errorf("%s: canonical form %s, want none", in, got)
@@ -80,6 +82,7 @@ func TestCanonicalFormNone(t *testing.T) {
 // apply, the canonical form is the one gowebpki/jcs makes: on the
 // generated corpus and on bodies written every way.
 func TestCanonicalMatchesJCS(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	if _, err := corpus.New(corpus.Options{Seed: 3, Size: 1 << 20}).WriteTo(&buf); err != nil {
 		t.Fatal(err)
@@ -163,6 +166,7 @@ func legacyKeyOf(body string) (k [16]byte) {
 }
 
 func TestBodyKeySpellings(t *testing.T) {
+	t.Parallel()
 	base := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"caf\u00e9 <b> \ud83d\ude00"}],"temperature":1,"seed":12345678901234567891}`
 	k := keyOf(t, base, false)
 	if k.reason != "" {
@@ -201,6 +205,7 @@ func TestBodyKeySpellings(t *testing.T) {
 // Beyond 2^53 integers are not rounded to a double: 2^53+1 and 2^53 are
 // two requests.
 func TestBodyKeyIntegersBeyond2p53(t *testing.T) {
+	t.Parallel()
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"seed":%s}`
 	a := keyOf(t, strings.Replace(body, "%s", "9007199254740993", 1), false)
 	b := keyOf(t, strings.Replace(body, "%s", "9007199254740992", 1), false)
@@ -220,6 +225,7 @@ func TestBodyKeyIntegersBeyond2p53(t *testing.T) {
 // canonical; for another, the legacy key is the old one, given only when a
 // plan may find answers under it.
 func TestBodyKeyLegacy(t *testing.T) {
+	t.Parallel()
 	canonical := `{"messages":[{"content":"x","role":"user"}],"model":"gpt-4o-mini"}`
 	if r := keyOf(t, canonical, true); r.key != legacyKeyOf(canonical) || r.old != [16]byte{} {
 		t.Errorf("canonical body: key %x legacy %x, want %x and none", r.key, r.old, legacyKeyOf(canonical))
@@ -243,6 +249,7 @@ func TestBodyKeyLegacy(t *testing.T) {
 
 // An invalid line gets no key: it is rejected before one is made.
 func TestBodyKeyInvalidJSON(t *testing.T) {
+	t.Parallel()
 	for _, body := range []string{`{"model":"gpt-4o-mini","messages":[}`, `{"model":"gpt-4o-mini","messages":[],"x":01}`,
 		`{"model":"gpt-4o-mini","messages":[{"content":"\x"}]}`, `{"model":"gpt-4o-mini","messages":[],"x":"` + "\x01" + `"}`} {
 		r := keyOf(t, body, true)

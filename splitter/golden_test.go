@@ -17,6 +17,7 @@ var update = flag.Bool("update", false, "rewrite the golden plans under testdata
 // TestGoldenPlans: small mixed inputs give exactly the plans recorded under
 // testdata/golden (go test ./splitter -run Golden -update rewrites them).
 func TestGoldenPlans(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, prov, input, model string
 		lim                      sluice.Limits

@@ -18,6 +18,7 @@ import (
 // are still caught; a group under the minimum is refused with its count
 // and the minimum.
 func TestMinimumBatchRequests(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, tc := range []struct {
 		a, b, max, min int

@@ -14,6 +14,7 @@ import (
 // tokens (whichever of the three names, the largest when several) and
 // counts the requests that set none.
 func TestMaxOutputTokensPerChunk(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	in := e.write("in.jsonl", []byte(strings.Join([]string{
 		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"x"}]}}`,
@@ -41,6 +42,7 @@ func TestMaxOutputTokensPerChunk(t *testing.T) {
 // tokens and custom_id, and changes with the body's text, the model, the
 // url, the scope, and the copy (the n-th repeat of a body in a file).
 func TestBodyKeys(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	in := e.write("in.jsonl", []byte(strings.Join([]string{
 		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi there"}]}}`,

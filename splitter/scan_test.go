@@ -44,6 +44,7 @@ var syntaxCases = []string{
 }
 
 func TestScannerMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
 	for _, c := range syntaxCases {
 		want := json.Valid([]byte(c)) && utf8.ValidString(c)
 		got, why := syntaxOK([]byte(c))
@@ -54,6 +55,7 @@ func TestScannerMatchesEncodingJSON(t *testing.T) {
 }
 
 func TestGJSONDifferences(t *testing.T) {
+	t.Parallel()
 	// Documents why gjson.ValidBytes alone is not enough (see scan.go).
 	for _, c := range []string{"\"\xff\"", `{"a":1,"a":2}`} {
 		if !gjson.Valid(c) {
@@ -75,6 +77,7 @@ func openaiCfg() Config {
 }
 
 func TestValidateLineReasons(t *testing.T) {
+	t.Parallel()
 	ok := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`
 	item, blank, reason := ValidateLine(openaiCfg(), []byte(ok))
 	if blank || reason != "" || string(item) != ok+"\n" {
@@ -90,6 +93,7 @@ func TestValidateLineReasons(t *testing.T) {
 // escapes as the characters they stand for, keys like "model" and "role"
 // not at all.
 func TestTextCounts(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		body  string
 		want  textCounts
@@ -125,6 +129,7 @@ func TestTextCounts(t *testing.T) {
 }
 
 func TestEstimateTokens(t *testing.T) {
+	// Not parallel: testing.AllocsPerRun refuses to run beside other tests.
 	cases := []struct {
 		body string
 		want int64
@@ -207,6 +212,7 @@ var _ = bytes.Equal
 // TestUTF8Len: the inline UTF-8 check agrees with package utf8 on every
 // sequence of up to three bytes (and on four-byte ones by sampling).
 func TestUTF8Len(t *testing.T) {
+	t.Parallel()
 	b := make([]byte, 4)
 	for c0 := 0x80; c0 < 0x100; c0++ {
 		for c1 := 0; c1 < 0x100; c1++ {

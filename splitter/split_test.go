@@ -50,7 +50,7 @@ func zst(t testing.TB, b []byte) []byte {
 // TestLimitsPerProvider checks every invariant of plans cut under tight
 // limits, for each wire format.
 func TestLimitsPerProvider(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
 	openai := genInput(t, 600_000, corpus.Options{Seed: 7, Models: 4})
 	anth := genInput(t, 400_000, corpus.Options{Seed: 8, Models: 3, Format: "anthropic"})
 	cf := cloudflareInput(300)
@@ -70,6 +70,8 @@ func TestLimitsPerProvider(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%d-%s", i, c.prov), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t) // a state directory of its own
 			in := e.write(fmt.Sprintf("limits%d.jsonl", i), c.input)
 			r := e.mustSplit(in, c.prov, c.lim, nil)
 			checkPlan(t, r, validLines(t, r.cfg, c.input))
@@ -103,6 +105,7 @@ func cloudflareInput(n int) []byte {
 // TestCompressedSamePlan: gzip and zstd inputs give the plan of the plain
 // file, byte for byte.
 func TestCompressedSamePlan(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	plain := genInput(t, 3_000_000, corpus.Options{Seed: 3})
 	lim := sluice.Limits{MaxBatchBytes: 300_000}
@@ -138,6 +141,7 @@ func TestCompressedSamePlan(t *testing.T) {
 // TestTruncatedStream: a cut gzip or zstd file is an error naming the file
 // and the last line read, in both modes.
 func TestTruncatedStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	plain := genInput(t, 2_000_000, corpus.Options{Seed: 4})
 	re := regexp.MustCompile(`^(.*): (gzip|zstd) stream is truncated or corrupt after line (\d+): `)
@@ -165,6 +169,7 @@ func TestTruncatedStream(t *testing.T) {
 }
 
 func TestEmptyInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, c := range []struct{ name, content string }{
 		{"empty.jsonl", ""}, {"blank.jsonl", "\n \n\t\r\n"}, {"empty.jsonl.zst", ""},
@@ -194,6 +199,7 @@ func TestEmptyInput(t *testing.T) {
 // another order), and a duplicate is found whether the first row is still
 // on its way to the sink, already recorded, or in a chunk that closed.
 func TestRowsStreamed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	input := genInput(t, 800_000, corpus.Options{Seed: 5, Models: 3})
 	r := e.mustSplit(e.write("stream.jsonl", input), "openai", sluice.Limits{MaxBatchRequests: 97}, nil)
@@ -215,6 +221,7 @@ func TestRowsStreamed(t *testing.T) {
 
 // TestManyGroups: more (url, model) groups than open file handles.
 func TestManyGroups(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var b bytes.Buffer
 	for i := range 2000 {
@@ -227,6 +234,7 @@ func TestManyGroups(t *testing.T) {
 // TestJobModel: lines without body.model take the job's model, and the
 // codec writes it into the item.
 func TestJobModel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	content := []byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[]}}` + "\n" +
 		`{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"x","messages":[]}}` + "\n")
@@ -241,6 +249,7 @@ func TestJobModel(t *testing.T) {
 // TestLongLine: a line over the cap is rejected without being held whole,
 // even when it is longer than a read block.
 func TestLongLine(t *testing.T) {
+	// Not parallel: the line cap it lowers is every split's.
 	defer splitter.SetMaxLineForTest(1_500_000)()
 	e := newEnv(t)
 	good := `{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":"x"}}`
@@ -260,6 +269,7 @@ func TestLongLine(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	in := e.write("cancel.jsonl", genInput(t, 2_000_000, corpus.Options{Seed: 9}))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -274,6 +284,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestProgress(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	content := genInput(t, 1_000_000, corpus.Options{Seed: 10})
 	in := e.write("prog.jsonl", content)
@@ -336,6 +347,7 @@ func (b *batchSink) AddRequests(rs []sluice.Request) error {
 }
 
 func TestBatchSink(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	content := genInput(t, 2_000_000, corpus.Options{Seed: 11})
 	in := e.write("batch.jsonl", content)
@@ -366,6 +378,7 @@ func (s *failingSink) fail() error { s.calls++; return errors.New("disk full") }
 // TestSinkFailureStopsEarly: when the sink fails, the run stops within a
 // few batches of rows instead of reading and writing the rest of the input.
 func TestSinkFailureStopsEarly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var b bytes.Buffer
 	for i := range 200_000 {

@@ -29,6 +29,7 @@ func translationInputs(t testing.TB, size int64) (native, chat []byte) {
 // the translation happens when the chunk is written, and the limits
 // measure the translated bytes.
 func TestChatLinesTranslatedInChunks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	native, chat := translationInputs(t, 2_000_000)
 	lim := sluice.Limits{MaxBatchBytes: 300_000}

@@ -133,8 +133,10 @@ func openPostgres(t *testing.T, dsn string) *tracker.Postgres {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // the backends side by side
 			for _, c := range conformance {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel() // a state directory or database of its own

@@ -14,6 +14,7 @@ import (
 // files, and a statement only one database has is named only by its
 // driver's code. A name missing would panic at its first use.
 func TestStatementsNamedInGoExist(t *testing.T) {
+	t.Parallel()
 	sqlite, pg := dialect("sqlite"), dialect("postgres")
 	named := regexp.MustCompile(`(sqliteStmts|pgStmts|stmts|[a-z]+)\.(?:q|partQ|withDests)\("([a-z0-9_]+)"[,)]`)
 	files, err := filepath.Glob("*.go")
@@ -53,6 +54,7 @@ func TestStatementsNamedInGoExist(t *testing.T) {
 // TestNumbered: PostgreSQL's driver numbers ? placeholders in order,
 // leaving quoted text alone.
 func TestNumbered(t *testing.T) {
+	t.Parallel()
 	check.Table(t, "numbered", numbered, map[string]string{
 		`UPDATE t SET a = ?, b = '?' WHERE c = ? AND d = "x?"`: `UPDATE t SET a = $1, b = '?' WHERE c = $2 AND d = "x?"`,
 		`SELECT 1`:               `SELECT 1`,

@@ -23,6 +23,7 @@ import (
 // and message and kept as the chunk's first attempt error, and the stuck
 // reason is a column the dispatcher reads.
 func TestMigrationFacts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "state")
 	all := check.Try(migrations.All()).Must(t, "All")

@@ -38,6 +38,7 @@ func planKeyed(t *testing.T, db *tracker.DB, id string, keys [][]byte) *sluice.C
 // refused with ErrConflict naming the first such request in outcome order,
 // and nothing of it lands.
 func TestFinishChunkNamesTheRequestAtFault(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := open(t)
 	const n = 200
@@ -114,6 +115,7 @@ func TestFinishChunkNamesTheRequestAtFault(t *testing.T) {
 // key and successes without a record give none; an earlier job's answer
 // stays, whether it was folded before or in the same fold.
 func TestLedgerFoldedAtTheNextPlan(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := open(t)
 	k := func(s string) []byte { return []byte(fmt.Sprintf("%-16s", s)) }
@@ -192,6 +194,7 @@ func TestLedgerFoldedAtTheNextPlan(t *testing.T) {
 // pending in its page, with no row. A chunk settled either way refuses a
 // second finish.
 func TestSettledOnTheChunk(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -204,6 +207,7 @@ func TestSettledOnTheChunk(t *testing.T) {
 		{"one request without an outcome", 5, 1, 1, 2 + 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a state directory of its own
 			db := open(t)
 			const n = 12
 			c := planKeyed(t, db, "j", make([][]byte, n))

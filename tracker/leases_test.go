@@ -319,6 +319,7 @@ func testFinishChunkAllocatesIDs(t *testing.T, db *testDB) {
 // at the same moment; each migration is applied once and every open
 // succeeds.
 func TestOpenAtOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)

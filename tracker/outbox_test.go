@@ -19,8 +19,10 @@ import (
 // left by a killed sender is taken again only after its lease, and a
 // settle by a sender whose lease passed on is refused.
 func TestOutbox(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // a state directory or database of its own
 			ctx := context.Background()
 			db := b.open(t)
 			now := time.Now() // the other handle reads the real clock
@@ -101,8 +103,10 @@ func TestOutbox(t *testing.T) {
 // TestOutboxClaimsRace: six senders on two handles (two processes) drain
 // forty events at once; each event is claimed exactly once.
 func TestOutboxClaimsRace(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // a state directory or database of its own
 			ctx := context.Background()
 			db := b.open(t)
 			handles := []tracker.Outbox{db.Backend.(tracker.Outbox), db.reopen(t).(tracker.Outbox)}

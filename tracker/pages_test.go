@@ -21,6 +21,7 @@ import (
 // finish that moves, fails and succeeds requests then writes rows for the
 // moved and failed ones only, and the readers follow.
 func TestPlanIsPagedNotRows(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := open(t)
 	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir(), MaxAttempts: 3})).Must(t, "BeginPlan")
@@ -163,6 +164,7 @@ func TestPlanIsPagedNotRows(t *testing.T) {
 // request of another chunk, or one twice, is a conflict and changes
 // nothing.
 func TestPagedFinishRefusesStrangers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := open(t)
 	c := planKeyed(t, db, "j", make([][]byte, 4))
@@ -189,6 +191,7 @@ func TestPagedFinishRefusesStrangers(t *testing.T) {
 // plan; the same number of outcomes with one request of another chunk in
 // place of one of this chunk's is refused.
 func TestPagedWholeSuccessReadsNoPage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := open(t)
 	k := func(i int) []byte { return []byte(fmt.Sprintf("key-%012d", i)) }
@@ -236,6 +239,7 @@ func TestPagedWholeSuccessReadsNoPage(t *testing.T) {
 // chunk's requests in place of this one's (the same count and sums again).
 // The chunk's own requests settle it without reading a page.
 func TestPagedFinishRefusesLookalikes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	succ := func(ords ...int64) []sluice.Outcome {
 		var os []sluice.Outcome
@@ -303,6 +307,7 @@ func TestPagedFinishRefusesLookalikes(t *testing.T) {
 // TestPlanRefusesOrdinalsOutOfOrder: a plan's requests come in ordinal
 // order, each once (pages and chunk spans rely on it).
 func TestPlanRefusesOrdinalsOutOfOrder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := open(t)
 	p := check.Try(db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/j", Dir: t.TempDir()})).Must(t, "BeginPlan")

@@ -16,6 +16,7 @@ import (
 // rather than scanning every request of the database and sorting (what the
 // statement did with the job's key as a subquery: ~25x slower at 1M rows).
 func TestChunkRequestsUsesTheIndex(t *testing.T) {
+	t.Parallel()
 	got := queryPlan(t, chunkRequestsSQL, maxOrdinal, 1, 1)
 	if !strings.Contains(got, "SEARCH requests USING INDEX requests_chunk") || strings.Contains(got, "TEMP B-TREE") {
 		t.Errorf("query plan: %s", got)
@@ -26,6 +27,7 @@ func TestChunkRequestsUsesTheIndex(t *testing.T) {
 // name every request left in it reads the requests_chunk index alone, not
 // a row (settleCheckSQL).
 func TestSettleCheckReadsOnlyTheIndex(t *testing.T) {
+	t.Parallel()
 	if got := queryPlan(t, settleCheckSQL, maxOrdinal, 1, 1); !strings.Contains(got, "SEARCH requests USING COVERING INDEX requests_chunk") {
 		t.Errorf("query plan: %s", got)
 	}
@@ -65,6 +67,7 @@ func queryPlan(t *testing.T, q string, args ...any) string {
 // the ledger (the first job of a state directory) looks nothing up; one
 // that begins with an answer does.
 func TestLookupsSkippedOnAnEmptyLedger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	d, err := Open(ctx, filepath.Join(t.TempDir(), "s"))
 	if err != nil {
@@ -104,6 +107,7 @@ func TestLookupsSkippedOnAnEmptyLedger(t *testing.T) {
 // that, so that a driver upgrade that reuses its buffers fails here, not in
 // a run.
 func TestPageBytesAreFreshEachRow(t *testing.T) {
+	t.Parallel()
 	db, err := sql.Open("sqlite3", filepath.Join(t.TempDir(), "raw.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,8 @@ import (
 // (job_locks) fences every chunk write, intent and outcome alike. The new
 // holder writes as usual.
 func TestPostgresJobLockFence(t *testing.T) {
+	// Not parallel: it sets the package's PGLockCheckEvery, which every
+	// PostgreSQL job lock reads.
 	defer func(d time.Duration) { *tracker.PGLockCheckEvery = d }(*tracker.PGLockCheckEvery)
 	*tracker.PGLockCheckEvery = time.Hour // the watcher never looks: the fence alone
 	ctx := context.Background()

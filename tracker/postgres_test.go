@@ -20,6 +20,7 @@ import (
 // conformance suite's (conformance_test.go).
 
 func TestRedactDSN(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"postgres://u:s3cret@db:5432/jobs?sslmode=require": "postgres://u:xxxxx@db:5432/jobs?sslmode=require",
 		"postgresql://u@db/jobs":                           "postgresql://u@db/jobs",
@@ -42,6 +43,7 @@ func TestRedactDSN(t *testing.T) {
 // when several processes open a new database at once; a version this
 // binary does not know is refused before anything is applied.
 func TestPostgresMigrations(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := testsrv.Postgres(t)
 	dir := filepath.Join(t.TempDir(), "state")
@@ -104,6 +106,7 @@ func TestPostgresMigrations(t *testing.T) {
 // after its migrations is in the PostgreSQL schema (offset is byte_offset
 // there), so the two backends hold the same facts.
 func TestPostgresSchemaMirrorsSQLite(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lite := open(t)
 	pg := openPostgres(t, testsrv.Postgres(t))
@@ -162,6 +165,7 @@ func TestPostgresSchemaMirrorsSQLite(t *testing.T) {
 // finishes of one job at once, each on its own connection, never hand out
 // the same id (the job's row is locked while ids are allocated).
 func TestPostgresFinishChunkAllocatesIDs(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := openPostgres(t, testsrv.Postgres(t))
 	const chunks = 8

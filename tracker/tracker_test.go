@@ -29,6 +29,7 @@ func open(t *testing.T) *tracker.DB {
 }
 
 func TestOpenPrivateWALForeignKeys(t *testing.T) {
+	t.Parallel()
 	db := open(t)
 	st, err := os.Stat(filepath.Join(db.Dir(), tracker.DBName))
 	if err != nil {
@@ -64,6 +65,7 @@ func TestOpenPrivateWALForeignKeys(t *testing.T) {
 }
 
 func TestMigrationsDuplicateFailsGapLands(t *testing.T) {
+	t.Parallel()
 	// A gap is allowed (numbers are handed out ahead; see package
 	// migrations), and the missing version is applied when it lands.
 	gap := fstest.MapFS{"0001_a.sql": {Data: []byte("CREATE TABLE a (x);")}, "0003_c.sql": {Data: []byte("CREATE TABLE c (x);")}}
@@ -386,6 +388,7 @@ func testAddRequestsBatchedNamesDuplicate(t *testing.T, db *testDB) {
 // process SIGKILLed in the middle of one leaves the schema at the previous
 // version, and the next open applies it again from the start.
 func TestKilledDuringMigration(t *testing.T) {
+	t.Parallel()
 	base, err := migrations.All()
 	if err != nil {
 		t.Fatal(err)
@@ -455,6 +458,7 @@ WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2000000
 // intact under the packed ids: per chunk in order, per job in input order,
 // states and retry attempts kept, and a new job's rows apart from them.
 func TestMigrationLeanRequests(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "state")
 	all, err := migrations.All()

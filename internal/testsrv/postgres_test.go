@@ -18,6 +18,7 @@ import (
 // TestPostgresFreshDatabases: each call gives an empty database of its
 // own on the server, dropped when its test ends.
 func TestPostgresFreshDatabases(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var names []string
 	t.Run("a", func(t *testing.T) {
@@ -60,6 +61,7 @@ func TestPostgresFreshDatabases(t *testing.T) {
 // private server and is then SIGKILLed takes the server with it (no
 // cleanup of its own could run).
 func TestPrivateServerDiesWithTheProcess(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("TESTSRV_PG_HELPER") != "" {
 		if _, err := PostgresServer(); err != nil {
 			fmt.Println("error:", err)

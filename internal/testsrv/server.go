@@ -132,22 +132,35 @@ func (b goBin) find() (string, error) {
 	return p, nil
 }
 
-// ownedTempDir makes a temp directory prefix+PID-*, first removing those
-// (prefix*) whose test process has exited: the server died with it, and
-// its directory could not go then.
-func ownedTempDir(prefix string) (string, error) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
-	for _, d := range dirs {
-		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(d)
+// ownedTempDir makes a temp directory prefix+PID-* in the first of parents
+// (default: the temp dir) where it can, first removing those (prefix*, in
+// every parent) whose test process has exited: the server died with it,
+// and its directory could not go then.
+func ownedTempDir(prefix string, parents ...string) (string, error) {
+	if len(parents) == 0 {
+		parents = []string{os.TempDir()}
+	}
+	for _, parent := range parents {
+		dirs, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
+		for _, d := range dirs {
+			pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
+			pid, err := strconv.Atoi(pidStr)
+			if err != nil || pid <= 0 {
+				continue
+			}
+			if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+				os.RemoveAll(d)
+			}
 		}
 	}
-	return os.MkdirTemp("", fmt.Sprintf("%s%d-", prefix, os.Getpid()))
+	var err error
+	for _, parent := range parents {
+		var dir string
+		if dir, err = os.MkdirTemp(parent, fmt.Sprintf("%s%d-", prefix, os.Getpid())); err == nil {
+			return dir, nil
+		}
+	}
+	return "", err
 }
 
 func freePort() (int, error) {

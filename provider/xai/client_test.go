@@ -125,7 +125,9 @@ func TestXAILostAnswersAdopted(t *testing.T) {
 		return r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/xai/v1/batches")
 	})
 	_, root := ptest.Emulator(t, emulator.Options{}, lose)
-	c := newClient(t, root, func(c *xai.Config) { c.AddBytes = 1500 })
+	// The retries' waits pass on a fake clock: what is proven is what the
+	// client does after a lost answer, not how long it waits.
+	c := newClient(t, root, func(c *xai.Config) { c.AddBytes, c.Clock = 1500, httpx.NewFakeClock(time.Now()) })
 	ref := chunk(t, "job-lost", 1, ptest.IDs(20, "l")...)
 	b, got := ptest.Finish(t, c, ref, create(t, c, ref))
 	if b.Status != sluice.BatchCompleted || b.Total != 20 || len(got) != 20 {
@@ -217,10 +219,16 @@ func TestXAICancel(t *testing.T) {
 
 // TestXAICreatesPaced: creates are at least CreateInterval apart (the
 // default, one a second, is xAI's limit), so the emulator, which refuses a
-// second create within a second, is never refused.
+// second create within a second, is never refused. The client and the
+// emulator share a fake clock that moves only when the client waits, so
+// the creates are as far apart as the client's pacing makes them, and the
+// test does not sleep through it.
 func TestXAICreatesPaced(t *testing.T) {
-	_, root := ptest.Emulator(t, emulator.Options{BatchTime: time.Hour}, nil)
-	c := newClient(t, root, func(c *xai.Config) { c.CreateInterval, c.Retry = 0, httpx.Retry{MaxAttempts: 1} })
+	clock := httpx.NewFakeClock(time.Now())
+	_, root := ptest.Emulator(t, emulator.Options{BatchTime: time.Hour, Now: clock.Now}, nil)
+	c := newClient(t, root, func(c *xai.Config) {
+		c.CreateInterval, c.Retry, c.Clock = 0, httpx.Retry{MaxAttempts: 1}, clock
+	})
 	var times []time.Time
 	for i := 1; i <= 3; i++ {
 		ref := ptest.Chunk(t, provider.Presets["xai"].Codec(), "job-pace", int64(i), 1, "grok-4-fast", "a", "b")

@@ -1,0 +1,16 @@
+package emulator
+
+import (
+	"os"
+	"testing"
+
+	"github.com/sluice-batch/sluice/internal/testsrv"
+)
+
+// TestMain: most tests here wait (on batches that take their time, on
+// the S3 and Cloud Storage servers), not on the CPU: more of them run at
+// once than -parallel's default of GOMAXPROCS.
+func TestMain(m *testing.M) {
+	testsrv.Parallel(8)
+	os.Exit(m.Run())
+}
