@@ -176,7 +176,7 @@ func newPGServer(extra ...string) (*pgServer, error) {
 	// removed, and on a disk's file system the kernel's part of that cost
 	// a make-and-drop ten times the CPU (25 ms in memory, 40 to 300 ms on
 	// ext4, growing with the disk's load).
-	dir, err := ownedTempDir("sluice-testpg-", "/dev/shm", os.TempDir())
+	dir, err := ownedTempDir("sluice-testpg-", roomyShm(), os.TempDir())
 	if err != nil {
 		return nil, err
 	}
@@ -324,4 +324,19 @@ func (s *pgServer) stop(sig syscall.Signal) error {
 	}
 	s.proc = nil
 	return nil
+}
+
+// shmRoom is the free space /dev/shm must have to hold a test server's
+// data: its files, a WAL of up to 96 MB, and PostgreSQL's own shared
+// memory segments, which live there too. A container's /dev/shm is often
+// 64 MB: too small, so the data go to the temp directory there.
+const shmRoom = 1 << 30
+
+// roomyShm is /dev/shm when it has shmRoom free, else the temp directory.
+func roomyShm() string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Bavail*uint64(st.Bsize) < shmRoom {
+		return os.TempDir()
+	}
+	return "/dev/shm"
 }
