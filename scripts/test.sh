@@ -175,7 +175,7 @@ if [ -z "${SLUICE_TEST_POSTGRES:-}" ]; then
   for _ in 1 2 3 4 5; do
     pgport=$(free_port)
     if "${runas[@]}" "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 120 \
-      -o "-p $pgport -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=400 -c min_wal_size=32MB -c max_wal_size=96MB" \
+      -o "-p $pgport -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=400 -c min_wal_size=32MB -c max_wal_size=96MB -c dynamic_shared_memory_type=mmap" \
       start >/dev/null; then
       pgup=1
       break

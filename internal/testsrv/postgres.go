@@ -238,7 +238,11 @@ func (s *pgServer) start() error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=400", "-c", "shared_buffers=64MB",
 		// The log is recycled after 96 MB, not 1 GB: it may be in memory.
-		"-c", "min_wal_size=32MB", "-c", "max_wal_size=96MB"}, s.extra...)
+		"-c", "min_wal_size=32MB", "-c", "max_wal_size=96MB",
+		// Dynamic shared memory in files of the data directory, not
+		// segments in /dev/shm: a server killed with its test process
+		// never removes those, and they pile up run after run.
+		"-c", "dynamic_shared_memory_type=mmap"}, s.extra...)
 	proc, exited, err := spawnOrphanProof(s.cred, filepath.Join(s.bin, "postgres"), s.dir, args...)
 	if err != nil {
 		return err
