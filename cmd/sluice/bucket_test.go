@@ -79,12 +79,11 @@ func TestVertexBedrockBucketChangeOnResumeRefused(t *testing.T) {
 			// Its own bucket, given as the flag: the job goes on as planned.
 			c.args = c.with(flag, recorded)
 			c.finish("resumed with its own bucket after a refused other one")
+			// One batch per chunk in all: every chunk ended with its
+			// answers, so none was bought twice. (A chunk may be on its
+			// second attempt: the kill can land between its intent and its
+			// create, and the next run, finding no batch, makes one.)
 			_, cs := stateChunks(t, c.state)
-			for _, ch := range cs {
-				if ch.Attempt != 1 {
-					t.Errorf("chunk %d attempt %d: bought again", ch.ID, ch.Attempt)
-				}
-			}
 			if st := c.stats(); st["batches_created"] != int64(len(cs)) {
 				t.Errorf("%d batches created for %d chunks: bought again", st["batches_created"], len(cs))
 			}
