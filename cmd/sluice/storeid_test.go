@@ -78,9 +78,13 @@ func testStoreSharedByTwoPlans(t *testing.T, kind string, kill bool) {
 		emu = startEmulator(t)
 	}
 	in := b.url("in.jsonl")
+	// Killed between a chunk's intent and its call, A's chunk is
+	// reconciled after this grace (the default, two minutes, is waited
+	// out when the kill lands there).
+	grace := []string{"--store", store, "--reconcile-grace", "1s"}
 	run := func(state, out string) result {
 		env := append([]string{"OPENAI_API_KEY=sk-test", "SLUICE_STATE=" + state}, b.env...)
-		return runSluice(t, env, openAIRun(emu, in, out, "--store", store)...)
+		return runSluice(t, env, openAIRun(emu, in, out, grace...)...)
 	}
 
 	// A plans its input (its files go to the store).
