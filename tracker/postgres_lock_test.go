@@ -84,3 +84,42 @@ func pgCount(t *testing.T, p *tracker.Postgres, q string, args ...any) int64 {
 	}
 	return n
 }
+
+// TestPostgresVerifyCountsTheDropItSees: when Verify finds the lock's
+// session gone, the drop is counted by the time Verify returns. A run
+// whose dispatch failed on the dead connections of a quick server restart
+// asks Verify, then compares Drops to decide to ride on
+// (lifecycle.Worker.Ride): a drop counted after Verify returned made the
+// run fail with the driver's error instead of taking the lock back.
+func TestPostgresVerifyCountsTheDropItSees(t *testing.T) {
+	// Not parallel: it sets the package's PGLockCheckEvery.
+	defer func(d time.Duration) { *tracker.PGLockCheckEvery = d }(*tracker.PGLockCheckEvery)
+	*tracker.PGLockCheckEvery = time.Hour // only Verify looks
+	ctx := context.Background()
+	a := openPostgres(t, testsrv.Postgres(t))
+	planJob(t, a, "j", 1)
+	l, err := a.LockJob("j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock()
+	app := fmt.Sprintf("sluice lock pid %d", os.Getpid())
+	for i := 1; i <= 20; i++ {
+		if n := pgCount(t, a, `SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1`, app); n != 1 {
+			t.Fatalf("round %d: %d lock sessions cut, want 1", i, n)
+		}
+		if cause := l.Verify(ctx); cause == "" {
+			t.Fatalf("round %d: Verify found the cut session holding the lock", i)
+		}
+		if d := l.Drops(); d != i {
+			t.Fatalf("round %d: Verify saw the drop, Drops says %d, want %d", i, d, i)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := l.Wait(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: the lock was not taken back: %v", i, err)
+		}
+	}
+}

@@ -96,13 +96,17 @@ func (w *pgLockWatch) run() {
 		case reply = <-w.kick:
 		}
 		cause := w.check()
+		if cause != "" {
+			// Recorded before Verify hears of it: its caller reads Drops
+			// next (lifecycle.Worker.Ride).
+			w.set(false, cause, nil)
+		}
 		if reply != nil {
 			reply <- cause
 		}
 		if cause == "" {
 			continue
 		}
-		w.set(false, cause, nil)
 		if !w.retake(cause) {
 			return
 		}
@@ -260,11 +264,18 @@ func (w *pgLockWatch) wait(ctx context.Context) error {
 	}
 }
 
-// verify checks the lock's connection now, unless a drop was seen
-// already, and returns the drop's cause ("" while it never dropped).
+// verify checks the lock's connection now, unless it is being taken back
+// or lost, and returns the cause of the drop it found, else of the last
+// one ("" while it never dropped). A drop it finds is counted (Drops) by
+// the time it returns. (A lock taken back after an earlier drop is
+// checked again: that drop's cause alone does not say the connection is
+// sound now.)
 func (w *pgLockWatch) verify(ctx context.Context) string {
-	if c := w.dropped(); c != "" {
-		return c
+	w.mu.Lock()
+	held, cause := w.held, w.cause
+	w.mu.Unlock()
+	if !held && cause != "" {
+		return cause
 	}
 	reply := make(chan string, 1)
 	select {
@@ -276,7 +287,10 @@ func (w *pgLockWatch) verify(ctx context.Context) string {
 	}
 	select {
 	case c := <-reply:
-		return c
+		if c != "" {
+			return c
+		}
+		return w.dropped()
 	case <-ctx.Done():
 		return w.dropped()
 	}
