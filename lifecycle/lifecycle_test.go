@@ -251,7 +251,11 @@ func TestPlanRunMerge(t *testing.T) {
 func TestStopThenResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newWorld(t, 60, emulator.Options{BatchTime: 300 * time.Millisecond})
+	// The emulator's clock stands still until the test moves it: no batch
+	// can end before the stop, however loaded the machine (on the wall
+	// clock a 300 ms batch sometimes ended first).
+	clk := httpx.NewFakeClock(time.Now())
+	w := newWorld(t, 60, emulator.Options{BatchTime: 300 * time.Millisecond, Now: clk.Now})
 	job := w.prepare().Job
 	stop := make(chan struct{})
 	o := w.fast()
@@ -292,7 +296,9 @@ func TestStopThenResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.OnTick = nil
+	// The resumed run's clock moves on each tick: the live batches, and
+	// any the resumed run submits, end.
+	o.OnTick = func([]*sluice.Chunk) { clk.Advance(100 * time.Millisecond) }
 	if outcome, err := lifecycle.Run(ctx, w.db, w.prov, job, o, nil); err != nil || outcome != dispatcher.Finished {
 		t.Fatalf("resumed run: %v, %v", outcome, err)
 	}
