@@ -34,8 +34,7 @@ import (
 // own emulator and tracker, and most of their time is spent waiting on
 // emulated batches and polls, not on the CPU.
 func TestMain(m *testing.M) {
-	testsrv.Parallel(8)
-	os.Exit(m.Run())
+	testsrv.Main(m, 8)
 }
 
 // rig is one job planned into a real SQLite tracker, with a provider client

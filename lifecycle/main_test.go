@@ -1,7 +1,6 @@
 package lifecycle_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/sluice-batch/sluice/internal/testsrv"
@@ -11,6 +10,5 @@ import (
 // time, polls, cancels), not on the CPU: more of them run at once than
 // -parallel's default of GOMAXPROCS.
 func TestMain(m *testing.M) {
-	testsrv.Parallel(8)
-	os.Exit(m.Run())
+	testsrv.Main(m, 8)
 }

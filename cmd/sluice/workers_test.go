@@ -302,34 +302,7 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// Chaos: kill a random worker and start another in its place.
-	rng := rand.New(rand.NewPCG(1, 2))
-	kills := 0
-	var all []*workerProc // every worker, killed or not, for its log
-	reconciledSoFar := func() (n int) {
-		for _, w := range append(all, workers...) {
-			n += strings.Count(w.stderr.String(), `"message":"reconciled: `)
-		}
-		return n
-	}
-	// Six seconds of it, and on (up to a minute) until a kill has left a
-	// chunk mid-call that another worker reconciled: on a loaded machine
-	// the first kills may all land between calls.
-	chaosEnd, chaosLimit := time.Now().Add(6*time.Second), time.Now().Add(time.Minute)
-	for time.Now().Before(chaosEnd) || reconciledSoFar() == 0 && time.Now().Before(chaosLimit) {
-		time.Sleep(time.Duration(250+rng.IntN(600)) * time.Millisecond)
-		i := rng.IntN(len(workers))
-		w := workers[i]
-		if w.exited() {
-			if w.code != 0 {
-				t.Fatalf("worker exited %d while the others ran:\n%s", w.code, w.stderr.String())
-			}
-			break // the job finished under the chaos: stop it
-		}
-		w.kill()
-		kills++
-		all = append(all, w)
-		workers[i] = startWorkerProc(t, env(), args...)
-	}
+	all, kills, chaosEnd := chaosKills(t, workers, func() *workerProc { return startWorkerProc(t, env(), args...) })
 	if kills < 4 {
 		for i, w := range append(all, workers...) {
 			t.Logf("worker %d (exited %v, code %d) stderr:\n%s", i, w.exited(), w.code, w.stderr.String())
@@ -379,12 +352,48 @@ func workersThroughKills(t *testing.T, job *workersJob, ids []string) {
 	if len(left) >= kills {
 		t.Errorf("%d of %d killed workers still listed: dead workers are never removed", len(left), kills)
 	}
-	reconciled := reconciledSoFar()
-	if reconciled == 0 {
+	nrec := reconciled(append(all, workers...))
+	if nrec == 0 {
 		t.Errorf("no kill left a chunk mid-call for another worker to reconcile: the test did not exercise leases expiring")
 	}
 	t.Logf("%d kills; %d chunks a killed worker left mid-call reconciled by another; finished %s after the last kill",
-		kills, reconciled, time.Since(chaosEnd).Round(time.Millisecond))
+		kills, nrec, time.Since(chaosEnd).Round(time.Millisecond))
+}
+
+// reconciled counts the chunks the workers' logs say they reconciled.
+func reconciled(ws []*workerProc) (n int) {
+	for _, w := range ws {
+		n += strings.Count(w.stderr.String(), `"message":"reconciled: `)
+	}
+	return n
+}
+
+// chaosKills kills a random worker of workers every 250 to 850 ms and
+// starts another in its place (start), for six seconds and on (up to a
+// minute) until a kill has left a chunk mid-call that another worker
+// reconciled: on a loaded machine the first kills may all land between
+// calls. It returns the workers killed, how many, and when the six
+// seconds ended; a worker that ended meanwhile ends it (the job is done).
+func chaosKills(t *testing.T, workers []*workerProc, start func() *workerProc) (all []*workerProc, kills int, end time.Time) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	end, limit := time.Now().Add(6*time.Second), time.Now().Add(time.Minute)
+	for time.Now().Before(end) || reconciled(append(all, workers...)) == 0 && time.Now().Before(limit) {
+		time.Sleep(time.Duration(250+rng.IntN(600)) * time.Millisecond)
+		i := rng.IntN(len(workers))
+		w := workers[i]
+		if w.exited() {
+			if w.code != 0 {
+				t.Fatalf("worker exited %d while the others ran:\n%s", w.code, w.stderr.String())
+			}
+			break // the job finished under the chaos: stop it
+		}
+		w.kill()
+		kills++
+		all = append(all, w)
+		workers[i] = start()
+	}
+	return all, kills, end
 }
 
 // TestWorkersStartedAtOncePlanOnce: two workers started at the same moment

@@ -2,8 +2,10 @@ package testsrv
 
 import (
 	"flag"
+	"os"
 	"runtime"
 	"strconv"
+	"testing"
 )
 
 // Parallel sets -test.parallel to n (at least GOMAXPROCS) unless the
@@ -18,4 +20,10 @@ func Parallel(n int) {
 	if !given {
 		_ = flag.Set("test.parallel", strconv.Itoa(max(runtime.GOMAXPROCS(0), n)))
 	}
+}
+
+// Main is a TestMain for such a package: Parallel(n), then the tests.
+func Main(m *testing.M, n int) {
+	Parallel(n)
+	os.Exit(m.Run())
 }
