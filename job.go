@@ -289,7 +289,7 @@ func ChunkDigests(path string, withDigest bool) (digest, fileDigest string, err 
 	if withDigest {
 		w = io.MultiWriter(h, fh)
 	}
-	if _, err := io.CopyBuffer(w, f, make([]byte, iobuf.Size(f, 1<<20))); err != nil {
+	if _, err := iobuf.Copy(w, f, 1<<20); err != nil {
 		return "", "", err
 	}
 	if withDigest {

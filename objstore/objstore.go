@@ -172,7 +172,7 @@ func writeLocal(dst string, r io.Reader, what string) error {
 		return err
 	}
 	defer f.Abort()
-	if _, err := io.CopyBuffer(f, r, make([]byte, iobuf.Size(r, 1<<20))); err != nil {
+	if _, err := iobuf.Copy(f, r, 1<<20); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return f.Commit()

@@ -168,7 +168,7 @@ func FingerprintFile(path string) (sluice.Fingerprint, error) {
 // compressed or not): what Split records for an input it read from r.
 func HashReader(r io.Reader) (string, error) {
 	h := xxh3.New128()
-	if _, err := io.CopyBuffer(h, r, make([]byte, iobuf.Size(r, 1<<20))); err != nil {
+	if _, err := iobuf.Copy(h, r, 1<<20); err != nil {
 		return "", err
 	}
 	sum := h.Sum128().Bytes()

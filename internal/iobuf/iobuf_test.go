@@ -2,6 +2,7 @@ package iobuf
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,5 +47,43 @@ func TestSize(t *testing.T) {
 	defer d.Close()
 	if got := Size(d, 1<<20); got != 1<<20 {
 		t.Errorf("a directory: Size = %d, want the most", got)
+	}
+}
+
+// countingWriter is a writer that is no io.ReaderFrom.
+type countingWriter struct{ n int }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
+
+// onlyReader hides a reader's other methods (io.WriterTo, Stat).
+type onlyReader struct{ r *bytes.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func TestCopy(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789"), 300_000)
+	for _, c := range []struct {
+		name string
+		src  func() io.Reader
+	}{
+		{"a file (io.WriterTo)", func() io.Reader {
+			p := filepath.Join(t.TempDir(), "f")
+			if err := os.WriteFile(p, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			return f
+		}},
+		{"a plain reader, through a buffer", func() io.Reader { return onlyReader{bytes.NewReader(data)} }},
+	} {
+		w := &countingWriter{}
+		n, err := Copy(w, c.src(), 1<<20)
+		if err != nil || n != int64(len(data)) || w.n != len(data) {
+			t.Errorf("%s: copied %d (%d written), %v; want %d", c.name, n, w.n, err, len(data))
+		}
 	}
 }
