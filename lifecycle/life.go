@@ -122,7 +122,9 @@ func (l *Life) Own(stop func()) {
 // A life a signal stopped keeps SIGINT and SIGTERM caught, unread: the
 // process is on its way to exit with the code that names the stop, and a
 // late Ctrl-C (the second one, pressed as the run was ending anyway) must
-// not kill it by the default action first, losing that code.
+// not kill it by the default action first, losing that code. What it
+// owns stops in bounded time (the worker's database calls within
+// stopWithin, the lock's within its own timeouts), so the exit comes.
 func (l *Life) Stop() {
 	l.once.Do(func() {
 		select {

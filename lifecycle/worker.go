@@ -151,11 +151,19 @@ func (w *Worker) Stop() {
 	}
 	w.cancel()
 	w.wg.Wait()
-	if err := w.db.UnregisterWorker(context.Background(), w.job, w.id); err != nil {
+	// Bounded: a run ends even when the database stopped answering (its
+	// leases then expire by themselves), and a run stopped by a signal
+	// no longer dies by a further one while it ends (Life.Stop).
+	ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
+	defer cancel()
+	if err := w.db.UnregisterWorker(ctx, w.job, w.id); err != nil {
 		w.log.Warn().Err(err).Msg("could not unregister the worker; its leases expire by themselves")
 	}
-	w.prune(context.Background())
+	w.prune(ctx)
 }
+
+// stopWithin bounds what Stop asks of the database.
+const stopWithin = 10 * time.Second
 
 // prune removes the rows of workers killed without unregistering (silent
 // for three lease lives, nothing held), so that status lists the workers

@@ -152,8 +152,8 @@ if [ -z "${SLUICE_TEST_POSTGRES:-}" ]; then
   # In memory where the machine has /dev/shm: every PostgreSQL test makes
   # and drops a database, and on a disk the kernel's work for its files
   # costs ten times the CPU (internal/testsrv/postgres.go).
-  # Only with room to spare (1 GiB: a container's /dev/shm is often 64 MB,
-  # and PostgreSQL keeps its shared memory segments there too).
+  # Only with room to spare for its data and WAL (1 GiB: a container's
+  # /dev/shm is often 64 MB).
   pgdir=
   if [ "$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')" -ge 1048576 ] 2>/dev/null; then
     pgdir=$(mktemp -d -p /dev/shm 2>/dev/null) || pgdir=

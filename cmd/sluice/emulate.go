@@ -72,7 +72,7 @@ custom_id of one job executed twice: money spent twice), also per family.`,
 	fs.IntVar(&o.SyncLimit, "sync-limit", 0, "synchronous calls admitted each --sync-window, announced in x-ratelimit-* headers; past it a 429 (0: no limit)")
 	fs.DurationVar(&o.SyncWindow, "sync-window", time.Minute, "the window of --sync-limit")
 	fs.DurationVar(&o.SyncDelay, "sync-delay", 0, "how long each synchronous call (POST /v1/chat/completions, ...) takes to answer")
-	fs.DurationVar(&o.VertexMinBatchTime, "vertex-min-batch-time", 2*time.Second, "least time a Vertex AI batch prediction job lives, whatever --batch-time says (PENDING its first tenth), so that cancel can be exercised")
+	fs.DurationVar(&o.VertexMinBatchTime, "vertex-min-batch-time", 2*time.Second, "least time a Vertex AI batch prediction job lives, whatever --batch-time says (PENDING its first tenth), so that cancel can be exercised; 0 means the default, a negative value no minimum")
 	fs.IntVar(&o.BedrockMinRecords, "bedrock-min-records", 0, "Bedrock jobs of fewer records fail validation, as Bedrock's per-model minimum of records per job makes them (0: no minimum)")
 	fs.BoolVar(&o.CloudflareAnyModel, "cloudflare-any-model", false, "queue Workers AI batches for any model (default: only the async-capable models docs/providers.md names; the live API refuses the others with 400 code 5007)")
 	o.APIKey = os.Getenv("SLUICE_EMULATOR_API_KEY")

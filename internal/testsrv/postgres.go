@@ -331,8 +331,8 @@ func (s *pgServer) stop(sig syscall.Signal) error {
 }
 
 // shmRoom is the free space /dev/shm must have to hold a test server's
-// data: its files, a WAL of up to 96 MB, and PostgreSQL's own shared
-// memory segments, which live there too. A container's /dev/shm is often
+// data: its files and a WAL of up to 96 MB (its dynamic shared memory is
+// in files of the data directory too). A container's /dev/shm is often
 // 64 MB: too small, so the data go to the temp directory there.
 const shmRoom = 1 << 30
 

@@ -134,13 +134,14 @@ func (b goBin) find() (string, error) {
 
 // ownedTempDir makes a temp directory prefix+PID-* in the first of parents
 // (default: the temp dir) where it can, first removing those (prefix*, in
-// every parent) whose test process has exited: the server died with it,
-// and its directory could not go then.
+// every parent and in /dev/shm, where an earlier run may have put them)
+// whose test process has exited: the server died with it, and its
+// directory could not go then.
 func ownedTempDir(prefix string, parents ...string) (string, error) {
 	if len(parents) == 0 {
 		parents = []string{os.TempDir()}
 	}
-	for _, parent := range parents {
+	for _, parent := range append(parents, "/dev/shm") {
 		dirs, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
 		for _, d := range dirs {
 			pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
