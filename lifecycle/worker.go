@@ -163,7 +163,7 @@ func (w *Worker) Stop() {
 }
 
 // stopWithin bounds what Stop asks of the database.
-const stopWithin = 10 * time.Second
+var stopWithin = 10 * time.Second
 
 // prune removes the rows of workers killed without unregistering (silent
 // for three lease lives, nothing held), so that status lists the workers

@@ -18,12 +18,18 @@ import (
 // mergingJob records a one-request job in state merging in dir.
 func mergingJob(t *testing.T, dir string) {
 	t.Helper()
-	ctx := context.Background()
-	db, err := tracker.Open(ctx, dir)
+	db, err := tracker.Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	planMergingJob(t, db)
+}
+
+// planMergingJob records a one-request job "j" in state merging in db.
+func planMergingJob(t *testing.T, db tracker.Backend) {
+	t.Helper()
+	ctx := context.Background()
 	p, err := db.BeginPlan(ctx, &sluice.Job{ID: "j", Provider: "openai", Input: "/in", Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
