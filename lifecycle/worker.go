@@ -162,7 +162,8 @@ func (w *Worker) Stop() {
 	w.prune(ctx)
 }
 
-// stopWithin bounds what Stop asks of the database.
+// stopWithin bounds what Stop asks of the database (a variable: a test
+// shortens it).
 var stopWithin = 10 * time.Second
 
 // prune removes the rows of workers killed without unregistering (silent
