@@ -38,11 +38,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "sluice")
 	// Most tests here wait on subprocesses (batches that take their time,
 	// polls, kills), not on the CPU.
 	testsrv.Parallel(testParallel)
-	if err := buildSluice(binary); err != nil {
+	if binary, err = buildSluice(dir); err != nil {
 		fmt.Fprintf(os.Stderr, "build sluice: %v\n", err)
 		os.Exit(1)
 	}
@@ -51,53 +50,34 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildSluice builds this package's binary at path. `go run` caches the
-// executables it links (Go 1.24 on), `go build -o` links every time: so
-// the binary is built with `go run -exec echo`, which prints where the
-// executable is instead of running it, and linked (else copied) to path.
-// An unchanged tree then costs no link, 5 s of the package's start. A
-// fresh link is printed in go's work directory, gone when go exits: the
-// second call finds it in the cache; `go build -o` is the last resort.
-func buildSluice(path string) error {
+// buildSluice builds this package's binary and returns its path. `go
+// run` caches the executables it links (Go 1.24 on), `go build -o` links
+// every time: so the binary is built with `go run -exec echo`, which
+// prints where the cached executable is instead of running it, and the
+// tests run it from there. An unchanged tree then costs no link, 5 s of
+// the package's start. A fresh link is printed in go's work directory,
+// gone when go exits: the second call finds it in the cache; `go build
+// -o` into dir is the last resort.
+func buildSluice(dir string) (string, error) {
 	for range 2 {
 		out, err := exec.Command("go", "run", "-exec", "echo", ".").Output()
 		if err != nil {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
-				return fmt.Errorf("%w\n%s", err, ee.Stderr)
+				return "", fmt.Errorf("%w\n%s", err, ee.Stderr)
 			}
-			return err
+			return "", err
 		}
-		if copyFile(strings.TrimSpace(string(out)), path) == nil {
-			return nil
+		built := strings.TrimSpace(string(out))
+		if fi, err := os.Stat(built); err == nil && fi.Mode().IsRegular() {
+			return built, nil
 		}
 	}
+	path := filepath.Join(dir, "sluice")
 	if out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("%w\n%s", err, out)
+		return "", fmt.Errorf("%w\n%s", err, out)
 	}
-	return nil
-}
-
-// copyFile hard-links the executable from to path, else copies it.
-func copyFile(from, path string) error {
-	src, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	if os.Link(from, path) == nil {
-		return nil
-	}
-	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		os.Remove(path)
-		return err
-	}
-	return dst.Close()
+	return path, nil
 }
 
 // testParallel is how many tests of this package run at once by default.
