@@ -8,20 +8,24 @@ import (
 	"testing"
 )
 
+// openFile writes data to a new file and opens it for reading.
+func openFile(t *testing.T, data []byte) *os.File {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 func TestSize(t *testing.T) {
 	dir := t.TempDir()
-	file := func(n int) *os.File {
-		p := filepath.Join(dir, "f")
-		if err := os.WriteFile(p, bytes.Repeat([]byte("x"), n), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f
-	}
+	file := func(n int) *os.File { return openFile(t, bytes.Repeat([]byte("x"), n)) }
 	for _, c := range []struct {
 		name string
 		size int
@@ -66,18 +70,7 @@ func TestCopy(t *testing.T) {
 		name string
 		src  func() io.Reader
 	}{
-		{"a file (io.WriterTo)", func() io.Reader {
-			p := filepath.Join(t.TempDir(), "f")
-			if err := os.WriteFile(p, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			f, err := os.Open(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.Close() })
-			return f
-		}},
+		{"a file (io.WriterTo)", func() io.Reader { return openFile(t, data) }},
 		{"a plain reader, through a buffer", func() io.Reader { return onlyReader{bytes.NewReader(data)} }},
 	} {
 		w := &countingWriter{}
